@@ -1,0 +1,11 @@
+#pragma once
+// Each subcommand group registers itself on the root CLI11 app. A command's callback
+// throws pgq::Error for anything the user got wrong; main() turns that into a
+// message on stderr and exit code 2.
+#include <CLI/CLI.hpp>
+
+namespace pgq::cli {
+
+void addIrCommands(CLI::App& app);
+
+}  // namespace pgq::cli

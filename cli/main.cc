@@ -1,0 +1,72 @@
+// pgq: profile-guided quantization of transformer training.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/exceptions.h>
+
+#include "cli/commands.h"
+#include "ir/errors.h"
+#include "pgq_version.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;     // bad input: files, flags, configs
+constexpr int kExitInternal = 3;  // a bug in pgq
+
+std::string versionText() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("pgq {} (oneDNN {}.{}.{}, CPU ISA {})", PGQ_VERSION_STRING, v->major,
+                     v->minor, v->patch, static_cast<int>(dnnl::get_effective_cpu_isa()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The kernels are compiled for AVX2+FMA (x86-64-v3); say so instead of dying with
+  // SIGILL on an older CPU.
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    std::fputs("pgq: error: this CPU lacks AVX2/FMA, which this build of pgq requires\n", stderr);
+    return kExitUsage;
+  }
+
+  CLI::App app{"pgq: profile-guided quantization of transformer training.\n"
+               "Profiles GEMM operand statistics, picks which GEMMs run in int8, rewrites the\n"
+               "training graph and trains it.",
+               "pgq"};
+  app.set_version_flag("--version", versionText());
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
+  spdlog::set_pattern("[%l] %v");
+
+  pgq::cli::addIrCommands(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  } catch (const pgq::Error& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
+    return kExitUsage;
+  } catch (const YAML::Exception& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
+    return kExitUsage;
+  } catch (const pgq::InternalError& e) {
+    fmt::print(stderr, "pgq: internal error (please report): {}\n", e.what());
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
+    return kExitInternal;
+  }
+  return 0;
+}

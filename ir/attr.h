@@ -1,0 +1,66 @@
+#pragma once
+// Typed node attributes. A key (from attrs.def) has exactly one value kind, so an
+// attribute can never hold the wrong kind of value: setters and getters check it.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace pgq {
+
+enum class AttrKey : uint8_t {
+#define ATTR(id, text, kind) k##id,
+#include "ir/attrs.def"
+#undef ATTR
+};
+
+enum class AttrKind : uint8_t { kInt, kFloat, kString, kInts, kStrings };
+
+using AttrValue =
+    std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>>;
+
+std::string_view attrName(AttrKey key);
+AttrKind attrKind(AttrKey key);
+std::string_view attrKindName(AttrKind kind);
+std::optional<AttrKey> parseAttrKey(std::string_view text);
+AttrKind kindOf(const AttrValue& value);
+
+// A small set of attributes kept sorted by key, so equal sets compare, hash and print
+// identically whatever order they were set in.
+class Attrs {
+ public:
+  bool has(AttrKey key) const { return find(key) != nullptr; }
+  bool empty() const { return entries_.empty(); }
+  // Sets (or replaces) a value; asserts that the value's kind is the key's kind.
+  void set(AttrKey key, AttrValue value);
+  void erase(AttrKey key);
+
+  // Getters assert presence and kind; the *Or variants return a default when absent.
+  int64_t getInt(AttrKey key) const;
+  double getFloat(AttrKey key) const;
+  const std::string& getString(AttrKey key) const;
+  const std::vector<int64_t>& getInts(AttrKey key) const;
+  const std::vector<std::string>& getStrings(AttrKey key) const;
+  std::vector<int64_t> getIntsOr(AttrKey key, std::vector<int64_t> fallback) const;
+  std::string getStringOr(AttrKey key, std::string fallback) const;
+
+  std::span<const std::pair<AttrKey, AttrValue>> entries() const { return entries_; }
+  size_t hash() const;
+  bool operator==(const Attrs& other) const = default;
+
+ private:
+  const AttrValue* find(AttrKey key) const;
+  const AttrValue& get(AttrKey key, AttrKind kind) const;
+  std::vector<std::pair<AttrKey, AttrValue>> entries_;
+};
+
+// Text form of one value, as the IR printer writes it: 3, 0.5, "text", [1,2], ["a","b"].
+std::string formatAttrValue(const AttrValue& value);
+// Quotes and escapes a string for the text form.
+std::string quoteString(std::string_view text);
+
+}  // namespace pgq

@@ -1,0 +1,272 @@
+#include "ir/infer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ir/dot_dims.h"
+#include "ir/errors.h"
+
+namespace pgq {
+namespace {
+
+class Rule {
+ public:
+  Rule(Op op, std::span<const TensorType> operands, const Attrs& attrs,
+       const std::optional<TensorType>& declared)
+      : op_(op), operands_(operands), attrs_(attrs), declared_(declared) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(fmt::format("{}: {}", opName(op_), what));
+  }
+
+  const TensorType& operand(size_t i) const { return operands_[i]; }
+
+  void requireAttr(AttrKey key) const {
+    if (!attrs_.has(key)) fail(fmt::format("missing attribute '{}'", attrName(key)));
+  }
+
+  const TensorType& declared() const {
+    if (!declared_) fail("needs its result type written out");
+    return *declared_;
+  }
+
+  void requireFloat(size_t i) const {
+    if (!isFloat(operands_[i].dtype))
+      fail(fmt::format("operand {} must be f32 or bf16, got {}", i, operands_[i].toString()));
+  }
+
+  void requireDType(size_t i, DType dtype) const {
+    if (operands_[i].dtype != dtype)
+      fail(fmt::format("operand {} must be {}, got {}", i, dtypeName(dtype),
+                       operands_[i].toString()));
+  }
+
+  void requireSameType(size_t a, size_t b) const {
+    if (!(operands_[a] == operands_[b]))
+      fail(fmt::format("operands {} and {} must have the same type, got {} and {}", a, b,
+                       operands_[a].toString(), operands_[b].toString()));
+  }
+
+  void requireMinRank(size_t i, int rank) const {
+    if (operands_[i].shape.rank() < rank)
+      fail(fmt::format("operand {} must have rank >= {}, got {}", i, rank,
+                       operands_[i].toString()));
+  }
+
+  void requirePositiveEps() const {
+    requireAttr(AttrKey::kEps);
+    double eps = attrs_.getFloat(AttrKey::kEps);
+    if (!(eps > 0.0) || !std::isfinite(eps)) fail(fmt::format("eps must be > 0, got {}", eps));
+  }
+
+  // Sorted, unique, in-range axes.
+  std::vector<int64_t> axes(AttrKey key, int rank) const {
+    requireAttr(key);
+    const auto& axes = attrs_.getInts(key);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (axes[i] < 0 || axes[i] >= rank)
+        fail(fmt::format("{} [{}] has an entry outside [0, {})", attrName(key),
+                         fmt::join(axes, ","), rank));
+      if (i > 0 && axes[i] <= axes[i - 1])
+        fail(fmt::format("{} [{}] must be strictly increasing", attrName(key),
+                         fmt::join(axes, ",")));
+    }
+    return axes;
+  }
+
+  TensorType run() const;
+
+ private:
+  TensorType elementwise(size_t arity) const {
+    for (size_t i = 0; i < arity; ++i) requireFloat(i);
+    if (arity == 2) requireSameType(0, 1);
+    return operand(0);
+  }
+  TensorType transpose() const;
+  TensorType broadcast() const;
+  TensorType reduce() const;
+  TensorType matmul() const;
+
+  Op op_;
+  std::span<const TensorType> operands_;
+  const Attrs& attrs_;
+  const std::optional<TensorType>& declared_;
+};
+
+TensorType Rule::transpose() const {
+  const Shape& in = operand(0).shape;
+  requireAttr(AttrKey::kPerm);
+  const auto& perm = attrs_.getInts(AttrKey::kPerm);
+  std::vector<int64_t> sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  bool is_perm = static_cast<int>(perm.size()) == in.rank();
+  for (size_t i = 0; is_perm && i < sorted.size(); ++i) is_perm = sorted[i] == static_cast<int64_t>(i);
+  if (!is_perm)
+    fail(fmt::format("perm [{}] is not a permutation of the {} dims of {}", fmt::join(perm, ","),
+                     in.rank(), in.toString()));
+  std::vector<int64_t> dims;
+  for (int64_t p : perm) dims.push_back(in.dim(static_cast<int>(p)));
+  return {operand(0).dtype, Shape(std::move(dims))};
+}
+
+TensorType Rule::broadcast() const {
+  const TensorType& out = declared();
+  const Shape& in = operand(0).shape;
+  if (out.dtype != operand(0).dtype)
+    fail(fmt::format("result dtype {} differs from operand dtype {}", dtypeName(out.dtype),
+                     dtypeName(operand(0).dtype)));
+  std::vector<int64_t> dims = axes(AttrKey::kDims, out.shape.rank());
+  if (static_cast<int>(dims.size()) != in.rank())
+    fail(fmt::format("dims [{}] must name one result dim per operand dim of {}",
+                     fmt::join(dims, ","), in.toString()));
+  for (int i = 0; i < in.rank(); ++i)
+    if (in.dim(i) != out.shape.dim(static_cast<int>(dims[static_cast<size_t>(i)])))
+      fail(fmt::format("operand {} dim {} does not match result {} dim {}", in.toString(), i,
+                       out.shape.toString(), dims[static_cast<size_t>(i)]));
+  return out;
+}
+
+TensorType Rule::reduce() const {
+  requireFloat(0);
+  const Shape& in = operand(0).shape;
+  std::vector<int64_t> reduced = axes(AttrKey::kAxes, in.rank());
+  if (reduced.empty()) fail("axes must name at least one dim");
+  std::vector<int64_t> dims;
+  for (int i = 0; i < in.rank(); ++i)
+    if (std::find(reduced.begin(), reduced.end(), i) == reduced.end()) dims.push_back(in.dim(i));
+  return {operand(0).dtype, Shape(std::move(dims))};
+}
+
+TensorType Rule::matmul() const {
+  requireFloat(0);
+  requireFloat(1);
+  if (operand(0).dtype != operand(1).dtype)
+    fail(fmt::format("operands must have the same dtype, got {} and {}", operand(0).toString(),
+                     operand(1).toString()));
+  requireAttr(AttrKey::kLhsContract);
+  requireAttr(AttrKey::kRhsContract);
+  try {
+    return {DType::kF32, dotResultShape(operand(0).shape, operand(1).shape,
+                                        DotDims::fromAttrs(attrs_))};
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+}
+
+TensorType Rule::run() const {
+  switch (op_) {
+    case Op::kParameter:
+    case Op::kConstant:
+      if (!isFloat(declared().dtype))
+        fail(fmt::format("must be f32 or bf16, got {}", declared().toString()));
+      if (op_ == Op::kConstant) requireAttr(AttrKey::kValue);
+      return declared();
+    case Op::kInput:
+      return declared();
+
+    case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSoftmaxGrad:
+      return elementwise(2);
+    case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh:
+    case Op::kRelu: case Op::kGelu:
+      return elementwise(1);
+    case Op::kSoftmax:
+      requireMinRank(0, 1);
+      return elementwise(1);
+    case Op::kCausalMask:
+      requireMinRank(0, 2);
+      requireAttr(AttrKey::kValue);
+      return elementwise(1);
+    case Op::kRmsNorm: case Op::kLayerNorm:
+      requireMinRank(0, 1);
+      requirePositiveEps();
+      return elementwise(1);
+    case Op::kRmsNormGrad: case Op::kLayerNormGrad:
+      requireMinRank(0, 1);
+      requirePositiveEps();
+      return elementwise(2);
+
+    case Op::kConvert:
+      if (declared().shape != operand(0).shape)
+        fail(fmt::format("result shape {} differs from operand shape {}",
+                         declared().shape.toString(), operand(0).shape.toString()));
+      return declared();
+    case Op::kTranspose:
+      return transpose();
+    case Op::kReshape:
+      if (declared().dtype != operand(0).dtype)
+        fail(fmt::format("result dtype {} differs from operand dtype {}",
+                         dtypeName(declared().dtype), dtypeName(operand(0).dtype)));
+      if (declared().shape.numElements() != operand(0).shape.numElements())
+        fail(fmt::format("cannot reshape {} ({} elements) to {} ({} elements)",
+                         operand(0).shape.toString(), operand(0).shape.numElements(),
+                         declared().shape.toString(), declared().shape.numElements()));
+      return declared();
+    case Op::kBroadcast:
+      return broadcast();
+    case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean:
+      return reduce();
+
+    case Op::kGather: {
+      requireFloat(0);
+      requireDType(1, DType::kS32);
+      if (operand(0).shape.rank() != 2)
+        fail(fmt::format("table must be [rows, cols], got {}", operand(0).toString()));
+      std::vector<int64_t> dims(operand(1).shape.dims().begin(), operand(1).shape.dims().end());
+      dims.push_back(operand(0).shape.dim(1));
+      return {operand(0).dtype, Shape(std::move(dims))};
+    }
+    case Op::kScatterAdd: {
+      requireFloat(0);
+      requireDType(1, DType::kS32);
+      const TensorType& out = declared();
+      std::vector<int64_t> expect(operand(1).shape.dims().begin(), operand(1).shape.dims().end());
+      if (out.shape.rank() != 2 || out.dtype != operand(0).dtype)
+        fail(fmt::format("result must be a {} table [rows, cols], got {}",
+                         dtypeName(operand(0).dtype), out.toString()));
+      expect.push_back(out.shape.dim(1));
+      if (operand(0).shape != Shape(expect))
+        fail(fmt::format("gradient {} must be the indices shape {} plus the table width {}",
+                         operand(0).toString(), operand(1).shape.toString(), out.shape.dim(1)));
+      return out;
+    }
+    case Op::kCrossEntropy:
+    case Op::kCrossEntropyGrad: {
+      requireFloat(0);
+      requireDType(1, DType::kS32);
+      const Shape& logits = operand(0).shape;
+      if (logits.rank() != 2 || operand(1).shape != Shape({logits.dim(0)}))
+        fail(fmt::format("needs logits [N,V] and targets s32[N], got {} and {}",
+                         operand(0).toString(), operand(1).toString()));
+      if (op_ == Op::kCrossEntropy) return {DType::kF32, Shape()};
+      if (!(operand(2) == TensorType{DType::kF32, Shape()}))
+        fail(fmt::format("loss gradient must be f32[], got {}", operand(2).toString()));
+      return operand(0);
+    }
+    case Op::kMatMul:
+      return matmul();
+  }
+  fail("has no type rule");
+}
+
+}  // namespace
+
+TensorType inferType(Op op, std::span<const TensorType> operands, const Attrs& attrs,
+                     const std::optional<TensorType>& declared) {
+  if (static_cast<int>(operands.size()) != opArity(op))
+    throw Error(fmt::format("{}: expects {} operand(s), got {}", opName(op), opArity(op),
+                            operands.size()));
+  for (const auto& [key, value] : attrs.entries())
+    if (!opAllowsAttr(op, key))
+      throw Error(fmt::format("{}: has no attribute '{}'", opName(op), attrName(key)));
+  TensorType result = Rule(op, operands, attrs, declared).run();
+  if (declared && !(result == *declared))
+    throw Error(fmt::format("{}: result type is {}, but {} was written", opName(op),
+                            result.toString(), declared->toString()));
+  return result;
+}
+
+}  // namespace pgq

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pgq needs (only those missing), then configures and
+# builds pgq with CMake in ./build (Release, -j2). Idempotent: when everything is
+# installed and built it does nothing but check, in a couple of seconds.
+#
+#   scripts/setup.sh            install + build
+#   BUILD_DIR=out scripts/setup.sh
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${BUILD_DIR:-$root/build}
+jobs=${JOBS:-2}
+
+# Build tools, libraries, the PyTorch reference used by the parity tests (with a
+# threaded BLAS so it is a fair peer), the default corpus, and gnuplot for the plots.
+packages=(
+  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+  libfmt-dev libspdlog-dev libeigen3-dev libdnnl-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
+  python3 python3-torch python3-yaml libopenblas0-pthread
+  fortunes gnuplot-nox libomp-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$build_dir" -j "$jobs"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds pgq and runs its whole test suite (this is what CI runs, via .ci/run):
+#   1. scripts/setup.sh: install missing Debian packages, Release build in ./build
+#   2. ctest on that build: unit tests, golden IR files, gradient checks, parity with
+#      PyTorch, training runs, the installed-package example
+#   3. the IR, pass and kernel tests again under AddressSanitizer + UBSan (./build-asan)
+#   4. the IR parser under libFuzzer for FUZZ_SECONDS (default 60) (./build-fuzz)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+jobs=${JOBS:-2}
+fuzz_seconds=${FUZZ_SECONDS:-60}
+cd "$root"
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "setup and Release build"
+scripts/setup.sh
+
+step "ctest (Release)"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1500
+
+step "sanitizers: IR, passes and kernels under ASan + UBSan"
+if [ ! -f build-asan/build.ninja ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+    -DPGQ_SANITIZE=ON -DPGQ_BUILD_BENCH=OFF -DPGQ_BUILD_CLI=OFF
+fi
+sanitized=(pgq_ir_tests pgq_passes_tests pgq_kernels_tests)
+cmake --build build-asan -j "$jobs" --target "${sanitized[@]}"
+for t in "${sanitized[@]}"; do
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    OMP_NUM_THREADS=2 "build-asan/tests/$t" --gtest_brief=1
+done
+
+step "fuzzing the IR parser for ${fuzz_seconds}s"
+if [ ! -f build-fuzz/build.ninja ]; then
+  CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGQ_FUZZ=ON \
+    -DPGQ_BUILD_TESTS=OFF -DPGQ_BUILD_BENCH=OFF -DPGQ_BUILD_CLI=OFF \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
+fi
+cmake --build build-fuzz -j "$jobs" --target pgq_parser_fuzz
+corpus=$(mktemp -d)
+trap 'rm -rf "$corpus"' EXIT
+cp tests/ir/golden/*.pgq "$corpus/"
+build-fuzz/tests/fuzz/pgq_parser_fuzz -max_total_time="$fuzz_seconds" -timeout=10 \
+  -dict=tests/fuzz/pgq.dict "$corpus" 2>&1 | tail -n 3
+
+step "all tests passed"

@@ -1,0 +1,181 @@
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "ir/builder.h"
+#include "ir/errors.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+
+namespace pgq {
+namespace {
+
+std::string readFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Golden files may start with comment lines; the printer does not write comments.
+std::string withoutComments(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (!line.starts_with("#")) out += line + "\n";
+  return out;
+}
+
+std::vector<std::filesystem::path> goldenFiles() {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(PGQ_SOURCE_DIR) / "tests/ir/golden"))
+    if (entry.path().extension() == ".pgq") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(Text, GoldenFilesRoundTripExactly) {
+  auto files = goldenFiles();
+  ASSERT_GE(files.size(), 3u);
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.string());
+    std::string text = withoutComments(readFile(file));
+    auto graph = parseGraph(text, file.string());
+    verify(*graph);
+    std::string printed = printGraph(*graph);
+    EXPECT_EQ(printed, text);
+    EXPECT_EQ(printGraph(*parseGraph(printed)), printed);
+  }
+}
+
+TEST(Text, BuiltGraphRoundTrips) {
+  Graph g("built");
+  Builder b(g);
+  Node* x = b.input("x", {DType::kF32, Shape{2, 3}});
+  Node* c = b.constant(-0.1, {DType::kF32, Shape()});
+  Node* k = b.broadcast(c, Shape{2, 3}, {});
+  Node* y = b.mul(x, k, "y");
+  Node* m = b.causalMask(y, -std::numeric_limits<double>::infinity());
+  Node* p = b.parameter("p", {DType::kF32, Shape{3}}, "weird \"init\"\t\\");
+  g.addOutput(m);
+  g.addOutput(p);
+  std::string text = printGraph(g);
+  auto parsed = parseGraph(text);
+  EXPECT_EQ(printGraph(*parsed), text);
+  EXPECT_EQ(parsed->find("p")->attrs().getString(AttrKey::kInit), "weird \"init\"\t\\");
+  EXPECT_EQ(parsed->find(c->name())->attrs().getFloat(AttrKey::kValue), -0.1);
+}
+
+TEST(Text, FloatAttributesRoundTripBitExactly) {
+  for (double v : {0.1, 1.0 / 3.0, 1e-300, -2.5e17, 1e-5, 123456789.0, 0.0, -0.0,
+                   std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),
+                   std::numeric_limits<double>::denorm_min()}) {
+    Graph g;
+    Builder(g).constant(v, {DType::kF32, Shape()}, "c");
+    std::string text = printGraph(g);
+    auto parsed = parseGraph(text);
+    double back = parsed->find("c")->attrs().getFloat(AttrKey::kValue);
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(back));
+    } else {
+      EXPECT_EQ(std::signbit(back), std::signbit(v)) << text;
+      EXPECT_EQ(back, v) << text;
+    }
+    EXPECT_EQ(printGraph(*parsed), text);
+  }
+}
+
+struct BadInput {
+  const char* what;
+  std::string text;
+  std::string message;  // expected "file:line:col: ..." prefix and content
+};
+
+class TextErrors : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TextErrors, GiveOneClearMessageWithLocation) {
+  const BadInput& bad = GetParam();
+  try {
+    parseGraph(bad.text, "bad.pgq");
+    FAIL() << "no error for " << bad.what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad.message), std::string::npos)
+        << bad.what << ": got '" << e.what() << "'";
+  }
+}
+
+const std::string kHead = "graph @g {\n  %x = input() : f32[4,8]\n";
+
+INSTANTIATE_TEST_SUITE_P(
+    Parser, TextErrors,
+    ::testing::Values(
+        BadInput{"empty file", "", "bad.pgq:1:1: empty file"},
+        BadInput{"only comments", "# nothing\n", "bad.pgq:2:1: empty file"},
+        BadInput{"unknown op", kHead + "  %y = frobnicate(%x) : f32[4,8]\n  return %y\n}\n",
+                 "bad.pgq:3:8: unknown op 'frobnicate'"},
+        BadInput{"wrong arity", kHead + "  %y = add(%x) : f32[4,8]\n  return %y\n}\n",
+                 "bad.pgq:3:8: add expects 2 operand(s), got 1"},
+        BadInput{"shape mismatch", kHead + "  %y = exp(%x) : f32[4,9]\n  return %y\n}\n",
+                 "bad.pgq:3:8: exp: result type is f32[4,8], but f32[4,9] was written"},
+        BadInput{"matmul contraction mismatch",
+                 kHead + "  %w = parameter() : f32[7,2]\n"
+                         "  %y = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0]} : f32[4,2]\n"
+                         "  return %y\n}\n",
+                 "bad.pgq:4:8: matmul: matmul contracting dims differ"},
+        BadInput{"undefined value", kHead + "  %y = exp(%z) : f32[4,8]\n  return %y\n}\n",
+                 "bad.pgq:3:12: use of undefined value %z"},
+        BadInput{"undefined output", kHead + "  return %nope\n}\n",
+                 "bad.pgq:3:10: use of undefined value %nope"},
+        BadInput{"duplicate name", kHead + "  %x = exp(%x) : f32[4,8]\n  return %x\n}\n",
+                 "bad.pgq:3:3: %x is defined twice"},
+        BadInput{"truncated file", kHead + "  %y = exp(%x",
+                 "bad.pgq:3:14: expected ')', found end of file (is the file truncated?)"},
+        BadInput{"missing closing brace", kHead + "  return %x\n",
+                 "expected '}', found end of file"},
+        BadInput{"binary garbage", std::string("\x7f" "ELF\x02\x01\x01\0\0", 9),
+                 "bad.pgq:1:1: unexpected byte 0x7f"},
+        BadInput{"garbage inside", kHead + "  %y = exp(%x) : f32[4,8] \x01\n", "bad.pgq:3:27: unexpected byte 0x01"},
+        BadInput{"unknown attribute", kHead + "  %y = exp(%x) {colour=1} : f32[4,8]\n  return %y\n}\n",
+                 "bad.pgq:3:17: unknown attribute 'colour'"},
+        BadInput{"attribute the op lacks", kHead + "  %y = exp(%x) {perm=[1,0]} : f32[4,8]\n  return %y\n}\n",
+                 "bad.pgq:3:17: exp has no attribute 'perm'"},
+        BadInput{"wrong attribute kind", kHead + "  %y = transpose(%x) {perm=\"x\"} : f32[8,4]\n}\n",
+                 "bad.pgq:3:28: expected '[', found a string"},
+        BadInput{"integer overflow", kHead + "  %y = transpose(%x) {perm=[99999999999999999999,0]} : f32[8,4]\n}\n",
+                 "integer 99999999999999999999 is out of range"},
+        BadInput{"zero dim", "graph @g {\n  %x = input() : f32[4,0]\n", "bad.pgq:2:21: shape [4,0] has a dimension 0 < 1"},
+        BadInput{"huge shape", "graph @g {\n  %x = input() : f32[1000000,1000000,1000000]\n",
+                 "more than 2^40 elements"},
+        BadInput{"unknown dtype", "graph @g {\n  %x = input() : f64[4]\n", "bad.pgq:2:18: unknown dtype 'f64'"},
+        BadInput{"missing type", kHead + "  %y = exp(%x)\n  return %y\n}\n", "bad.pgq:4:3: expected ':'"},
+        BadInput{"unterminated string", kHead + "  %p = parameter() {init=\"abc} : f32[2]\n",
+                 "bad.pgq:3:26: unterminated string"},
+        BadInput{"text after the graph", kHead + "  return %x\n}\ngraph", "bad.pgq:5:1: expected end of file"},
+        BadInput{"missing required attribute", kHead + "  %y = transpose(%x) : f32[8,4]\n  return %y\n}\n",
+                 "transpose: missing attribute 'perm'"},
+        BadInput{"declared-type op without a match",
+                 kHead + "  %y = reshape(%x) : f32[5]\n  return %y\n}\n",
+                 "cannot reshape [4,8] (32 elements) to [5] (5 elements)"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) {
+      std::string name = info.param.what;
+      for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      return name;
+    });
+
+TEST(Text, ReadsFilesAndReportsMissingOnes) {
+  EXPECT_THROW(parseGraphFile("/nonexistent/file.pgq"), Error);
+  try {
+    parseGraphFile("/nonexistent/file.pgq");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/file.pgq: cannot open"), std::string::npos);
+  }
+  EXPECT_THROW(parseGraphFile(PGQ_SOURCE_DIR), Error);  // a directory
+}
+
+}  // namespace
+}  // namespace pgq
