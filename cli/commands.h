@@ -7,5 +7,6 @@
 namespace pgq::cli {
 
 void addIrCommands(CLI::App& app);
+void addTrainCommand(CLI::App& app);
 
 }  // namespace pgq::cli

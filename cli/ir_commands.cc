@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "frontend/autodiff.h"
+#include "frontend/transformer.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -62,6 +64,19 @@ void addIrCommands(CLI::App& app) {
     PassContext ctx;
     pipeline->run(*graph, ctx);
     fmt::print("{}", printGraph(*graph));
+  });
+
+  auto* model = ir->add_subcommand("model", "Print the training graph (forward + backward) of a model config");
+  static std::string model_spec = "tiny";
+  static bool forward_only = false;
+  model->add_option("--model", model_spec, "Preset name (tiny, small) or model YAML file")
+      ->capture_default_str();
+  model->add_flag("--forward-only", forward_only, "Print the forward graph only");
+  model->callback([] {
+    TransformerGraph t = buildTransformer(loadModelConfig(model_spec));
+    if (!forward_only) appendBackward(*t.graph, t.loss, t.params);
+    verify(*t.graph);
+    fmt::print("{}", printGraph(*t.graph));
   });
 
   auto* demo = ir->add_subcommand("demo", "Print an embedded example graph, run cse,dce on it, print the result");

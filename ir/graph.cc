@@ -63,6 +63,12 @@ void Graph::setOutput(size_t index, Node* node) {
   outputs_[index] = node;
 }
 
+void Graph::setOutputs(std::vector<Node*> nodes) {
+  for (Node* node : nodes)
+    PGQ_ASSERT(node && find(node->name()) == node, "output is not a node of graph @{}", name_);
+  outputs_ = std::move(nodes);
+}
+
 std::vector<Node*> Graph::postOrder() const {
   // Iterative DFS (graphs read from files may be arbitrarily deep). A node is "open"
   // while its operands are being visited; meeting an open node again is a cycle.

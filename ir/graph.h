@@ -41,6 +41,7 @@ class Graph {
   std::span<Node* const> outputs() const { return outputs_; }
   void addOutput(Node* node);
   void setOutput(size_t index, Node* node);
+  void setOutputs(std::vector<Node*> nodes);
 
   // Every node, operands before users. Roots are taken in creation order, so a graph
   // whose creation order is already topological walks in exactly that order (this

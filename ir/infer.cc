@@ -148,6 +148,19 @@ TensorType Rule::matmul() const {
                      operand(1).toString()));
   requireAttr(AttrKey::kLhsContract);
   requireAttr(AttrKey::kRhsContract);
+  if (attrs_.has(AttrKey::kDirection)) {
+    const std::string& d = attrs_.getString(AttrKey::kDirection);
+    if (d != "fwd" && d != "bwd_dgrad" && d != "bwd_wgrad")
+      fail(fmt::format("direction must be fwd, bwd_dgrad or bwd_wgrad, got '{}'", d));
+  }
+  if (attrs_.has(AttrKey::kRoles)) {
+    const auto& roles = attrs_.getStrings(AttrKey::kRoles);
+    bool ok = roles.size() == 2;
+    for (const auto& r : roles) ok = ok && (r == "weight" || r == "activation" || r == "gradient");
+    if (!ok)
+      fail(fmt::format("roles must be two of weight, activation, gradient, got [{}]",
+                       fmt::join(roles, ",")));
+  }
   try {
     return {DType::kF32, dotResultShape(operand(0).shape, operand(1).shape,
                                         DotDims::fromAttrs(attrs_))};

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "ir/errors.h"
+#include "passes/bf16_gemms.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
 

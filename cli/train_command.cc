@@ -1,0 +1,104 @@
+// `pgq train`: train a model config on a text corpus.
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "frontend/model_config.h"
+#include "ir/errors.h"
+#include "runtime/trainer.h"
+
+namespace pgq::cli {
+namespace {
+
+struct TrainArgs {
+  std::string model = "small";
+  std::string precision = "f32";
+  int threads = 0;
+  int64_t seed = -1;
+  TrainOptions options;
+};
+
+// Per-op time split: which kinds of kernels the step spends its time in.
+void printOpProfile(const TrainResult& result) {
+  std::map<std::string, double> by_kind;
+  double total = 0, gemm = 0;
+  int64_t calls = 1;
+  for (const OpTiming& p : result.op_profile) {
+    std::string kind(opName(p.op));
+    by_kind[kind] += p.total_ms;
+    total += p.total_ms;
+    if (p.op == Op::kMatMul) gemm += p.total_ms;
+    calls = std::max(calls, p.calls);
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [kind, ms] : by_kind) rows.emplace_back(ms, kind);
+  std::sort(rows.rbegin(), rows.rend());
+  fmt::print("\nper-op time split ({} steps, kernel time {:.1f} ms/step, GEMMs {:.0f}%):\n", calls,
+             total / static_cast<double>(calls), 100.0 * gemm / std::max(total, 1e-9));
+  fmt::print("  {:<20} {:>10} {:>7}\n", "op", "ms/step", "share");
+  for (const auto& [ms, kind] : rows)
+    fmt::print("  {:<20} {:>10.2f} {:>6.1f}%\n", kind, ms / static_cast<double>(calls),
+               100.0 * ms / std::max(total, 1e-9));
+}
+
+}  // namespace
+
+void addTrainCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model config on a text corpus");
+  static TrainArgs args;
+  TrainOptions& o = args.options;
+  cmd->add_option("--model", args.model, "Preset name (tiny, small) or model YAML file")->capture_default_str();
+  cmd->add_option("--corpus", o.corpus, "Text file or directory of text files")->capture_default_str();
+  cmd->add_option("--steps", o.steps, "Total optimizer steps (a resumed run continues to this count)")
+      ->capture_default_str();
+  cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
+  cmd->add_flag("--resume", o.resume, "Continue the run whose checkpoint is in --out");
+  cmd->add_option("--stop-after", o.stop_after,
+                  "Stop after this many steps of this invocation, with a checkpoint (0: run to --steps)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint period in steps (0: at the end only)")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", o.eval_every, "Validation period in steps (0: at the end only)")
+      ->capture_default_str();
+  cmd->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
+  cmd->add_option("--lr", o.optimizer.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", o.optimizer.warmup, "Linear warmup steps")->capture_default_str();
+  cmd->add_option("--min-lr-ratio", o.optimizer.min_lr_ratio, "Final lr as a fraction of --lr")
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  cmd->add_option("--grad-clip", o.optimizer.grad_clip, "Global gradient norm clip (0: off)")->capture_default_str();
+  cmd->add_option("--precision", args.precision, "GEMM precision: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", args.threads, "OpenMP threads (0: OpenMP's default)")->capture_default_str();
+  cmd->add_option("--seed", args.seed, "Override the model config's seed");
+  cmd->add_flag("--profile-ops", o.profile_ops, "Time every kernel and print the per-op time split");
+  cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
+  cmd->callback([] {
+    TrainOptions& o = args.options;
+    if (args.threads < 0) throw Error(fmt::format("--threads must be >= 0, got {}", args.threads));
+    if (args.threads > 0) omp_set_num_threads(args.threads);
+    o.model = loadModelConfig(args.model);
+    if (args.seed >= 0) o.model.seed = static_cast<uint64_t>(args.seed);
+    o.precision = args.precision == "bf16" ? Precision::kBf16 : Precision::kF32;
+    TrainResult r = train(o);
+    if (r.history.empty()) return;
+    double ms = 0;
+    size_t skip = r.history.size() > 1 ? 1 : 0;  // the first step includes one-time setup
+    for (size_t i = skip; i < r.history.size(); ++i) ms += r.history[i].step_ms;
+    ms /= static_cast<double>(r.history.size() - skip);
+    fmt::print("trained {} to step {}: loss {:.4f}", o.model.name, r.history.back().step, r.history.back().loss);
+    if (r.final_val_loss) fmt::print(", val loss {:.4f}", *r.final_val_loss);
+    fmt::print("\n{:.1f} ms/step ({:.0f} tokens/s, {} threads), peak memory {:.1f} MiB\n", ms,
+               static_cast<double>(o.model.tokens()) / (ms / 1000.0), omp_get_max_threads(),
+               static_cast<double>(r.memory.peak()) / (1 << 20));
+    fmt::print("metrics: {}\ncheckpoint: {}\n", r.metrics_path, r.checkpoint_path);
+    if (o.profile_ops) printOpProfile(r);
+  });
+}
+
+}  // namespace pgq::cli

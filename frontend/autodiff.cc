@@ -1,0 +1,306 @@
+#include "frontend/autodiff.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "ir/builder.h"
+#include "ir/dot_dims.h"
+#include "ir/errors.h"
+
+namespace pgq {
+namespace {
+
+std::vector<int64_t> iota(int64_t from, int64_t to) {
+  std::vector<int64_t> v(static_cast<size_t>(std::max<int64_t>(0, to - from)));
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+std::vector<int64_t> inversePerm(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  return inv;
+}
+
+bool isIdentity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+class Autodiff {
+ public:
+  Autodiff(Graph& graph) : graph_(graph), b_(graph) {}
+
+  std::vector<Node*> run(Node* loss, std::span<Node* const> params);
+
+ private:
+  // Adds `grad` to the adjoint of `node`.
+  void accumulate(Node* node, Node* grad);
+  void backprop(Node* node, Node* dy);
+  void matmulGrad(Node* node, Node* dy);
+  std::string gradName(const Node* of) const { return of->name() + ".grad"; }
+
+  Graph& graph_;
+  Builder b_;
+  std::unordered_set<const Node*> needs_grad_;
+  std::unordered_map<const Node*, Node*> adjoint_;
+};
+
+void Autodiff::accumulate(Node* node, Node* grad) {
+  if (!needs_grad_.count(node)) return;
+  PGQ_ASSERT(grad->type() == node->type() ||
+                 (grad->shape() == node->shape() && isFloat(grad->dtype())),
+             "gradient {} does not fit {}", grad->type().toString(), node->type().toString());
+  if (grad->dtype() != node->dtype()) grad = b_.convert(grad, node->dtype());
+  auto [it, inserted] = adjoint_.try_emplace(node, grad);
+  if (!inserted) it->second = b_.add(it->second, grad, gradName(node));
+}
+
+void Autodiff::matmulGrad(Node* node, Node* dy) {
+  Node* a = node->operand(0);
+  Node* bop = node->operand(1);
+  DotDims dims = DotDims::fromAttrs(node->attrs());
+  const int nb = static_cast<int>(dims.lhs_batch.size());
+  std::vector<int64_t> a_free = dims.lhsFree(a->shape().rank());
+  std::vector<int64_t> b_free = dims.rhsFree(bop->shape().rank());
+  const int na = static_cast<int>(a_free.size());
+  const int nbf = static_cast<int>(b_free.size());
+  std::string label = node->attrs().getStringOr(AttrKey::kLabel, node->name());
+  bool a_weight = isWeightValue(a), b_weight = isWeightValue(bop);
+  auto suffix = [&](bool weight, bool other_weight, const char* side) {
+    std::string kind = weight ? "wgrad" : "dgrad";
+    return weight == other_weight ? fmt::format("{}_{}", kind, side) : kind;
+  };
+  auto roleOf = [](const Node* n) { return isWeightValue(n) ? "weight" : "activation"; };
+  // Positions of the batch, lhs-free and rhs-free dims in dy.
+  std::vector<int64_t> dy_batch = iota(0, nb), dy_a = iota(nb, nb + na), dy_b = iota(nb + na, nb + na + nbf);
+
+  // Emits dot(lhs, rhs) whose result is the operand `target` up to a permutation
+  // `result_dims` (result dim i holds operand dim result_dims[i]), then transposes.
+  auto emit = [&](Node* lhs, Node* rhs, DotDims d, const std::vector<int64_t>& result_dims,
+                  Node* target, bool target_weight, bool other_weight, const char* side,
+                  std::vector<std::string> roles) {
+    if (!needs_grad_.count(target)) return;
+    std::string s = suffix(target_weight, other_weight, side);
+    Attrs attrs;
+    d.toAttrs(attrs);
+    attrs.set(AttrKey::kLabel, fmt::format("{}:{}", label, s));
+    attrs.set(AttrKey::kDirection, std::string(target_weight ? "bwd_wgrad" : "bwd_dgrad"));
+    attrs.set(AttrKey::kRoles, std::move(roles));
+    Node* g = b_.create(Op::kMatMul, {lhs, rhs}, std::move(attrs), std::nullopt,
+                        fmt::format("{}.{}", node->name(), s));
+    // result dim i is target dim result_dims[i]: transpose back with the inverse.
+    if (!isIdentity(result_dims)) g = b_.transpose(g, inversePerm(result_dims));
+    accumulate(target, g);
+  };
+
+  // dA = dot(dy, B): contract dy's rhs-free dims with B's free dims.
+  // Result dims: batch, A-free, then B's contracting dims in B order, which pair with A's
+  // contracting dims.
+  {
+    std::vector<int64_t> rc_sorted = dims.rhs_contract;
+    std::sort(rc_sorted.begin(), rc_sorted.end());
+    std::vector<int64_t> result_dims = dims.lhs_batch;
+    result_dims.insert(result_dims.end(), a_free.begin(), a_free.end());
+    for (int64_t r : rc_sorted) {
+      size_t i = std::find(dims.rhs_contract.begin(), dims.rhs_contract.end(), r) - dims.rhs_contract.begin();
+      result_dims.push_back(dims.lhs_contract[i]);
+    }
+    emit(dy, bop, {dy_b, b_free, dy_batch, dims.rhs_batch}, result_dims, a, a_weight, b_weight,
+         "lhs", {"gradient", roleOf(bop)});
+  }
+  // dB: two ways to order the product; pick the one whose result needs no transpose
+  // (dot(A, dy) for a [K,N] weight, dot(dy, A) for attention's k).
+  {
+    std::vector<int64_t> lc_sorted = dims.lhs_contract;
+    std::sort(lc_sorted.begin(), lc_sorted.end());
+    std::vector<int64_t> contracted_in_b;  // B dims paired with A's contracting dims, in A order
+    for (int64_t l : lc_sorted) {
+      size_t i = std::find(dims.lhs_contract.begin(), dims.lhs_contract.end(), l) - dims.lhs_contract.begin();
+      contracted_in_b.push_back(dims.rhs_contract[i]);
+    }
+    // dot(A, dy): result [batch, A-contract (as B dims), B-free]
+    std::vector<int64_t> first = dims.rhs_batch;
+    first.insert(first.end(), contracted_in_b.begin(), contracted_in_b.end());
+    first.insert(first.end(), b_free.begin(), b_free.end());
+    // dot(dy, A): result [batch, B-free, A-contract (as B dims)]
+    std::vector<int64_t> second = dims.rhs_batch;
+    second.insert(second.end(), b_free.begin(), b_free.end());
+    second.insert(second.end(), contracted_in_b.begin(), contracted_in_b.end());
+    if (isIdentity(first) || !isIdentity(second)) {
+      emit(a, dy, {a_free, dy_a, dims.lhs_batch, dy_batch}, first, bop, b_weight, a_weight, "rhs",
+           {roleOf(a), "gradient"});
+    } else {
+      emit(dy, a, {dy_a, a_free, dy_batch, dims.lhs_batch}, second, bop, b_weight, a_weight, "rhs",
+           {"gradient", roleOf(a)});
+    }
+  }
+}
+
+void Autodiff::backprop(Node* node, Node* dy) {
+  auto op0 = [&] { return node->operand(0); };
+  auto op1 = [&] { return node->operand(1); };
+  switch (node->op()) {
+    case Op::kParameter: case Op::kInput: case Op::kConstant:
+    case Op::kGe:  // piecewise constant: zero gradient
+      return;
+    case Op::kAdd:
+      accumulate(op0(), dy);
+      accumulate(op1(), dy);
+      return;
+    case Op::kSub:
+      accumulate(op0(), dy);
+      if (needs_grad_.count(op1())) accumulate(op1(), b_.unary(Op::kNeg, dy));
+      return;
+    case Op::kMul:
+      if (needs_grad_.count(op0())) accumulate(op0(), b_.mul(dy, op1()));
+      if (needs_grad_.count(op1())) accumulate(op1(), b_.mul(dy, op0()));
+      return;
+    case Op::kDiv:  // y = a / b: da = dy / b, db = -dy * y / b
+      if (needs_grad_.count(op0())) accumulate(op0(), b_.div(dy, op1()));
+      if (needs_grad_.count(op1()))
+        accumulate(op1(), b_.unary(Op::kNeg, b_.div(b_.mul(dy, node), op1())));
+      return;
+    case Op::kMax: {  // ties send the gradient to the lhs
+      Node* mask = b_.ge(op0(), op1());
+      Node* da = b_.mul(dy, mask);
+      accumulate(op0(), da);
+      if (needs_grad_.count(op1())) accumulate(op1(), b_.sub(dy, da));
+      return;
+    }
+    case Op::kNeg: accumulate(op0(), b_.unary(Op::kNeg, dy)); return;
+    case Op::kExp: accumulate(op0(), b_.mul(dy, node)); return;
+    case Op::kLog: accumulate(op0(), b_.div(dy, op0())); return;
+    case Op::kRsqrt: {  // y = x^-1/2: dx = -1/2 dy y^3
+      Node* y3 = b_.mul(b_.mul(node, node), node);
+      accumulate(op0(), b_.scale(b_.mul(dy, y3), -0.5));
+      return;
+    }
+    case Op::kTanh:  // dx = dy (1 - y^2)
+      accumulate(op0(), b_.sub(dy, b_.mul(dy, b_.mul(node, node))));
+      return;
+    case Op::kRelu: accumulate(op0(), b_.create(Op::kReluGrad, {op0(), dy}, {})); return;
+    case Op::kGelu: accumulate(op0(), b_.create(Op::kGeluGrad, {op0(), dy}, {})); return;
+    case Op::kConvert: accumulate(op0(), b_.convert(dy, op0()->dtype())); return;
+    case Op::kTranspose:
+      accumulate(op0(), b_.transpose(dy, inversePerm(node->attrs().getInts(AttrKey::kPerm))));
+      return;
+    case Op::kReshape: accumulate(op0(), b_.reshape(dy, op0()->shape())); return;
+    case Op::kBroadcast: {
+      const auto& kept = node->attrs().getInts(AttrKey::kDims);
+      std::vector<int64_t> axes;
+      for (int64_t d = 0; d < node->shape().rank(); ++d)
+        if (std::find(kept.begin(), kept.end(), d) == kept.end()) axes.push_back(d);
+      accumulate(op0(), axes.empty() ? dy : b_.reduce(Op::kReduceSum, dy, axes));
+      return;
+    }
+    case Op::kReduceSum: case Op::kReduceMean: case Op::kReduceMax: {
+      const auto& axes = node->attrs().getInts(AttrKey::kAxes);
+      std::vector<int64_t> kept;
+      int64_t count = 1;
+      for (int64_t d = 0; d < op0()->shape().rank(); ++d) {
+        if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(d);
+        else count *= op0()->shape().dim(static_cast<int>(d));
+      }
+      Node* spread = b_.broadcast(dy, op0()->shape(), kept);
+      if (node->op() == Op::kReduceSum) {
+        accumulate(op0(), spread);
+      } else if (node->op() == Op::kReduceMean) {
+        accumulate(op0(), b_.scale(spread, 1.0 / static_cast<double>(count)));
+      } else {  // every element equal to the max gets the gradient
+        Node* mask = b_.ge(op0(), b_.broadcast(node, op0()->shape(), kept));
+        accumulate(op0(), b_.mul(spread, mask));
+      }
+      return;
+    }
+    case Op::kSoftmax: accumulate(op0(), b_.create(Op::kSoftmaxGrad, {node, dy}, {})); return;
+    case Op::kCausalMask: accumulate(op0(), b_.causalMask(dy, 0.0)); return;
+    case Op::kRmsNorm: case Op::kLayerNorm: {
+      Op grad = node->op() == Op::kRmsNorm ? Op::kRmsNormGrad : Op::kLayerNormGrad;
+      accumulate(op0(), b_.normGrad(grad, op0(), dy, node->attrs().getFloat(AttrKey::kEps)));
+      return;
+    }
+    case Op::kGather: accumulate(op0(), b_.scatterAdd(dy, op1(), op0()->shape())); return;
+    case Op::kScatterAdd: accumulate(op0(), b_.gather(dy, op1())); return;
+    case Op::kCrossEntropy: accumulate(op0(), b_.crossEntropyGrad(op0(), op1(), dy)); return;
+    case Op::kMatMul: matmulGrad(node, dy); return;
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSoftmaxGrad: case Op::kRmsNormGrad:
+    case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
+      break;
+  }
+  throw Error(fmt::format("autodiff: no gradient rule for {} (%{}); second derivatives are not "
+                          "supported",
+                          opName(node->op()), node->name()));
+}
+
+std::vector<Node*> Autodiff::run(Node* loss, std::span<Node* const> params) {
+  if (!(loss->type() == TensorType{DType::kF32, Shape()}))
+    throw Error(fmt::format("autodiff: the loss %{} must be a scalar f32[], got {}", loss->name(),
+                            loss->type().toString()));
+  // A node needs a gradient when it depends on a parameter and the loss depends on it.
+  std::vector<Node*> order = graph_.postOrder();
+  std::unordered_set<const Node*> from_params(params.begin(), params.end());
+  for (Node* node : order)
+    for (Node* operand : node->operands())
+      if (from_params.count(operand) && isFloat(node->dtype())) from_params.insert(node);
+  std::unordered_set<const Node*> to_loss{loss};
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if (to_loss.count(*it))
+      for (Node* operand : (*it)->operands()) to_loss.insert(operand);
+  for (Node* node : order)
+    if (from_params.count(node) && to_loss.count(node)) needs_grad_.insert(node);
+
+  // Forward GEMMs get their direction and roles now, while weights are easy to see.
+  for (Node* node : order)
+    if (node->op() == Op::kMatMul && !node->attrs().has(AttrKey::kDirection)) {
+      node->attrs().set(AttrKey::kDirection, std::string("fwd"));
+      node->attrs().set(AttrKey::kRoles,
+                        std::vector<std::string>{isWeightValue(node->operand(0)) ? "weight" : "activation",
+                                                 isWeightValue(node->operand(1)) ? "weight" : "activation"});
+    }
+
+  Node* seed = b_.constant(1.0, loss->type(), gradName(loss));
+  adjoint_[loss] = seed;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    auto adj = adjoint_.find(node);
+    if (adj == adjoint_.end() || (!needs_grad_.count(node) && node != loss)) continue;
+    backprop(node, adj->second);
+  }
+
+  std::vector<Node*> grads;
+  for (Node* p : params) {
+    auto it = adjoint_.find(p);
+    Node* g;
+    if (it != adjoint_.end()) {
+      g = it->second;
+    } else {
+      Node* zero = b_.constant(0.0, {p->dtype(), Shape()});
+      g = b_.broadcast(zero, p->shape(), {}, gradName(p));
+    }
+    grads.push_back(g);
+  }
+  std::vector<Node*> outputs{loss};
+  outputs.insert(outputs.end(), grads.begin(), grads.end());
+  graph_.setOutputs(outputs);
+  return grads;
+}
+
+}  // namespace
+
+bool isWeightValue(const Node* node) {
+  while (node->op() == Op::kTranspose || node->op() == Op::kReshape || node->op() == Op::kConvert)
+    node = node->operand(0);
+  return node->op() == Op::kParameter;
+}
+
+std::vector<Node*> appendBackward(Graph& graph, Node* loss, std::span<Node* const> params) {
+  return Autodiff(graph).run(loss, params);
+}
+
+}  // namespace pgq

@@ -1,0 +1,93 @@
+#include "frontend/model_config.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ir/errors.h"
+#include "passes/config_file.h"
+#include "pgq_model_presets.h"
+
+namespace pgq {
+namespace {
+
+constexpr int64_t kMaxSize = int64_t{1} << 20;
+
+ModelConfig fromNode(const ConfigNode& root) {
+  root.allowOnly({"name", "vocab", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch",
+                  "norm", "norm_eps", "activation", "tied_embeddings", "tensor_parallel",
+                  "init_std", "seed"});
+  ModelConfig c;
+  c.name = root.getString("name", "model");
+  c.vocab = root.getInt("vocab", 256, 256, kMaxSize);
+  c.d_model = root.getInt("d_model", 1, kMaxSize);
+  c.n_layers = root.getInt("n_layers", 1, 1024);
+  c.n_heads = root.getInt("n_heads", 1, kMaxSize);
+  c.d_ff = root.getInt("d_ff", 1, kMaxSize);
+  c.seq_len = root.getInt("seq_len", 2, kMaxSize);
+  c.batch = root.getInt("batch", 1, kMaxSize);
+  c.norm = root.getEnum("norm", {"rmsnorm", "layernorm"}, "rmsnorm") == "rmsnorm"
+               ? NormKind::kRmsNorm
+               : NormKind::kLayerNorm;
+  c.norm_eps = root.getDouble("norm_eps", 1e-5, 1e-12, 1.0);
+  c.activation = root.getEnum("activation", {"gelu", "relu"}, "gelu") == "gelu" ? Activation::kGelu
+                                                                                  : Activation::kRelu;
+  c.tied_embeddings = root.getBool("tied_embeddings", true);
+  c.tensor_parallel = root.getInt("tensor_parallel", 1, 1, 1024);
+  c.init_std = root.getDouble("init_std", 0.02, 1e-6, 10.0);
+  c.seed = static_cast<uint64_t>(root.getInt("seed", 0, 0, INT64_MAX));
+  if (c.d_model % c.n_heads != 0)
+    root.fail("n_heads", fmt::format("must divide d_model = {}, got {}", c.d_model, c.n_heads));
+  if (c.n_heads % c.tensor_parallel != 0 || c.d_ff % c.tensor_parallel != 0)
+    root.fail("tensor_parallel", fmt::format("must divide n_heads = {} and d_ff = {}, got {}",
+                                             c.n_heads, c.d_ff, c.tensor_parallel));
+  if (c.batch * c.seq_len > kMaxSize)
+    root.fail("batch", fmt::format("batch x seq_len = {} tokens is more than {}",
+                                   c.batch * c.seq_len, kMaxSize));
+  return c;
+}
+
+// A float as YAML 1.1 readers (PyYAML) take it: they need a '.', so 1e-05 becomes
+// 1.0e-05.
+std::string yamlFloat(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find('.') != std::string::npos || s.find_first_of("ni") != std::string::npos) return s;
+  size_t e = s.find('e');
+  return e == std::string::npos ? s + ".0" : s.insert(e, ".0");
+}
+
+}  // namespace
+
+std::string ModelConfig::toYaml() const {
+  return fmt::format(
+      "name: {}\nvocab: {}\nd_model: {}\nn_layers: {}\nn_heads: {}\nd_ff: {}\nseq_len: {}\n"
+      "batch: {}\nnorm: {}\nnorm_eps: {}\nactivation: {}\ntied_embeddings: {}\n"
+      "tensor_parallel: {}\ninit_std: {}\nseed: {}\n",
+      name, vocab, d_model, n_layers, n_heads, d_ff, seq_len, batch,
+      norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm", yamlFloat(norm_eps),
+      activation == Activation::kGelu ? "gelu" : "relu", tied_embeddings ? "true" : "false",
+      tensor_parallel, yamlFloat(init_std), seed);
+}
+
+ModelConfig parseModelConfig(const std::string& yaml_text, const std::string& source) {
+  return fromNode(ConfigNode::loadString(yaml_text, source));
+}
+
+std::vector<std::string> modelPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : kModelPresets) names.emplace_back(name);
+  return names;
+}
+
+ModelConfig loadModelConfig(const std::string& spec) {
+  for (const auto& [name, text] : kModelPresets)
+    if (spec == name) return parseModelConfig(std::string(text), fmt::format("<preset {}>", name));
+  std::error_code ec;
+  if (!std::filesystem::exists(spec, ec))
+    throw Error(fmt::format("model '{}' is neither a preset ({}) nor an existing file", spec,
+                            fmt::join(modelPresetNames(), ", ")));
+  return fromNode(ConfigNode::loadFile(spec));
+}
+
+}  // namespace pgq

@@ -1,0 +1,141 @@
+#include "frontend/transformer.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "ir/builder.h"
+
+namespace pgq {
+namespace {
+
+class TransformerBuilder {
+ public:
+  explicit TransformerBuilder(const ModelConfig& c)
+      : c_(c), graph_(std::make_unique<Graph>(c.name)), b_(*graph_) {}
+
+  TransformerGraph build();
+
+ private:
+  Node* param(std::string_view name, Shape shape, std::string_view init) {
+    Node* p = b_.parameter(name, {DType::kF32, std::move(shape)}, init);
+    params_.push_back(p);
+    return p;
+  }
+  std::string normalInit(double std) const { return fmt::format("normal({})", std); }
+
+  // norm(x) * g (+ b): the normalization without affine terms is one fused op.
+  Node* norm(Node* x) {
+    Op op = c_.norm == NormKind::kRmsNorm ? Op::kRmsNorm : Op::kLayerNorm;
+    Node* g = param("g", Shape{c_.d_model}, "ones");
+    Node* y = b_.mul(b_.norm(op, x, c_.norm_eps), b_.broadcastTrailing(g, x->shape()));
+    if (c_.norm == NormKind::kLayerNorm)
+      y = b_.add(y, b_.broadcastTrailing(param("b", Shape{c_.d_model}, "zeros"), x->shape()));
+    return y;
+  }
+
+  Node* scopedNorm(Node* x, std::string_view scope_name) {
+    auto scope = b_.scope(scope_name);
+    return norm(x);
+  }
+
+  // [N,D] x [D,F] -> [N,F]
+  Node* linear(Node* x, Node* w, std::string_view label) {
+    return b_.matmul(x, w, DotDims::matrix(), label, label.substr(label.rfind('/') + 1));
+  }
+
+  // [N,D] -> [B,H,T,Dh]
+  Node* splitHeads(Node* x) {
+    Node* r = b_.reshape(x, Shape{c_.batch, c_.seq_len, c_.n_heads, c_.headDim()});
+    return b_.transpose(r, {0, 2, 1, 3});
+  }
+
+  Node* attention(Node* x, int layer);
+  Node* mlp(Node* x, int layer);
+
+  const ModelConfig& c_;
+  std::unique_ptr<Graph> graph_;
+  Builder b_;
+  std::vector<Node*> params_;
+};
+
+Node* TransformerBuilder::attention(Node* x, int layer) {
+  auto scope = b_.scope("attn");
+  std::string prefix = fmt::format("layer{}/attn/", layer);
+  Shape dd{c_.d_model, c_.d_model};
+  // GPT-2 scales the init of projections that write into the residual stream.
+  double out_std = c_.init_std / std::sqrt(2.0 * static_cast<double>(c_.n_layers));
+  Node* wq = param("wq", dd, normalInit(c_.init_std));
+  Node* wk = param("wk", dd, normalInit(c_.init_std));
+  Node* wv = param("wv", dd, normalInit(c_.init_std));
+  Node* wo = param("wo", dd, normalInit(out_std));
+  Node* q = splitHeads(linear(x, wq, prefix + "q"));
+  Node* k = splitHeads(linear(x, wk, prefix + "k"));
+  Node* v = splitHeads(linear(x, wv, prefix + "v"));
+  // [B,H,T,Dh] x [B,H,T,Dh]^T -> [B,H,T,T]
+  Node* scores = b_.matmul(q, k, {{3}, {3}, {0, 1}, {0, 1}}, prefix + "scores", "scores");
+  Node* scaled = b_.scale(scores, 1.0 / std::sqrt(static_cast<double>(c_.headDim())));
+  Node* masked = b_.causalMask(scaled, -std::numeric_limits<double>::infinity());
+  Node* probs = b_.softmax(masked, "probs");
+  // [B,H,T,T] x [B,H,T,Dh] -> [B,H,T,Dh]
+  Node* av = b_.matmul(probs, v, {{3}, {2}, {0, 1}, {0, 1}}, prefix + "av", "av");
+  Node* merged = b_.reshape(b_.transpose(av, {0, 2, 1, 3}), Shape{c_.tokens(), c_.d_model});
+  return linear(merged, wo, prefix + "out");
+}
+
+Node* TransformerBuilder::mlp(Node* x, int layer) {
+  auto scope = b_.scope("mlp");
+  std::string prefix = fmt::format("layer{}/mlp/", layer);
+  double out_std = c_.init_std / std::sqrt(2.0 * static_cast<double>(c_.n_layers));
+  Node* w_up = param("w_up", Shape{c_.d_model, c_.d_ff}, normalInit(c_.init_std));
+  Node* w_down = param("w_down", Shape{c_.d_ff, c_.d_model}, normalInit(out_std));
+  Node* up = linear(x, w_up, prefix + "up");
+  Node* act = b_.unary(c_.activation == Activation::kGelu ? Op::kGelu : Op::kRelu, up, "act");
+  return linear(act, w_down, prefix + "down");
+}
+
+TransformerGraph TransformerBuilder::build() {
+  TransformerGraph out;
+  Shape bt{c_.batch, c_.seq_len};
+  out.tokens = b_.input("tokens", {DType::kS32, bt});
+  out.targets = b_.input("targets", {DType::kS32, bt});
+  Node* x;
+  {
+    auto scope = b_.scope("embed");
+    Node* wte = param("wte", Shape{c_.vocab, c_.d_model}, normalInit(c_.init_std));
+    Node* wpe = param("wpe", Shape{c_.seq_len, c_.d_model}, normalInit(c_.init_std / 2));
+    Shape btd{c_.batch, c_.seq_len, c_.d_model};
+    Node* tok = b_.gather(wte, out.tokens, "tok");
+    Node* pos = b_.broadcast(wpe, btd, {1, 2}, "pos");
+    x = b_.reshape(b_.add(tok, pos), Shape{c_.tokens(), c_.d_model}, "x");
+  }
+  for (int l = 0; l < c_.n_layers; ++l) {
+    auto scope = b_.scope(fmt::format("layer{}", l));
+    x = b_.add(x, attention(scopedNorm(x, "norm1"), l), "resid_attn");
+    x = b_.add(x, mlp(scopedNorm(x, "norm2"), l), "resid_mlp");
+  }
+  Node* h = scopedNorm(x, "final_norm");
+  Node* logits;
+  if (c_.tied_embeddings) {
+    // [N,D] x [V,D]^T -> [N,V]
+    logits = b_.matmul(h, params_.front(), {{1}, {1}, {}, {}}, "get_logits", "logits");
+  } else {
+    Node* head = param("lm_head", Shape{c_.d_model, c_.vocab}, normalInit(c_.init_std));
+    logits = b_.matmul(h, head, DotDims::matrix(), "get_logits", "logits");
+  }
+  Node* targets = b_.reshape(out.targets, Shape{c_.tokens()}, "targets_flat");
+  out.loss = b_.crossEntropy(logits, targets, "loss");
+  graph_->addOutput(out.loss);
+  out.params = params_;
+  out.graph = std::move(graph_);
+  return out;
+}
+
+}  // namespace
+
+TransformerGraph buildTransformer(const ModelConfig& config) {
+  return TransformerBuilder(config).build();
+}
+
+}  // namespace pgq

@@ -1,0 +1,30 @@
+#pragma once
+// Builds the forward graph of a decoder-only transformer (GPT-2 layout, pre-norm)
+// from a model config:
+//
+//   x = wte[tokens] + wpe                                   [B,T,D] -> [N,D], N = B*T
+//   per layer l:  x += attn(norm(x)),  x += mlp(norm(x))
+//   logits = norm(x) x wte^T (tied) or x lm_head            label "get_logits"
+//   loss = cross_entropy(logits, targets)
+//
+// Every GEMM carries a stable label: layer{l}/attn/{q,k,v,scores,av,out},
+// layer{l}/mlp/{up,down}, get_logits.
+#include <memory>
+#include <vector>
+
+#include "frontend/model_config.h"
+#include "ir/graph.h"
+
+namespace pgq {
+
+struct TransformerGraph {
+  std::unique_ptr<Graph> graph;
+  Node* tokens = nullptr;   // input s32[B,T]
+  Node* targets = nullptr;  // input s32[B,T]: tokens shifted by one
+  Node* loss = nullptr;     // f32[] mean cross-entropy
+  std::vector<Node*> params;  // in a stable order (the order of checkpoints)
+};
+
+TransformerGraph buildTransformer(const ModelConfig& config);
+
+}  // namespace pgq

@@ -1,0 +1,268 @@
+#include "passes/config_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ir/errors.h"
+
+namespace pgq {
+
+ConfigNode ConfigNode::loadFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(fmt::format("{}: is a directory, expected a YAML file", path));
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return loadString(text.str(), path);
+}
+
+ConfigNode ConfigNode::loadString(const std::string& text, const std::string& name) {
+  if (text.find('\0') != std::string::npos)
+    throw Error(fmt::format("{}: contains NUL bytes; expected a YAML text file", name));
+  try {
+    YAML::Node node = YAML::Load(text);
+    if (!node.IsDefined() || node.IsNull()) throw Error(fmt::format("{}: is empty", name));
+    return ConfigNode(node, name, "");
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1,
+                            e.mark.column + 1, e.msg));
+  }
+}
+
+int ConfigNode::lineOf(const YAML::Node& node) const {
+  return node.IsDefined() && node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
+}
+
+std::string ConfigNode::fieldPath(std::string_view key) const {
+  if (path_.empty()) return std::string(key);
+  if (key.empty()) return path_;
+  return fmt::format("{}.{}", path_, key);
+}
+
+void ConfigNode::fail(std::string_view key, const std::string& what) const {
+  int line = 0;
+  if (!key.empty() && node_.IsMap() && node_[std::string(key)]) line = lineOf(node_[std::string(key)]);
+  if (line == 0) line = lineOf(node_);
+  std::string where = line ? fmt::format("{}:{}", file_, line) : file_;
+  std::string field = fieldPath(key);
+  if (field.empty()) throw Error(fmt::format("{}: {}", where, what));
+  throw Error(fmt::format("{}: field '{}': {}", where, field, what));
+}
+
+void ConfigNode::failHere(const std::string& what) const { fail("", what); }
+
+void ConfigNode::requireMap() const {
+  if (!node_.IsMap()) failHere("expected a mapping of 'key: value' lines");
+}
+
+bool ConfigNode::has(std::string_view key) const {
+  return node_.IsMap() && node_[std::string(key)].IsDefined() && !node_[std::string(key)].IsNull();
+}
+
+YAML::Node ConfigNode::at(std::string_view key) const {
+  requireMap();
+  YAML::Node value = node_[std::string(key)];
+  if (!value.IsDefined() || value.IsNull()) fail(key, "is missing");
+  return value;
+}
+
+void ConfigNode::allowOnly(std::initializer_list<std::string_view> known) const {
+  allowOnly(std::vector<std::string>(known.begin(), known.end()));
+}
+
+void ConfigNode::allowOnly(const std::vector<std::string>& known) const {
+  requireMap();
+  for (const auto& entry : node_) {
+    if (!entry.first.IsScalar()) failHere("has a key that is not a plain name");
+    std::string key = entry.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      int line = lineOf(entry.first);
+      throw Error(fmt::format("{}{}: unknown field '{}' (known fields: {})", file_,
+                              line ? fmt::format(":{}", line) : "", fieldPath(key),
+                              fmt::join(known, ", ")));
+    }
+  }
+}
+
+ConfigNode ConfigNode::child(std::string_view key) const {
+  return ConfigNode(at(key), file_, fieldPath(key));
+}
+
+std::vector<ConfigNode> ConfigNode::items() const {
+  if (!node_.IsSequence()) failHere("expected a list");
+  std::vector<ConfigNode> out;
+  for (size_t i = 0; i < node_.size(); ++i)
+    out.emplace_back(node_[i], file_, fmt::format("{}[{}]", path_, i));
+  return out;
+}
+
+std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
+  requireMap();
+  std::vector<std::pair<std::string, ConfigNode>> out;
+  for (const auto& entry : node_) {
+    std::string key = entry.first.as<std::string>();
+    out.emplace_back(key, ConfigNode(entry.second, file_, fieldPath(key)));
+  }
+  return out;
+}
+
+namespace {
+
+template <typename T>
+bool convert(const YAML::Node& node, T& out) {
+  if (!node.IsScalar()) return false;
+  try {
+    out = node.as<T>();
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+std::string describeRange(double min, double max) {
+  if (min > -1e300 && max < 1e300) return fmt::format(" in [{}, {}]", min, max);
+  if (min > -1e300) return fmt::format(" >= {}", min);
+  if (max < 1e300) return fmt::format(" <= {}", max);
+  return "";
+}
+
+std::string scalarText(const YAML::Node& node) {
+  if (node.IsScalar()) return fmt::format("'{}'", node.Scalar());
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+}  // namespace
+
+int64_t ConfigNode::getInt(std::string_view key, int64_t min, int64_t max) const {
+  YAML::Node value = at(key);
+  std::string range;
+  if (min != INT64_MIN && max != INT64_MAX) range = fmt::format(" in [{}, {}]", min, max);
+  else if (min != INT64_MIN) range = fmt::format(" >= {}", min);
+  else if (max != INT64_MAX) range = fmt::format(" <= {}", max);
+  int64_t out = 0;
+  if (!convert(value, out)) fail(key, fmt::format("expected an integer{}, got {}", range, scalarText(value)));
+  if (out < min || out > max) fail(key, fmt::format("expected an integer{}, got {}", range, out));
+  return out;
+}
+
+double ConfigNode::getDouble(std::string_view key, double min, double max) const {
+  YAML::Node value = at(key);
+  double out = 0;
+  if (!convert(value, out) || !std::isfinite(out))
+    fail(key, fmt::format("expected a number{}, got {}", describeRange(min, max), scalarText(value)));
+  if (out < min || out > max)
+    fail(key, fmt::format("expected a number{}, got {}", describeRange(min, max), out));
+  return out;
+}
+
+bool ConfigNode::getBool(std::string_view key) const {
+  YAML::Node value = at(key);
+  bool out = false;
+  if (!convert(value, out)) fail(key, fmt::format("expected true or false, got {}", scalarText(value)));
+  return out;
+}
+
+std::string ConfigNode::getString(std::string_view key) const {
+  YAML::Node value = at(key);
+  if (!value.IsScalar()) fail(key, fmt::format("expected a string, got {}", scalarText(value)));
+  return value.Scalar();
+}
+
+std::string ConfigNode::getEnum(std::string_view key,
+                                std::initializer_list<std::string_view> choices) const {
+  std::string value = getString(key);
+  for (std::string_view c : choices)
+    if (c == value) return value;
+  fail(key, fmt::format("expected one of {}, got '{}'", fmt::join(choices, ", "), value));
+}
+
+int64_t ConfigNode::getInt(std::string_view key, int64_t fallback, int64_t min, int64_t max) const {
+  return has(key) ? getInt(key, min, max) : fallback;
+}
+
+double ConfigNode::getDouble(std::string_view key, double fallback, double min, double max) const {
+  return has(key) ? getDouble(key, min, max) : fallback;
+}
+
+bool ConfigNode::getBool(std::string_view key, bool fallback) const {
+  return has(key) ? getBool(key) : fallback;
+}
+
+std::string ConfigNode::getString(std::string_view key, const std::string& fallback) const {
+  return has(key) ? getString(key) : fallback;
+}
+
+std::string ConfigNode::getEnum(std::string_view key, std::initializer_list<std::string_view> choices,
+                                std::string_view fallback) const {
+  return has(key) ? getEnum(key, choices) : std::string(fallback);
+}
+
+std::string ConfigNode::asString() const {
+  if (!node_.IsScalar()) failHere(fmt::format("expected a string, got {}", scalarText(node_)));
+  return node_.Scalar();
+}
+
+double ConfigNode::asDouble() const {
+  double out = 0;
+  if (!convert(node_, out) || !std::isfinite(out))
+    failHere(fmt::format("expected a number, got {}", scalarText(node_)));
+  return out;
+}
+
+int64_t ConfigNode::asInt() const {
+  int64_t out = 0;
+  if (!convert(node_, out)) failHere(fmt::format("expected an integer, got {}", scalarText(node_)));
+  return out;
+}
+
+void writeFileAtomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmp = (dir / fmt::format(".{}.tmp-{}", target.filename().string(), ::getpid())).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+  auto fail = [&](const char* what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: {}: {}", path, what, std::strerror(err)));
+  };
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: close failed: {}", path, std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: rename failed: {}", path, std::strerror(err)));
+  }
+}
+
+}  // namespace pgq

@@ -1,0 +1,65 @@
+#pragma once
+// What the executor needs from a backend: whether it supports a node, and a kernel
+// for it. The executor owns memory (buffer slots); a backend's kernel reads and
+// writes slots through the RunContext it is given at run time.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "ir/node.h"
+
+namespace pgq {
+
+// Pointers of every buffer slot for one run.
+class RunContext {
+ public:
+  RunContext(void* const* slots, int64_t step) : slots_(slots), step_(step) {}
+  void* ptr(int slot) const { return slots_[slot]; }
+  template <typename T>
+  T* as(int slot) const { return static_cast<T*>(slots_[slot]); }
+  // The training step being run (stochastic rounding draws fresh noise per step).
+  int64_t step() const { return step_; }
+
+ private:
+  void* const* slots_;
+  int64_t step_;
+};
+
+using Kernel = std::function<void(const RunContext&)>;
+
+// One operand as the kernel should read it.
+struct OperandRef {
+  int slot = -1;
+  const Node* node = nullptr;
+  // Set when the operand is a broadcast the kernel reads in place from its source
+  // (the broadcast is never materialized); `slot` then holds the source.
+  const Node* broadcast = nullptr;
+};
+
+class LoweringContext {
+ public:
+  virtual ~LoweringContext() = default;
+  virtual OperandRef operand(int index) = 0;
+  virtual int result() = 0;
+  // A temporary buffer that lives while this node's kernel runs.
+  virtual int scratch(size_t bytes) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // False (with the reason in `why`) when the backend has no kernel for `node`.
+  virtual bool supports(const Node& node, std::string* why) const = 0;
+  // Whether `user` can read its operand `index`, a broadcast node, in place.
+  virtual bool readsBroadcastInPlace(const Node& user, int index) const = 0;
+  virtual Kernel lower(const Node& node, LoweringContext& ctx) const = 0;
+};
+
+// The CPU backend: oneDNN GEMMs and pgq's vectorized kernels.
+std::unique_ptr<Backend> makeCpuBackend();
+
+}  // namespace pgq

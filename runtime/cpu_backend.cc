@@ -1,0 +1,359 @@
+// The CPU backend: maps IR nodes onto oneDNN GEMMs and pgq's kernels. Shapes are
+// static, so everything a kernel needs (sizes, layouts, broadcast modes) is worked
+// out once here and captured in the returned closure; a run only looks up pointers.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "ir/dot_dims.h"
+#include "ir/errors.h"
+#include "kernels/convert.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/layout.h"
+#include "kernels/norm.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+#include "runtime/backend.h"
+#include "runtime/layout_util.h"
+
+namespace pgq {
+namespace {
+
+namespace k = kernels;
+
+bool isBinaryElementwise(Op op) {
+  return op == Op::kAdd || op == Op::kSub || op == Op::kMul || op == Op::kDiv ||
+         op == Op::kMax || op == Op::kGe;
+}
+
+k::BinaryOp binaryOp(Op op) {
+  switch (op) {
+    case Op::kAdd: return k::BinaryOp::kAdd;
+    case Op::kSub: return k::BinaryOp::kSub;
+    case Op::kMul: return k::BinaryOp::kMul;
+    case Op::kDiv: return k::BinaryOp::kDiv;
+    case Op::kMax: return k::BinaryOp::kMax;
+    default: return k::BinaryOp::kGe;
+  }
+}
+
+k::UnaryOp unaryOp(Op op) {
+  switch (op) {
+    case Op::kNeg: return k::UnaryOp::kNeg;
+    case Op::kExp: return k::UnaryOp::kExp;
+    case Op::kLog: return k::UnaryOp::kLog;
+    case Op::kRsqrt: return k::UnaryOp::kRsqrt;
+    case Op::kTanh: return k::UnaryOp::kTanh;
+    case Op::kRelu: return k::UnaryOp::kRelu;
+    default: return k::UnaryOp::kGelu;
+  }
+}
+
+// How a broadcast node maps onto the [outer, inner] view of the binary kernel.
+struct BcastView {
+  k::Bcast mode;
+  int64_t outer;
+  int64_t inner;
+};
+
+std::optional<BcastView> bcastView(const Node& broadcast) {
+  const Shape& out = broadcast.shape();
+  const Shape& in = broadcast.operand(0)->shape();
+  const auto& dims = broadcast.attrs().getInts(AttrKey::kDims);
+  int64_t n_out = out.numElements(), n_in = in.numElements();
+  if (n_in == 1) return BcastView{k::Bcast::kScalar, 1, n_out};
+  const int r = out.rank(), kk = in.rank();
+  bool trailing = true, leading = true;
+  for (int i = 0; i < kk; ++i) {
+    trailing = trailing && dims[static_cast<size_t>(i)] == r - kk + i;
+    leading = leading && dims[static_cast<size_t>(i)] == i;
+  }
+  if (trailing) return BcastView{k::Bcast::kRow, n_out / n_in, n_in};
+  if (leading) return BcastView{k::Bcast::kCol, n_in, n_out / n_in};
+  return std::nullopt;
+}
+
+int64_t lastDim(const Node& node) { return node.shape().dim(node.shape().rank() - 1); }
+int64_t rowsOf(const Node& node) { return node.shape().numElements() / lastDim(node); }
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  bool supports(const Node& node, std::string* why) const override;
+  bool readsBroadcastInPlace(const Node& user, int index) const override;
+  Kernel lower(const Node& node, LoweringContext& ctx) const override;
+
+ private:
+  Kernel lowerBinary(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerMatMul(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerReduce(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerConvert(const Node& node, LoweringContext& ctx) const;
+};
+
+bool CpuBackend::supports(const Node& node, std::string* why) const {
+  auto no = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  switch (node.op()) {
+    case Op::kParameter: case Op::kInput: case Op::kReshape:
+      return true;
+    case Op::kConvert: {
+      DType from = node.operand(0)->dtype(), to = node.dtype();
+      bool ok = from == to || (from == DType::kF32 && to == DType::kBF16) ||
+                (from == DType::kBF16 && to == DType::kF32);
+      return ok ? true
+                : no(fmt::format("convert {} -> {} (only f32 <-> bf16)", dtypeName(from),
+                                 dtypeName(to)));
+    }
+    case Op::kMatMul:
+      return true;  // f32 or bf16 operands (the verifier guarantees the dtypes)
+    default:
+      break;
+  }
+  if (node.dtype() != DType::kF32)
+    return no(fmt::format("{} on {} (elementwise kernels are f32 only)", opName(node.op()),
+                          dtypeName(node.dtype())));
+  for (const Node* operand : node.operands())
+    if (operand->dtype() == DType::kBF16)
+      return no(fmt::format("{} with a bf16 operand (elementwise kernels are f32 only)",
+                            opName(node.op())));
+  return true;
+}
+
+bool CpuBackend::readsBroadcastInPlace(const Node& user, int index) const {
+  if (!isBinaryElementwise(user.op())) return false;
+  const Node* bc = user.operand(index);
+  const Node* other = user.operand(1 - index);
+  // At most one distinct broadcast per kernel call: the view splits the output by it.
+  if (other != bc && other->op() == Op::kBroadcast) return false;
+  return bc->op() == Op::kBroadcast && bc->dtype() == DType::kF32 && bcastView(*bc).has_value();
+}
+
+Kernel CpuBackend::lowerBinary(const Node& node, LoweringContext& ctx) const {
+  OperandRef a = ctx.operand(0), b = ctx.operand(1);
+  int y = ctx.result();
+  k::BinaryOp op = binaryOp(node.op());
+  k::Bcast am = k::Bcast::kFull, bm = k::Bcast::kFull;
+  int64_t outer = 1, inner = node.shape().numElements();
+  for (auto [ref, mode] : {std::pair{&a, &am}, std::pair{&b, &bm}}) {
+    if (!ref->broadcast) continue;
+    BcastView v = *bcastView(*ref->broadcast);
+    *mode = v.mode;
+    if (v.mode != k::Bcast::kScalar) {
+      outer = v.outer;
+      inner = v.inner;
+    }
+  }
+  int sa = a.slot, sb = b.slot;
+  return [=](const RunContext& rc) {
+    k::binary(op, rc.as<float>(sa), am, rc.as<float>(sb), bm, rc.as<float>(y), outer, inner);
+  };
+}
+
+Kernel CpuBackend::lowerMatMul(const Node& node, LoweringContext& ctx) const {
+  const Node& lhs = *node.operand(0);
+  const Node& rhs = *node.operand(1);
+  GemmLayout layout = gemmLayout(lhs.shape(), rhs.shape(), DotDims::fromAttrs(node.attrs()));
+  int y = ctx.result();
+  // Each operand may need widening from bf16 (exact) and/or a permute into a layout
+  // oneDNN can read with strides; both go through scratch buffers.
+  struct Prep {
+    int src = -1;
+    int widened = -1;
+    int permuted = -1;
+    std::vector<int64_t> dims = {};
+    std::vector<int64_t> perm = {};
+    int64_t n = 0;
+    bool bf16 = false;
+  };
+  auto prepare = [&](int index, const Node& operand, const std::optional<std::vector<int64_t>>& perm) {
+    Prep p;
+    p.src = ctx.operand(index).slot;
+    p.n = operand.shape().numElements();
+    p.bf16 = operand.dtype() == DType::kBF16;
+    if (p.bf16) p.widened = ctx.scratch(static_cast<size_t>(p.n) * sizeof(float));
+    if (perm) {
+      p.permuted = ctx.scratch(static_cast<size_t>(p.n) * sizeof(float));
+      p.dims.assign(operand.shape().dims().begin(), operand.shape().dims().end());
+      p.perm = *perm;
+    }
+    return p;
+  };
+  Prep pa = prepare(0, lhs, layout.lhs_perm);
+  Prep pb = prepare(1, rhs, layout.rhs_perm);
+  k::GemmShape shape = layout.shape;
+  auto run = [](const RunContext& rc, const Prep& p) -> const float* {
+    const float* data = rc.as<float>(p.src);
+    if (p.bf16) {
+      k::bf16ToF32(rc.as<uint16_t>(p.src), rc.as<float>(p.widened), p.n);
+      data = rc.as<float>(p.widened);
+    }
+    if (p.permuted >= 0) {
+      k::transpose(data, rc.as<float>(p.permuted), p.dims, p.perm);
+      data = rc.as<float>(p.permuted);
+    }
+    return data;
+  };
+  return [=](const RunContext& rc) {
+    const float* a = run(rc, pa);
+    const float* b = run(rc, pb);
+    k::gemmF32(shape, {a, static_cast<size_t>(shape.sizeA())}, {b, static_cast<size_t>(shape.sizeB())},
+               {rc.as<float>(y), static_cast<size_t>(shape.sizeC())});
+  };
+}
+
+Kernel CpuBackend::lowerReduce(const Node& node, LoweringContext& ctx) const {
+  const Node& in = *node.operand(0);
+  k::ReduceOp op = node.op() == Op::kReduceSum   ? k::ReduceOp::kSum
+                   : node.op() == Op::kReduceMax ? k::ReduceOp::kMax
+                                                 : k::ReduceOp::kMean;
+  ReduceLayout layout = reduceLayout(in.shape(), node.attrs().getInts(AttrKey::kAxes));
+  int x = ctx.operand(0).slot, y = ctx.result();
+  int permuted = -1;
+  std::vector<int64_t> dims(in.shape().dims().begin(), in.shape().dims().end());
+  if (layout.perm) permuted = ctx.scratch(static_cast<size_t>(in.shape().numElements()) * sizeof(float));
+  std::vector<int64_t> perm = layout.perm.value_or(std::vector<int64_t>{});
+  return [=](const RunContext& rc) {
+    const float* src = rc.as<float>(x);
+    if (permuted >= 0) {
+      k::transpose(src, rc.as<float>(permuted), dims, perm);
+      src = rc.as<float>(permuted);
+    }
+    k::reduce(op, src, rc.as<float>(y), layout.outer, layout.mid, layout.inner);
+  };
+}
+
+Kernel CpuBackend::lowerConvert(const Node& node, LoweringContext& ctx) const {
+  int x = ctx.operand(0).slot, y = ctx.result();
+  int64_t n = node.shape().numElements();
+  DType from = node.operand(0)->dtype(), to = node.dtype();
+  if (from == to) {
+    size_t bytes = static_cast<size_t>(n) * dtypeSize(to);
+    return [=](const RunContext& rc) { std::memcpy(rc.ptr(y), rc.ptr(x), bytes); };
+  }
+  if (to == DType::kBF16)
+    return [=](const RunContext& rc) { k::f32ToBf16(rc.as<float>(x), rc.as<uint16_t>(y), n); };
+  return [=](const RunContext& rc) { k::bf16ToF32(rc.as<uint16_t>(x), rc.as<float>(y), n); };
+}
+
+Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
+  std::string why;
+  if (!supports(node, &why)) throw Error(fmt::format("cpu backend: unsupported node %{}: {}", node.name(), why));
+  const Op op = node.op();
+  if (isBinaryElementwise(op)) return lowerBinary(node, ctx);
+  switch (op) {
+    case Op::kMatMul: return lowerMatMul(node, ctx);
+    case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean: return lowerReduce(node, ctx);
+    case Op::kConvert: return lowerConvert(node, ctx);
+    default: break;
+  }
+  int y = ctx.result();
+  int x = node.numOperands() > 0 ? ctx.operand(0).slot : -1;
+  int x1 = node.numOperands() > 1 ? ctx.operand(1).slot : -1;
+  int x2 = node.numOperands() > 2 ? ctx.operand(2).slot : -1;
+  int64_t n = node.shape().numElements();
+  switch (op) {
+    case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh:
+    case Op::kRelu: case Op::kGelu: {
+      k::UnaryOp u = unaryOp(op);
+      return [=](const RunContext& rc) { k::unary(u, rc.as<float>(x), rc.as<float>(y), n); };
+    }
+    case Op::kReluGrad:
+      return [=](const RunContext& rc) {
+        k::reluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
+      };
+    case Op::kGeluGrad:
+      return [=](const RunContext& rc) {
+        k::geluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
+      };
+    case Op::kConstant: {
+      float value = static_cast<float>(node.attrs().getFloat(AttrKey::kValue));
+      return [=](const RunContext& rc) { k::fill(rc.as<float>(y), n, value); };
+    }
+    case Op::kTranspose: {
+      std::vector<int64_t> dims(node.operand(0)->shape().dims().begin(),
+                                node.operand(0)->shape().dims().end());
+      std::vector<int64_t> perm = node.attrs().getInts(AttrKey::kPerm);
+      return [=](const RunContext& rc) { k::transpose(rc.as<float>(x), rc.as<float>(y), dims, perm); };
+    }
+    case Op::kBroadcast: {
+      BroadcastCopy copy = broadcastCopy(node.operand(0)->shape(), node.shape(),
+                                         node.attrs().getInts(AttrKey::kDims));
+      return [=](const RunContext& rc) { copy.run(rc.as<float>(x), rc.as<float>(y)); };
+    }
+    case Op::kSoftmax: {
+      int64_t rows = rowsOf(node), cols = lastDim(node);
+      return [=](const RunContext& rc) { k::softmax(rc.as<float>(x), rc.as<float>(y), rows, cols); };
+    }
+    case Op::kSoftmaxGrad: {
+      int64_t rows = rowsOf(node), cols = lastDim(node);
+      return [=](const RunContext& rc) {
+        k::softmaxGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), rows, cols);
+      };
+    }
+    case Op::kCausalMask: {
+      const Shape& s = node.shape();
+      int64_t tq = s.dim(s.rank() - 2), tk = s.dim(s.rank() - 1), batch = n / (tq * tk);
+      float value = static_cast<float>(node.attrs().getFloat(AttrKey::kValue));
+      return [=](const RunContext& rc) {
+        k::causalMask(rc.as<float>(x), rc.as<float>(y), batch, tq, tk, value);
+      };
+    }
+    case Op::kRmsNorm: case Op::kLayerNorm: case Op::kRmsNormGrad: case Op::kLayerNormGrad: {
+      int64_t rows = rowsOf(node), cols = lastDim(node);
+      float eps = static_cast<float>(node.attrs().getFloat(AttrKey::kEps));
+      if (op == Op::kRmsNorm)
+        return [=](const RunContext& rc) { k::rmsNorm(rc.as<float>(x), rc.as<float>(y), rows, cols, eps); };
+      if (op == Op::kLayerNorm)
+        return [=](const RunContext& rc) { k::layerNorm(rc.as<float>(x), rc.as<float>(y), rows, cols, eps); };
+      if (op == Op::kRmsNormGrad)
+        return [=](const RunContext& rc) {
+          k::rmsNormGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), rows, cols, eps);
+        };
+      return [=](const RunContext& rc) {
+        k::layerNormGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), rows, cols, eps);
+      };
+    }
+    case Op::kGather: {
+      const Shape& table = node.operand(0)->shape();
+      int64_t n_idx = node.operand(1)->shape().numElements();
+      int64_t rows = table.dim(0), cols = table.dim(1);
+      return [=](const RunContext& rc) {
+        k::gather(rc.as<float>(x), rc.as<int32_t>(x1), rc.as<float>(y), n_idx, rows, cols);
+      };
+    }
+    case Op::kScatterAdd: {
+      int64_t n_idx = node.operand(1)->shape().numElements();
+      int64_t rows = node.shape().dim(0), cols = node.shape().dim(1);
+      return [=](const RunContext& rc) {
+        k::scatterAdd(rc.as<float>(x), rc.as<int32_t>(x1), rc.as<float>(y), n_idx, rows, cols);
+      };
+    }
+    case Op::kCrossEntropy: {
+      int64_t rows = node.operand(0)->shape().dim(0), cols = node.operand(0)->shape().dim(1);
+      return [=](const RunContext& rc) {
+        *rc.as<float>(y) = k::crossEntropy(rc.as<float>(x), rc.as<int32_t>(x1), rows, cols);
+      };
+    }
+    case Op::kCrossEntropyGrad: {
+      int64_t rows = node.shape().dim(0), cols = node.shape().dim(1);
+      return [=](const RunContext& rc) {
+        k::crossEntropyGrad(rc.as<float>(x), rc.as<int32_t>(x1), *rc.as<float>(x2), rc.as<float>(y),
+                            rows, cols);
+      };
+    }
+    default:
+      break;
+  }
+  throw InternalError(fmt::format("cpu backend: no lowering for {}", opName(op)));
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> makeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace pgq

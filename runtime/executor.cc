@@ -1,0 +1,229 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ir/errors.h"
+#include "runtime/memory_plan.h"
+
+namespace pgq {
+
+// Hands the backend the slots of one node's operands and result, and records which
+// steps touch which slots (for lifetimes).
+class Executor::Lowering : public LoweringContext {
+ public:
+  Lowering(Executor& ex, const Node& node, int step) : ex_(ex), node_(node), step_(step) {}
+
+  OperandRef operand(int index) override {
+    const Node* value = node_.operand(index);
+    OperandRef ref;
+    ref.node = value;
+    auto virt = ex_.virtual_.find(value);
+    if (virt != ex_.virtual_.end()) {
+      ref.broadcast = value;
+      value = value->operand(0);
+    }
+    ref.slot = ex_.rootSlot(value);
+    return ref;
+  }
+
+  int result() override { return ex_.rootSlot(&node_); }
+
+  int scratch(size_t bytes) override {
+    int slot = ex_.newSlot(SlotKind::kArena, bytes, &node_);
+    ex_.slots_[static_cast<size_t>(slot)].first = step_;
+    ex_.slots_[static_cast<size_t>(slot)].last = step_;
+    return slot;
+  }
+
+ private:
+  Executor& ex_;
+  const Node& node_;
+  int step_;
+};
+
+Executor::Executor(const Graph& graph, ExecutorOptions options, std::unique_ptr<Backend> backend)
+    : graph_(graph), options_(options), backend_(std::move(backend)) {
+  compile();
+}
+
+Executor::~Executor() { freeAligned(arena_); }
+
+int Executor::newSlot(SlotKind kind, size_t bytes, const Node* node) {
+  slots_.push_back({kind, bytes, 0, -1, node});
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+int Executor::rootSlot(const Node* node) const {
+  auto it = slot_of_.find(node);
+  PGQ_ASSERT(it != slot_of_.end(), "value %{} has no storage", node->name());
+  return it->second;
+}
+
+void Executor::compile() {
+  // 1. Schedule: what the outputs need, operands first.
+  std::unordered_set<const Node*> live(graph_.outputs().begin(), graph_.outputs().end());
+  std::vector<Node*> all = graph_.postOrder();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (live.count(*it))
+      for (const Node* operand : (*it)->operands()) live.insert(operand);
+  std::vector<const Node*> order;
+  for (const Node* node : all)
+    if (live.count(node)) order.push_back(node);
+  std::unordered_set<const Node*> outputs(graph_.outputs().begin(), graph_.outputs().end());
+
+  for (const Node* node : order) {
+    std::string why;
+    if (node->op() != Op::kParameter && node->op() != Op::kInput && !backend_->supports(*node, &why))
+      throw Error(fmt::format("backend {} cannot run %{} ({}): {}", backend_->name(), node->name(),
+                              opName(node->op()), why));
+  }
+
+  // 2. Storage. Broadcasts that every user reads in place need none.
+  for (const Node* node : order) {
+    if (node->op() != Op::kBroadcast || outputs.count(node)) continue;
+    bool in_place = !node->users().empty();
+    for (const Node* user : node->users()) {
+      if (!live.count(user)) continue;
+      for (int i = 0; i < user->numOperands(); ++i)
+        if (user->operand(i) == node) in_place = in_place && backend_->readsBroadcastInPlace(*user, i);
+    }
+    if (in_place) virtual_[node] = node;
+  }
+  for (const Node* node : order) {
+    size_t bytes = static_cast<size_t>(node->shape().numElements()) * dtypeSize(node->dtype());
+    if (virtual_.count(node)) continue;
+    if (node->op() == Op::kReshape) {
+      slot_of_[node] = rootSlot(node->operand(0));
+    } else if (node->op() == Op::kParameter || node->op() == Op::kInput) {
+      slot_of_[node] = newSlot(SlotKind::kExternal, bytes, node);
+    } else if (node->op() == Op::kConstant || outputs.count(node)) {
+      slot_of_[node] = newSlot(SlotKind::kPersistent, bytes, node);
+    } else {
+      slot_of_[node] = newSlot(SlotKind::kArena, bytes, node);
+    }
+  }
+  // An output that aliases an arena value (a reshape) keeps that value alive.
+  for (const Node* out : graph_.outputs()) {
+    Slot& slot = slots_[static_cast<size_t>(rootSlot(out))];
+    if (slot.kind == SlotKind::kArena) slot.kind = SlotKind::kPersistent;
+  }
+
+  // 3. Lowering, recording the first and last step of every arena slot.
+  std::vector<Kernel> init;  // constants are filled once, here
+  for (const Node* node : order) {
+    if (node->op() == Op::kParameter || node->op() == Op::kInput || node->op() == Op::kReshape ||
+        virtual_.count(node))
+      continue;
+    int step = static_cast<int>(steps_.size());
+    Lowering lowering(*this, *node, step);
+    Kernel kernel = backend_->lower(*node, lowering);
+    if (node->op() == Op::kConstant) {
+      init.push_back(std::move(kernel));
+      continue;
+    }
+    Slot& out = slots_[static_cast<size_t>(rootSlot(node))];
+    out.first = step;
+    out.last = std::max(out.last, step);
+    for (int i = 0; i < node->numOperands(); ++i) {
+      Slot& in = slots_[static_cast<size_t>(lowering.operand(i).slot)];
+      in.last = std::max(in.last, step);
+    }
+    steps_.push_back({node, std::move(kernel)});
+  }
+
+  std::vector<BufferRequest> requests;
+  std::vector<size_t> arena_slots;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].kind != SlotKind::kArena) continue;
+    if (slots_[s].last < slots_[s].first) slots_[s].last = slots_[s].first;  // written, never read
+    requests.push_back({slots_[s].bytes, slots_[s].first, slots_[s].last});
+    arena_slots.push_back(s);
+  }
+  MemoryPlan plan = planMemory(requests);
+  arena_bytes_ = plan.arena_bytes;
+  arena_ = allocateAligned(arena_bytes_);
+  ptrs_.assign(slots_.size(), nullptr);
+  for (size_t i = 0; i < arena_slots.size(); ++i) ptrs_[arena_slots[i]] = arena_ + plan.offsets[i];
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (slots_[s].kind == SlotKind::kPersistent) {
+      owned_.emplace_back(allocateAligned(slots_[s].bytes), freeAligned);
+      ptrs_[s] = owned_.back().get();
+    }
+  RunContext rc(ptrs_.data(), 0);
+  for (const Kernel& kernel : init) kernel(rc);
+  step_ms_.assign(steps_.size(), 0.0);
+  step_calls_.assign(steps_.size(), 0);
+  spdlog::debug("executor: {} kernels, arena {:.1f} MiB, {} values", steps_.size(),
+                static_cast<double>(arena_bytes_) / (1 << 20), slots_.size());
+}
+
+void Executor::bind(const Node* node, Tensor& tensor) {
+  auto it = slot_of_.find(node);
+  if (it == slot_of_.end() || slots_[static_cast<size_t>(it->second)].kind != SlotKind::kExternal) {
+    // A parameter or input the outputs do not need has no slot; binding it is harmless.
+    if (node->op() == Op::kParameter || node->op() == Op::kInput) return;
+    throw InternalError(fmt::format("executor: %{} is not a parameter or input", node->name()));
+  }
+  if (!(tensor.type() == node->type()))
+    throw Error(fmt::format("executor: %{} expects {}, got a tensor of {}", node->name(),
+                            node->type().toString(), tensor.type().toString()));
+  ptrs_[static_cast<size_t>(it->second)] = tensor.raw();
+}
+
+void Executor::bind(std::string_view name, Tensor& tensor) {
+  const Node* node = graph_.find(name);
+  if (!node) throw Error(fmt::format("executor: graph @{} has no value %{}", graph_.name(), name));
+  bind(node, tensor);
+}
+
+void Executor::run(int64_t step) {
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (slots_[s].kind == SlotKind::kExternal && ptrs_[s] == nullptr)
+      throw Error(fmt::format("executor: {} %{} is not bound", opName(slots_[s].node->op()),
+                              slots_[s].node->name()));
+  RunContext rc(ptrs_.data(), step);
+  if (!options_.profile) {
+    for (const Step& s : steps_) s.kernel(rc);
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    auto start = Clock::now();
+    steps_[i].kernel(rc);
+    step_ms_[i] += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    ++step_calls_[i];
+  }
+}
+
+const void* Executor::outputData(size_t i) const {
+  return ptrs_[static_cast<size_t>(rootSlot(graph_.outputs()[i]))];
+}
+
+MemoryStats Executor::memory() const {
+  MemoryStats stats;
+  stats.arena_bytes = arena_bytes_;
+  for (const Slot& s : slots_) {
+    if (s.kind == SlotKind::kPersistent) stats.persistent_bytes += s.bytes;
+    if (s.kind == SlotKind::kExternal) stats.bound_bytes += s.bytes;
+  }
+  return stats;
+}
+
+std::vector<NodeProfile> Executor::profile() const {
+  std::vector<NodeProfile> out;
+  for (size_t i = 0; i < steps_.size(); ++i)
+    out.push_back({steps_[i].node, step_ms_[i], step_calls_[i]});
+  return out;
+}
+
+void Executor::resetProfile() {
+  std::fill(step_ms_.begin(), step_ms_.end(), 0.0);
+  std::fill(step_calls_.begin(), step_calls_.end(), 0);
+}
+
+}  // namespace pgq

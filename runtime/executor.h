@@ -1,0 +1,109 @@
+#pragma once
+// Runs a graph on a backend. Compilation happens once, in the constructor:
+//   1. schedule: the graph's post order, restricted to what the outputs need;
+//   2. storage: parameters and inputs are bound to caller tensors; constants and
+//      outputs get their own buffers; a reshape aliases its operand; a broadcast read
+//      in place by all its users is never materialized; every other value and every
+//      kernel scratch buffer lives in one arena, reused once dead (memory_plan.h);
+//   3. lowering: the backend turns each node into a kernel closure.
+// A run then only calls the kernels in order.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/backend.h"
+#include "runtime/tensor.h"
+
+namespace pgq {
+
+struct ExecutorOptions {
+  // Time every kernel (one clock read per node per run).
+  bool profile = false;
+};
+
+struct NodeProfile {
+  const Node* node = nullptr;
+  double total_ms = 0;
+  int64_t calls = 0;
+};
+
+struct MemoryStats {
+  size_t arena_bytes = 0;       // temporaries, with reuse
+  size_t persistent_bytes = 0;  // outputs and constants
+  size_t bound_bytes = 0;       // parameters and inputs (owned by the caller)
+  size_t peak() const { return arena_bytes + persistent_bytes + bound_bytes; }
+};
+
+class Executor {
+ public:
+  // `graph` must outlive the executor and not change while it exists. Throws
+  // pgq::Error when the backend cannot run a node.
+  explicit Executor(const Graph& graph, ExecutorOptions options = {},
+                    std::unique_ptr<Backend> backend = makeCpuBackend());
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Binds a parameter or input to a caller-owned tensor of exactly its type.
+  void bind(const Node* node, Tensor& tensor);
+  void bind(std::string_view name, Tensor& tensor);
+  // Runs every kernel once. `step` feeds step-dependent kernels (stochastic rounding).
+  void run(int64_t step = 0);
+
+  size_t numOutputs() const { return graph_.outputs().size(); }
+  const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
+  const void* outputData(size_t i) const;
+  template <typename T>
+  std::span<const T> output(size_t i) const {
+    const Node* node = outputNode(i);
+    PGQ_ASSERT(sizeof(T) == dtypeSize(node->dtype()), "output %{} read with the wrong type", node->name());
+    return {static_cast<const T*>(outputData(i)), static_cast<size_t>(node->shape().numElements())};
+  }
+  float outputScalar(size_t i) const { return output<float>(i)[0]; }
+
+  MemoryStats memory() const;
+  // Per-node kernel times since construction or the last resetProfile().
+  std::vector<NodeProfile> profile() const;
+  void resetProfile();
+  size_t numKernels() const { return steps_.size(); }
+
+ private:
+  enum class SlotKind { kExternal, kPersistent, kArena };
+  struct Slot {
+    SlotKind kind;
+    size_t bytes = 0;
+    int first = 0;
+    int last = -1;
+    const Node* node = nullptr;  // the value, or the node a scratch buffer serves
+  };
+  struct Step {
+    const Node* node;
+    Kernel kernel;
+  };
+  class Lowering;
+
+  void compile();
+  int rootSlot(const Node* node) const;
+  int newSlot(SlotKind kind, size_t bytes, const Node* node);
+
+  const Graph& graph_;
+  ExecutorOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<Slot> slots_;
+  std::unordered_map<const Node*, int> slot_of_;          // values with storage
+  std::unordered_map<const Node*, const Node*> virtual_;  // broadcast read in place -> itself
+  std::vector<Step> steps_;
+  std::vector<void*> ptrs_;
+  std::byte* arena_ = nullptr;
+  std::vector<std::unique_ptr<std::byte, void (*)(std::byte*)>> owned_;
+  size_t arena_bytes_ = 0;
+  std::vector<double> step_ms_;
+  std::vector<int64_t> step_calls_;
+};
+
+}  // namespace pgq

@@ -1,0 +1,119 @@
+#include "runtime/layout_util.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace pgq {
+namespace {
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> v(static_cast<size_t>(std::max<int64_t>(0, to - from)));
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+std::vector<int64_t> concat(std::initializer_list<std::vector<int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// One GEMM operand: its batch, free and contracting dims as the matmul names them.
+struct Side {
+  std::vector<int64_t> batch, free, contract;
+  int rank;
+};
+
+// Whether the operand is stored as [batch, first..., second...] with each group in
+// the listed order (so row-major flattening gives the GEMM matrix directly).
+bool storedAs(const Side& s, const std::vector<int64_t>& first, const std::vector<int64_t>& second) {
+  return concat({s.batch, first, second}) == range(0, s.rank);
+}
+
+}  // namespace
+
+GemmLayout gemmLayout(const Shape& lhs, const Shape& rhs, const DotDims& dims) {
+  GemmSizes sizes = gemmSizes(lhs, rhs, dims);
+  GemmLayout layout;
+  layout.shape.batch = sizes.batch;
+  layout.shape.m = sizes.m;
+  layout.shape.k = sizes.k;
+  layout.shape.n = sizes.n;
+  Side a{dims.lhs_batch, dims.lhsFree(lhs.rank()), dims.lhs_contract, lhs.rank()};
+  Side b{dims.rhs_batch, dims.rhsFree(rhs.rank()), dims.rhs_contract, rhs.rank()};
+  // A: [B, M, K] or [B, K, M] (trans_a); otherwise permute to [B, M, K].
+  if (storedAs(a, a.free, a.contract)) {
+    layout.shape.trans_a = false;
+  } else if (storedAs(a, a.contract, a.free)) {
+    layout.shape.trans_a = true;
+  } else {
+    layout.lhs_perm = concat({a.batch, a.free, a.contract});
+  }
+  // B: [B, K, N] or [B, N, K] (trans_b); otherwise permute to [B, K, N].
+  if (storedAs(b, b.contract, b.free)) {
+    layout.shape.trans_b = false;
+  } else if (storedAs(b, b.free, b.contract)) {
+    layout.shape.trans_b = true;
+  } else {
+    layout.rhs_perm = concat({b.batch, b.contract, b.free});
+  }
+  return layout;
+}
+
+ReduceLayout reduceLayout(const Shape& in, const std::vector<int64_t>& axes) {
+  ReduceLayout layout;
+  bool adjacent = true;
+  for (size_t i = 1; i < axes.size(); ++i) adjacent = adjacent && axes[i] == axes[i - 1] + 1;
+  if (adjacent) {
+    int first = static_cast<int>(axes.front()), last = static_cast<int>(axes.back());
+    layout.outer = in.product(0, first);
+    layout.mid = in.product(first, last + 1);
+    layout.inner = in.product(last + 1, in.rank());
+    return layout;
+  }
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < in.rank(); ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(d);
+  layout.perm = concat({kept, axes});
+  layout.mid = 1;
+  for (int64_t d : axes) layout.mid *= in.dim(static_cast<int>(d));
+  layout.outer = in.numElements() / layout.mid;
+  layout.inner = 1;
+  return layout;
+}
+
+BroadcastCopy broadcastCopy(const Shape& in, const Shape& out, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> in_strides(static_cast<size_t>(in.rank()), 1);
+  for (int i = in.rank() - 2; i >= 0; --i)
+    in_strides[static_cast<size_t>(i)] = in_strides[static_cast<size_t>(i + 1)] * in.dim(i + 1);
+  std::vector<int64_t> strides(static_cast<size_t>(out.rank()), 0);
+  for (size_t i = 0; i < dims.size(); ++i) strides[static_cast<size_t>(dims[i])] = in_strides[i];
+  return BroadcastCopy(std::vector<int64_t>(out.dims().begin(), out.dims().end()), strides);
+}
+
+void BroadcastCopy::run(const float* src, float* out) const {
+  // Odometer over all but the last dim; the last dim is a contiguous copy or a fill.
+  const size_t rank = out_dims_.size();
+  if (rank == 0) {
+    out[0] = src[0];
+    return;
+  }
+  const int64_t inner = out_dims_.back();
+  const int64_t inner_stride = src_strides_.back();
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < rank; ++d) outer *= out_dims_[d];
+  std::vector<int64_t> index(rank, 0);
+  int64_t src_offset = 0;
+  for (int64_t row = 0; row < outer; ++row) {
+    float* dst = out + row * inner;
+    for (int64_t j = 0; j < inner; ++j) dst[j] = src[src_offset + j * inner_stride];
+    for (size_t d = rank - 1; d-- > 0;) {
+      src_offset += src_strides_[d];
+      if (++index[d] < out_dims_[d]) break;
+      src_offset -= src_strides_[d] * out_dims_[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace pgq

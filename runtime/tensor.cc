@@ -1,0 +1,31 @@
+#include "runtime/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace pgq {
+
+std::byte* allocateAligned(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (rounded == 0) rounded = kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return static_cast<std::byte*>(p);
+}
+
+void freeAligned(std::byte* p) { std::free(p); }
+
+void Tensor::Free::operator()(std::byte* p) const { freeAligned(p); }
+
+Tensor::Tensor(TensorType type) : type_(std::move(type)), storage_(allocateAligned(bytes())) {}
+
+Tensor Tensor::clone() const {
+  Tensor copy(type_);
+  if (!empty()) std::memcpy(copy.raw(), raw(), bytes());
+  return copy;
+}
+
+}  // namespace pgq

@@ -1,0 +1,84 @@
+#pragma once
+// The training loop: AdamW with linear warmup, cosine decay and global-norm gradient
+// clipping; a byte-level batch sampler over a text corpus with a held-out validation
+// split; periodic evaluation; a metrics CSV; atomic checkpoints that resume
+// bit-exactly (same seed, same thread count).
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "frontend/model_config.h"
+#include "runtime/executor.h"
+
+namespace pgq {
+
+inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
+
+enum class Precision { kF32, kBf16 };
+
+struct OptimizerConfig {
+  double lr = 1e-3;            // peak learning rate
+  double min_lr_ratio = 0.1;   // cosine decays to lr * min_lr_ratio
+  int64_t warmup = 100;        // linear warmup steps
+  double weight_decay = 0.1;   // decoupled; applied to matrices only (rank >= 2)
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;      // global L2 norm; <= 0 disables clipping
+};
+
+// Learning rate of (0-based) step `step` of `total`.
+double learningRate(const OptimizerConfig& opt, int64_t step, int64_t total);
+
+struct TrainOptions {
+  ModelConfig model;
+  std::string corpus = kDefaultCorpus;
+  int64_t steps = 1000;          // total steps of the run (the lr schedule spans them)
+  int64_t stop_after = 0;        // > 0: stop (with a checkpoint) after this many steps of
+                                 // this call, e.g. to fit a time slot; --resume continues
+  OptimizerConfig optimizer;
+  int64_t eval_every = 100;     // 0: only at the end
+  int64_t eval_batches = 8;
+  int64_t checkpoint_every = 0; // 0: only at the end
+  std::string out_dir = "runs/train";
+  bool resume = false;
+  Precision precision = Precision::kF32;
+  bool progress = true;
+  int64_t log_every = 50;       // progress line period when stderr is not a terminal
+  bool profile_ops = false;     // time every kernel (per-op time split)
+};
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0;
+  std::optional<double> val_loss;
+  double lr = 0;
+  double grad_norm = 0;
+  double step_ms = 0;
+};
+
+// Kernel time of one node, summed over the steps that were timed.
+struct OpTiming {
+  std::string node;   // IR value name
+  Op op;
+  std::string label;  // GEMM label, empty for other ops
+  double total_ms = 0;
+  int64_t calls = 0;
+};
+
+struct TrainResult {
+  std::vector<StepRecord> history;  // the steps this call ran (after a resume: from there)
+  std::optional<double> final_val_loss;
+  MemoryStats memory;               // of the training executor
+  std::vector<OpTiming> op_profile;
+  std::string checkpoint_path;
+  std::string metrics_path;
+};
+
+// Throws pgq::Error for bad inputs (corpus, checkpoint, options) and when the loss
+// becomes NaN/Inf (the message names the step; the last good checkpoint is kept).
+TrainResult train(const TrainOptions& options);
+
+}  // namespace pgq

@@ -1,0 +1,209 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "frontend/autodiff.h"
+#include "frontend/transformer.h"
+#include "ir/builder.h"
+#include "ir/parser.h"
+#include "runtime/executor.h"
+#include "runtime/memory_plan.h"
+#include "runtime/reference.h"
+
+namespace pgq {
+namespace {
+
+// Feeds the same random values to the executor and the reference evaluator.
+struct BothRunners {
+  explicit BothRunners(const Graph& g, uint64_t seed = 7) : ref(g), exec(g) {
+    for (Node* node : g.nodes()) {
+      if (node->op() != Op::kParameter && node->op() != Op::kInput) continue;
+      RefTensor value = node->dtype() == DType::kS32
+                            ? randomIndices(node->type(), indexBound(*node), seed++)
+                            : randomRefTensor(node->type(), seed++, 0.5);
+      // Both sides see exactly the values the f32 tensor holds.
+      tensors.push_back(std::make_unique<Tensor>(toTensor(value)));
+      ref.setInput(node, toRefTensor(*tensors.back()));
+      exec.bind(node, *tensors.back());
+    }
+  }
+  // Indices must stay inside the table they index (the smallest user table).
+  static int64_t indexBound(const Node& node) {
+    int64_t bound = 1 << 20;
+    std::vector<const Node*> work{&node};
+    while (!work.empty()) {
+      const Node* n = work.back();
+      work.pop_back();
+      for (const Node* user : n->users()) {
+        if (user->op() == Op::kGather) bound = std::min(bound, user->operand(0)->shape().dim(0));
+        if (user->op() == Op::kScatterAdd) bound = std::min(bound, user->shape().dim(0));
+        if (user->op() == Op::kCrossEntropy || user->op() == Op::kCrossEntropyGrad)
+          bound = std::min(bound, user->operand(0)->shape().dim(1));
+        if (user->op() == Op::kReshape) work.push_back(user);
+      }
+    }
+    return bound;
+  }
+  void run() {
+    ref.run();
+    exec.run();
+  }
+  // max |fast - exact| / max(|exact|_inf, floor)
+  double relError(size_t output) const {
+    const Node* node = exec.outputNode(output);
+    const RefTensor& exact = ref.output(output);
+    Tensor fast(node->type());
+    std::memcpy(fast.raw(), exec.outputData(output), fast.bytes());
+    RefTensor got = toRefTensor(fast);
+    double scale = 1e-6, err = 0;
+    for (size_t i = 0; i < exact.data.size(); ++i) {
+      scale = std::max(scale, std::abs(exact.data[i]));
+      if (std::isnan(exact.data[i]) != std::isnan(got.data[i])) return INFINITY;
+      if (!std::isnan(exact.data[i])) err = std::max(err, std::abs(exact.data[i] - got.data[i]));
+    }
+    return err / scale;
+  }
+
+  std::vector<std::unique_ptr<Tensor>> tensors;
+  ReferenceEvaluator ref;
+  Executor exec;
+};
+
+std::string readGolden(const std::string& name) {
+  std::ifstream in(std::filesystem::path(PGQ_SOURCE_DIR) / "tests/ir/golden" / name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Executor, EveryOpMatchesTheReference) {
+  auto g = parseGraph(readGolden("all_ops.pgq"));
+  BothRunners runners(*g);
+  runners.run();
+  for (size_t i = 0; i < g->outputs().size(); ++i) {
+    SCOPED_TRACE(g->outputs()[i]->name());
+    EXPECT_LT(runners.relError(i), 2e-5);
+  }
+}
+
+TEST(Executor, AttentionGraphMatchesTheReference) {
+  auto g = parseGraph(readGolden("attention.pgq"));
+  BothRunners runners(*g);
+  runners.run();
+  EXPECT_LT(runners.relError(0), 1e-5);
+}
+
+TEST(Executor, TinyTransformerLossAndGradientsMatchTheReference) {
+  ModelConfig config = loadModelConfig("tiny");
+  TransformerGraph t = buildTransformer(config);
+  appendBackward(*t.graph, t.loss, t.params);
+  BothRunners runners(*t.graph);
+  runners.run();
+  EXPECT_LT(runners.relError(0), 1e-6) << "loss";
+  for (size_t i = 1; i < t.graph->outputs().size(); ++i) {
+    SCOPED_TRACE(t.graph->outputs()[i]->name());
+    EXPECT_LT(runners.relError(i), 1e-4);
+  }
+  MemoryStats mem = runners.exec.memory();
+  EXPECT_GT(mem.arena_bytes, 0u);
+  EXPECT_GT(mem.bound_bytes, 0u);
+}
+
+// Every way of laying out a 2-D or batched product, including dims that need a
+// permute before oneDNN can read them.
+TEST(Executor, MatMulLayouts) {
+  struct Case {
+    Shape lhs, rhs;
+    DotDims dims;
+  };
+  std::vector<Case> cases = {
+      {Shape{5, 7}, Shape{7, 3}, {{1}, {0}, {}, {}}},                  // [M,K]x[K,N]
+      {Shape{7, 5}, Shape{7, 3}, {{0}, {0}, {}, {}}},                  // A^T (wgrad)
+      {Shape{5, 7}, Shape{3, 7}, {{1}, {1}, {}, {}}},                  // B^T (dgrad)
+      {Shape{7, 5}, Shape{3, 7}, {{0}, {1}, {}, {}}},                  // both
+      {Shape{2, 5, 7}, Shape{7, 3}, {{2}, {0}, {}, {}}},               // M from two dims
+      {Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, {{3}, {3}, {0, 1}, {0, 1}}},  // attention scores
+      {Shape{2, 3, 5, 6}, Shape{2, 3, 6, 4}, {{3}, {2}, {0, 1}, {0, 1}}},  // attention av
+      {Shape{5, 2, 7}, Shape{2, 7, 3}, {{2}, {1}, {1}, {0}}},          // batch not leading: permute
+      {Shape{4, 5, 6}, Shape{6, 4, 3}, {{0, 2}, {1, 0}, {}, {}}},      // two contracting dims
+      {Shape{4, 5, 6}, Shape{4, 6, 3}, {{2, 0}, {1, 0}, {}, {}}},      // contracting order swapped
+  };
+  for (const Case& c : cases) {
+    Graph g;
+    Builder b(g);
+    Node* x = b.parameter("x", {DType::kF32, c.lhs});
+    Node* w = b.parameter("w", {DType::kF32, c.rhs});
+    g.addOutput(b.matmul(x, w, c.dims));
+    SCOPED_TRACE(c.lhs.toString() + " x " + c.rhs.toString());
+    BothRunners runners(g);
+    runners.run();
+    EXPECT_LT(runners.relError(0), 1e-5);
+  }
+}
+
+TEST(Executor, BroadcastsInPlaceAndMaterialized) {
+  auto g = parseGraph(R"(graph @b {
+  %x = parameter() : f32[3,4,5]
+  %row = parameter() : f32[4,5]
+  %col = parameter() : f32[3]
+  %mid = parameter() : f32[4]
+  %rb = broadcast(%row) {dims=[1,2]} : f32[3,4,5]
+  %cb = broadcast(%col) {dims=[0]} : f32[3,4,5]
+  %mb = broadcast(%mid) {dims=[1]} : f32[3,4,5]
+  %a = add(%x, %rb) : f32[3,4,5]
+  %m = mul(%cb, %a) : f32[3,4,5]
+  %s = sub(%m, %mb) : f32[3,4,5]
+  %e = exp(%rb) : f32[3,4,5]
+  return %s, %e, %cb
+}
+)");
+  BothRunners runners(*g);
+  runners.run();
+  for (size_t i = 0; i < 3; ++i) EXPECT_LT(runners.relError(i), 1e-6) << i;
+}
+
+TEST(Executor, ReductionsOverAnyAxes) {
+  auto g = parseGraph(R"(graph @r {
+  %x = parameter() : f32[3,4,5]
+  %a = reduce_sum(%x) {axes=[0,2]} : f32[4]
+  %b = reduce_max(%x) {axes=[1]} : f32[3,5]
+  %c = reduce_mean(%x) {axes=[0,1,2]} : f32[]
+  return %a, %b, %c
+}
+)");
+  BothRunners runners(*g);
+  runners.run();
+  for (size_t i = 0; i < 3; ++i) EXPECT_LT(runners.relError(i), 1e-6) << i;
+}
+
+TEST(Executor, UnboundInputsAndWrongTypesAreErrors) {
+  auto g = parseGraph(readGolden("mlp.pgq"));
+  Executor exec(*g);
+  EXPECT_THROW(exec.run(), Error);
+  Tensor wrong({DType::kF32, Shape{3}});
+  EXPECT_THROW(exec.bind("x", wrong), Error);
+  EXPECT_THROW(exec.bind("nope", wrong), Error);
+}
+
+TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
+  std::vector<BufferRequest> requests = {
+      {1000, 0, 2}, {500, 1, 3}, {1000, 3, 5}, {200, 4, 4}, {4000, 6, 7}, {64, 0, 7}};
+  MemoryPlan plan = planMemory(requests);
+  for (size_t i = 0; i < requests.size(); ++i)
+    for (size_t j = i + 1; j < requests.size(); ++j) {
+      bool live_together = !(requests[i].last < requests[j].first || requests[j].last < requests[i].first);
+      bool overlap = plan.offsets[i] < plan.offsets[j] + requests[j].bytes &&
+                     plan.offsets[j] < plan.offsets[i] + requests[i].bytes;
+      EXPECT_FALSE(live_together && overlap) << i << " and " << j;
+    }
+  size_t total = 0;
+  for (const auto& r : requests) total += r.bytes;
+  EXPECT_LT(plan.arena_bytes, total);  // something was reused
+  for (size_t off : plan.offsets) EXPECT_EQ(off % 64, 0u);
+}
+
+}  // namespace
+}  // namespace pgq

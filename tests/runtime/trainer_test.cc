@@ -1,0 +1,171 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "ir/errors.h"
+#include "runtime/checkpoint.h"
+#include "runtime/trainer.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("pgq_trainer_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TrainOptions tinyOptions(const std::string& out) {
+    TrainOptions o;
+    o.model = loadModelConfig("tiny");
+    o.corpus = kDefaultCorpus;
+    o.steps = 12;
+    o.eval_every = 4;
+    o.eval_batches = 2;
+    o.optimizer.warmup = 3;
+    o.optimizer.lr = 3e-3;
+    o.out_dir = (dir_ / out).string();
+    o.progress = false;
+    return o;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainerTest, LossGoesDownOnTheDefaultCorpus) {
+  TrainOptions o = tinyOptions("run");
+  o.steps = 150;
+  o.eval_every = 50;
+  TrainResult r = train(o);
+  ASSERT_EQ(r.history.size(), 150u);
+  double first = r.history.front().loss;
+  double last = 0;
+  for (size_t i = r.history.size() - 10; i < r.history.size(); ++i) last += r.history[i].loss / 10;
+  EXPECT_NEAR(first, std::log(256.0), 0.3);  // an untrained byte model is ~uniform
+  EXPECT_LT(last, first - 1.5);
+  ASSERT_TRUE(r.final_val_loss);
+  EXPECT_LT(*r.final_val_loss, first - 1.0);
+  EXPECT_TRUE(fs::exists(r.checkpoint_path));
+  // The metrics CSV has a header and one row per step; val_loss only on eval steps.
+  std::ifstream csv(r.metrics_path);
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "step,loss,val_loss,lr,grad_norm,step_ms,tokens_per_s");
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 150);
+}
+
+TEST_F(TrainerTest, ResumeIsBitExact) {
+  TrainOptions whole = tinyOptions("whole");
+  train(whole);
+  TrainOptions part = tinyOptions("part");
+  part.stop_after = 5;  // as if the run were interrupted after step 5
+  EXPECT_EQ(train(part).history.size(), 5u);
+  part.stop_after = 0;
+  part.resume = true;
+  TrainResult resumed = train(part);
+  EXPECT_EQ(resumed.history.front().step, 6);
+  Checkpoint a = loadCheckpoint((dir_ / "whole/checkpoint.pgqckpt").string());
+  Checkpoint b = loadCheckpoint((dir_ / "part/checkpoint.pgqckpt").string());
+  EXPECT_EQ(a.step, 12);
+  EXPECT_EQ(b.step, 12);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    SCOPED_TRACE(a.tensors[i].first);
+    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+    ASSERT_EQ(a.tensors[i].second.bytes(), b.tensors[i].second.bytes());
+    EXPECT_EQ(std::memcmp(a.tensors[i].second.raw(), b.tensors[i].second.raw(), a.tensors[i].second.bytes()), 0);
+  }
+  // The resumed metrics file holds steps 1..12 once each.
+  std::ifstream csv(dir_ / "part/metrics.csv");
+  std::string line;
+  std::vector<std::string> steps;
+  std::getline(csv, line);
+  while (std::getline(csv, line)) steps.push_back(line.substr(0, line.find(',')));
+  ASSERT_EQ(steps.size(), 12u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(steps[static_cast<size_t>(i)], std::to_string(i + 1));
+}
+
+TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
+  TrainOptions o = tinyOptions("nan");
+  o.steps = 20;
+  o.stop_after = 4;
+  train(o);  // a healthy start, checkpointed at step 4
+  Checkpoint before = loadCheckpoint(o.out_dir + "/checkpoint.pgqckpt");
+  o.stop_after = 0;
+  o.resume = true;
+  o.optimizer.lr = 1e30;
+  o.optimizer.grad_clip = 0;
+  try {
+    train(o);
+    FAIL() << "training with lr 1e30 did not diverge";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("step "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the last good checkpoint"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("step 4"), std::string::npos) << msg;
+  }
+  Checkpoint kept = loadCheckpoint(o.out_dir + "/checkpoint.pgqckpt");
+  EXPECT_EQ(kept.step, 4);
+  for (size_t i = 0; i < kept.tensors.size(); ++i)
+    EXPECT_EQ(std::memcmp(kept.tensors[i].second.raw(), before.tensors[i].second.raw(),
+                          kept.tensors[i].second.bytes()),
+              0);
+}
+
+TEST_F(TrainerTest, RefusesToClobberOrResumeWhatIsNotThere) {
+  TrainOptions o = tinyOptions("run");
+  o.steps = 2;
+  o.resume = true;
+  EXPECT_THROW(train(o), Error);  // nothing to resume
+  o.resume = false;
+  train(o);
+  EXPECT_THROW(train(o), Error);  // would overwrite a checkpoint
+  o.resume = true;
+  EXPECT_THROW(train(o), Error);  // already at step 2
+  TrainOptions other = o;
+  other.model.d_ff = 48;
+  other.steps = 4;
+  EXPECT_THROW(train(other), Error);  // another model
+  // A corrupted checkpoint is reported, not loaded.
+  std::string path = o.out_dir + "/checkpoint.pgqckpt";
+  fs::resize_file(path, fs::file_size(path) / 2);
+  o.steps = 4;
+  EXPECT_THROW(train(o), Error);
+}
+
+TEST_F(TrainerTest, BadCorpusIsAnError) {
+  TrainOptions o = tinyOptions("run");
+  o.corpus = (dir_ / "missing.txt").string();
+  EXPECT_THROW(train(o), Error);
+  std::ofstream(dir_ / "short.txt") << "too short";
+  o.corpus = (dir_ / "short.txt").string();
+  EXPECT_THROW(train(o), Error);
+  std::ofstream(dir_ / "empty.txt").close();
+  o.corpus = (dir_ / "empty.txt").string();
+  EXPECT_THROW(train(o), Error);
+}
+
+TEST(LearningRate, WarmupThenCosine) {
+  OptimizerConfig opt;
+  opt.lr = 1.0;
+  opt.warmup = 10;
+  opt.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(learningRate(opt, 0, 100), 0.1);
+  EXPECT_DOUBLE_EQ(learningRate(opt, 9, 100), 1.0);
+  EXPECT_DOUBLE_EQ(learningRate(opt, 10, 100), 1.0);
+  EXPECT_NEAR(learningRate(opt, 55, 100), 0.55, 1e-12);
+  EXPECT_NEAR(learningRate(opt, 100, 100), 0.1, 1e-12);
+}
+
+}  // namespace
+}  // namespace pgq
