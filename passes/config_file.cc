@@ -85,9 +85,18 @@ void ConfigNode::allowOnly(std::initializer_list<std::string_view> known) const 
 
 void ConfigNode::allowOnly(const std::vector<std::string>& known) const {
   requireMap();
+  std::vector<std::string> seen;
   for (const auto& entry : node_) {
     if (!entry.first.IsScalar()) failHere("has a key that is not a plain name");
     std::string key = entry.first.as<std::string>();
+    // yaml-cpp keeps the first of two equal keys silently; a user editing a file
+    // would not expect the second line to be ignored.
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      int line = lineOf(entry.first);
+      throw Error(fmt::format("{}{}: field '{}' is given twice", file_,
+                              line ? fmt::format(":{}", line) : "", fieldPath(key)));
+    }
+    seen.push_back(key);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       int line = lineOf(entry.first);
       throw Error(fmt::format("{}{}: unknown field '{}' (known fields: {})", file_,

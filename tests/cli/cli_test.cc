@@ -1,0 +1,117 @@
+// Runs the pgq binary the way a user does and checks exit codes and messages.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result pgq(const std::string& args) {
+  std::string cmd = std::string(PGQ_BINARY_DIR) + "/pgq " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("pgq_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return (dir_ / name).string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(Cli, VersionAndHelp) {
+  Result v = pgq("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.out.find("pgq 0."), std::string::npos);
+  for (const char* sub : {"--help", "ir --help", "ir print --help", "ir opt --help", "train --help"}) {
+    Result h = pgq(sub);
+    EXPECT_EQ(h.code, 0) << sub;
+    EXPECT_NE(h.out.find("Usage"), std::string::npos) << sub << ": " << h.out;
+  }
+}
+
+TEST_F(Cli, GoldenFilesReprintIdenticallyThroughStdin) {
+  for (const auto& entry : fs::directory_iterator(fs::path(PGQ_SOURCE_DIR) / "tests/ir/golden")) {
+    Result r = pgq("ir print " + entry.path().string() + " | " + PGQ_BINARY_DIR + "/pgq ir print -");
+    EXPECT_EQ(r.code, 0) << entry.path();
+    Result once = pgq("ir print " + entry.path().string());
+    EXPECT_EQ(r.out, once.out) << entry.path();
+  }
+}
+
+TEST_F(Cli, OptShrinksADuplicatedSubexpression) {
+  Result before = pgq("ir demo");
+  EXPECT_EQ(before.code, 0);
+  EXPECT_NE(before.out.find("after cse,dce (10 -> 7 nodes)"), std::string::npos) << before.out;
+}
+
+TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  std::string bad_ir = write("bad.pgq", "graph @g {\n  %x = input() : f32[2]\n  %y = nope(%x) : f32[2]\n}\n");
+  std::string binary = write("bin.pgq", std::string("\x7f\x45\x4c\x46\x00\x01", 6));
+  std::string empty = write("empty.pgq", "");
+  std::string bad_model = write("m.yaml", "d_model: 32\nn_layers: 2\nn_heads: 3\nd_ff: 8\nseq_len: 8\nbatch: 1\n");
+  std::vector<Case> cases = {
+      {"ir print " + bad_ir, "bad.pgq:3:8: unknown op 'nope'"},
+      {"ir print " + binary, "bin.pgq:1:1: unexpected byte 0x7f"},
+      {"ir print " + empty, "empty.pgq:1:1: empty file"},
+      {"ir print /nonexistent.pgq", "/nonexistent.pgq: cannot open"},
+      {"ir opt --passes cse,nope " + bad_ir, "unknown pass 'nope'"},
+      {"ir frobnicate", "A subcommand is required"},
+      {"train --model " + bad_model + " --steps 1", "field 'n_heads': must divide d_model = 32, got 3"},
+      {"train --model tiny --steps 0 --out " + (dir_ / "r").string(), "--steps must be >= 1"},
+      {"train --model tiny --corpus /nonexistent --out " + (dir_ / "r").string(), "/nonexistent"},
+      {"train --model nosuchmodel", "neither a preset"},
+      {"train --precision f16", "f16"},
+  };
+  for (const Case& c : cases) {
+    Result r = pgq(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(Cli, TrainTinyEndToEnd) {
+  std::string out = (dir_ / "run").string();
+  Result r = pgq("train --model tiny --steps 30 --eval-every 10 --no-progress --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("trained tiny to step 30"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out + "/metrics.csv"));
+  // A second run into the same directory must not clobber it.
+  Result again = pgq("train --model tiny --steps 30 --no-progress --out " + out);
+  EXPECT_EQ(again.code, 2);
+  EXPECT_NE(again.out.find("--resume"), std::string::npos) << again.out;
+  Result resumed = pgq("train --model tiny --steps 40 --no-progress --resume --out " + out);
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("to step 40"), std::string::npos) << resumed.out;
+}
+
+}  // namespace
