@@ -43,6 +43,16 @@ void printOpProfile(const TrainResult& result) {
   for (const auto& [ms, kind] : rows)
     fmt::print("  {:<20} {:>10.2f} {:>6.1f}%\n", kind, ms / static_cast<double>(calls),
                100.0 * ms / std::max(total, 1e-9));
+  // GEMMs by label: where the GEMM time goes and how fast each shape runs.
+  std::vector<const OpTiming*> gemms;
+  for (const OpTiming& p : result.op_profile)
+    if (p.op == Op::kMatMul) gemms.push_back(&p);
+  std::sort(gemms.begin(), gemms.end(), [](auto* a, auto* b) { return a->total_ms > b->total_ms; });
+  fmt::print("\n  {:<32} {:>10} {:>9}\n", "GEMM (slowest 12)", "ms/step", "GFLOP/s");
+  for (size_t i = 0; i < std::min<size_t>(12, gemms.size()); ++i) {
+    double ms = gemms[i]->total_ms / static_cast<double>(gemms[i]->calls);
+    fmt::print("  {:<32} {:>10.2f} {:>9.1f}\n", gemms[i]->label, ms, gemms[i]->flops / (ms * 1e6));
+  }
 }
 
 }  // namespace

@@ -157,7 +157,18 @@ Kernel CpuBackend::lowerBinary(const Node& node, LoweringContext& ctx) const {
 Kernel CpuBackend::lowerMatMul(const Node& node, LoweringContext& ctx) const {
   const Node& lhs = *node.operand(0);
   const Node& rhs = *node.operand(1);
-  GemmLayout layout = gemmLayout(lhs.shape(), rhs.shape(), DotDims::fromAttrs(node.attrs()));
+  DotDims dims = DotDims::fromAttrs(node.attrs());
+  GemmLayout layout = gemmLayout(lhs.shape(), rhs.shape(), dims);
+  // oneDNN 2.6's f32 gemm:jit runs a transposed A (the weight-gradient GEMM, which
+  // contracts over tokens) at 40-45 GFLOP/s instead of ~90 (docs/PERFORMANCE.md);
+  // transposing A into scratch costs one memory pass and wins back most of that.
+  if (layout.shape.trans_a) {
+    std::vector<int64_t> perm = dims.lhs_batch;
+    for (int64_t d : dims.lhsFree(lhs.shape().rank())) perm.push_back(d);
+    for (int64_t d : dims.lhs_contract) perm.push_back(d);
+    layout.lhs_perm = perm;
+    layout.shape.trans_a = false;
+  }
   int y = ctx.result();
   // Each operand may need widening from bf16 (exact) and/or a permute into a layout
   // oneDNN can read with strides; both go through scratch buffers.

@@ -51,7 +51,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options, std::unique_ptr<
   compile();
 }
 
-Executor::~Executor() { freeAligned(arena_); }
+Executor::~Executor() { freeBuffer(arena_); }
 
 int Executor::newSlot(SlotKind kind, size_t bytes, const Node* node) {
   slots_.push_back({kind, bytes, 0, -1, node});
@@ -146,12 +146,12 @@ void Executor::compile() {
   }
   MemoryPlan plan = planMemory(requests);
   arena_bytes_ = plan.arena_bytes;
-  arena_ = allocateAligned(arena_bytes_);
+  arena_ = allocateBuffer(arena_bytes_);
   ptrs_.assign(slots_.size(), nullptr);
   for (size_t i = 0; i < arena_slots.size(); ++i) ptrs_[arena_slots[i]] = arena_ + plan.offsets[i];
   for (size_t s = 0; s < slots_.size(); ++s)
     if (slots_[s].kind == SlotKind::kPersistent) {
-      owned_.emplace_back(allocateAligned(slots_[s].bytes), freeAligned);
+      owned_.emplace_back(allocateBuffer(slots_[s].bytes), freeBuffer);
       ptrs_[s] = owned_.back().get();
     }
   RunContext rc(ptrs_.data(), 0);

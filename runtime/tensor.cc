@@ -6,21 +6,20 @@
 
 namespace pgq {
 
-std::byte* allocateAligned(size_t bytes) {
+std::byte* allocateBuffer(size_t bytes) {
   constexpr size_t kAlign = 64;
-  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (rounded == 0) rounded = kAlign;
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign + kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  return static_cast<std::byte*>(p);
+  return static_cast<std::byte*>(p) + kBufferOffset;
 }
 
-void freeAligned(std::byte* p) { std::free(p); }
+void freeBuffer(std::byte* p) {
+  if (p) std::free(p - kBufferOffset);
+}
 
-void Tensor::Free::operator()(std::byte* p) const { freeAligned(p); }
-
-Tensor::Tensor(TensorType type) : type_(std::move(type)), storage_(allocateAligned(bytes())) {}
+Tensor::Tensor(TensorType type) : type_(std::move(type)), storage_(allocateBuffer(bytes())) {}
 
 Tensor Tensor::clone() const {
   Tensor copy(type_);

@@ -1,6 +1,7 @@
 #pragma once
-// A dense, row-major, 64-byte-aligned tensor owned by the runtime (parameters,
-// optimizer state, batches, graph outputs). Its type is the IR's TensorType.
+// A dense, row-major tensor owned by the runtime (parameters, optimizer state,
+// batches, graph outputs). Its type is the IR's TensorType. Storage comes from
+// allocateBuffer (see there for its alignment).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -9,6 +10,18 @@
 #include "ir/node.h"
 
 namespace pgq {
+
+// Every runtime buffer (tensors and the executor's arena, whose slots sit at multiples
+// of 64 bytes) starts kBufferOffset bytes past a 64-byte boundary. oneDNN 2.6's f32
+// gemm:jit picks a much slower kernel for weight-gradient shapes when B is 32-byte
+// aligned: [256,2048]x[2048,1024] runs at 43 GFLOP/s with B aligned and 78 with B
+// 16 bytes off (docs/PERFORMANCE.md, "Buffer alignment"). pgq's own kernels use
+// unaligned loads, so the offset costs them nothing measurable.
+inline constexpr size_t kBufferOffset = 16;
+
+// Zero-filled storage for `bytes`, starting kBufferOffset past a 64-byte boundary.
+std::byte* allocateBuffer(size_t bytes);
+void freeBuffer(std::byte* p);
 
 class Tensor {
  public:
@@ -44,14 +57,12 @@ class Tensor {
 
  private:
   struct Free {
-    void operator()(std::byte* p) const;
+    void operator()(std::byte* p) const { freeBuffer(p); }
   };
   TensorType type_;
   std::unique_ptr<std::byte[], Free> storage_;
 };
 
-// 64-byte-aligned, zero-filled allocation of `bytes` (at least one cache line).
-std::byte* allocateAligned(size_t bytes);
-void freeAligned(std::byte* p);
+
 
 }  // namespace pgq

@@ -11,12 +11,11 @@
 #include <spdlog/spdlog.h>
 
 #include "frontend/autodiff.h"
-#include "frontend/transformer.h"
+#include "ir/dot_dims.h"
 #include "ir/errors.h"
 #include "kernels/optim.h"
 #include "passes/pipeline.h"
 #include "runtime/checkpoint.h"
-#include "runtime/corpus.h"
 #include "runtime/data_loader.h"
 #include "runtime/metrics.h"
 #include "runtime/param_init.h"
@@ -44,101 +43,200 @@ void runPasses(Graph& graph, const TrainOptions& options) {
   parsePipeline(passes)->run(graph, ctx);
 }
 
-class Trainer {
+std::string precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
+
+}  // namespace
+
+struct TrainingSession::Impl {
+  explicit Impl(const TrainOptions& options);
+
+  const TrainOptions& o;
+  Corpus corpus;
+  TransformerGraph train;
+  TransformerGraph eval;
+  std::unique_ptr<Executor> train_exec;
+  std::unique_ptr<Executor> eval_exec;
+  std::vector<Tensor> params, m, v;
+  Tensor tokens, targets;
+  BatchSampler sampler;
+
+  void bindParams();
+  double gradNorm() const;
+};
+
+TrainingSession::Impl::Impl(const TrainOptions& options)
+    : o(options),
+      corpus(loadCorpus(options.corpus)),
+      sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
+  checkCorpusFits(corpus, o.model.seq_len);
+  train = buildTransformer(o.model);
+  appendBackward(*train.graph, train.loss, train.params);
+  runPasses(*train.graph, o);
+  eval = buildTransformer(o.model);
+  runPasses(*eval.graph, o);
+  ExecutorOptions exec_options;
+  exec_options.profile = o.profile_ops;
+  train_exec = std::make_unique<Executor>(*train.graph, exec_options);
+  eval_exec = std::make_unique<Executor>(*eval.graph);
+  for (Node* p : train.params) {
+    params.emplace_back(p->type());
+    initParameter(*p, o.model.seed, params.back());
+    m.emplace_back(p->type());
+    v.emplace_back(p->type());
+  }
+  tokens = Tensor(train.tokens->type());
+  targets = Tensor(train.targets->type());
+  bindParams();
+  train_exec->bind(train.tokens, tokens);
+  train_exec->bind(train.targets, targets);
+  eval_exec->bind(eval.tokens, tokens);
+  eval_exec->bind(eval.targets, targets);
+}
+
+void TrainingSession::Impl::bindParams() {
+  for (size_t i = 0; i < train.params.size(); ++i) {
+    train_exec->bind(train.params[i], params[i]);
+    eval_exec->bind(train.params[i]->name(), params[i]);
+  }
+}
+
+double TrainingSession::Impl::gradNorm() const {
+  double sum = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::span<const float> g = train_exec->output<float>(i + 1);
+    sum += kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
+  }
+  return std::sqrt(sum);
+}
+
+TrainingSession::TrainingSession(const TrainOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+TrainingSession::~TrainingSession() = default;
+
+const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
+const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
+Executor& TrainingSession::executor() { return *impl_->train_exec; }
+
+StepRecord TrainingSession::step(int64_t step) {
+  Impl& s = *impl_;
+  auto start = std::chrono::steady_clock::now();
+  s.sampler.sample(step, s.tokens, s.targets);
+  s.train_exec->run(step);
+  double loss = s.train_exec->outputScalar(0);
+  double norm = s.gradNorm();
+  if (!std::isfinite(loss) || !std::isfinite(norm))
+    throw Error(fmt::format("step {}: the training {} is {}", step + 1,
+                            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss));
+  const OptimizerConfig& opt = s.o.optimizer;
+  double lr = learningRate(opt, step, s.o.steps);
+  float scale = 1.0f;
+  if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = static_cast<float>(opt.grad_clip / norm);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    kernels::AdamWParams p;
+    p.lr = static_cast<float>(lr);
+    p.beta1 = static_cast<float>(opt.beta1);
+    p.beta2 = static_cast<float>(opt.beta2);
+    p.eps = static_cast<float>(opt.eps);
+    // Decay matrices only (GPT-2 practice): not norm gains.
+    p.weight_decay = s.params[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
+    p.step = step + 1;
+    std::span<const float> g = s.train_exec->output<float>(i + 1);
+    kernels::adamwUpdate(s.params[i].data<float>(), g.data(), s.m[i].data<float>(), s.v[i].data<float>(),
+                         s.params[i].numElements(), p, scale);
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return {step + 1, loss, std::nullopt, lr, norm, ms};
+}
+
+double TrainingSession::evaluate() {
+  Impl& s = *impl_;
+  BatchSampler val(s.corpus.val, s.o.model.batch, s.o.model.seq_len, s.o.model.seed, Split::kVal);
+  EvalBatches batches = val.evalBatches(s.o.eval_batches);
+  double sum = 0;
+  for (int64_t i = 0; i < batches.size(); ++i) {
+    batches.fill(i, s.tokens, s.targets);
+    s.eval_exec->run();
+    sum += s.eval_exec->outputScalar(0);
+  }
+  return sum / static_cast<double>(batches.size());
+}
+
+std::vector<std::pair<std::string, TensorType>> TrainingSession::stateTypes() const {
+  std::vector<std::pair<std::string, TensorType>> types;
+  for (const Node* p : impl_->train.params) {
+    types.emplace_back(p->name(), p->type());
+    types.emplace_back("adam_m/" + p->name(), p->type());
+    types.emplace_back("adam_v/" + p->name(), p->type());
+  }
+  return types;
+}
+
+std::vector<std::pair<std::string, Tensor>> TrainingSession::state() const {
+  const Impl& s = *impl_;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const std::string& name = s.train.params[i]->name();
+    out.emplace_back(name, s.params[i].clone());
+    out.emplace_back("adam_m/" + name, s.m[i].clone());
+    out.emplace_back("adam_v/" + name, s.v[i].clone());
+  }
+  return out;
+}
+
+void TrainingSession::loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source) {
+  Impl& s = *impl_;
+  std::vector<std::pair<std::string, TensorType>> types = stateTypes();
+  PGQ_ASSERT(tensors.size() == types.size(), "{}: {} state tensors, expected {}", source, tensors.size(),
+             types.size());
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.params[i] = std::move(tensors[3 * i].second);
+    s.m[i] = std::move(tensors[3 * i + 1].second);
+    s.v[i] = std::move(tensors[3 * i + 2].second);
+  }
+  s.bindParams();
+}
+
+namespace {
+
+// The bookkeeping around a session: run directory, resume, metrics, checkpoints,
+// progress.
+class TrainLoop {
  public:
-  explicit Trainer(const TrainOptions& options) : o_(options) {}
+  explicit TrainLoop(const TrainOptions& options) : o_(options) {}
   TrainResult run();
 
  private:
-  void buildGraphs();
-  void startFresh();
-  void resumeFromCheckpoint();
-  double evaluate();
+  void resume();
   void saveCheckpointAt(int64_t step);
-  void optimizerStep(int64_t step, double lr, double grad_norm);
-  double gradNorm() const;
 
   const TrainOptions& o_;
-  Corpus corpus_;
-  TransformerGraph train_;
-  TransformerGraph eval_;
-  std::unique_ptr<Executor> train_exec_;
-  std::unique_ptr<Executor> eval_exec_;
-  std::vector<Tensor> params_, m_, v_;
-  Tensor tokens_, targets_;
+  std::unique_ptr<TrainingSession> session_;
   int64_t start_step_ = 0;
   std::string checkpoint_path_;
   std::optional<int64_t> last_checkpoint_step_;
 };
 
-void Trainer::buildGraphs() {
-  train_ = buildTransformer(o_.model);
-  appendBackward(*train_.graph, train_.loss, train_.params);
-  runPasses(*train_.graph, o_);
-  eval_ = buildTransformer(o_.model);
-  runPasses(*eval_.graph, o_);
-  ExecutorOptions exec_options;
-  exec_options.profile = o_.profile_ops;
-  train_exec_ = std::make_unique<Executor>(*train_.graph, exec_options);
-  eval_exec_ = std::make_unique<Executor>(*eval_.graph);
-
-  for (Node* p : train_.params) {
-    params_.emplace_back(p->type());
-    m_.emplace_back(p->type());
-    v_.emplace_back(p->type());
-  }
-  tokens_ = Tensor(train_.tokens->type());
-  targets_ = Tensor(train_.targets->type());
-  for (size_t i = 0; i < train_.params.size(); ++i) {
-    train_exec_->bind(train_.params[i], params_[i]);
-    eval_exec_->bind(train_.params[i]->name(), params_[i]);
-  }
-  train_exec_->bind(train_.tokens, tokens_);
-  train_exec_->bind(train_.targets, targets_);
-  eval_exec_->bind(eval_.tokens, tokens_);
-  eval_exec_->bind(eval_.targets, targets_);
-}
-
-void Trainer::startFresh() {
-  for (size_t i = 0; i < train_.params.size(); ++i)
-    initParameter(*train_.params[i], o_.model.seed, params_[i]);
-}
-
-void Trainer::resumeFromCheckpoint() {
+void TrainLoop::resume() {
   Checkpoint ckpt = loadCheckpoint(checkpoint_path_);
   if (ckpt.model_config != o_.model.toYaml())
     throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}",
                             checkpoint_path_, ckpt.model_config));
+  const Corpus& corpus = session_->corpus();
   auto fingerprint = ckpt.info.find("corpus_fingerprint");
-  if (fingerprint != ckpt.info.end() && fingerprint->second != fmt::format("{:016x}", corpus_.fingerprint))
+  if (fingerprint != ckpt.info.end() && fingerprint->second != fmt::format("{:016x}", corpus.fingerprint))
     throw Error(fmt::format("{}: the checkpoint was trained on another corpus ({}); resume with the "
                             "same --corpus",
                             checkpoint_path_, ckpt.info["corpus"]));
   auto precision = ckpt.info.find("precision");
-  std::string mine = o_.precision == Precision::kBf16 ? "bf16" : "f32";
-  if (precision != ckpt.info.end() && precision->second != mine)
+  if (precision != ckpt.info.end() && precision->second != precisionName(o_.precision))
     throw Error(fmt::format("{}: the checkpoint was trained in {} precision, not {}", checkpoint_path_,
-                            precision->second, mine));
-  std::vector<std::pair<std::string, TensorType>> expected;
-  for (Node* p : train_.params) {
-    expected.emplace_back(p->name(), p->type());
-    expected.emplace_back("adam_m/" + p->name(), p->type());
-    expected.emplace_back("adam_v/" + p->name(), p->type());
-  }
-  checkCheckpointMatches(ckpt, expected, checkpoint_path_);
-  for (auto& [name, tensor] : ckpt.tensors) {
-    for (size_t i = 0; i < train_.params.size(); ++i) {
-      const std::string& p = train_.params[i]->name();
-      if (name == p) params_[i] = std::move(tensor);
-      else if (name == "adam_m/" + p) m_[i] = std::move(tensor);
-      else if (name == "adam_v/" + p) v_[i] = std::move(tensor);
-    }
-  }
-  // Tensors were replaced: bind again.
-  for (size_t i = 0; i < train_.params.size(); ++i) {
-    train_exec_->bind(train_.params[i], params_[i]);
-    eval_exec_->bind(train_.params[i]->name(), params_[i]);
-  }
+                            precision->second, precisionName(o_.precision)));
+  checkCheckpointMatches(ckpt, session_->stateTypes(), checkpoint_path_);
+  // Put the tensors in the session's order.
+  std::vector<std::pair<std::string, Tensor>> ordered;
+  for (const auto& [name, type] : session_->stateTypes())
+    for (auto& entry : ckpt.tensors)
+      if (entry.first == name) ordered.emplace_back(name, std::move(entry.second));
+  session_->loadState(std::move(ordered), checkpoint_path_);
   start_step_ = ckpt.step;
   last_checkpoint_step_ = ckpt.step;
   if (ckpt.threads != omp_get_max_threads())
@@ -156,86 +254,38 @@ void Trainer::resumeFromCheckpoint() {
   spdlog::info("resuming from {} at step {}", checkpoint_path_, start_step_);
 }
 
-double Trainer::evaluate() {
-  BatchSampler sampler(corpus_.val, o_.model.batch, o_.model.seq_len, o_.model.seed, Split::kVal);
-  EvalBatches batches = sampler.evalBatches(o_.eval_batches);
-  double sum = 0;
-  for (int64_t i = 0; i < batches.size(); ++i) {
-    batches.fill(i, tokens_, targets_);
-    eval_exec_->run();
-    sum += eval_exec_->outputScalar(0);
-  }
-  return sum / static_cast<double>(batches.size());
-}
-
-double Trainer::gradNorm() const {
-  double sum = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    std::span<const float> g = train_exec_->output<float>(i + 1);
-    sum += kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
-  }
-  return std::sqrt(sum);
-}
-
-void Trainer::optimizerStep(int64_t step, double lr, double grad_norm) {
-  const OptimizerConfig& opt = o_.optimizer;
-  float scale = 1.0f;
-  if (opt.grad_clip > 0 && grad_norm > opt.grad_clip) scale = static_cast<float>(opt.grad_clip / grad_norm);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    kernels::AdamWParams p;
-    p.lr = static_cast<float>(lr);
-    p.beta1 = static_cast<float>(opt.beta1);
-    p.beta2 = static_cast<float>(opt.beta2);
-    p.eps = static_cast<float>(opt.eps);
-    p.weight_decay = params_[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
-    p.step = step + 1;
-    std::span<const float> g = train_exec_->output<float>(i + 1);
-    kernels::adamwUpdate(params_[i].data<float>(), g.data(), m_[i].data<float>(), v_[i].data<float>(),
-                         params_[i].numElements(), p, scale);
-  }
-}
-
-void Trainer::saveCheckpointAt(int64_t step) {
+void TrainLoop::saveCheckpointAt(int64_t step) {
   Checkpoint ckpt;
   ckpt.step = step;
   ckpt.seed = o_.model.seed;
   ckpt.threads = omp_get_max_threads();
   ckpt.model_config = o_.model.toYaml();
-  ckpt.info["corpus"] = corpus_.source;
-  ckpt.info["corpus_fingerprint"] = fmt::format("{:016x}", corpus_.fingerprint);
-  ckpt.info["precision"] = o_.precision == Precision::kBf16 ? "bf16" : "f32";
+  ckpt.info["corpus"] = session_->corpus().source;
+  ckpt.info["corpus_fingerprint"] = fmt::format("{:016x}", session_->corpus().fingerprint);
+  ckpt.info["precision"] = precisionName(o_.precision);
   ckpt.info["planned_steps"] = std::to_string(o_.steps);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const std::string& name = train_.params[i]->name();
-    ckpt.tensors.emplace_back(name, params_[i].clone());
-    ckpt.tensors.emplace_back("adam_m/" + name, m_[i].clone());
-    ckpt.tensors.emplace_back("adam_v/" + name, v_[i].clone());
-  }
+  ckpt.tensors = session_->state();
   saveCheckpoint(checkpoint_path_, ckpt);
   last_checkpoint_step_ = step;
 }
 
-TrainResult Trainer::run() {
+TrainResult TrainLoop::run() {
   if (o_.steps < 1) throw Error(fmt::format("--steps must be >= 1, got {}", o_.steps));
   if (o_.stop_after < 0) throw Error(fmt::format("--stop-after must be >= 0, got {}", o_.stop_after));
   if (o_.eval_batches < 1) throw Error(fmt::format("--eval-batches must be >= 1, got {}", o_.eval_batches));
-  corpus_ = loadCorpus(o_.corpus);
-  checkCorpusFits(corpus_, o_.model.seq_len);
   std::error_code ec;
   std::filesystem::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
   checkpoint_path_ = (std::filesystem::path(o_.out_dir) / kCheckpointFile).string();
   bool have_checkpoint = std::filesystem::exists(checkpoint_path_);
-  if (o_.resume && !have_checkpoint)
-    throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));
+  if (o_.resume && !have_checkpoint) throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));
   if (!o_.resume && have_checkpoint)
     throw Error(fmt::format("{} already exists: pass --resume to continue that run, or choose another "
                             "--out directory",
                             checkpoint_path_));
 
-  buildGraphs();
-  if (o_.resume) resumeFromCheckpoint();
-  else startFresh();
+  session_ = std::make_unique<TrainingSession>(o_);
+  if (o_.resume) resume();
 
   TrainResult result;
   result.checkpoint_path = checkpoint_path_;
@@ -243,57 +293,53 @@ TrainResult Trainer::run() {
   MetricsWriter metrics(result.metrics_path,
                         {"step", "loss", "val_loss", "lr", "grad_norm", "step_ms", "tokens_per_s"},
                         o_.resume ? std::optional<int64_t>(start_step_) : std::nullopt);
-  BatchSampler sampler(corpus_.train, o_.model.batch, o_.model.seq_len, o_.model.seed, Split::kTrain);
   std::optional<ProgressBar> bar;
   if (o_.progress) bar.emplace(o_.steps, start_step_, o_.log_every);
   const double tokens = static_cast<double>(o_.model.tokens());
-
   const int64_t end_step = o_.stop_after > 0 ? std::min(o_.steps, start_step_ + o_.stop_after) : o_.steps;
+
   for (int64_t step = start_step_; step < end_step; ++step) {
-    auto start = std::chrono::steady_clock::now();
-    sampler.sample(step, tokens_, targets_);
-    train_exec_->run(step);
-    double loss = train_exec_->outputScalar(0);
-    double norm = gradNorm();
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+    StepRecord record;
+    try {
+      record = session_->step(step);
+    } catch (const Error& e) {
       if (bar) bar->finish();
       std::string kept = last_checkpoint_step_
                              ? fmt::format("the last good checkpoint ({}, step {}) is kept", checkpoint_path_,
                                            *last_checkpoint_step_)
                              : std::string("no checkpoint had been written yet");
-      throw Error(fmt::format("step {}: the training {} is {}; stopped, {}. Try a lower --lr.", step + 1,
-                              std::isfinite(loss) ? "gradient norm" : "loss",
-                              std::isfinite(loss) ? norm : loss, kept));
+      throw Error(fmt::format("{}; stopped, {}. Try a lower --lr.", e.what(), kept));
     }
-    double lr = learningRate(o_.optimizer, step, o_.steps);
-    optimizerStep(step, lr, norm);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-
-    StepRecord record{step + 1, loss, std::nullopt, lr, norm, ms};
     bool last = step + 1 == end_step;
-    if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) record.val_loss = evaluate();
+    if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) record.val_loss = session_->evaluate();
+    double tokens_per_s = tokens / (record.step_ms / 1000.0);
     metrics.write({{"step", record.step},
-                   {"loss", loss},
+                   {"loss", record.loss},
                    {"val_loss", record.val_loss ? MetricsWriter::Cell(*record.val_loss) : MetricsWriter::Cell()},
-                   {"lr", lr},
-                   {"grad_norm", norm},
-                   {"step_ms", ms},
-                   {"tokens_per_s", tokens / (ms / 1000.0)}});
+                   {"lr", record.lr},
+                   {"grad_norm", record.grad_norm},
+                   {"step_ms", record.step_ms},
+                   {"tokens_per_s", tokens_per_s}});
     if (last || (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0)) saveCheckpointAt(step + 1);
-    if (bar) bar->update({step + 1, loss, record.val_loss, tokens / (ms / 1000.0), ms});
+    if (bar) bar->update({step + 1, record.loss, record.val_loss, tokens_per_s, record.step_ms});
     result.history.push_back(record);
     if (record.val_loss) result.final_val_loss = record.val_loss;
   }
   if (bar) bar->finish();
-  result.memory = train_exec_->memory();
-  for (const NodeProfile& p : train_exec_->profile())
-    result.op_profile.push_back({p.node->name(), p.node->op(),
-                                 p.node->attrs().getStringOr(AttrKey::kLabel, ""), p.total_ms, p.calls});
+  result.memory = session_->executor().memory();
+  for (const NodeProfile& p : session_->executor().profile()) {
+    double flops = 0;
+    if (p.node->op() == Op::kMatMul)
+      flops = gemmSizes(p.node->operand(0)->shape(), p.node->operand(1)->shape(),
+                        DotDims::fromAttrs(p.node->attrs())).flops();
+    result.op_profile.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""),
+                                 flops, p.total_ms, p.calls});
+  }
   return result;
 }
 
 }  // namespace
 
-TrainResult train(const TrainOptions& options) { return Trainer(options).run(); }
+TrainResult train(const TrainOptions& options) { return TrainLoop(options).run(); }
 
 }  // namespace pgq

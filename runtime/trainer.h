@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "frontend/model_config.h"
+#include "frontend/transformer.h"
+#include "runtime/corpus.h"
 #include "runtime/executor.h"
 
 namespace pgq {
@@ -64,6 +66,7 @@ struct OpTiming {
   std::string node;   // IR value name
   Op op;
   std::string label;  // GEMM label, empty for other ops
+  double flops = 0;   // per call, GEMMs only
   double total_ms = 0;
   int64_t calls = 0;
 };
@@ -75,6 +78,37 @@ struct TrainResult {
   std::vector<OpTiming> op_profile;
   std::string checkpoint_path;
   std::string metrics_path;
+};
+
+// The state of a training run that is not about bookkeeping: the corpus, the
+// training and evaluation graphs with their executors, parameters and AdamW moments.
+// train() drives it with metrics, checkpoints and a progress bar; benchmarks call
+// step() directly.
+class TrainingSession {
+ public:
+  // Loads and checks the corpus, builds and compiles both graphs, initializes the
+  // parameters from the model seed.
+  explicit TrainingSession(const TrainOptions& options);
+  ~TrainingSession();
+
+  // One optimizer step: sample batch `step` (0-based), forward, backward, clip, AdamW.
+  // Throws pgq::Error when the loss or gradient norm is not finite (before touching
+  // the parameters).
+  StepRecord step(int64_t step);
+  // Mean loss over the fixed validation batches.
+  double evaluate();
+
+  const Corpus& corpus() const;
+  const TransformerGraph& trainingGraph() const;
+  Executor& executor();
+  // Parameters and moments as named tensors (checkpoint order), and back.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  void loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source);
+  std::vector<std::pair<std::string, TensorType>> stateTypes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Throws pgq::Error for bad inputs (corpus, checkpoint, options) and when the loss
