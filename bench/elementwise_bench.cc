@@ -1,0 +1,218 @@
+// Throughput of the f32 non-GEMM kernels at the sizes of the `small` model (tokens
+// 2048, d 256, d_ff 1024, 4 heads, seq 128, batch 16; attention scores [64*128, 128],
+// byte vocab 256), at 1 and 2 threads (the benchmark argument).
+//
+// Bytes processed count each buffer read or written once per call, so the figure is
+// comparable with memory bandwidth (~24 GB/s single thread, HARDWARE.md); note that
+// most of these buffers (<= 8 MiB) fit in the 32 MiB L3. Times are wall-clock
+// (UseRealTime) because the work runs on OpenMP threads.
+//
+//   build-ew/bench/elementwise_bench --benchmark_min_time=0.2
+#include <omp.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "kernels/elementwise.h"
+#include "kernels/layout.h"
+#include "kernels/norm.h"
+#include "kernels/optim.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+
+namespace pgq::kernels {
+namespace {
+
+constexpr int64_t kTokens = 2048;
+constexpr int64_t kModel = 256;
+constexpr int64_t kFf = 1024;
+constexpr int64_t kVocab = 256;
+constexpr int64_t kBatch = 16, kSeq = 128, kHeads = 4, kHeadDim = 64;
+constexpr int64_t kScoreRows = kBatch * kHeads * kSeq;  // [B*H*T, T] attention scores
+constexpr int64_t kParams = 1600000;
+
+std::vector<float> randomData(int64_t n, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Sets the thread count from the benchmark argument and reports bytes per iteration.
+void setUp(benchmark::State& state) { omp_set_num_threads(static_cast<int>(state.range(0))); }
+void finish(benchmark::State& state, int64_t bytes_per_call) {
+  state.SetBytesProcessed(state.iterations() * bytes_per_call);
+}
+
+constexpr int64_t kF = sizeof(float);
+
+void BM_Gelu(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kFf;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(x.size());
+  for (auto _ : state) unary(UnaryOp::kGelu, x.data(), y.data(), n);
+  finish(state, 2 * n * kF);
+}
+
+void BM_GeluGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kFf;
+  const std::vector<float> x = randomData(n), dy = randomData(n);
+  std::vector<float> dx(x.size());
+  for (auto _ : state) geluGrad(x.data(), dy.data(), dx.data(), n);
+  finish(state, 3 * n * kF);
+}
+
+void BM_RmsNorm(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kModel;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(x.size());
+  for (auto _ : state) rmsNorm(x.data(), y.data(), kTokens, kModel, 1e-5f);
+  finish(state, 2 * n * kF);
+}
+
+void BM_RmsNormGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kModel;
+  const std::vector<float> x = randomData(n), dy = randomData(n);
+  std::vector<float> dx(x.size());
+  for (auto _ : state) rmsNormGrad(x.data(), dy.data(), dx.data(), kTokens, kModel, 1e-5f);
+  finish(state, 3 * n * kF);
+}
+
+void BM_Softmax(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kScoreRows * kSeq;
+  const std::vector<float> x = randomData(n, -8.0f, 8.0f);
+  std::vector<float> y(x.size());
+  for (auto _ : state) softmax(x.data(), y.data(), kScoreRows, kSeq);
+  finish(state, 2 * n * kF);
+}
+
+void BM_SoftmaxGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kScoreRows * kSeq;
+  const std::vector<float> y = randomData(n, 0.0f, 0.02f), dy = randomData(n);
+  std::vector<float> dx(y.size());
+  for (auto _ : state) softmaxGrad(y.data(), dy.data(), dx.data(), kScoreRows, kSeq);
+  finish(state, 3 * n * kF);
+}
+
+void BM_CausalMask(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kScoreRows * kSeq;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(x.size());
+  for (auto _ : state) causalMask(x.data(), y.data(), kBatch * kHeads, kSeq, kSeq, -1e9f);
+  finish(state, 2 * n * kF);
+}
+
+void BM_CrossEntropy(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kVocab;
+  const std::vector<float> x = randomData(n, -5.0f, 5.0f);
+  std::vector<int32_t> t(static_cast<size_t>(kTokens));
+  for (int64_t i = 0; i < kTokens; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(i * 37 % kVocab);
+  for (auto _ : state) benchmark::DoNotOptimize(crossEntropy(x.data(), t.data(), kTokens, kVocab));
+  finish(state, n * kF);
+}
+
+void BM_CrossEntropyGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kVocab;
+  const std::vector<float> x = randomData(n, -5.0f, 5.0f);
+  std::vector<int32_t> t(static_cast<size_t>(kTokens));
+  for (int64_t i = 0; i < kTokens; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(i * 37 % kVocab);
+  std::vector<float> g(x.size());
+  for (auto _ : state) crossEntropyGrad(x.data(), t.data(), 1.0f, g.data(), kTokens, kVocab);
+  finish(state, 2 * n * kF);
+}
+
+void BM_AddRowBroadcast(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kModel;
+  const std::vector<float> a = randomData(n), bias = randomData(kModel);
+  std::vector<float> y(a.size());
+  for (auto _ : state)
+    binary(BinaryOp::kAdd, a.data(), Bcast::kFull, bias.data(), Bcast::kRow, y.data(), kTokens, kModel);
+  finish(state, 2 * n * kF);
+}
+
+void BM_ColumnSum(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kModel;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(kModel);
+  for (auto _ : state) reduce(ReduceOp::kSum, x.data(), y.data(), 1, kTokens, kModel);
+  finish(state, n * kF);
+}
+
+void BM_TransposeHeads(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kBatch * kSeq * kHeads * kHeadDim;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(x.size());
+  const int64_t dims[] = {kBatch, kSeq, kHeads, kHeadDim};
+  const int64_t perm[] = {0, 2, 1, 3};
+  for (auto _ : state) transpose(x.data(), y.data(), dims, perm);
+  finish(state, 2 * n * kF);
+}
+
+// [B*H, T, D] -> [B*H, D, T], e.g. K^T per head.
+void BM_TransposeLastTwo(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kBatch * kHeads * kSeq * kHeadDim;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(x.size());
+  const int64_t dims[] = {kBatch * kHeads, kSeq, kHeadDim};
+  const int64_t perm[] = {0, 2, 1};
+  for (auto _ : state) transpose(x.data(), y.data(), dims, perm);
+  finish(state, 2 * n * kF);
+}
+
+void BM_AdamW(benchmark::State& state) {
+  setUp(state);
+  std::vector<float> p = randomData(kParams), m(kParams, 0.0f), v(kParams, 0.0f);
+  const std::vector<float> g = randomData(kParams);
+  AdamWParams params{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  for (auto _ : state) {
+    adamwUpdate(p.data(), g.data(), m.data(), v.data(), kParams, params, 1.0f);
+    ++params.step;
+  }
+  finish(state, 7 * kParams * kF);  // read param, grad, m, v; write param, m, v
+}
+
+void BM_SumSquares(benchmark::State& state) {
+  setUp(state);
+  const std::vector<float> g = randomData(kParams);
+  for (auto _ : state) benchmark::DoNotOptimize(sumSquares(g.data(), kParams));
+  finish(state, kParams * kF);
+}
+
+#define PGQ_THREADS(bm) BENCHMARK(bm)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond)
+PGQ_THREADS(BM_Gelu);
+PGQ_THREADS(BM_GeluGrad);
+PGQ_THREADS(BM_RmsNorm);
+PGQ_THREADS(BM_RmsNormGrad);
+PGQ_THREADS(BM_Softmax);
+PGQ_THREADS(BM_SoftmaxGrad);
+PGQ_THREADS(BM_CausalMask);
+PGQ_THREADS(BM_CrossEntropy);
+PGQ_THREADS(BM_CrossEntropyGrad);
+PGQ_THREADS(BM_AddRowBroadcast);
+PGQ_THREADS(BM_ColumnSum);
+PGQ_THREADS(BM_TransposeHeads);
+PGQ_THREADS(BM_TransposeLastTwo);
+PGQ_THREADS(BM_AdamW);
+PGQ_THREADS(BM_SumSquares);
+
+}  // namespace
+}  // namespace pgq::kernels
+
+BENCHMARK_MAIN();

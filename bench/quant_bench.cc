@@ -1,0 +1,143 @@
+// Quantizer throughput at 1 and 2 threads (the benchmark argument):
+//   params      computeQuantParams (absmax per channel): 4 bytes read per element
+//   rtn, sr     quantize with round-to-nearest / stochastic rounding: 4 bytes read + 1
+//               written per element (the brief's 15 GB/s per thread counts these 5)
+//   dynamic     quantizeDynamic (params + rtn, fused per row where possible): what one
+//               operand costs per step
+//   stats_rtn, stats_sr   quantStats (params + quantize/dequantize + sums), 4 bytes per
+//               element counted once although it reads the tensor twice
+// on an activation [2048, 1024] (per-row scales), a weight [1024, 1024] (per-column
+// scales) and the small model's activation [2048, 256] (fits in L2+L3). After the usual
+// output, a table gives GB/s per thread and the SR / RTN time ratio.
+//
+//   build-quant/bench/quant_bench --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/quant_stats.h"
+#include "kernels/quantize.h"
+
+namespace pgq::kernels {
+namespace {
+
+struct NamedView {
+  const char* name;
+  OperandView view;
+};
+
+const NamedView kViews[] = {
+    {"act2048x1024", {1, 2048, 1024, true}},
+    {"weight1024x1024", {1, 1024, 1024, false}},
+    {"act2048x256", {1, 2048, 256, true}},
+};
+
+enum class Mode { kParams, kRtn, kSr, kDynamic, kStatsRtn, kStatsSr };
+const char* modeName(Mode mode) {
+  switch (mode) {
+    case Mode::kParams: return "params";
+    case Mode::kRtn: return "rtn";
+    case Mode::kSr: return "sr";
+    case Mode::kDynamic: return "dynamic";
+    case Mode::kStatsRtn: return "stats_rtn";
+    case Mode::kStatsSr: return "stats_sr";
+  }
+  return "?";
+}
+
+void runQuant(benchmark::State& state, OperandView view, Mode mode) {
+  omp_set_num_threads(int(state.range(0)));
+  std::mt19937 gen(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(view.elements());
+  for (float& v : x) v = dist(gen);
+  const bool sr = mode == Mode::kSr || mode == Mode::kStatsSr;
+  const QuantFormat format = perChannelFormat(8, sr ? Rounding::kStochastic : Rounding::kNearest);
+  std::vector<float> params(quantParamCount(view, format));
+  std::vector<int8_t> q(x.size());
+  computeQuantParams(x, view, format, params);
+  uint64_t step = 0;
+  for (auto _ : state) {
+    switch (mode) {
+      case Mode::kParams: computeQuantParams(x, view, format, params); break;
+      case Mode::kRtn:
+      case Mode::kSr: quantize(x, view, format, params, q, {7, step++}); break;
+      case Mode::kDynamic: quantizeDynamic(x, view, format, params, q); break;
+      case Mode::kStatsRtn:
+      case Mode::kStatsSr:
+        benchmark::DoNotOptimize(quantStats(x, view, format, {7, step++}));
+        break;
+    }
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  const bool writes = mode == Mode::kRtn || mode == Mode::kSr || mode == Mode::kDynamic;
+  state.SetBytesProcessed(state.iterations() * view.elements() * (writes ? 5 : 4));
+}
+
+// Prints the usual console output, then GB/s per thread and SR / RTN.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration && run.aggregate_name != "median") continue;
+      // "<view>/<mode>/threads:<t>/real_time"
+      std::string name = run.benchmark_name();
+      size_t a = name.find('/'), b = name.find('/', a + 1), c = name.find('/', b + 1);
+      std::string key = name.substr(0, a) + " " + name.substr(b + 1, c - b - 1);
+      int threads = std::stoi(name.substr(b + 1 + 8, c - b - 9));
+      auto it = run.counters.find("bytes_per_second");
+      if (it == run.counters.end()) continue;
+      gbps_[key][name.substr(a + 1, b - a - 1)] = it->second.value / 1e9 / threads;
+      if (std::find(order_.begin(), order_.end(), key) == order_.end()) order_.push_back(key);
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::printf("\nGB/s per thread\n%-28s %7s %7s %7s %8s %9s %8s %8s\n", "tensor threads",
+                "params", "rtn", "sr", "dynamic", "stats_rtn", "stats_sr", "sr/rtn");
+    for (const std::string& key : order_) {
+      auto& g = gbps_[key];
+      std::printf("%-28s %7.1f %7.1f %7.1f %8.1f %9.1f %8.1f %7.2fx\n", key.c_str(), g["params"],
+                  g["rtn"], g["sr"], g["dynamic"], g["stats_rtn"], g["stats_sr"],
+                  g["sr"] > 0 ? g["rtn"] / g["sr"] : 0.0);
+    }
+  }
+
+ private:
+  std::map<std::string, std::map<std::string, double>> gbps_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace
+}  // namespace pgq::kernels
+
+int main(int argc, char** argv) {
+  using namespace pgq::kernels;
+  for (const NamedView& v : kViews) {
+    for (Mode mode :
+         {Mode::kParams, Mode::kRtn, Mode::kSr, Mode::kDynamic, Mode::kStatsRtn, Mode::kStatsSr}) {
+      std::string name = std::string(v.name) + "/" + modeName(mode);
+      benchmark::RegisterBenchmark(name.c_str(), runQuant, v.view, mode)
+          ->ArgName("threads")
+          ->Arg(1)
+          ->Arg(2)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

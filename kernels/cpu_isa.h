@@ -1,0 +1,31 @@
+#pragma once
+// What the CPU's int8 GEMM can do exactly. Without VNNI, oneDNN's AVX2 int8 GEMM uses
+// vpmaddubsw, which adds two u8 x s8 products into a saturating 16-bit lane: with
+// full-range operands (u8 0..255 times s8 -128..127) results are silently wrong
+// (HARDWARE.md). The sum of two products stays in range when the u8 side is in
+// [0, 127] or the s8 side in [-64, 63], i.e. when one operand has at most 7 bits. With
+// VNNI (vpdpbusd accumulates into 32 bits) or AMX, full 8 x 8 bits are exact.
+#include <string>
+
+namespace pgq::kernels {
+
+struct Int8Caps {
+  bool vnni = false;
+  // oneDNN's name for the ISA it dispatches to, e.g. "avx2", "avx512_core_vnni".
+  std::string isa_name;
+  // The exact bit pairs: each operand may have up to max_bits_one bits, and the narrower
+  // of the two at most max_bits_both (8/8 with VNNI; 8/7 without).
+  int max_bits_one = 8;
+  int max_bits_both = 7;
+
+  // True when an lhs_bits x rhs_bits GEMM cannot saturate on this CPU.
+  bool exact(int lhs_bits, int rhs_bits) const;
+  std::string describe() const;
+};
+
+// Detected once, on first use, from dnnl::get_effective_cpu_isa().
+const Int8Caps& int8Caps();
+// The capabilities of a CPU with or without VNNI (for tests and hardware models).
+Int8Caps int8CapsFor(bool vnni, std::string isa_name);
+
+}  // namespace pgq::kernels

@@ -1,0 +1,206 @@
+#include "kernels/elementwise.h"
+
+#include <cstring>
+
+#include "kernels/kernel_error.h"
+#include "kernels/vec_math.h"
+
+namespace pgq::kernels {
+namespace {
+
+using vec::loadTail;
+using vec::storeTail;
+
+// Elementwise work splits at multiples of 16 floats, so that two threads never write
+// the same 64-byte cache line (unless the buffer itself is misaligned).
+constexpr int64_t kAlign = 16;
+
+template <typename Op>
+void mapUnary(const float* x, float* y, int64_t n, Op op) {
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    // Two vectors per iteration give the out-of-order core two independent chains
+    // of the (latency-bound) exp polynomial.
+    for (; i + 16 <= end; i += 16) {
+      const __m256 r0 = op(_mm256_loadu_ps(x + i));
+      const __m256 r1 = op(_mm256_loadu_ps(x + i + 8));
+      _mm256_storeu_ps(y + i, r0);
+      _mm256_storeu_ps(y + i + 8, r1);
+    }
+    for (; i + 8 <= end; i += 8) _mm256_storeu_ps(y + i, op(_mm256_loadu_ps(x + i)));
+    if (i < end) storeTail(y + i, end - i, op(loadTail(x + i, end - i)));
+  });
+}
+
+template <typename Op>
+void mapBinary(const float* a, const float* b, float* y, int64_t n, Op op) {
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+      const __m256 r0 = op(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+      const __m256 r1 = op(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
+      _mm256_storeu_ps(y + i, r0);
+      _mm256_storeu_ps(y + i + 8, r1);
+    }
+    for (; i + 8 <= end; i += 8)
+      _mm256_storeu_ps(y + i, op(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    if (i < end) storeTail(y + i, end - i, op(loadTail(a + i, end - i), loadTail(b + i, end - i)));
+  });
+}
+
+template <BinaryOp kOp>
+inline __m256 applyBinary(__m256 a, __m256 b) {
+  if constexpr (kOp == BinaryOp::kAdd) return _mm256_add_ps(a, b);
+  if constexpr (kOp == BinaryOp::kSub) return _mm256_sub_ps(a, b);
+  if constexpr (kOp == BinaryOp::kMul) return _mm256_mul_ps(a, b);
+  if constexpr (kOp == BinaryOp::kDiv) return _mm256_div_ps(a, b);
+  if constexpr (kOp == BinaryOp::kMax) {
+    // maxps returns b when either is NaN; put a back where a is NaN.
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+  if constexpr (kOp == BinaryOp::kGe)
+    return _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ), _mm256_set1_ps(1.0f));
+}
+
+// One contiguous run of outputs. A "vector" operand advances with the output, a
+// "scalar" one is p[0] for the whole run.
+template <BinaryOp kOp, bool kAVec, bool kBVec>
+void binaryRun(const float* a, const float* b, float* y, int64_t n) {
+  const __m256 a_s = kAVec ? _mm256_setzero_ps() : _mm256_set1_ps(a[0]);
+  const __m256 b_s = kBVec ? _mm256_setzero_ps() : _mm256_set1_ps(b[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 va = kAVec ? _mm256_loadu_ps(a + i) : a_s;
+    const __m256 vb = kBVec ? _mm256_loadu_ps(b + i) : b_s;
+    _mm256_storeu_ps(y + i, applyBinary<kOp>(va, vb));
+  }
+  if (i < n) {
+    const __m256 va = kAVec ? loadTail(a + i, n - i) : a_s;
+    const __m256 vb = kBVec ? loadTail(b + i, n - i) : b_s;
+    storeTail(y + i, n - i, applyBinary<kOp>(va, vb));
+  }
+}
+
+using RunFn = void (*)(const float*, const float*, float*, int64_t);
+
+template <BinaryOp kOp>
+RunFn pickRun(bool a_vec, bool b_vec) {
+  if (a_vec) return b_vec ? binaryRun<kOp, true, true> : binaryRun<kOp, true, false>;
+  return b_vec ? binaryRun<kOp, false, true> : binaryRun<kOp, false, false>;
+}
+
+RunFn pickRun(BinaryOp op, bool a_vec, bool b_vec) {
+  switch (op) {
+    case BinaryOp::kAdd: return pickRun<BinaryOp::kAdd>(a_vec, b_vec);
+    case BinaryOp::kSub: return pickRun<BinaryOp::kSub>(a_vec, b_vec);
+    case BinaryOp::kMul: return pickRun<BinaryOp::kMul>(a_vec, b_vec);
+    case BinaryOp::kDiv: return pickRun<BinaryOp::kDiv>(a_vec, b_vec);
+    case BinaryOp::kMax: return pickRun<BinaryOp::kMax>(a_vec, b_vec);
+    case BinaryOp::kGe: return pickRun<BinaryOp::kGe>(a_vec, b_vec);
+  }
+  throw KernelError::format("binary: unknown BinaryOp {}", static_cast<int>(op));
+}
+
+// Rewrites a broadcast that is degenerate for this shape into a simpler one (a row of
+// a one-column output is a scalar, ...), so that the common cases become long runs.
+Bcast normalize(Bcast b, int64_t outer, int64_t inner) {
+  if (inner == 1 && b == Bcast::kRow) return Bcast::kScalar;
+  if (inner == 1 && b == Bcast::kCol) return Bcast::kFull;
+  if (outer == 1 && b == Bcast::kCol) return Bcast::kScalar;
+  if (outer == 1 && b == Bcast::kRow) return Bcast::kFull;
+  return b;
+}
+
+// Start of the run at row o, column i, and whether it advances along the run.
+const float* operandAt(const float* p, Bcast b, int64_t o, int64_t i, int64_t inner) {
+  switch (b) {
+    case Bcast::kFull: return p + o * inner + i;
+    case Bcast::kRow: return p + i;
+    case Bcast::kCol: return p + o;
+    case Bcast::kScalar: return p;
+  }
+  return p;
+}
+
+bool advances(Bcast b) { return b == Bcast::kFull || b == Bcast::kRow; }
+
+}  // namespace
+
+void unary(UnaryOp op, const float* x, float* y, int64_t n) {
+  vec::checkSizes("unary", {n});
+  switch (op) {
+    case UnaryOp::kNeg:
+      return mapUnary(x, y, n, [](__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); });
+    case UnaryOp::kExp: return mapUnary(x, y, n, vec::vexp);
+    case UnaryOp::kLog: return mapUnary(x, y, n, vec::vlog);
+    case UnaryOp::kRsqrt:
+      // Not _mm256_rsqrt_ps: its 12-bit estimate (even after a Newton step, ~2 ulp
+      // off) would be the least accurate op of the graph.
+      return mapUnary(x, y, n, [](__m256 v) {
+        return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_sqrt_ps(v));
+      });
+    case UnaryOp::kTanh: return mapUnary(x, y, n, vec::vtanh);
+    case UnaryOp::kRelu:
+      // maxps returns its second operand when one is NaN: NaN propagates like torch.
+      return mapUnary(x, y, n, [](__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); });
+    case UnaryOp::kGelu: return mapUnary(x, y, n, vec::vgelu);
+  }
+  throw KernelError::format("unary: unknown UnaryOp {}", static_cast<int>(op));
+}
+
+void binary(BinaryOp op, const float* a, Bcast a_bcast, const float* b, Bcast b_bcast, float* y,
+            int64_t outer, int64_t inner) {
+  vec::checkSizes("binary", {outer, inner});
+  a_bcast = normalize(a_bcast, outer, inner);
+  b_bcast = normalize(b_bcast, outer, inner);
+  // Without row or column operands the output is one flat run.
+  const auto flat = [](Bcast c) { return c == Bcast::kFull || c == Bcast::kScalar; };
+  if (flat(a_bcast) && flat(b_bcast)) {
+    inner *= outer;
+    outer = outer == 0 ? 0 : 1;
+  }
+  const RunFn run = pickRun(op, advances(a_bcast), advances(b_bcast));
+  // Split the flat output range among threads; each range is walked row segment by
+  // row segment, so long rows and many short rows both balance.
+  vec::parallelRanges(outer * inner, 1, kAlign, [&](int64_t begin, int64_t end) {
+    int64_t o = begin / inner;
+    int64_t i = begin % inner;
+    for (int64_t pos = begin; pos < end; ++o, i = 0) {
+      const int64_t len = std::min(inner - i, end - pos);
+      run(operandAt(a, a_bcast, o, i, inner), operandAt(b, b_bcast, o, i, inner), y + pos, len);
+      pos += len;
+    }
+  });
+}
+
+void geluGrad(const float* x, const float* dy, float* dx, int64_t n) {
+  vec::checkSizes("geluGrad", {n});
+  mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vgeluGrad(xv)); });
+}
+
+void reluGrad(const float* x, const float* dy, float* dx, int64_t n) {
+  vec::checkSizes("reluGrad", {n});
+  mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) {
+    return _mm256_and_ps(g, _mm256_cmp_ps(xv, _mm256_setzero_ps(), _CMP_GT_OQ));
+  });
+}
+
+void fill(float* y, int64_t n, float v) {
+  vec::checkSizes("fill", {n});
+  const __m256 vv = _mm256_set1_ps(v);
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) _mm256_storeu_ps(y + i, vv);
+    if (i < end) storeTail(y + i, end - i, vv);
+  });
+}
+
+void copy(const float* x, float* y, int64_t n) {
+  vec::checkSizes("copy", {n});
+  if (x == y) return;
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) {
+    std::memcpy(y + begin, x + begin, static_cast<size_t>(end - begin) * sizeof(float));
+  });
+}
+
+}  // namespace pgq::kernels

@@ -1,0 +1,81 @@
+#pragma once
+// GEMMs through oneDNN: f32, and int8 with int32 accumulation and rescale to f32.
+//   C = op(A) x op(B)   // [batch,M,K] x [batch,K,N] -> [batch,M,N]
+// Transposed operands are described by strides (no copies). oneDNN primitives are
+// created once per shape and cached (thread-safe); one global CPU engine.
+//
+// int8Gemm is step 3 of a quantized GEMM (quantize.h has steps 1 and 2): A is stored
+// as u8 and B as s8 (quant_format.h: storageOf), each with the params its quantize()
+// used. Per output element it computes
+//   C[m,n] = sum over K segments of  sa[m] * sb[n] * sum_k (qa[m,k] - za[m]) (qb[k,n] - zb[n])
+// where za/zb are the storage zero points (the symmetric lhs offset 2^(bits-1), or the
+// asymmetric zero point) and the segments are the scale blocks of per-block formats
+// (one segment otherwise). Costs on top of oneDNN's s32 GEMM:
+// - the rescale pass over C (s32 -> f32 with row x column scales; oneDNN 2.6 has no
+//   per-row output scale on this CPU);
+// - a constant lhs zero point (every symmetric lhs, asymmetric per-tensor) is oneDNN's
+//   runtime source zero point (~1-3%); per-row lhs zero points and any rhs zero point
+//   are removed on the s32 result with row/column sums of the int8 operands, O(K(M+N))
+//   extra reads and two integer multiply-adds per output;
+// - per-block formats run one oneDNN GEMM per K segment into an s32 scratch and
+//   accumulate in f32: slower (smaller GEMMs, one rescale pass per segment) but exact
+//   per segment.
+//
+// Exactness (cpu_isa.h): int8Gemm throws KernelError for a pair of formats that could
+// saturate on this CPU (8 x 8 bits without VNNI); exactGemmFormats() makes a pair that
+// runs exactly. K is limited so that the int32 sums cannot overflow.
+#include <cstdint>
+#include <span>
+
+#include "kernels/cpu_isa.h"
+#include "kernels/gemm_shape.h"
+#include "kernels/quant_format.h"
+
+namespace pgq::kernels {
+
+// C = op(A) x op(B) in f32. Sizes must be shape.sizeA(), sizeB(), sizeC().
+void gemmF32(const GemmShape& shape, std::span<const float> a, std::span<const float> b,
+             std::span<float> c);
+
+// The largest K whose int32 sums cannot overflow: 255 * 128 * K < 2^31.
+inline constexpr int64_t kMaxInt8GemmK = 65793;
+
+// C = dequantized op(A) x op(B) in f32 (see the header comment). pa/pb are the params
+// buffers computeQuantParams filled for lhsView(shape)/rhsView(shape).
+void int8Gemm(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFormat& fa,
+              std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
+              std::span<const float> pb, std::span<float> c);
+
+// The integer part of int8Gemm, for exactness tests: c[b,m,n] = sum over K of
+// (qa - za)(qb - zb), with zero points from the params (scales are ignored).
+void int8GemmS32(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFormat& fa,
+                 std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
+                 std::span<const float> pb, std::span<int32_t> c);
+
+// Throws KernelError unless an fa x fb int8 GEMM is exact on a CPU with `caps`.
+void checkExactInt8Gemm(const QuantFormat& fa, const QuantFormat& fb,
+                        const Int8Caps& caps = int8Caps());
+
+struct GemmFormats {
+  QuantFormat lhs;
+  QuantFormat rhs;
+};
+
+// Which side to narrow to 7 bits when both want 8 on a CPU without VNNI: the one with
+// the higher SQNR. With independent errors 1/SQNR_C ~ 1/SQNR_A + 1/SQNR_B, and one bit
+// less divides an operand's SQNR by ~4, so narrowing A costs 3/SQNR_A and narrowing B
+// 3/SQNR_B: narrow the side whose SQNR is higher. Ties narrow the rhs.
+GemmSide narrowSideBySqnr(double sqnr_lhs, double sqnr_rhs);
+
+// The formats nearest to (lhs, rhs) that run exactly: unchanged when they already do,
+// otherwise the `narrow` side drops to caps.max_bits_both bits (and any side above
+// caps.max_bits_one drops to that).
+GemmFormats exactGemmFormats(QuantFormat lhs, QuantFormat rhs, GemmSide narrow,
+                             const Int8Caps& caps = int8Caps());
+
+// Per-channel formats of `bits` bits that run exactly, e.g. on this CPU with bits = 8
+// and narrow = kRhs: lhs int8:channel, rhs int7:channel.
+GemmFormats defaultGemmFormats(int bits, Rounding lhs_rounding, Rounding rhs_rounding,
+                               GemmSide narrow, const Int8Caps& caps = int8Caps());
+
+}  // namespace pgq::kernels

@@ -1,0 +1,210 @@
+#include "kernels/quant_stats.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/quant_core.h"
+
+namespace pgq::kernels {
+namespace {
+
+struct Partial {
+  double signal = 0.0;
+  double noise = 0.0;
+  int64_t finite = 0;
+  int64_t nan = 0;
+  int64_t inf = 0;
+  int64_t zeros = 0;
+  int64_t underflow = 0;
+  int64_t clipped = 0;
+  float absmax = 0.0f;
+};
+
+int64_t sumLanes(__m256i v) {
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+  int64_t total = 0;
+  for (int32_t lane : lanes) total += lane;
+  return total;
+}
+
+double sumLanes(__m256d v) {
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, v);
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+// Accumulates one work unit. Counters are 32-bit lanes (a unit has at most
+// QuantPlan::kUnitElements elements); masks are all-ones lanes, so subtracting one
+// counts it. Squares are summed in float over each block of 32 elements and the block
+// sums in double (kWide = false); a unit whose float sums overflow (|x| > ~1e19) is
+// summed again entirely in double (kWide = true).
+template <bool kWide>
+struct StatsSink {
+  __m256d signal = _mm256_setzero_pd();
+  __m256d noise = _mm256_setzero_pd();
+  __m256i finite = _mm256_setzero_si256();
+  __m256i nan = _mm256_setzero_si256();
+  __m256i zeros = _mm256_setzero_si256();
+  __m256i underflow = _mm256_setzero_si256();
+  __m256i clipped = _mm256_setzero_si256();
+  __m256 absmax = _mm256_setzero_ps();
+  int64_t real = 0;
+  __m256 lo_edge;
+  __m256 hi_edge;
+
+  StatsSink(int lo, int hi)
+      : lo_edge(_mm256_set1_ps(float(lo) - 0.5f)), hi_edge(_mm256_set1_ps(float(hi) + 0.5f)) {}
+
+  static void count(__m256i& counter, __m256 mask) {
+    counter = _mm256_sub_epi32(counter, _mm256_castps_si256(mask));
+  }
+
+  static void addSquares(__m256d& sum, __m256 v) {
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    sum = _mm256_fmadd_pd(lo, lo, _mm256_fmadd_pd(hi, hi, sum));
+  }
+
+  static void addBlock(__m256d& sum, __m256 v) {
+    sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                                           _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
+  }
+
+  void operator()(int64_t, const detail::Lanes& l, int valid) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 zero = _mm256_setzero_ps();
+    const bool full = valid == 32;
+    real += valid;
+    __m256 block_signal = zero;
+    __m256 block_noise = zero;
+    for (int k = 0; k < 4; ++k) {
+      const __m256 x = l.x[k];
+      const __m256 ax = _mm256_and_ps(x, abs_mask);
+      // Padding lanes hold x = 0: only the finite and zero masks need the lane mask,
+      // everything else is gated by `fin` or is 0 there.
+      __m256 fin = _mm256_cmp_ps(ax, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ);
+      __m256 is_zero = _mm256_cmp_ps(x, zero, _CMP_EQ_OQ);
+      if (!full) {
+        const __m256 lane = detail::validMask(valid, k);
+        fin = _mm256_and_ps(fin, lane);
+        is_zero = _mm256_and_ps(is_zero, lane);
+      }
+      count(finite, fin);
+      count(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      count(zeros, is_zero);
+      // Q(x) = 0 exactly when the grid integer equals the zero point.
+      const __m256 on_zero = _mm256_cmp_ps(l.t[k], l.add[k], _CMP_EQ_OQ);
+      count(underflow, _mm256_and_ps(_mm256_andnot_ps(is_zero, fin), on_zero));
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(x, l.inv[k]), l.add[k]);
+      const __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, hi_edge, _CMP_GT_OQ),
+                                      _mm256_cmp_ps(v, lo_edge, _CMP_LT_OQ));
+      count(clipped, _mm256_and_ps(out, fin));
+      absmax = _mm256_max_ps(absmax, _mm256_and_ps(ax, fin));
+      const __m256 xf = _mm256_and_ps(x, fin);
+      const __m256 deq = _mm256_mul_ps(_mm256_sub_ps(l.t[k], l.add[k]), l.scale[k]);
+      const __m256 err = _mm256_and_ps(_mm256_sub_ps(deq, x), fin);
+      if constexpr (kWide) {
+        addSquares(signal, xf);
+        addSquares(noise, err);
+      } else {
+        block_signal = _mm256_fmadd_ps(xf, xf, block_signal);
+        block_noise = _mm256_fmadd_ps(err, err, block_noise);
+      }
+    }
+    if constexpr (!kWide) {
+      addBlock(signal, block_signal);
+      addBlock(noise, block_noise);
+    }
+  }
+
+  Partial result() const {
+    Partial p;
+    p.signal = sumLanes(signal);
+    p.noise = sumLanes(noise);
+    p.finite = sumLanes(finite);
+    p.nan = sumLanes(nan);
+    p.inf = real - p.finite - p.nan;
+    p.zeros = sumLanes(zeros);
+    p.underflow = sumLanes(underflow);
+    p.clipped = sumLanes(clipped);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, absmax);
+    for (float lane : lanes) p.absmax = std::max(p.absmax, lane);
+    return p;
+  }
+};
+
+template <bool kWide>
+Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x, bool stochastic,
+                  SrStream sr) {
+  detail::SrState sr_state(sr);
+  StatsSink<kWide> sink(plan.lo(), plan.hi());
+  plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
+    detail::processRunAny(stochastic, per_elem, x + index, index, len, p, plan.lo(), plan.hi(),
+                          &sr_state, sink);
+  });
+  return sink.result();
+}
+
+}  // namespace
+
+double sqnrDb(double sqnr) { return 10.0 * std::log10(sqnr); }
+
+QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& view,
+                                const QuantFormat& format, std::span<const float> params,
+                                SrStream sr) {
+  detail::checkQuantArgs("quantStats", int64_t(x.size()), view, format, int64_t(params.size()));
+  detail::QuantPlan plan(view, format, params, 0);
+  const bool stochastic = format.rounding == Rounding::kStochastic;
+  std::vector<Partial> partials(plan.units());
+#pragma omp parallel for schedule(static)
+  for (int64_t unit = 0; unit < plan.units(); ++unit) {
+    Partial p = unitStats<false>(plan, unit, x.data(), stochastic, sr);
+    if (!std::isfinite(p.signal) || !std::isfinite(p.noise)) {
+      p = unitStats<true>(plan, unit, x.data(), stochastic, sr);
+    }
+    partials[unit] = p;
+  }
+  Partial total;
+  for (const Partial& p : partials) {
+    total.signal += p.signal;
+    total.noise += p.noise;
+    total.finite += p.finite;
+    total.nan += p.nan;
+    total.inf += p.inf;
+    total.zeros += p.zeros;
+    total.underflow += p.underflow;
+    total.clipped += p.clipped;
+    total.absmax = std::max(total.absmax, p.absmax);
+  }
+  QuantStats stats;
+  stats.count = view.elements();
+  stats.finite_count = total.finite;
+  stats.nan_count = total.nan;
+  stats.inf_count = total.inf;
+  stats.absmax = total.absmax;
+  if (total.finite > 0) {
+    const double n = double(total.finite);
+    stats.mean_square = total.signal / n;
+    stats.mse = total.noise / n;
+    stats.zero_fraction = double(total.zeros) / n;
+    stats.underflow_fraction = double(total.underflow) / n;
+    stats.clipped_fraction = double(total.clipped) / n;
+  }
+  // noise is a sum of squares: 0, positive, or +inf (never NaN: every term is finite or
+  // +inf). signal / noise is then finite, +inf or 0, and the cap handles +inf.
+  stats.sqnr = total.noise > 0.0 ? std::min(total.signal / total.noise, kSqnrCap) : kSqnrCap;
+  return stats;
+}
+
+QuantStats quantStats(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                      SrStream sr) {
+  view.validate();
+  format.validate();
+  std::vector<float> params(quantParamCount(view, format));
+  computeQuantParams(x, view, format, params);
+  return quantStatsWithParams(x, view, format, params, sr);
+}
+
+}  // namespace pgq::kernels

@@ -1,0 +1,60 @@
+#pragma once
+// Statistics of a tensor under a quantization format, for the profiler: the tensor is
+// quantized with exactly the arithmetic of computeQuantParams() + quantize() (same
+// functions, rounding, clipping and Philox stream) and dequantized, and one more pass
+// accumulates the sums below. Two passes over the data (scales, then quantize + sums);
+// clipping formats add the clip search of computeQuantParams(). Sums are accumulated in
+// double per fixed work unit and combined in unit order: the result does not depend on
+// the thread count.
+//
+// Definitions (over the finite elements unless said otherwise):
+//   mean_square  E[x^2]                      mse        E[(Q(x) - x)^2]
+//   sqnr         mean_square / mse, a ratio (not dB), capped at kSqnrCap
+//   zero_fraction       fraction with x == 0
+//   underflow_fraction  fraction with x != 0 whose quantized value is 0
+//   clipped_fraction    fraction beyond the grid by more than half a step (saturated)
+//   nan_count, inf_count   over all elements; NaN/Inf take no part in anything else
+// Edge cases: when the error is exactly 0 (an all-zero tensor, a tensor with no finite
+// element, or values that all land on the grid) sqnr is kSqnrCap, never 0/0. A constant
+// tensor lands on the grid up to float rounding, so its sqnr is huge and capped. sqnr is
+// never NaN.
+#include <cstdint>
+#include <span>
+
+#include "kernels/gemm_shape.h"
+#include "kernels/quant_format.h"
+#include "kernels/quantize.h"
+
+namespace pgq::kernels {
+
+// The SQNR reported when the quantization error is 0 or tiny: 1e12 (120 dB), far above
+// any 2..8-bit format (~1e5 at 8 bits) and finite so averages over steps stay finite.
+inline constexpr double kSqnrCap = 1e12;
+
+struct QuantStats {
+  int64_t count = 0;
+  int64_t finite_count = 0;
+  int64_t nan_count = 0;
+  int64_t inf_count = 0;
+  double absmax = 0.0;
+  double mean_square = 0.0;
+  double mse = 0.0;
+  double sqnr = kSqnrCap;
+  double zero_fraction = 0.0;
+  double underflow_fraction = 0.0;
+  double clipped_fraction = 0.0;
+};
+
+// Statistics of x quantized in `format` with scales computed from x itself.
+QuantStats quantStats(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                      SrStream sr = {});
+// Statistics of x quantized with given params (e.g. the ones a GEMM really used).
+QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& view,
+                                const QuantFormat& format, std::span<const float> params,
+                                SrStream sr = {});
+
+// 10 log10(sqnr).
+double sqnrDb(double sqnr);
+inline double sqnrDb(const QuantStats& stats) { return sqnrDb(stats.sqnr); }
+
+}  // namespace pgq::kernels

@@ -1,0 +1,458 @@
+#include "kernels/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+
+#include "kernels/kernel_error.h"
+#include "kernels/quant_clip.h"
+#include "kernels/quant_core.h"
+
+namespace pgq::kernels {
+namespace detail {
+
+GroupParams paramsFromRange(double lo, double hi, const QuantFormat& format) {
+  lo = std::min(lo, 0.0);
+  hi = std::max(hi, 0.0);
+  GroupParams p;
+  if (!format.asymmetric) {
+    double qmax = double((1 << (format.bits - 1)) - 1);
+    p.scale = float(std::max(std::max(-lo, hi) / qmax, double(kMinScale)));
+    return p;
+  }
+  double levels = double((1 << format.bits) - 1);
+  p.scale = float(std::max((hi - lo) / levels, double(kMinScale)));
+  p.zero_point = float(std::clamp(std::nearbyint(-lo / double(p.scale)), 0.0, levels));
+  return p;
+}
+
+void checkParamValues(const char* what, const QuantFormat& format, std::span<const float> params,
+                      int64_t groups) {
+  const QuantGrid grid = gridOf(format);
+  for (int64_t g = 0; g < groups; ++g) {
+    const float scale = params[g];
+    if (!(scale >= kMinScale && scale <= std::numeric_limits<float>::max())) {
+      throw KernelError::format(
+          "{}: scale params[{}] = {} is not a finite number >= kMinScale (were the params "
+          "computed for format {}?)",
+          what, g, scale, format.toString());
+    }
+    if (format.asymmetric) {
+      const float zero_point = params[groups + g];
+      if (!(zero_point >= float(grid.lo) && zero_point <= float(grid.hi)) ||
+          zero_point != std::nearbyint(zero_point)) {
+        throw KernelError::format("{}: zero point params[{}] = {} is not an integer in [{}, {}]",
+                                  what, groups + g, zero_point, grid.lo, grid.hi);
+      }
+    }
+  }
+}
+
+void checkQuantArgs(const char* what, int64_t x_size, const OperandView& view,
+                    const QuantFormat& format, int64_t params_size) {
+  view.validate();
+  format.validate();
+  if (x_size != view.elements()) {
+    throw KernelError::format("{}: buffer has {} elements, the view {}x{}x{} needs {}", what,
+                              x_size, view.batch, view.rows, view.cols, view.elements());
+  }
+  int64_t expected = quantParamCount(view, format);
+  if (params_size != expected) {
+    throw KernelError::format(
+        "{}: params buffer has {} floats, format {} on view {}x{}x{} "
+        "needs {}",
+        what, params_size, format.toString(), view.batch, view.rows, view.cols, expected);
+  }
+}
+
+QuantPlan::QuantPlan(const OperandView& view, const QuantFormat& format,
+                     std::span<const float> params, int storage_offset)
+    : view_(view), format_(format), blocks_(blockCount(view, format)) {
+  QuantGrid grid = gridOf(format);
+  lo_ = grid.lo + storage_offset;
+  hi_ = grid.hi + storage_offset;
+  const int64_t groups = quantGroupCount(view, format);
+  inv_.resize(groups);
+  add_.resize(groups);
+  scale_.resize(groups);
+  // Per-column groups of a view with K along the rows are walked [batch][block][column].
+  const bool transpose = !view.contract_along_cols && format.granularity == Granularity::kPerBlock;
+  checkParamValues("quantize", format, params, groups);
+  for (int64_t g = 0; g < groups; ++g) {
+    const float scale = params[g];
+    const float zero_point = format.asymmetric ? params[groups + g] : 0.0f;
+    int64_t slot = g;
+    if (transpose) {
+      int64_t j = g % blocks_;
+      int64_t bc = g / blocks_;
+      slot = ((bc / view.cols) * blocks_ + j) * view.cols + bc % view.cols;
+    }
+    inv_[slot] = 1.0f / scale;
+    add_[slot] = zero_point + float(storage_offset);
+    scale_[slot] = scale;
+  }
+  const int64_t rows = view.batch * view.rows;
+  if (view.cols >= kUnitElements) {
+    col_chunk_ = kUnitElements;
+    chunks_per_row_ = (view.cols + kUnitElements - 1) / kUnitElements;
+    units_ = rows * chunks_per_row_;
+  } else {
+    rows_per_unit_ = kUnitElements / view.cols;
+    units_ = (rows + rows_per_unit_ - 1) / rows_per_unit_;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+float horizontalMin(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_min_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+float horizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// Range of the finite values of x[0, n), folded into [mn, mx] (callers start at 0, so
+// the range always contains 0).
+void finiteRange(const float* x, int64_t n, float& mn, float& mx) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 fmax = _mm256_set1_ps(FLT_MAX);
+  __m256 vmn[4], vmx[4];
+  for (int k = 0; k < 4; ++k) vmn[k] = vmx[k] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      __m256 v = _mm256_loadu_ps(x + i + 8 * k);
+      v = _mm256_and_ps(v, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), fmax, _CMP_LE_OQ));
+      vmn[k] = _mm256_min_ps(vmn[k], v);
+      vmx[k] = _mm256_max_ps(vmx[k], v);
+    }
+  }
+  // Horizontal reduction in registers: this runs once per row or block, so it must be
+  // cheap next to a 256-element row.
+  float lmn =
+      horizontalMin(_mm256_min_ps(_mm256_min_ps(vmn[0], vmn[1]), _mm256_min_ps(vmn[2], vmn[3])));
+  float lmx =
+      horizontalMax(_mm256_max_ps(_mm256_max_ps(vmx[0], vmx[1]), _mm256_max_ps(vmx[2], vmx[3])));
+  for (; i < n; ++i) {
+    if (std::isfinite(x[i])) {
+      lmn = std::min(lmn, x[i]);
+      lmx = std::max(lmx, x[i]);
+    }
+  }
+  mn = std::min(mn, lmn);
+  mx = std::max(mx, lmx);
+}
+
+// Folds rows x[r * stride + c] (r < rows, c < n) into per-column ranges mn[0, n),
+// mx[0, n). Four rows share one load and store of the accumulators.
+void foldColumns(const float* x, int64_t rows, int64_t stride, int64_t n, float* mn, float* mx) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 fmax = _mm256_set1_ps(FLT_MAX);
+  auto finite = [&](__m256 v) {
+    return _mm256_and_ps(v, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), fmax, _CMP_LE_OQ));
+  };
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* row = x + r * stride;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v0 = finite(_mm256_loadu_ps(row + i));
+      __m256 v1 = finite(_mm256_loadu_ps(row + stride + i));
+      __m256 v2 = finite(_mm256_loadu_ps(row + 2 * stride + i));
+      __m256 v3 = finite(_mm256_loadu_ps(row + 3 * stride + i));
+      __m256 lo = _mm256_min_ps(_mm256_min_ps(v0, v1), _mm256_min_ps(v2, v3));
+      __m256 hi = _mm256_max_ps(_mm256_max_ps(v0, v1), _mm256_max_ps(v2, v3));
+      _mm256_storeu_ps(mn + i, _mm256_min_ps(_mm256_loadu_ps(mn + i), lo));
+      _mm256_storeu_ps(mx + i, _mm256_max_ps(_mm256_loadu_ps(mx + i), hi));
+    }
+    for (; i < n; ++i) {
+      for (int64_t k = 0; k < 4; ++k) {
+        float v = row[k * stride + i];
+        if (std::isfinite(v)) {
+          mn[i] = std::min(mn[i], v);
+          mx[i] = std::max(mx[i], v);
+        }
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* row = x + r * stride;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = finite(_mm256_loadu_ps(row + i));
+      _mm256_storeu_ps(mn + i, _mm256_min_ps(_mm256_loadu_ps(mn + i), v));
+      _mm256_storeu_ps(mx + i, _mm256_max_ps(_mm256_loadu_ps(mx + i), v));
+    }
+    for (; i < n; ++i) {
+      if (std::isfinite(row[i])) {
+        mn[i] = std::min(mn[i], row[i]);
+        mx[i] = std::max(mx[i], row[i]);
+      }
+    }
+  }
+}
+
+// Per-group ranges [mn[g], mx[g]] of the finite values (group order of quant_format.h).
+void groupRanges(const float* x, const OperandView& view, const QuantFormat& format,
+                 std::vector<float>& mn, std::vector<float>& mx) {
+  const int64_t groups = quantGroupCount(view, format);
+  const int64_t blocks = blockCount(view, format);
+  mn.assign(groups, 0.0f);
+  mx.assign(groups, 0.0f);
+  const int64_t rows = view.batch * view.rows;
+  const int64_t cols = view.cols;
+  if (format.granularity == Granularity::kPerTensor) {
+    float tmn = 0.0f, tmx = 0.0f;
+#pragma omp parallel for schedule(static) reduction(min : tmn) reduction(max : tmx)
+    for (int64_t r = 0; r < rows; ++r) finiteRange(x + r * cols, cols, tmn, tmx);
+    mn[0] = tmn;
+    mx[0] = tmx;
+  } else if (view.contract_along_cols) {
+    // One row is one channel; per-block splits it along the columns.
+    const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : cols;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < blocks; ++j) {
+        int64_t c0 = j * block;
+        finiteRange(x + r * cols + c0, std::min(cols, c0 + block) - c0, mn[r * blocks + j],
+                    mx[r * blocks + j]);
+      }
+    }
+  } else {
+    // One column is one channel: each work item folds all rows of a column chunk,
+    // restarting at every block of rows.
+    constexpr int64_t kColChunk = 128;
+    const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : view.rows;
+    const int64_t chunks = (cols + kColChunk - 1) / kColChunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t item = 0; item < view.batch * chunks; ++item) {
+      const int64_t b = item / chunks;
+      const int64_t c0 = (item % chunks) * kColChunk;
+      const int64_t n = std::min(cols, c0 + kColChunk) - c0;
+      float cmn[kColChunk], cmx[kColChunk];
+      for (int64_t j = 0; j < blocks; ++j) {
+        std::fill(cmn, cmn + n, 0.0f);
+        std::fill(cmx, cmx + n, 0.0f);
+        const int64_t r0 = j * block;
+        const int64_t r1 = std::min(view.rows, r0 + block);
+        foldColumns(x + (b * view.rows + r0) * cols + c0, r1 - r0, cols, n, cmn, cmx);
+        for (int64_t c = 0; c < n; ++c) {
+          int64_t g = (b * cols + c0 + c) * blocks + j;
+          mn[g] = cmn[c];
+          mx[g] = cmx[c];
+        }
+      }
+    }
+  }
+}
+
+// Appends the finite values of group g to `out`.
+void gatherGroup(const float* x, const OperandView& view, const QuantFormat& format, int64_t g,
+                 std::vector<float>& out) {
+  out.clear();
+  auto take = [&](float v) {
+    if (std::isfinite(v)) out.push_back(v);
+  };
+  const int64_t cols = view.cols;
+  if (format.granularity == Granularity::kPerTensor) {
+    for (int64_t i = 0; i < view.elements(); ++i) take(x[i]);
+    return;
+  }
+  const int64_t blocks = blockCount(view, format);
+  const int64_t j = g % blocks;
+  const int64_t channel = g / blocks;  // b * channels + c
+  const int64_t block =
+      format.granularity == Granularity::kPerBlock ? format.block : view.contractLength();
+  const int64_t k0 = j * block;
+  const int64_t k1 = std::min(view.contractLength(), k0 + block);
+  if (view.contract_along_cols) {
+    for (int64_t c = k0; c < k1; ++c) take(x[channel * cols + c]);
+  } else {
+    const int64_t b = channel / cols;
+    const int64_t c = channel % cols;
+    for (int64_t r = k0; r < k1; ++r) take(x[(b * view.rows + r) * cols + c]);
+  }
+}
+
+// Writes one byte per element of a run: stored integers, packed 32 at a time.
+template <typename T>
+struct StoreSink {
+  T* out;
+  void operator()(int64_t index, const detail::Lanes& l, int valid) {
+    __m256i p01 = _mm256_packs_epi32(_mm256_cvttps_epi32(l.t[0]), _mm256_cvttps_epi32(l.t[1]));
+    __m256i p23 = _mm256_packs_epi32(_mm256_cvttps_epi32(l.t[2]), _mm256_cvttps_epi32(l.t[3]));
+    __m256i bytes =
+        std::is_same_v<T, uint8_t> ? _mm256_packus_epi16(p01, p23) : _mm256_packs_epi16(p01, p23);
+    // The packs work per 128-bit lane; this restores element order.
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (valid == 32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + index), bytes);
+    } else {
+      alignas(32) T tmp[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), bytes);
+      std::memcpy(out + index, tmp, size_t(valid));
+    }
+  }
+};
+
+template <typename T>
+void quantizeInto(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                  std::span<const float> params, std::span<T> out, SrStream sr, GemmSide side) {
+  detail::checkQuantArgs("quantize", int64_t(x.size()), view, format, int64_t(params.size()));
+  if (int64_t(out.size()) != view.elements()) {
+    throw KernelError::format("quantize: output has {} elements, the view needs {}", out.size(),
+                              view.elements());
+  }
+  detail::QuantPlan plan(view, format, params, storageOffset(format, side));
+  const bool stochastic = format.rounding == Rounding::kStochastic;
+#pragma omp parallel for schedule(static)
+  for (int64_t unit = 0; unit < plan.units(); ++unit) {
+    detail::SrState sr_state(sr);
+    StoreSink<T> sink{out.data()};
+    plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
+      detail::processRunAny(stochastic, per_elem, x.data() + index, index, len, p, plan.lo(),
+                            plan.hi(), &sr_state, sink);
+    });
+  }
+}
+
+template <typename T>
+void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
+                         const QuantFormat& format, std::span<float> params, std::span<T> out,
+                         SrStream sr, GemmSide side) {
+  detail::checkQuantArgs("quantizeDynamic", int64_t(x.size()), view, format,
+                         int64_t(params.size()));
+  const bool fused = view.contract_along_cols && format.granularity != Granularity::kPerTensor &&
+                     format.clipping == Clipping::kNone;
+  if (!fused) {
+    computeQuantParams(x, view, format, params);
+    quantizeInto(x, view, format, std::span<const float>(params), out, sr, side);
+    return;
+  }
+  if (int64_t(out.size()) != view.elements()) {
+    throw KernelError::format("quantizeDynamic: output has {} elements, the view needs {}",
+                              out.size(), view.elements());
+  }
+  const int64_t rows = view.batch * view.rows;
+  const int64_t cols = view.cols;
+  const int64_t blocks = blockCount(view, format);
+  const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : cols;
+  const int64_t groups = quantGroupCount(view, format);
+  const int offset = storageOffset(format, side);
+  const QuantGrid grid = gridOf(format);
+  const bool stochastic = format.rounding == Rounding::kStochastic;
+#pragma omp parallel
+  {
+    // Each thread walks its rows in increasing index order, as the Philox buffer wants.
+    detail::SrState sr_state(sr);
+    StoreSink<T> sink{out.data()};
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < blocks; ++j) {
+        const int64_t index = r * cols + j * block;
+        const int64_t len = std::min(cols, (j + 1) * block) - j * block;
+        float mn = 0.0f, mx = 0.0f;
+        finiteRange(x.data() + index, len, mn, mx);
+        const detail::GroupParams p = detail::paramsFromRange(mn, mx, format);
+        params[r * blocks + j] = p.scale;
+        if (format.asymmetric) params[groups + r * blocks + j] = p.zero_point;
+        // The same per-group constants QuantPlan derives from params.
+        const float inv = 1.0f / p.scale;
+        const float add = p.zero_point + float(offset);
+        const float scale = p.scale;
+        detail::processRunAny(stochastic, false, x.data() + index, index, len,
+                              detail::RunParams{&inv, &add, &scale}, grid.lo + offset,
+                              grid.hi + offset, &sr_state, sink);
+      }
+    }
+  }
+}
+
+template <typename T>
+void dequantizeFrom(std::span<const T> q, const OperandView& view, const QuantFormat& format,
+                    std::span<const float> params, std::span<float> out, GemmSide side) {
+  detail::checkQuantArgs("dequantize", int64_t(q.size()), view, format, int64_t(params.size()));
+  if (int64_t(out.size()) != view.elements()) {
+    throw KernelError::format("dequantize: output has {} elements, the view needs {}", out.size(),
+                              view.elements());
+  }
+  detail::QuantPlan plan(view, format, params, storageOffset(format, side));
+#pragma omp parallel for schedule(static)
+  for (int64_t unit = 0; unit < plan.units(); ++unit) {
+    plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
+      const int64_t step = per_elem ? 1 : 0;
+      for (int64_t i = 0; i < len; ++i) {
+        out[index + i] = p.scale[i * step] * (float(q[index + i]) - p.add[i * step]);
+      }
+    });
+  }
+}
+
+}  // namespace
+
+void computeQuantParams(std::span<const float> x, const OperandView& view,
+                        const QuantFormat& format, std::span<float> params) {
+  detail::checkQuantArgs("computeQuantParams", int64_t(x.size()), view, format,
+                         int64_t(params.size()));
+  std::vector<float> mn, mx;
+  groupRanges(x.data(), view, format, mn, mx);
+  const int64_t groups = int64_t(mn.size());
+  const bool clip = format.clipping != Clipping::kNone;
+#pragma omp parallel if (clip && groups > 1)
+  {
+    std::vector<float> values;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t g = 0; g < groups; ++g) {
+      double lo = mn[g];
+      double hi = mx[g];
+      if (clip) {
+        gatherGroup(x.data(), view, format, g, values);
+        std::tie(lo, hi) = clipRange(values, lo, hi, format);
+      }
+      detail::GroupParams p = detail::paramsFromRange(lo, hi, format);
+      params[g] = p.scale;
+      if (format.asymmetric) params[groups + g] = p.zero_point;
+    }
+  }
+}
+
+void quantize(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+              std::span<const float> params, std::span<uint8_t> out, SrStream sr) {
+  quantizeInto(x, view, format, params, out, sr, GemmSide::kLhs);
+}
+
+void quantize(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+              std::span<const float> params, std::span<int8_t> out, SrStream sr) {
+  quantizeInto(x, view, format, params, out, sr, GemmSide::kRhs);
+}
+
+void quantizeDynamic(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                     std::span<float> params, std::span<uint8_t> out, SrStream sr) {
+  quantizeDynamicInto(x, view, format, params, out, sr, GemmSide::kLhs);
+}
+
+void quantizeDynamic(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                     std::span<float> params, std::span<int8_t> out, SrStream sr) {
+  quantizeDynamicInto(x, view, format, params, out, sr, GemmSide::kRhs);
+}
+
+void dequantize(std::span<const uint8_t> q, const OperandView& view, const QuantFormat& format,
+                std::span<const float> params, std::span<float> out) {
+  dequantizeFrom(q, view, format, params, out, GemmSide::kLhs);
+}
+
+void dequantize(std::span<const int8_t> q, const OperandView& view, const QuantFormat& format,
+                std::span<const float> params, std::span<float> out) {
+  dequantizeFrom(q, view, format, params, out, GemmSide::kRhs);
+}
+
+}  // namespace pgq::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Reduction of the middle dim of a row-major [outer, mid, inner] f32 buffer to
+// [outer, inner]. The executor maps any set of contiguous reduced axes onto this form.
+//
+// Two shapes are the hot ones and both are streaming: inner == 1 (a row reduce, e.g.
+// per-token statistics) and outer == 1 (a column reduce, e.g. summing a [tokens, d]
+// bias gradient over tokens). Sums fold f32 partials of 16 terms into f64. Each output
+// is always accumulated in the same order, so results are identical for any thread
+// count.
+#include <cstdint>
+
+namespace pgq::kernels {
+
+enum class ReduceOp {
+  kSum,
+  kMax,   // NaN if any input is NaN (like torch.amax); -inf when mid == 0
+  kMean,  // NaN when mid == 0
+};
+
+void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, int64_t inner);
+
+}  // namespace pgq::kernels

@@ -1,0 +1,363 @@
+#include "kernels/elementwise.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_error.h"
+#include "tests/kernels/f32_test_util.h"
+
+namespace pgq::kernels {
+namespace {
+
+using testing::Guarded;
+using testing::kAwkwardSizes;
+using testing::kThreadCounts;
+using testing::maxRelError;
+using testing::randomVector;
+using testing::ThreadCount;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// 0.5 x (1 + tanh(u)) written as x / (1 + exp(-2u)): the same function, but without
+// the cancellation that makes torch's form inaccurate below x ~ -5 even in f64.
+double geluRef(double x) {
+  const double beta = std::sqrt(2.0 / M_PI);
+  return x / (1.0 + std::exp(-2.0 * beta * (x + 0.044715 * x * x * x)));
+}
+
+// torch's tanh-gelu backward formula, in f64.
+double geluGradRef(double x) {
+  const double beta = std::sqrt(2.0 / M_PI);
+  const double kappa = 0.044715;
+  const double t = std::tanh(beta * (x + kappa * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * x * x);
+}
+
+struct UnaryCase {
+  UnaryOp op;
+  const char* name;
+  float lo, hi;  // input range
+  double (*ref)(double);
+  double rel_tol;  // relative error bound, |err| <= rel_tol * (|ref| + floor)
+  double floor;
+};
+
+const UnaryCase kUnaryCases[] = {
+    {UnaryOp::kNeg, "neg", -5.0f, 5.0f, [](double x) { return -x; }, 0.0, 1e-30},
+    {UnaryOp::kExp, "exp", -80.0f, 80.0f, [](double x) { return std::exp(x); }, 2.5e-7, 0.0},
+    {UnaryOp::kLog, "log", 1e-6f, 1e4f, [](double x) { return std::log(x); }, 2.5e-7, 0.0},
+    {UnaryOp::kRsqrt, "rsqrt", 1e-6f, 1e6f, [](double x) { return 1.0 / std::sqrt(x); }, 1.5e-7, 0.0},
+    {UnaryOp::kTanh, "tanh", -10.0f, 10.0f, [](double x) { return std::tanh(x); }, 3.5e-7, 0.0},
+    {UnaryOp::kRelu, "relu", -3.0f, 3.0f, [](double x) { return x > 0 ? x : 0.0; }, 0.0, 1e-30},
+    // The relative error grows with the exponent (~20 ulp at x = -5, where gelu is
+    // -3e-6); below that the values are tiny and only their absolute error matters.
+    {UnaryOp::kGelu, "gelu", -8.0f, 8.0f, geluRef, 4e-6, 1e-10},
+};
+
+TEST(UnaryTest, MatchesF64ReferenceOnAwkwardSizesAndThreads) {
+  for (const UnaryCase& c : kUnaryCases) {
+    for (int threads : kThreadCounts) {
+      ThreadCount tc(threads);
+      for (int64_t n : kAwkwardSizes) {
+        const std::vector<float> x = randomVector(n, 17 + static_cast<uint32_t>(n), c.lo, c.hi);
+        Guarded y(n);
+        unary(c.op, x.data(), y.data(), n);
+        std::vector<double> ref(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) ref[static_cast<size_t>(i)] = c.ref(x[static_cast<size_t>(i)]);
+        EXPECT_LE(maxRelError(y.data(), ref, c.floor), c.rel_tol) << c.name << " n=" << n << " threads=" << threads;
+        EXPECT_TRUE(y.guardsIntact()) << c.name << " n=" << n;
+      }
+    }
+  }
+}
+
+// A dense sweep over every binade the functions are used in, finer than random data.
+TEST(UnaryTest, TranscendentalsAreAccurateOverDenseSweep) {
+  std::vector<float> x;
+  for (float v = -87.0f; v <= 88.0f; v += 0.0137f) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size());
+  std::vector<double> ref(x.size());
+  unary(UnaryOp::kExp, x.data(), y.data(), n);
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = std::exp(static_cast<double>(x[i]));
+  EXPECT_LE(maxRelError(y.data(), ref, 0.0), 2.5e-7);
+  unary(UnaryOp::kTanh, x.data(), y.data(), n);
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = std::tanh(static_cast<double>(x[i]));
+  EXPECT_LE(maxRelError(y.data(), ref, 0.0), 3.5e-7);
+  // log over 2^-149 .. 2^127: every binade, denormals included.
+  std::vector<float> pos;
+  for (int e = -149; e < 128; ++e)
+    for (float m : {1.0f, 1.1f, 1.37f, 1.41421f, 1.5f, 1.9999f}) pos.push_back(std::ldexp(m, e));
+  std::vector<float> ly(pos.size());
+  std::vector<double> lref(pos.size());
+  unary(UnaryOp::kLog, pos.data(), ly.data(), static_cast<int64_t>(pos.size()));
+  for (size_t i = 0; i < pos.size(); ++i) lref[i] = std::log(static_cast<double>(pos[i]));
+  EXPECT_LE(maxRelError(ly.data(), lref, 0.0), 2.5e-7);
+  // Near 1 the result is small and relative accuracy is the hard part.
+  std::vector<float> near1;
+  for (int k = -2000; k <= 2000; ++k) near1.push_back(1.0f + static_cast<float>(k) * 1e-5f);
+  std::vector<float> n1y(near1.size());
+  std::vector<double> n1ref(near1.size());
+  unary(UnaryOp::kLog, near1.data(), n1y.data(), static_cast<int64_t>(near1.size()));
+  for (size_t i = 0; i < near1.size(); ++i) n1ref[i] = std::log(static_cast<double>(near1[i]));
+  EXPECT_LE(maxRelError(n1y.data(), n1ref, 1e-30), 2.5e-7);
+}
+
+TEST(UnaryTest, SpecialValues) {
+  auto apply = [](UnaryOp op, std::vector<float> x) {
+    unary(op, x.data(), x.data(), static_cast<int64_t>(x.size()));
+    return x;
+  };
+  const std::vector<float> e = apply(UnaryOp::kExp, {kInf, -kInf, kNaN, -1000.0f, 100.0f, 0.0f, -100.0f});
+  EXPECT_EQ(e[0], kInf);
+  EXPECT_EQ(e[1], 0.0f);
+  EXPECT_TRUE(std::isnan(e[2]));
+  EXPECT_EQ(e[3], 0.0f);
+  EXPECT_EQ(e[4], kInf);
+  EXPECT_EQ(e[5], 1.0f);
+  // exp(-100) = 3.72e-44 is denormal: at most one denormal step away.
+  EXPECT_NEAR(e[6], std::exp(-100.0), std::numeric_limits<float>::denorm_min());
+  EXPECT_GT(e[6], 0.0f);
+
+  const std::vector<float> l = apply(UnaryOp::kLog, {0.0f, -1.0f, kInf, kNaN, 1.0f, std::numeric_limits<float>::denorm_min()});
+  EXPECT_EQ(l[0], -kInf);
+  EXPECT_TRUE(std::isnan(l[1]));
+  EXPECT_EQ(l[2], kInf);
+  EXPECT_TRUE(std::isnan(l[3]));
+  EXPECT_EQ(l[4], 0.0f);
+  EXPECT_NEAR(l[5], std::log(static_cast<double>(std::numeric_limits<float>::denorm_min())), 1e-4);
+
+  const std::vector<float> t = apply(UnaryOp::kTanh, {kInf, -kInf, kNaN, 1e-30f, -0.0f, 50.0f});
+  EXPECT_EQ(t[0], 1.0f);
+  EXPECT_EQ(t[1], -1.0f);
+  EXPECT_TRUE(std::isnan(t[2]));
+  EXPECT_EQ(t[3], 1e-30f);
+  EXPECT_TRUE(t[4] == 0.0f && std::signbit(t[4]));
+  EXPECT_EQ(t[5], 1.0f);
+
+  const std::vector<float> r = apply(UnaryOp::kRsqrt, {0.0f, -1.0f, kInf, 4.0f});
+  EXPECT_EQ(r[0], kInf);
+  EXPECT_TRUE(std::isnan(r[1]));
+  EXPECT_EQ(r[2], 0.0f);
+  EXPECT_EQ(r[3], 0.5f);
+
+  EXPECT_TRUE(std::isnan(apply(UnaryOp::kRelu, {kNaN})[0]));
+  const std::vector<float> g = apply(UnaryOp::kGelu, {kNaN, kInf, -30.0f, 30.0f, 0.0f});
+  EXPECT_TRUE(std::isnan(g[0]));
+  EXPECT_EQ(g[1], kInf);
+  EXPECT_EQ(g[2], 0.0f);
+  EXPECT_EQ(g[3], 30.0f);
+  EXPECT_EQ(g[4], 0.0f);
+}
+
+TEST(UnaryTest, ResultsDoNotDependOnThreadCount) {
+  const int64_t n = 50001;
+  const std::vector<float> x = randomVector(n, 3, -6.0f, 6.0f);
+  for (UnaryOp op : {UnaryOp::kExp, UnaryOp::kTanh, UnaryOp::kGelu}) {
+    std::vector<float> y1(x.size()), y2(x.size());
+    {
+      ThreadCount tc(1);
+      unary(op, x.data(), y1.data(), n);
+    }
+    {
+      ThreadCount tc(2);
+      unary(op, x.data(), y2.data(), n);
+    }
+    EXPECT_TRUE(testing::bitwiseEqual(y1, y2));
+  }
+}
+
+float applyRef(BinaryOp op, float a, float b) {
+  switch (op) {
+    case BinaryOp::kAdd: return a + b;
+    case BinaryOp::kSub: return a - b;
+    case BinaryOp::kMul: return a * b;
+    case BinaryOp::kDiv: return a / b;
+    case BinaryOp::kMax: return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b);
+    case BinaryOp::kGe: return a >= b ? 1.0f : 0.0f;
+  }
+  return kNaN;
+}
+
+float operandAt(const std::vector<float>& v, Bcast b, int64_t o, int64_t i, int64_t inner) {
+  switch (b) {
+    case Bcast::kFull: return v[static_cast<size_t>(o * inner + i)];
+    case Bcast::kRow: return v[static_cast<size_t>(i)];
+    case Bcast::kCol: return v[static_cast<size_t>(o)];
+    case Bcast::kScalar: return v[0];
+  }
+  return kNaN;
+}
+
+int64_t operandSize(Bcast b, int64_t outer, int64_t inner) {
+  switch (b) {
+    case Bcast::kFull: return outer * inner;
+    case Bcast::kRow: return inner;
+    case Bcast::kCol: return outer;
+    case Bcast::kScalar: return 1;
+  }
+  return 0;
+}
+
+// f32 +,-,*,/ are correctly rounded, so results must match the scalar op bit for bit.
+TEST(BinaryTest, EveryOpAndBroadcastMatchesScalarExactly) {
+  const BinaryOp ops[] = {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul,
+                          BinaryOp::kDiv, BinaryOp::kMax, BinaryOp::kGe};
+  const Bcast bcasts[] = {Bcast::kFull, Bcast::kRow, Bcast::kCol, Bcast::kScalar};
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 5}, {7, 1}, {1, 9}, {37, 19}, {41, 401}, {2, 8200}};
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [outer, inner] : shapes) {
+      for (BinaryOp op : ops) {
+        for (Bcast ab : bcasts) {
+          for (Bcast bb : bcasts) {
+            std::vector<float> a = randomVector(operandSize(ab, outer, inner), 5, -2.0f, 2.0f);
+            std::vector<float> b = randomVector(operandSize(bb, outer, inner), 6, -2.0f, 2.0f);
+            // Some equal pairs so that kGe and kMax see ties.
+            if (ab == bb) b[0] = a[0];
+            Guarded y(outer * inner);
+            binary(op, a.data(), ab, b.data(), bb, y.data(), outer, inner);
+            int64_t mismatches = 0;
+            for (int64_t o = 0; o < outer; ++o)
+              for (int64_t i = 0; i < inner; ++i) {
+                const float want = applyRef(op, operandAt(a, ab, o, i, inner), operandAt(b, bb, o, i, inner));
+                if (std::memcmp(&want, y.data() + o * inner + i, sizeof(float)) != 0) ++mismatches;
+              }
+            EXPECT_EQ(mismatches, 0) << "op " << static_cast<int>(op) << " a " << static_cast<int>(ab) << " b "
+                                     << static_cast<int>(bb) << " shape " << outer << "x" << inner;
+            EXPECT_TRUE(y.guardsIntact());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BinaryTest, InPlaceOnFullOperandAndNaNPropagation) {
+  const int64_t outer = 64, inner = 300;
+  std::vector<float> a = randomVector(outer * inner, 8);
+  const std::vector<float> row = randomVector(inner, 9);
+  const std::vector<float> a0 = a;
+  binary(BinaryOp::kAdd, a.data(), Bcast::kFull, row.data(), Bcast::kRow, a.data(), outer, inner);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i)
+      ASSERT_EQ(a[static_cast<size_t>(o * inner + i)], a0[static_cast<size_t>(o * inner + i)] + row[static_cast<size_t>(i)]);
+
+  const std::vector<float> x = {kNaN, 1.0f, 2.0f};
+  const std::vector<float> z = {0.0f, kNaN, 1.0f};
+  std::vector<float> m(3);
+  binary(BinaryOp::kMax, x.data(), Bcast::kFull, z.data(), Bcast::kFull, m.data(), 1, 3);
+  EXPECT_TRUE(std::isnan(m[0]));
+  EXPECT_TRUE(std::isnan(m[1]));
+  EXPECT_EQ(m[2], 2.0f);
+  binary(BinaryOp::kGe, x.data(), Bcast::kFull, z.data(), Bcast::kFull, m.data(), 1, 3);
+  EXPECT_EQ(m[0], 0.0f);
+  EXPECT_EQ(m[1], 0.0f);
+  EXPECT_EQ(m[2], 1.0f);
+}
+
+TEST(GeluGradTest, MatchesTorchFormulaInF64) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (int64_t n : kAwkwardSizes) {
+      const std::vector<float> x = randomVector(n, 11, -9.0f, 9.0f);
+      const std::vector<float> dy = randomVector(n, 12, -1.0f, 1.0f);
+      Guarded dx(n);
+      geluGrad(x.data(), dy.data(), dx.data(), n);
+      std::vector<double> ref(static_cast<size_t>(n));
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] = dy[i] * geluGradRef(x[i]);
+      // The derivative crosses zero near x = -0.75, where its terms cancel: there only
+      // the absolute error counts (bound 8e-8, a few ulp of the terms).
+      EXPECT_LE(maxRelError(dx.data(), ref, 1e-2), 8e-6) << "n=" << n;
+      EXPECT_TRUE(dx.guardsIntact());
+    }
+  }
+}
+
+// The gradient kernel must be the derivative of the forward kernel's function.
+TEST(GeluGradTest, MatchesCentralDifferencesOfForward) {
+  const std::vector<float> x = randomVector(513, 13, -6.0f, 6.0f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> ones(x.size(), 1.0f);
+  std::vector<float> dx(x.size());
+  geluGrad(x.data(), ones.data(), dx.data(), n);
+  std::vector<double> fd(x.size()), got(x.size());
+  const double h = 1e-5;
+  for (size_t i = 0; i < x.size(); ++i) {
+    fd[i] = (geluRef(x[i] + h) - geluRef(x[i] - h)) / (2 * h);
+    got[i] = dx[i];
+  }
+  EXPECT_LE(testing::relL2Error(got, fd), 1e-6);
+  // And the f32 forward kernel itself, with a step large enough for f32 rounding.
+  const float hf = 1e-2f;
+  std::vector<float> xp(x), xm(x), yp(x.size()), ym(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    xp[i] += hf;
+    xm[i] -= hf;
+  }
+  unary(UnaryOp::kGelu, xp.data(), yp.data(), n);
+  unary(UnaryOp::kGelu, xm.data(), ym.data(), n);
+  for (size_t i = 0; i < x.size(); ++i)
+    fd[i] = (static_cast<double>(yp[i]) - ym[i]) / (static_cast<double>(xp[i]) - xm[i]);
+  EXPECT_LE(testing::relL2Error(got, fd), 1e-3);
+}
+
+TEST(GeluGradTest, ExtremeInputsStayFinite) {
+  const std::vector<float> x = {-100.0f, -20.0f, -10.0f, 10.0f, 100.0f, 0.0f};
+  const std::vector<float> dy(x.size(), 1.0f);
+  std::vector<float> dx(x.size());
+  geluGrad(x.data(), dy.data(), dx.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(dx[i])) << x[i];
+    EXPECT_NEAR(dx[i], geluGradRef(x[i]), 1e-6) << x[i];
+  }
+}
+
+TEST(ReluGradTest, PassesGradientWherePositive) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (int64_t n : kAwkwardSizes) {
+      std::vector<float> x = randomVector(n, 14);
+      if (n > 2) x[1] = 0.0f;
+      const std::vector<float> dy = randomVector(n, 15);
+      Guarded dx(n);
+      reluGrad(x.data(), dy.data(), dx.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t s = static_cast<size_t>(i);
+        ASSERT_EQ(dx[i], x[s] > 0.0f ? dy[s] : 0.0f) << i;
+      }
+      EXPECT_TRUE(dx.guardsIntact());
+    }
+  }
+}
+
+TEST(FillCopyTest, WriteExactlyNElements) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (int64_t n : kAwkwardSizes) {
+      Guarded y(n);
+      fill(y.data(), n, 2.5f);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], 2.5f);
+      EXPECT_TRUE(y.guardsIntact());
+      const std::vector<float> x = randomVector(n, 16);
+      Guarded z(n);
+      copy(x.data(), z.data(), n);
+      EXPECT_EQ(z.values(), x);
+      EXPECT_TRUE(z.guardsIntact());
+    }
+  }
+}
+
+TEST(ElementwiseErrorsTest, NegativeSizesThrow) {
+  float v = 0.0f;
+  EXPECT_THROW(unary(UnaryOp::kExp, &v, &v, -1), KernelError);
+  EXPECT_THROW(binary(BinaryOp::kAdd, &v, Bcast::kFull, &v, Bcast::kFull, &v, 2, -3), KernelError);
+  EXPECT_THROW(geluGrad(&v, &v, &v, -8), KernelError);
+}
+
+}  // namespace
+}  // namespace pgq::kernels

@@ -1,0 +1,175 @@
+#include "kernels/layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_error.h"
+#include "tests/kernels/f32_test_util.h"
+
+namespace pgq::kernels {
+namespace {
+
+using testing::Guarded;
+using testing::kThreadCounts;
+using testing::randomVector;
+using testing::ThreadCount;
+
+// Direct definition: y[j] = x[i] where y's multi-index j_k = x's multi-index i_perm[k].
+std::vector<float> transposeRef(const std::vector<float>& x, const std::vector<int64_t>& dims,
+                                const std::vector<int64_t>& perm) {
+  const size_t rank = dims.size();
+  std::vector<int64_t> x_strides(rank, 1), y_dims(rank);
+  for (size_t d = rank; d-- > 1;) x_strides[d - 1] = x_strides[d] * dims[d];
+  for (size_t i = 0; i < rank; ++i) y_dims[i] = dims[static_cast<size_t>(perm[i])];
+  std::vector<float> y(x.size());
+  for (size_t pos = 0; pos < y.size(); ++pos) {
+    int64_t rest = static_cast<int64_t>(pos), offset = 0;
+    for (size_t i = rank; i-- > 0;) {
+      offset += rest % y_dims[i] * x_strides[static_cast<size_t>(perm[i])];
+      rest /= y_dims[i];
+    }
+    y[pos] = x[static_cast<size_t>(offset)];
+  }
+  return y;
+}
+
+void checkTranspose(const std::vector<int64_t>& dims, const std::vector<int64_t>& perm) {
+  const int64_t n = std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
+  const std::vector<float> x = randomVector(n, 61);
+  Guarded y(n);
+  transpose(x.data(), y.data(), dims, perm);
+  ASSERT_EQ(y.values(), transposeRef(x, dims, perm))
+      << "dims [" << fmt::format("{}", fmt::join(dims, ",")) << "] perm [" << fmt::format("{}", fmt::join(perm, ","))
+      << "]";
+  ASSERT_TRUE(y.guardsIntact());
+}
+
+TEST(TransposeTest, EveryPermutationOfRank3And4) {
+  const std::vector<std::vector<int64_t>> shapes = {{3, 5, 7}, {1, 9, 4}, {8, 8, 8}, {2, 1, 33},
+                                                    {2, 3, 5, 7}, {3, 1, 9, 2}, {4, 17, 1, 10}};
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (const auto& dims : shapes) {
+      std::vector<int64_t> perm(dims.size());
+      std::iota(perm.begin(), perm.end(), int64_t{0});
+      do {
+        checkTranspose(dims, perm);
+      } while (std::next_permutation(perm.begin(), perm.end()));
+    }
+  }
+}
+
+TEST(TransposeTest, FastPathsOnModelShapesAndEdges) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    // [B,T,H,D] <-> [B,H,T,D] at the small model's size and with awkward sizes.
+    checkTranspose({16, 128, 4, 64}, {0, 2, 1, 3});
+    checkTranspose({16, 4, 128, 64}, {0, 2, 1, 3});
+    checkTranspose({3, 7, 5, 3}, {0, 2, 1, 3});
+    // Last two dims swapped: full 8x8 blocks, partial tiles, single rows/columns.
+    checkTranspose({2, 3, 37, 41}, {0, 1, 3, 2});
+    checkTranspose({64, 128, 64}, {0, 2, 1});
+    checkTranspose({33, 70}, {1, 0});
+    checkTranspose({256, 2048}, {1, 0});
+    checkTranspose({1, 100}, {1, 0});
+    checkTranspose({100, 1}, {1, 0});
+    checkTranspose({5, 8, 16}, {0, 2, 1});
+    // Generic path with a strided innermost run, above the parallel threshold.
+    checkTranspose({40, 30, 20}, {2, 0, 1});
+    checkTranspose({6, 7, 8, 9, 2}, {4, 2, 0, 3, 1});
+    // Identity, rank 0 and 1, all-ones.
+    checkTranspose({20000}, {0});
+    checkTranspose({}, {});
+    checkTranspose({1, 1, 1}, {2, 0, 1});
+    checkTranspose({4, 5}, {0, 1});
+  }
+}
+
+TEST(TransposeTest, EmptyTensorsWriteNothing) {
+  float y = 7.0f;
+  const std::vector<int64_t> dims = {3, 0, 4};
+  const std::vector<int64_t> perm = {2, 1, 0};
+  transpose(nullptr, &y, dims, perm);
+  EXPECT_EQ(y, 7.0f);
+}
+
+TEST(TransposeTest, BadPermutationsThrow) {
+  float v = 0.0f;
+  const std::vector<int64_t> dims = {2, 3};
+  EXPECT_THROW(transpose(&v, &v, dims, std::vector<int64_t>{0}), KernelError);
+  EXPECT_THROW(transpose(&v, &v, dims, std::vector<int64_t>{0, 0}), KernelError);
+  EXPECT_THROW(transpose(&v, &v, dims, std::vector<int64_t>{0, 2}), KernelError);
+  EXPECT_THROW(transpose(&v, &v, dims, std::vector<int64_t>{-1, 0}), KernelError);
+  EXPECT_THROW(transpose(&v, &v, std::vector<int64_t>{2, -3}, std::vector<int64_t>{1, 0}), KernelError);
+}
+
+TEST(GatherTest, CopiesIndexedRows) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [n_idx, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {5, 3, 7}, {2048, 256, 256},
+                                     {100, 1000, 9}, {0, 4, 4}}) {
+      const std::vector<float> table = randomVector(rows * cols, 62);
+      std::vector<int32_t> idx(static_cast<size_t>(n_idx));
+      for (int64_t i = 0; i < n_idx; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 3) % rows);
+      Guarded y(n_idx * cols);
+      gather(table.data(), idx.data(), y.data(), n_idx, rows, cols);
+      for (int64_t i = 0; i < n_idx; ++i)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(y[i * cols + c], table[static_cast<size_t>(idx[static_cast<size_t>(i)] * cols + c)]);
+      EXPECT_TRUE(y.guardsIntact());
+    }
+  }
+}
+
+TEST(GatherTest, OutOfRangeIndexThrowsAndWritesNothing) {
+  const std::vector<float> table = randomVector(4 * 3, 63);
+  for (int32_t bad : {-1, 4, 1 << 30}) {
+    const std::vector<int32_t> idx = {0, 1, bad};
+    Guarded y(3 * 3, 9.0f);
+    EXPECT_THROW(gather(table.data(), idx.data(), y.data(), 3, 4, 3), KernelError) << bad;
+    for (int64_t i = 0; i < 9; ++i) EXPECT_EQ(y[i], 9.0f);
+    std::vector<float> grad(4 * 3);
+    EXPECT_THROW(scatterAdd(table.data(), idx.data(), grad.data(), 3, 4, 3), KernelError) << bad;
+  }
+}
+
+// f32 sums in index order: the kernel must match this bit for bit (it promises that
+// order for any thread count).
+std::vector<float> scatterAddRef(const std::vector<float>& dy, const std::vector<int32_t>& idx, int64_t rows,
+                                 int64_t cols) {
+  std::vector<float> g(static_cast<size_t>(rows * cols), 0.0f);
+  for (size_t i = 0; i < idx.size(); ++i)
+    for (int64_t c = 0; c < cols; ++c)
+      g[static_cast<size_t>(idx[i] * cols + c)] += dy[i * static_cast<size_t>(cols) + static_cast<size_t>(c)];
+  return g;
+}
+
+TEST(ScatterAddTest, MatchesIndexOrderSumsExactly) {
+  // Wide tables (columns split among threads), narrow ones (table rows split), tails.
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {{1, 1, 1},     {7, 3, 5},     {2048, 256, 256},
+                                                          {5000, 300, 3}, {3000, 8, 17}, {4096, 50, 40},
+                                                          {0, 6, 6}};
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [n_idx, rows, cols] : shapes) {
+      const std::vector<float> dy = randomVector(n_idx * cols, 64);
+      std::vector<int32_t> idx(static_cast<size_t>(n_idx));
+      // Repeated indices, and some table rows never hit (they must come out 0).
+      for (int64_t i = 0; i < n_idx; ++i)
+        idx[static_cast<size_t>(i)] = static_cast<int32_t>((i * i + 5 * i) % std::max<int64_t>(1, rows - 1));
+      Guarded g(rows * cols, 123.0f);  // stale contents must be overwritten
+      scatterAdd(dy.data(), idx.data(), g.data(), n_idx, rows, cols);
+      EXPECT_TRUE(testing::bitwiseEqual(g.values(), scatterAddRef(dy, idx, rows, cols)))
+          << n_idx << "," << rows << "," << cols << " threads " << threads;
+      EXPECT_TRUE(g.guardsIntact());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pgq::kernels

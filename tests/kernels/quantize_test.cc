@@ -1,0 +1,361 @@
+#include "kernels/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/kernel_error.h"
+#include "kernels/quant_clip.h"
+#include "quant_test_util.h"
+
+namespace pgq::kernels {
+namespace {
+
+using qtest::normalData;
+using qtest::ThreadCount;
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Normal data whose channels differ in scale, with a zero channel and special values.
+std::vector<float> awkwardData(const OperandView& view, uint32_t seed) {
+  std::vector<float> x = normalData(view.elements(), seed);
+  for (int64_t b = 0; b < view.batch; ++b) {
+    for (int64_t r = 0; r < view.rows; ++r) {
+      for (int64_t c = 0; c < view.cols; ++c) {
+        int64_t channel = view.contract_along_cols ? r : c;
+        float& v = x[(b * view.rows + r) * view.cols + c];
+        v *= float(1 + channel % 5) * (channel % 7 == 3 ? 30.0f : 1.0f);
+        if (channel == 2) v = 0.0f;
+      }
+    }
+  }
+  x[5] = kNan;
+  x[17] = kInf;
+  x[x.size() - 3] = -kInf;
+  return x;
+}
+
+const std::vector<OperandView> kViews = {
+    {2, 37, 70, true},    // A [M,K]
+    {2, 70, 37, false},   // B [K,N]
+    {1, 3, 40000, true},  // long rows: several work units per row
+};
+
+const std::vector<const char*> kFormats = {
+    "int8:tensor:rtn",           "int8:channel:rtn",          "int7:channel:sr",
+    "int8:block16:rtn",          "int5:block24:sr:asym",      "int8:channel:rtn:asym",
+    "int6:tensor:sr:asym",       "int2:channel:rtn",          "int4:block7:sr",
+    "int8:channel:rtn:clip=p99", "int4:block32:rtn:clip=mse",
+};
+
+TEST(Quantize, MatchesScalarReferenceForEveryViewFormatAndSide) {
+  const SrStream sr{1234, 99};
+  for (const OperandView& view : kViews) {
+    std::vector<float> x = awkwardData(view, 7);
+    for (const char* text : kFormats) {
+      QuantFormat format = QuantFormat::parse(text);
+      std::vector<float> params(quantParamCount(view, format));
+      computeQuantParams(x, view, format, params);
+      std::vector<uint8_t> qa(x.size());
+      std::vector<int8_t> qb(x.size());
+      quantize(x, view, format, params, qa, sr);
+      quantize(x, view, format, params, qb, sr);
+      std::vector<int> ref_a = qtest::referenceQuantize(x, view, format, params,
+                                                        storageOffset(format, GemmSide::kLhs), sr);
+      std::vector<int> ref_b = qtest::referenceQuantize(x, view, format, params,
+                                                        storageOffset(format, GemmSide::kRhs), sr);
+      int64_t bad = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (int(qa[i]) != ref_a[i] || int(qb[i]) != ref_b[i]) {
+          if (++bad <= 3) {
+            ADD_FAILURE() << text << " view " << view.rows << "x" << view.cols << " element " << i
+                          << " x=" << x[i] << ": u8 " << int(qa[i]) << " vs " << ref_a[i] << ", s8 "
+                          << int(qb[i]) << " vs " << ref_b[i];
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << text;
+    }
+  }
+}
+
+TEST(Quantize, DynamicEqualsParamsThenQuantize) {
+  const SrStream sr{5, 8};
+  for (const OperandView& view : kViews) {
+    std::vector<float> x = awkwardData(view, 9);
+    for (const char* text : kFormats) {
+      QuantFormat format = QuantFormat::parse(text);
+      std::vector<float> params(quantParamCount(view, format));
+      std::vector<float> dyn_params(params.size());
+      computeQuantParams(x, view, format, params);
+      std::vector<uint8_t> qa(x.size()), dyn_qa(x.size());
+      std::vector<int8_t> qb(x.size()), dyn_qb(x.size());
+      quantize(x, view, format, params, qa, sr);
+      quantize(x, view, format, params, qb, sr);
+      quantizeDynamic(x, view, format, dyn_params, dyn_qa, sr);
+      EXPECT_EQ(dyn_params, params) << text;
+      std::fill(dyn_params.begin(), dyn_params.end(), 0.0f);
+      quantizeDynamic(x, view, format, dyn_params, dyn_qb, sr);
+      EXPECT_EQ(dyn_params, params) << text;
+      EXPECT_EQ(dyn_qa, qa) << text;
+      EXPECT_EQ(dyn_qb, qb) << text;
+    }
+  }
+}
+
+TEST(Quantize, ScalesAreAbsmaxOverQmaxAndIgnoreNonFinite) {
+  OperandView view{1, 4, 9, true};
+  std::vector<float> x(36, 0.0f);
+  for (int c = 0; c < 9; ++c) {
+    x[c] = 0.5f * float(c) - 1.0f;  // row 0: absmax 3
+    x[9 + c] = float(c) * 1e-3f;    // row 1: absmax 8e-3
+  }
+  x[2 * 9 + 4] = kNan;  // row 2: zeros and NaN -> the safe scale
+  x[3 * 9 + 0] = kInf;  // row 3: Inf ignored, absmax 2
+  x[3 * 9 + 1] = -2.0f;
+  std::vector<float> params(4);
+  computeQuantParams(x, view, perChannelFormat(8), params);
+  EXPECT_EQ(params[0], float(3.0 / 127.0));
+  EXPECT_EQ(params[1], float(double(8e-3f) / 127.0));
+  EXPECT_EQ(params[2], kMinScale);
+  EXPECT_EQ(params[3], float(2.0 / 127.0));
+
+  // The same along the columns of a [K,N] view, and per tensor.
+  OperandView cols{1, 9, 4, false};
+  std::vector<float> xt(36);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 9; ++c) xt[c * 4 + r] = x[r * 9 + c];
+  std::vector<float> params_t(4);
+  computeQuantParams(xt, cols, perChannelFormat(8), params_t);
+  EXPECT_EQ(params_t, params);
+  std::vector<float> one(1);
+  computeQuantParams(x, view, perTensorFormat(4), one);
+  EXPECT_EQ(one[0], float(3.0 / 7.0));
+}
+
+TEST(Quantize, AsymmetricParamsCoverTheRangeWithAZeroPoint) {
+  OperandView view{1, 1, 5, true};
+  std::vector<float> x = {2.0f, 3.0f, 10.0f, 4.0f, 7.5f};  // all positive: range [0, 10]
+  QuantFormat format = QuantFormat::parse("int8:tensor:rtn:asym");
+  std::vector<float> params(2);
+  computeQuantParams(x, view, format, params);
+  EXPECT_EQ(params[0], float(10.0 / 255.0));
+  EXPECT_EQ(params[1], 0.0f);
+  x = {-1.0f, 3.0f, 0.5f, 2.0f, 1.0f};  // range [-1, 3]
+  computeQuantParams(x, view, format, params);
+  EXPECT_EQ(params[0], float(4.0 / 255.0));
+  EXPECT_EQ(params[1], std::nearbyint(1.0 / double(params[0])));  // 64
+  // Asymmetric spends every level on [-1, 3]: the round-trip error is at most half a step.
+  std::vector<uint8_t> q(5);
+  std::vector<float> back(5);
+  quantize(x, view, format, params, q);
+  dequantize(q, view, format, params, back);
+  for (int i = 0; i < 5; ++i) EXPECT_LE(std::fabs(back[i] - x[i]), 0.5f * params[0] * 1.0001f);
+}
+
+TEST(Quantize, SpecialValuesAndSaturation) {
+  OperandView view{1, 1, 8, true};
+  std::vector<float> x = {kNan, kInf, -kInf, 1000.0f, -1000.0f, 0.0f, 1.0f, -1.0f};
+  std::vector<float> params = {1.0f / 127.0f};  // range [-1, 1]
+  QuantFormat format = perTensorFormat(8);
+  std::vector<uint8_t> qa(8);
+  std::vector<int8_t> qb(8);
+  for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
+    format.rounding = rounding;
+    quantize(x, view, format, params, qa);
+    quantize(x, view, format, params, qb);
+    // NaN -> the zero point; +-Inf and out-of-range values saturate, never wrap.
+    EXPECT_EQ(std::vector<int>(qa.begin(), qa.end()),
+              (std::vector<int>{128, 255, 1, 255, 1, 128, 255, 1}));
+    EXPECT_EQ(std::vector<int>(qb.begin(), qb.end()),
+              (std::vector<int>{0, 127, -127, 127, -127, 0, 127, -127}));
+  }
+  // 7-bit lhs storage stays within [1, 127] (the exactness limit on CPUs without VNNI).
+  quantize(x, view, perTensorFormat(7), std::vector<float>{1.0f / 63.0f}, qa);
+  EXPECT_EQ(std::vector<int>(qa.begin(), qa.end()),
+            (std::vector<int>{64, 127, 1, 127, 1, 64, 127, 1}));
+}
+
+TEST(Quantize, RoundTripErrorIsHalfAStep) {
+  OperandView view{3, 20, 33, false};
+  std::vector<float> x = normalData(view.elements(), 3);
+  for (const char* text : {"int8:channel:rtn", "int6:block8:rtn", "int8:tensor:rtn:asym"}) {
+    QuantFormat format = QuantFormat::parse(text);
+    std::vector<float> params(quantParamCount(view, format));
+    computeQuantParams(x, view, format, params);
+    std::vector<int8_t> q(x.size());
+    std::vector<float> back(x.size());
+    quantize(x, view, format, params, q);
+    dequantize(q, view, format, params, back);
+    for (int64_t b = 0; b < view.batch; ++b)
+      for (int64_t r = 0; r < view.rows; ++r)
+        for (int64_t c = 0; c < view.cols; ++c) {
+          int64_t i = (b * view.rows + r) * view.cols + c;
+          float step = params[qtest::groupOf(view, format, b, r, c)];
+          ASSERT_LE(std::fabs(back[i] - x[i]), 0.5001f * step) << text << " element " << i;
+        }
+  }
+}
+
+TEST(Quantize, IdenticalForAnyThreadCountAndChunking) {
+  const int64_t n = 3 * 16384 + 64;
+  std::vector<float> x = normalData(n, 11);
+  for (const char* text : {"int8:tensor:sr", "int7:tensor:rtn", "int8:tensor:sr:asym"}) {
+    QuantFormat format = QuantFormat::parse(text);
+    // One long row (chunked within the row) and 64 rows of 769 elements (whole rows per
+    // unit, rows not aligned to the 64-element Philox groups): the same flat indices, so
+    // the same scale and the same noise.
+    OperandView long_row{1, 1, n, true};
+    OperandView rows{1, 64, n / 64, true};
+    ASSERT_EQ(rows.elements(), n);
+    std::vector<float> params(quantParamCount(long_row, format));
+    computeQuantParams(x, long_row, format, params);
+    std::vector<uint8_t> q1(n), q2(n), q3(n);
+    {
+      ThreadCount one(1);
+      quantize(x, long_row, format, params, q1, {5, 6});
+    }
+    {
+      ThreadCount two(2);
+      quantize(x, long_row, format, params, q2, {5, 6});
+      quantize(x, rows, format, params, q3, {5, 6});
+    }
+    EXPECT_EQ(q1, q2) << text;
+    EXPECT_EQ(q1, q3) << text;
+  }
+}
+
+// Mean of many stochastic roundings of the same value, with 16 random bits per element
+// (bias < 2^-16 of a step, far below the tolerance).
+TEST(Quantize, StochasticRoundingIsUnbiased) {
+  const int64_t n = 1 << 18;
+  OperandView view{1, 64, n / 64, true};
+  QuantFormat format = perTensorFormat(8, Rounding::kStochastic);
+  std::vector<float> params = {1.0f};  // step 1: grid integers are the values themselves
+  std::vector<int8_t> q(n);
+  for (float base : {-3.0f, 10.0f}) {
+    for (double frac : {0.0625, 0.25, 0.3333, 0.5, 0.7, 0.97}) {
+      const float value = base + float(frac);
+      std::vector<float> x(n, value);
+      quantize(x, view, format, params, q, {2024, 1});
+      double sum = 0.0;
+      for (int8_t v : q) {
+        ASSERT_TRUE(v == int8_t(base) || v == int8_t(base + 1)) << int(v);
+        sum += v;
+      }
+      const double exact_frac = double(value) - double(base);
+      const double sigma = std::sqrt(exact_frac * (1.0 - exact_frac) / double(n));
+      EXPECT_NEAR(sum / double(n), double(value), 5.0 * sigma + 1e-6) << value;
+    }
+  }
+}
+
+TEST(Quantize, StochasticRoundingDependsOnSeedAndOffset) {
+  const int64_t n = 4096;
+  OperandView view{1, 1, n, true};
+  QuantFormat format = perTensorFormat(8, Rounding::kStochastic);
+  std::vector<float> params = {1.0f};
+  std::vector<float> x(n, 0.5f);
+  auto run = [&](SrStream sr) {
+    std::vector<int8_t> q(n);
+    quantize(x, view, format, params, q, sr);
+    return q;
+  };
+  auto differing = [&](const std::vector<int8_t>& a, const std::vector<int8_t>& b) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; ++i) count += a[i] != b[i];
+    return count;
+  };
+  std::vector<int8_t> base = run({1, 0});
+  EXPECT_EQ(base, run({1, 0}));
+  // Independent draws at 0.5 differ with probability 1/2: 2048 +- 32 expected.
+  EXPECT_GT(differing(base, run({2, 0})), 1700);
+  EXPECT_GT(differing(base, run({1, 1})), 1700);
+  EXPECT_GT(differing(base, run({1, uint64_t(1) << 32})), 1700);
+}
+
+TEST(Quantize, PercentileClippingIgnoresOutliers) {
+  OperandView view{1, 1, 1000, true};
+  std::vector<float> x = qtest::uniformData(1000, 5, -1.0f, 1.0f);
+  x[500] = 100.0f;
+  std::vector<float> params(1);
+  computeQuantParams(x, view, QuantFormat::parse("int8:tensor:rtn:clip=p99"), params);
+  EXPECT_LE(params[0], 1.0f / 127.0f);
+  EXPECT_GT(params[0], 0.9f / 127.0f);
+  computeQuantParams(x, view, QuantFormat::parse("int8:tensor:rtn:clip=p100"), params);
+  EXPECT_EQ(params[0], float(100.0 / 127.0));
+  // Asymmetric: each tail on its own.
+  std::vector<float> p2(2);
+  computeQuantParams(x, view, QuantFormat::parse("int8:tensor:rtn:asym:clip=p99"), p2);
+  EXPECT_LT(p2[0], 2.0f / 255.0f);
+}
+
+TEST(Quantize, MseClippingNeverIncreasesTheError) {
+  OperandView view{1, 8, 512, true};
+  std::vector<float> gauss = normalData(view.elements(), 9);
+  std::vector<float> uniform = qtest::uniformData(view.elements(), 9, -1.0f, 1.0f);
+  for (int bits : {3, 4, 8}) {
+    QuantFormat plain = perChannelFormat(bits);
+    QuantFormat mse = plain;
+    mse.clipping = Clipping::kMse;
+    for (const std::vector<float>* x : {&gauss, &uniform}) {
+      std::vector<float> p_plain(8), p_mse(8);
+      computeQuantParams(*x, view, plain, p_plain);
+      computeQuantParams(*x, view, mse, p_mse);
+      for (int r = 0; r < 8; ++r) {
+        std::span<const float> row(x->data() + r * 512, 512);
+        double e_plain = groupMse(row, p_plain[r], 0.0f, plain);
+        double e_mse = groupMse(row, p_mse[r], 0.0f, plain);
+        EXPECT_LE(e_mse, e_plain);
+        EXPECT_LE(p_mse[r], p_plain[r]);
+        // Uniform data: absmax scaling puts a grid point on the edge of the range and
+        // wastes half a cell; the MSE-optimal grid has 2*qmax+1 equal cells covering the
+        // range, i.e. the ratio 2 qmax / (2 qmax + 1): 0.857 at 3 bits, 0.996 at 8 bits.
+        if (x == &uniform) {
+          double qmax = (1 << (bits - 1)) - 1;
+          EXPECT_NEAR(p_mse[r] / p_plain[r], 2 * qmax / (2 * qmax + 1), 0.05) << bits;
+        }
+      }
+    }
+  }
+  // Gaussian data at 4 bits clips well inside the range (the MSE optimum is ~2.5 sigma
+  // against an absmax of ~3 sigma over 512 samples).
+  QuantFormat mse4 = QuantFormat::parse("int4:tensor:rtn:clip=mse");
+  std::vector<float> p(1), p_plain(1);
+  computeQuantParams(gauss, view, mse4, p);
+  computeQuantParams(gauss, view, perTensorFormat(4), p_plain);
+  EXPECT_LT(p[0], 0.9f * p_plain[0]);
+}
+
+TEST(Quantize, RejectsMismatchedBuffersAndParams) {
+  OperandView view{1, 4, 8, true};
+  QuantFormat format = perChannelFormat(8);
+  std::vector<float> x(32, 1.0f), params(4);
+  std::vector<uint8_t> q(32);
+  computeQuantParams(x, view, format, params);
+  EXPECT_THROW(computeQuantParams(std::span<const float>(x.data(), 31), view, format, params),
+               KernelError);
+  EXPECT_THROW(computeQuantParams(x, view, format, std::span<float>(params.data(), 3)),
+               KernelError);
+  EXPECT_THROW(quantize(x, view, format, params, std::span<uint8_t>(q.data(), 31)), KernelError);
+  EXPECT_THROW(quantize(x, view, perTensorFormat(8), params, q), KernelError);
+  EXPECT_THROW(quantize(x, OperandView{1, 0, 8, true}, format, params, q), KernelError);
+  EXPECT_THROW(quantize(x, view, perBlockFormat(8, 0), params, q), KernelError);
+  std::vector<float> bad = params;
+  bad[1] = 0.0f;
+  EXPECT_THROW(quantize(x, view, format, bad, q), KernelError);
+  bad[1] = kNan;
+  EXPECT_THROW(quantize(x, view, format, bad, q), KernelError);
+  QuantFormat asym = QuantFormat::parse("int8:channel:rtn:asym");
+  std::vector<float> pa(8);
+  computeQuantParams(x, view, asym, pa);
+  pa[5] = 3.5f;  // zero points are integers
+  EXPECT_THROW(quantize(x, view, asym, pa, q), KernelError);
+  pa[5] = 256.0f;
+  EXPECT_THROW(quantize(x, view, asym, pa, q), KernelError);
+}
+
+}  // namespace
+}  // namespace pgq::kernels

@@ -1,0 +1,122 @@
+#include "kernels/reduce.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_error.h"
+#include "tests/kernels/f32_test_util.h"
+
+namespace pgq::kernels {
+namespace {
+
+using testing::Guarded;
+using testing::kThreadCounts;
+using testing::randomVector;
+using testing::ThreadCount;
+
+struct Shape3 {
+  int64_t outer, mid, inner;
+};
+
+// Row reduces (inner 1), column reduces (outer 1), general, empty mid, partial column
+// tiles (inner not a multiple of 32 or 8), and sizes above the parallel threshold.
+const Shape3 kShapes[] = {{1, 1, 1},    {1, 0, 5},     {4, 0, 1},      {5, 7, 1},   {300, 100, 1},
+                          {1, 2049, 1}, {1, 3, 9},     {1, 2048, 256}, {1, 70, 37}, {1, 1000, 33},
+                          {2, 100, 300}, {3, 5, 40},   {6, 17, 7},     {8, 2, 2}};
+
+TEST(ReduceTest, MatchesF64Reference) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (const Shape3& s : kShapes) {
+      const std::vector<float> x = randomVector(s.outer * s.mid * s.inner, 51, -1.0f, 1.0f);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean}) {
+        Guarded y(s.outer * s.inner);
+        reduce(op, x.data(), y.data(), s.outer, s.mid, s.inner);
+        for (int64_t o = 0; o < s.outer; ++o)
+          for (int64_t i = 0; i < s.inner; ++i) {
+            double sum = 0.0, abs_sum = 0.0;
+            double max = -std::numeric_limits<double>::infinity();
+            for (int64_t m = 0; m < s.mid; ++m) {
+              const double v = x[static_cast<size_t>((o * s.mid + m) * s.inner + i)];
+              sum += v;
+              abs_sum += std::abs(v);
+              max = std::max(max, v);
+            }
+            const float got = y[o * s.inner + i];
+            const char* name = op == ReduceOp::kSum ? "sum" : op == ReduceOp::kMax ? "max" : "mean";
+            if (op == ReduceOp::kMax) {
+              ASSERT_EQ(got, max) << name << " " << s.outer << "x" << s.mid << "x" << s.inner;
+            } else if (op == ReduceOp::kMean && s.mid == 0) {
+              ASSERT_TRUE(std::isnan(got));
+            } else {
+              const double div = op == ReduceOp::kMean ? static_cast<double>(s.mid) : 1.0;
+              // f32 blocks of 16 terms folded into f64: a few f32 roundings per term at
+              // most, plus the final rounding to f32.
+              ASSERT_NEAR(got, sum / div, (1e-7 * abs_sum + 6e-8 * std::abs(sum)) / div)
+                  << name << " " << s.outer << "x" << s.mid << "x" << s.inner;
+            }
+          }
+        EXPECT_TRUE(y.guardsIntact());
+      }
+    }
+  }
+}
+
+// Long sums must not drift like a naive f32 accumulation: 2^20 copies of 0.1 sum to
+// 104857.6 (a naive f32 loop gives ~100958).
+TEST(ReduceTest, LongSumsStayAccurate) {
+  const int64_t n = int64_t{1} << 20;
+  const std::vector<float> x(static_cast<size_t>(n), 0.1f);
+  float row = 0.0f;
+  reduce(ReduceOp::kSum, x.data(), &row, 1, n, 1);
+  EXPECT_NEAR(row, n * static_cast<double>(0.1f), 0.02);
+  std::vector<float> cols(8);
+  reduce(ReduceOp::kSum, x.data(), cols.data(), 1, n / 8, 8);
+  for (float c : cols) EXPECT_NEAR(c, n / 8 * static_cast<double>(0.1f), 0.01);
+}
+
+TEST(ReduceTest, MaxPropagatesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = randomVector(4 * 50 * 40, 52);
+  x[7 * 40 + 3] = nan;  // outer 0, mid 7, column 3
+  std::vector<float> y(4 * 40);
+  reduce(ReduceOp::kMax, x.data(), y.data(), 4, 50, 40);
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_FALSE(std::isnan(y[4]));
+  std::vector<float> rows(4 * 50);
+  reduce(ReduceOp::kMax, x.data(), rows.data(), 4 * 50, 40, 1);  // row 7 holds the NaN
+  EXPECT_TRUE(std::isnan(rows[7]));
+  EXPECT_FALSE(std::isnan(rows[8]));
+  // The NaN in the first lanes and larger values in later lanes.
+  std::vector<float> r = {nan, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 5.0f};
+  float m = 0.0f;
+  reduce(ReduceOp::kMax, r.data(), &m, 1, 9, 1);
+  EXPECT_TRUE(std::isnan(m));
+}
+
+TEST(ReduceTest, ResultsDoNotDependOnThreadCount) {
+  const std::vector<float> x = randomVector(2048 * 256, 53);
+  for (auto [outer, mid, inner] : {Shape3{1, 2048, 256}, Shape3{2048, 256, 1}, Shape3{16, 128, 256}}) {
+    std::vector<float> a(static_cast<size_t>(outer * inner)), b(a.size());
+    {
+      ThreadCount tc(1);
+      reduce(ReduceOp::kSum, x.data(), a.data(), outer, mid, inner);
+    }
+    {
+      ThreadCount tc(2);
+      reduce(ReduceOp::kSum, x.data(), b.data(), outer, mid, inner);
+    }
+    EXPECT_TRUE(testing::bitwiseEqual(a, b)) << outer << "x" << mid << "x" << inner;
+  }
+}
+
+TEST(ReduceTest, NegativeSizesThrow) {
+  float v = 0.0f;
+  EXPECT_THROW(reduce(ReduceOp::kSum, &v, &v, 1, -1, 1), KernelError);
+}
+
+}  // namespace
+}  // namespace pgq::kernels

@@ -1,0 +1,261 @@
+#include "kernels/softmax.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_error.h"
+#include "tests/kernels/f32_test_util.h"
+
+namespace pgq::kernels {
+namespace {
+
+using testing::Guarded;
+using testing::kThreadCounts;
+using testing::maxRelError;
+using testing::randomVector;
+using testing::relL2Error;
+using testing::ThreadCount;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {1, 7}, {3, 8}, {5, 100}, {2, 1031},
+                                               {17, 1024}, {130, 128}, {64, 257}};
+
+std::vector<double> toDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<double> softmaxRef(const std::vector<double>& x, int64_t rows, int64_t cols) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double max = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < cols; ++c) max = std::max(max, x[r * cols + c]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - max);
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = std::exp(x[r * cols + c] - max) / sum;
+  }
+  return y;
+}
+
+double crossEntropyRef(const std::vector<double>& x, const std::vector<int32_t>& t, int64_t rows, int64_t cols) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double max = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < cols; ++c) max = std::max(max, x[r * cols + c]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(x[r * cols + c] - max);
+    total += max + std::log(sum) - x[r * cols + t[static_cast<size_t>(r)]];
+  }
+  return total / rows;
+}
+
+std::vector<int32_t> randomTargets(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(cols - 1));
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (int32_t& v : t) v = dist(gen);
+  return t;
+}
+
+TEST(SoftmaxTest, ForwardMatchesF64Reference) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [rows, cols] : kShapes) {
+      // Large logits check the max subtraction (exp(90) overflows f32).
+      for (float offset : {0.0f, 90.0f}) {
+        std::vector<float> x = randomVector(rows * cols, 31, -8.0f + offset, 8.0f + offset);
+        Guarded y(rows * cols);
+        softmax(x.data(), y.data(), rows, cols);
+        const std::vector<double> ref = softmaxRef(toDouble(x), rows, cols);
+        EXPECT_LE(maxRelError(y.data(), ref, 0.0), 1e-6) << rows << "x" << cols;
+        EXPECT_TRUE(y.guardsIntact());
+        softmax(x.data(), x.data(), rows, cols);
+        EXPECT_TRUE(testing::bitwiseEqual(x, y.values())) << "in place";
+      }
+    }
+  }
+}
+
+TEST(SoftmaxTest, MaskedEntriesAndFullyMaskedRows) {
+  // Row 0: partly -inf; row 1: all -inf (defined as zeros); row 2: one +inf -> NaN like torch.
+  const int64_t cols = 11;
+  std::vector<float> x = randomVector(3 * cols, 32);
+  for (int64_t c = 4; c < cols; ++c) x[static_cast<size_t>(c)] = -kInf;
+  for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(cols + c)] = -kInf;
+  x[2 * cols + 3] = kInf;
+  std::vector<float> y(x.size());
+  softmax(x.data(), y.data(), 3, cols);
+  double sum = 0.0;
+  for (int64_t c = 0; c < cols; ++c) sum += y[static_cast<size_t>(c)];
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  for (int64_t c = 4; c < cols; ++c) EXPECT_EQ(y[static_cast<size_t>(c)], 0.0f);
+  for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(y[static_cast<size_t>(cols + c)], 0.0f);
+  EXPECT_TRUE(std::isnan(y[2 * cols + 3]));
+}
+
+TEST(SoftmaxTest, GradMatchesF64FormulaAndFiniteDifferences) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [rows, cols] : kShapes) {
+      const std::vector<float> x = randomVector(rows * cols, 33, -3.0f, 3.0f);
+      std::vector<float> y(x.size());
+      softmax(x.data(), y.data(), rows, cols);
+      const std::vector<float> dy = randomVector(rows * cols, 34);
+      Guarded dx(rows * cols);
+      softmaxGrad(y.data(), dy.data(), dx.data(), rows, cols);
+      std::vector<double> ref(x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double dot = 0.0;
+        for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(dy[r * cols + c]) * y[r * cols + c];
+        for (int64_t c = 0; c < cols; ++c)
+          ref[r * cols + c] = static_cast<double>(y[r * cols + c]) * (dy[r * cols + c] - dot);
+      }
+      if (cols > 1) {  // a one-column softmax has an exactly zero gradient
+        EXPECT_LE(relL2Error(toDouble(dx.values()), ref), 1e-6) << rows << "x" << cols;
+      }
+      EXPECT_TRUE(dx.guardsIntact());
+    }
+  }
+  // The formula is the derivative of the forward function: central differences of
+  // sum(dy * softmaxRef(x)) in f64.
+  const int64_t rows = 3, cols = 37;
+  const std::vector<float> x = randomVector(rows * cols, 35, -3.0f, 3.0f);
+  const std::vector<float> dy = randomVector(rows * cols, 36);
+  std::vector<float> y(x.size()), dx(x.size());
+  softmax(x.data(), y.data(), rows, cols);
+  softmaxGrad(y.data(), dy.data(), dx.data(), rows, cols);
+  std::vector<double> xd = toDouble(x), fd(x.size());
+  auto loss = [&] {
+    const std::vector<double> yy = softmaxRef(xd, rows, cols);
+    double l = 0.0;
+    for (size_t i = 0; i < yy.size(); ++i) l += dy[i] * yy[i];
+    return l;
+  };
+  for (size_t i = 0; i < xd.size(); ++i) {
+    const double saved = xd[i];
+    xd[i] = saved + 1e-6;
+    const double lp = loss();
+    xd[i] = saved - 1e-6;
+    const double lm = loss();
+    xd[i] = saved;
+    fd[i] = (lp - lm) / 2e-6;
+  }
+  EXPECT_LE(relL2Error(toDouble(dx), fd), 1e-5);
+}
+
+TEST(CausalMaskTest, MasksFutureKeys) {
+  const float kValue = -1e9f;
+  // tq == tk (training), tq < tk (queries aligned to the last keys), tq > tk (leading
+  // queries see nothing), sizes around the threshold.
+  const int64_t shapes[][3] = {{1, 1, 1}, {2, 5, 5}, {3, 4, 9}, {1, 6, 3}, {64, 16, 17}, {2, 128, 128}};
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (const auto& s : shapes) {
+      const int64_t batch = s[0], tq = s[1], tk = s[2];
+      const std::vector<float> x = randomVector(batch * tq * tk, 37);
+      Guarded y(batch * tq * tk);
+      causalMask(x.data(), y.data(), batch, tq, tk, kValue);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < tq; ++i)
+          for (int64_t j = 0; j < tk; ++j) {
+            const int64_t at = (b * tq + i) * tk + j;
+            ASSERT_EQ(y[at], j > i + (tk - tq) ? kValue : x[static_cast<size_t>(at)])
+                << b << "," << i << "," << j << " of " << tq << "x" << tk;
+          }
+      EXPECT_TRUE(y.guardsIntact());
+      std::vector<float> z = x;
+      causalMask(z.data(), z.data(), batch, tq, tk, kValue);
+      EXPECT_TRUE(testing::bitwiseEqual(z, y.values())) << "in place";
+    }
+  }
+}
+
+TEST(CrossEntropyTest, LossMatchesF64Reference) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [rows, cols] : kShapes) {
+      const std::vector<float> x = randomVector(rows * cols, 38, -6.0f, 6.0f);
+      const std::vector<int32_t> t = randomTargets(rows, cols, 39);
+      const float loss = crossEntropy(x.data(), t.data(), rows, cols);
+      const double ref = crossEntropyRef(toDouble(x), t, rows, cols);
+      // One-column rows have a loss of exactly 0.
+      EXPECT_NEAR(loss, ref, 2e-7 * std::abs(ref) + 1e-7) << rows << "x" << cols;
+    }
+  }
+}
+
+TEST(CrossEntropyTest, GradMatchesF64FormulaAndFiniteDifferences) {
+  const float dloss = 0.75f;
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [rows, cols] : kShapes) {
+      const std::vector<float> x = randomVector(rows * cols, 40, -6.0f, 6.0f);
+      const std::vector<int32_t> t = randomTargets(rows, cols, 41);
+      Guarded g(rows * cols);
+      crossEntropyGrad(x.data(), t.data(), dloss, g.data(), rows, cols);
+      std::vector<double> ref = softmaxRef(toDouble(x), rows, cols);
+      for (int64_t r = 0; r < rows; ++r) ref[r * cols + t[static_cast<size_t>(r)]] -= 1.0;
+      for (double& v : ref) v *= static_cast<double>(dloss) / rows;
+      // Elementwise relative to the largest gradient entry (the target's entry).
+      double max_ref = 0.0;
+      for (double v : ref) max_ref = std::max(max_ref, std::abs(v));
+      EXPECT_LE(maxRelError(g.data(), ref, max_ref + 1e-30), 1e-6) << rows << "x" << cols;
+      EXPECT_TRUE(g.guardsIntact());
+    }
+  }
+  const int64_t rows = 4, cols = 29;
+  const std::vector<float> x = randomVector(rows * cols, 42, -3.0f, 3.0f);
+  const std::vector<int32_t> t = randomTargets(rows, cols, 43);
+  std::vector<float> g(x.size());
+  crossEntropyGrad(x.data(), t.data(), 1.0f, g.data(), rows, cols);
+  std::vector<double> xd = toDouble(x), fd(x.size());
+  for (size_t i = 0; i < xd.size(); ++i) {
+    const double saved = xd[i];
+    xd[i] = saved + 1e-6;
+    const double lp = crossEntropyRef(xd, t, rows, cols);
+    xd[i] = saved - 1e-6;
+    const double lm = crossEntropyRef(xd, t, rows, cols);
+    xd[i] = saved;
+    fd[i] = (lp - lm) / 2e-6;
+  }
+  EXPECT_LE(relL2Error(toDouble(g), fd), 1e-5);
+}
+
+TEST(CrossEntropyTest, OutOfRangeTargetsThrow) {
+  const std::vector<float> x = randomVector(3 * 5, 44);
+  std::vector<float> g(x.size());
+  for (int32_t bad : {-1, 5, 1000}) {
+    const std::vector<int32_t> t = {0, bad, 4};
+    EXPECT_THROW(crossEntropy(x.data(), t.data(), 3, 5), KernelError) << bad;
+    EXPECT_THROW(crossEntropyGrad(x.data(), t.data(), 1.0f, g.data(), 3, 5), KernelError) << bad;
+  }
+  const std::vector<int32_t> ok = {0, 0, 4};
+  EXPECT_NO_THROW(crossEntropy(x.data(), ok.data(), 3, 5));
+}
+
+TEST(SoftmaxFamilyTest, ResultsDoNotDependOnThreadCount) {
+  const int64_t rows = 2048, cols = 256;
+  const std::vector<float> x = randomVector(rows * cols, 45, -5.0f, 5.0f);
+  const std::vector<int32_t> t = randomTargets(rows, cols, 46);
+  std::vector<float> s1(x.size()), s2(x.size()), g1(x.size()), g2(x.size());
+  float l1, l2;
+  {
+    ThreadCount tc(1);
+    softmax(x.data(), s1.data(), rows, cols);
+    l1 = crossEntropy(x.data(), t.data(), rows, cols);
+    crossEntropyGrad(x.data(), t.data(), 1.0f, g1.data(), rows, cols);
+  }
+  {
+    ThreadCount tc(2);
+    softmax(x.data(), s2.data(), rows, cols);
+    l2 = crossEntropy(x.data(), t.data(), rows, cols);
+    crossEntropyGrad(x.data(), t.data(), 1.0f, g2.data(), rows, cols);
+  }
+  EXPECT_TRUE(testing::bitwiseEqual(s1, s2));
+  EXPECT_EQ(l1, l2);
+  EXPECT_TRUE(testing::bitwiseEqual(g1, g2));
+}
+
+}  // namespace
+}  // namespace pgq::kernels
