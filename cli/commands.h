@@ -8,5 +8,6 @@ namespace pgq::cli {
 
 void addIrCommands(CLI::App& app);
 void addTrainCommand(CLI::App& app);
+void addSqnrTableCommand(CLI::App& app);
 
 }  // namespace pgq::cli

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%l] %v");
 
   pgq::cli::addTrainCommand(app);
+  pgq::cli::addSqnrTableCommand(app);
   pgq::cli::addIrCommands(app);
 
   try {

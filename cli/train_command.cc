@@ -87,6 +87,12 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--threads", args.threads, "OpenMP threads (0: OpenMP's default)")->capture_default_str();
   cmd->add_option("--seed", args.seed, "Override the model config's seed");
   cmd->add_flag("--profile-ops", o.profile_ops, "Time every kernel and print the per-op time split");
+  cmd->add_option("--profile-steps", o.profile_steps,
+                  "Stage (i): log GEMM operand statistics for this many steps (needs --profile-out)")
+      ->capture_default_str();
+  cmd->add_option("--profile-warmup", o.profile_warmup, "Steps to train before the logged ones")->capture_default_str();
+  cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)");
+  cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   cmd->callback([] {
     TrainOptions& o = args.options;
@@ -107,6 +113,9 @@ void addTrainCommand(CLI::App& app) {
                static_cast<double>(o.model.tokens()) / (ms / 1000.0), omp_get_max_threads(),
                static_cast<double>(r.memory.peak()) / (1 << 20));
     fmt::print("metrics: {}\ncheckpoint: {}\n", r.metrics_path, r.checkpoint_path);
+    if (!r.profile_path.empty())
+      fmt::print("profile: {} ({} steps, written in {:.0f} ms); inspect it with: pgq sqnr-table {}\n", r.profile_path,
+                 o.profile_steps, r.profile_write_ms, r.profile_path);
     if (o.profile_ops) printOpProfile(r);
   });
 }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/analysis.h"
 #include "ir/builder.h"
 #include "ir/dot_dims.h"
 #include "ir/errors.h"
@@ -292,12 +293,6 @@ std::vector<Node*> Autodiff::run(Node* loss, std::span<Node* const> params) {
 }
 
 }  // namespace
-
-bool isWeightValue(const Node* node) {
-  while (node->op() == Op::kTranspose || node->op() == Op::kReshape || node->op() == Op::kConvert)
-    node = node->operand(0);
-  return node->op() == Op::kParameter;
-}
 
 std::vector<Node*> appendBackward(Graph& graph, Node* loss, std::span<Node* const> params) {
   return Autodiff(graph).run(loss, params);

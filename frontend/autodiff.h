@@ -20,7 +20,4 @@ namespace pgq {
 // zero gradient. Throws pgq::Error for an op without a gradient rule.
 std::vector<Node*> appendBackward(Graph& graph, Node* loss, std::span<Node* const> params);
 
-// True when `node` is a parameter, possibly seen through layout ops or a convert.
-bool isWeightValue(const Node* node);
-
 }  // namespace pgq

@@ -29,10 +29,10 @@ class TransformerBuilder {
   Node* norm(Node* x) {
     Op op = c_.norm == NormKind::kRmsNorm ? Op::kRmsNorm : Op::kLayerNorm;
     Node* g = param("g", Shape{c_.d_model}, "ones");
-    Node* y = b_.mul(b_.norm(op, x, c_.norm_eps), b_.broadcastTrailing(g, x->shape()));
-    if (c_.norm == NormKind::kLayerNorm)
-      y = b_.add(y, b_.broadcastTrailing(param("b", Shape{c_.d_model}, "zeros"), x->shape()));
-    return y;
+    Node* normed = b_.norm(op, x, c_.norm_eps, "normed");
+    if (c_.norm == NormKind::kRmsNorm) return b_.mul(normed, b_.broadcastTrailing(g, x->shape()), "out");
+    Node* scaled = b_.mul(normed, b_.broadcastTrailing(g, x->shape()), "scaled");
+    return b_.add(scaled, b_.broadcastTrailing(param("b", Shape{c_.d_model}, "zeros"), x->shape()), "out");
   }
 
   Node* scopedNorm(Node* x, std::string_view scope_name) {
@@ -48,7 +48,7 @@ class TransformerBuilder {
   // [N,D] -> [B,H,T,Dh]
   Node* splitHeads(Node* x) {
     Node* r = b_.reshape(x, Shape{c_.batch, c_.seq_len, c_.n_heads, c_.headDim()});
-    return b_.transpose(r, {0, 2, 1, 3});
+    return b_.transpose(r, {0, 2, 1, 3}, x->name().substr(x->name().rfind('/') + 1) + "_heads");
   }
 
   Node* attention(Node* x, int layer);
@@ -75,12 +75,12 @@ Node* TransformerBuilder::attention(Node* x, int layer) {
   Node* v = splitHeads(linear(x, wv, prefix + "v"));
   // [B,H,T,Dh] x [B,H,T,Dh]^T -> [B,H,T,T]
   Node* scores = b_.matmul(q, k, {{3}, {3}, {0, 1}, {0, 1}}, prefix + "scores", "scores");
-  Node* scaled = b_.scale(scores, 1.0 / std::sqrt(static_cast<double>(c_.headDim())));
-  Node* masked = b_.causalMask(scaled, -std::numeric_limits<double>::infinity());
+  Node* scaled = b_.scale(scores, 1.0 / std::sqrt(static_cast<double>(c_.headDim())), "scaled");
+  Node* masked = b_.causalMask(scaled, -std::numeric_limits<double>::infinity(), "masked");
   Node* probs = b_.softmax(masked, "probs");
   // [B,H,T,T] x [B,H,T,Dh] -> [B,H,T,Dh]
   Node* av = b_.matmul(probs, v, {{3}, {2}, {0, 1}, {0, 1}}, prefix + "av", "av");
-  Node* merged = b_.reshape(b_.transpose(av, {0, 2, 1, 3}), Shape{c_.tokens(), c_.d_model});
+  Node* merged = b_.reshape(b_.transpose(av, {0, 2, 1, 3}), Shape{c_.tokens(), c_.d_model}, "merged");
   return linear(merged, wo, prefix + "out");
 }
 

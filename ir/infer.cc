@@ -8,6 +8,7 @@
 
 #include "ir/dot_dims.h"
 #include "ir/errors.h"
+#include "ir/quant.h"
 
 namespace pgq {
 namespace {
@@ -89,6 +90,12 @@ class Rule {
   TensorType broadcast() const;
   TensorType reduce() const;
   TensorType matmul() const;
+  TensorType qmatmul() const;
+  void gemmTags() const;
+  // The operand of a quantization op seen as a matrix, per its contract/batch dims.
+  QuantOperandShape quantShape(const Shape& shape, AttrKey contract, AttrKey batch) const;
+  std::string format(AttrKey key) const;
+  std::string side() const;
 
   Op op_;
   std::span<const TensorType> operands_;
@@ -140,14 +147,7 @@ TensorType Rule::reduce() const {
   return {operand(0).dtype, Shape(std::move(dims))};
 }
 
-TensorType Rule::matmul() const {
-  requireFloat(0);
-  requireFloat(1);
-  if (operand(0).dtype != operand(1).dtype)
-    fail(fmt::format("operands must have the same dtype, got {} and {}", operand(0).toString(),
-                     operand(1).toString()));
-  requireAttr(AttrKey::kLhsContract);
-  requireAttr(AttrKey::kRhsContract);
+void Rule::gemmTags() const {
   if (attrs_.has(AttrKey::kDirection)) {
     const std::string& d = attrs_.getString(AttrKey::kDirection);
     if (d != "fwd" && d != "bwd_dgrad" && d != "bwd_wgrad")
@@ -161,12 +161,81 @@ TensorType Rule::matmul() const {
       fail(fmt::format("roles must be two of weight, activation, gradient, got [{}]",
                        fmt::join(roles, ",")));
   }
+  if (attrs_.has(AttrKey::kSharding)) {
+    const std::string& sh = attrs_.getString(AttrKey::kSharding);
+    if (sh != "column" && sh != "row" && sh != "heads" && sh != "replicated")
+      fail(fmt::format("sharding must be column, row, heads or replicated, got '{}'", sh));
+  }
+  for (AttrKey key : {AttrKey::kGemmShape, AttrKey::kDeviceShape})
+    if (attrs_.has(key) && attrs_.getInts(key).size() != 4)
+      fail(fmt::format("{} must be [batch, M, K, N]", attrName(key)));
+}
+
+TensorType Rule::matmul() const {
+  requireFloat(0);
+  requireFloat(1);
+  if (operand(0).dtype != operand(1).dtype)
+    fail(fmt::format("operands must have the same dtype, got {} and {}", operand(0).toString(),
+                     operand(1).toString()));
+  requireAttr(AttrKey::kLhsContract);
+  requireAttr(AttrKey::kRhsContract);
+  gemmTags();
   try {
     return {DType::kF32, dotResultShape(operand(0).shape, operand(1).shape,
                                         DotDims::fromAttrs(attrs_))};
   } catch (const Error& e) {
     fail(e.what());
   }
+}
+
+QuantOperandShape Rule::quantShape(const Shape& shape, AttrKey contract, AttrKey batch) const {
+  requireAttr(contract);
+  try {
+    return quantOperandShape(shape, attrs_.getInts(contract), attrs_.getIntsOr(batch, {}));
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+}
+
+std::string Rule::format(AttrKey key) const {
+  requireAttr(key);
+  std::string f = attrs_.getString(key);
+  try {
+    quantFormatBits(f);
+  } catch (const Error& e) {
+    fail(fmt::format("{}: {}", attrName(key), e.what()));
+  }
+  return f;
+}
+
+std::string Rule::side() const {
+  requireAttr(AttrKey::kSide);
+  std::string s = attrs_.getString(AttrKey::kSide);
+  if (s != "lhs" && s != "rhs") fail(fmt::format("side must be lhs or rhs, got '{}'", s));
+  return s;
+}
+
+TensorType Rule::qmatmul() const {
+  requireDType(0, DType::kU8);
+  requireDType(1, DType::kS8);
+  requireDType(2, DType::kF32);
+  requireDType(3, DType::kF32);
+  requireAttr(AttrKey::kLhsContract);
+  requireAttr(AttrKey::kRhsContract);
+  gemmTags();
+  Shape result;
+  try {
+    result = dotResultShape(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  std::string lf = format(AttrKey::kLhsFormat), rf = format(AttrKey::kRhsFormat);
+  int64_t lp = quantParamCount(quantShape(operand(0).shape, AttrKey::kLhsContract, AttrKey::kLhsBatch), lf);
+  int64_t rp = quantParamCount(quantShape(operand(1).shape, AttrKey::kRhsContract, AttrKey::kRhsBatch), rf);
+  if (operand(2).shape != Shape({lp}) || operand(3).shape != Shape({rp}))
+    fail(fmt::format("params must be f32[{}] and f32[{}] for formats {} and {}, got {} and {}", lp, rp, lf, rf,
+                     operand(2).toString(), operand(3).toString()));
+  return {DType::kF32, result};
 }
 
 TensorType Rule::run() const {
@@ -261,6 +330,40 @@ TensorType Rule::run() const {
     }
     case Op::kMatMul:
       return matmul();
+    case Op::kQMatMul:
+      return qmatmul();
+    case Op::kQuantStats: {
+      requireFloat(0);
+      requireAttr(AttrKey::kFormats);
+      const auto& formats = attrs_.getStrings(AttrKey::kFormats);
+      if (formats.empty()) fail("formats must list at least one format");
+      for (const std::string& f : formats) {
+        try {
+          quantFormatBits(f);
+        } catch (const Error& e) {
+          fail(e.what());
+        }
+      }
+      quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims);
+      return {DType::kF32, Shape{static_cast<int64_t>(formats.size()), kStatFields}};
+    }
+    case Op::kQuantParams: {
+      requireDType(0, DType::kF32);
+      side();
+      int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
+                                      format(AttrKey::kFormat));
+      return {DType::kF32, Shape{count}};
+    }
+    case Op::kQuantize: {
+      requireDType(0, DType::kF32);
+      requireDType(1, DType::kF32);
+      std::string s = side();
+      int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
+                                      format(AttrKey::kFormat));
+      if (operand(1).shape != Shape({count}))
+        fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
+      return {s == "lhs" ? DType::kU8 : DType::kS8, operand(0).shape};
+    }
   }
   fail("has no type rule");
 }

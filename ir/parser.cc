@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 #include "ir/infer.h"
 #include "ir/verifier.h"
 
@@ -400,20 +401,7 @@ std::unique_ptr<Graph> parseGraph(std::string_view text, std::string_view filena
 }
 
 std::unique_ptr<Graph> parseGraphFile(const std::string& path) {
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    return parseGraph(text, "<stdin>");
-  }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(fmt::format("{}: is a directory, expected an IR text file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{}: read error", path));
-  return parseGraph(buffer.str(), path);
+  return parseGraph(readTextFile(path), path == "-" ? "<stdin>" : path);
 }
 
 }  // namespace pgq

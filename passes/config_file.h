@@ -12,6 +12,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "ir/file_io.h"
+
 namespace pgq {
 
 class ConfigNode {
@@ -71,8 +73,5 @@ class ConfigNode {
   std::string path_;
 };
 
-// Writes `text` to `path` atomically: a temporary file in the same directory, fsync,
-// then rename. On failure throws pgq::Error and leaves `path` as it was.
-void writeFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace pgq

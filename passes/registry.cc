@@ -7,6 +7,8 @@
 #include "passes/bf16_gemms.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/instrument_stats.h"
+#include "passes/tag_metadata.h"
 
 namespace pgq {
 namespace {

@@ -14,6 +14,9 @@
 #include "kernels/gemm.h"
 #include "kernels/layout.h"
 #include "kernels/norm.h"
+#include "kernels/quant_format.h"
+#include "kernels/quant_stats.h"
+#include "ir/quant.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 #include "runtime/backend.h"
@@ -91,6 +94,7 @@ class CpuBackend final : public Backend {
   Kernel lowerMatMul(const Node& node, LoweringContext& ctx) const;
   Kernel lowerReduce(const Node& node, LoweringContext& ctx) const;
   Kernel lowerConvert(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
 };
 
 bool CpuBackend::supports(const Node& node, std::string* why) const {
@@ -111,6 +115,8 @@ bool CpuBackend::supports(const Node& node, std::string* why) const {
     }
     case Op::kMatMul:
       return true;  // f32 or bf16 operands (the verifier guarantees the dtypes)
+    case Op::kQuantStats:
+      return node.operand(0)->dtype() == DType::kF32 ? true : no("quant_stats of a non-f32 tensor");
     default:
       break;
   }
@@ -251,6 +257,43 @@ Kernel CpuBackend::lowerConvert(const Node& node, LoweringContext& ctx) const {
   return [=](const RunContext& rc) { k::bf16ToF32(rc.as<uint16_t>(x), rc.as<float>(y), n); };
 }
 
+Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const {
+  const Node& in = *node.operand(0);
+  QuantViewLayout layout = quantViewLayout(in.shape(), node.attrs().getInts(AttrKey::kContractDims),
+                                           node.attrs().getIntsOr(AttrKey::kBatchDims, {}));
+  std::vector<k::QuantFormat> formats;
+  for (const std::string& f : node.attrs().getStrings(AttrKey::kFormats)) formats.push_back(k::QuantFormat::parse(f));
+  const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
+  const int64_t n = in.shape().numElements();
+  int x = ctx.operand(0).slot, y = ctx.result();
+  int permuted = layout.perm ? ctx.scratch(static_cast<size_t>(n) * sizeof(float)) : -1;
+  std::vector<int64_t> dims(in.shape().dims().begin(), in.shape().dims().end());
+  return [=](const RunContext& rc) {
+    const float* data = rc.as<float>(x);
+    if (permuted >= 0) {
+      k::transpose(data, rc.as<float>(permuted), dims, *layout.perm);
+      data = rc.as<float>(permuted);
+    }
+    float* out = rc.as<float>(y);
+    for (size_t f = 0; f < formats.size(); ++f) {
+      // The step is the stream offset: each profiled step draws fresh SR noise.
+      k::QuantStats s = k::quantStats({data, static_cast<size_t>(n)}, layout.view, formats[f],
+                                      {seed, static_cast<uint64_t>(rc.step())});
+      float* row = out + f * kStatFields;
+      double total = static_cast<double>(std::max<int64_t>(1, s.count));
+      row[static_cast<int>(StatField::kSqnr)] = static_cast<float>(s.sqnr);
+      row[static_cast<int>(StatField::kMse)] = static_cast<float>(s.mse);
+      row[static_cast<int>(StatField::kMeanSquare)] = static_cast<float>(s.mean_square);
+      row[static_cast<int>(StatField::kAbsmax)] = static_cast<float>(s.absmax);
+      row[static_cast<int>(StatField::kZeroFraction)] = static_cast<float>(s.zero_fraction);
+      row[static_cast<int>(StatField::kUnderflowFraction)] = static_cast<float>(s.underflow_fraction);
+      row[static_cast<int>(StatField::kClippedFraction)] = static_cast<float>(s.clipped_fraction);
+      row[static_cast<int>(StatField::kNonfiniteFraction)] =
+          static_cast<float>(static_cast<double>(s.nan_count + s.inf_count) / total);
+    }
+  };
+}
+
 Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
   std::string why;
   if (!supports(node, &why)) throw Error(fmt::format("cpu backend: unsupported node %{}: {}", node.name(), why));
@@ -260,6 +303,7 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
     case Op::kMatMul: return lowerMatMul(node, ctx);
     case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean: return lowerReduce(node, ctx);
     case Op::kConvert: return lowerConvert(node, ctx);
+    case Op::kQuantStats: return lowerQuantStats(node, ctx);
     default: break;
   }
   int y = ctx.result();

@@ -60,6 +60,32 @@ GemmLayout gemmLayout(const Shape& lhs, const Shape& rhs, const DotDims& dims) {
   return layout;
 }
 
+QuantViewLayout quantViewLayout(const Shape& shape, const std::vector<int64_t>& contract,
+                                const std::vector<int64_t>& batch) {
+  std::vector<int64_t> free;
+  for (int64_t d = 0; d < shape.rank(); ++d)
+    if (std::find(contract.begin(), contract.end(), d) == contract.end() &&
+        std::find(batch.begin(), batch.end(), d) == batch.end())
+      free.push_back(d);
+  auto product = [&](const std::vector<int64_t>& dims) {
+    int64_t p = 1;
+    for (int64_t d : dims) p *= shape.dim(static_cast<int>(d));
+    return p;
+  };
+  const int64_t nb = product(batch), nf = product(free), nc = product(contract);
+  Side s{batch, free, contract, shape.rank()};
+  QuantViewLayout layout;
+  if (storedAs(s, s.free, s.contract)) {
+    layout.view = {nb, nf, nc, true};
+  } else if (storedAs(s, s.contract, s.free)) {
+    layout.view = {nb, nc, nf, false};
+  } else {
+    layout.view = {nb, nf, nc, true};
+    layout.perm = concat({batch, free, contract});
+  }
+  return layout;
+}
+
 ReduceLayout reduceLayout(const Shape& in, const std::vector<int64_t>& axes) {
   ReduceLayout layout;
   bool adjacent = true;

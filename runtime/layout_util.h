@@ -33,6 +33,17 @@ struct ReduceLayout {
 
 ReduceLayout reduceLayout(const Shape& in, const std::vector<int64_t>& axes);
 
+// A tensor read as a quantized GEMM operand: the kernels' OperandView of its storage,
+// after an optional permute into [batch, free, contract] when its dims are in an
+// order the kernels cannot read directly.
+struct QuantViewLayout {
+  kernels::OperandView view;
+  std::optional<std::vector<int64_t>> perm;
+};
+
+QuantViewLayout quantViewLayout(const Shape& shape, const std::vector<int64_t>& contract,
+                                const std::vector<int64_t>& batch);
+
 // Materializes broadcast(x) {dims}: out dims not in `dims` repeat.
 class BroadcastCopy {
  public:

@@ -1,6 +1,7 @@
 #include "runtime/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -19,7 +20,10 @@
 #include "runtime/data_loader.h"
 #include "runtime/metrics.h"
 #include "runtime/param_init.h"
+#include "runtime/profile_collector.h"
 #include "runtime/progress.h"
+#include "kernels/cpu_isa.h"
+#include "pgq_version.h"
 
 namespace pgq {
 
@@ -36,11 +40,37 @@ namespace {
 constexpr const char* kCheckpointFile = "checkpoint.pgqckpt";
 constexpr const char* kMetricsFile = "metrics.csv";
 
-void runPasses(Graph& graph, const TrainOptions& options) {
-  std::string passes = "cse,dce";
+// The formats stage (i) profiles on this CPU: the int8 formats that run exactly (the
+// 7-bit variant too without VNNI), round-to-nearest for every operand and stochastic
+// rounding for gradients.
+void setStatFormats(PassContext& ctx) {
+  ctx.stat_formats = {"int8:channel:rtn"};
+  ctx.gradient_stat_formats = {"int8:channel:sr"};
+  if (!kernels::int8Caps().vnni) {
+    ctx.stat_formats.push_back("int7:channel:rtn");
+    ctx.gradient_stat_formats.push_back("int7:channel:sr");
+  }
+}
+
+// The passes every training graph goes through; `instrument` adds stage (i)'s
+// statistics nodes.
+void runPasses(Graph& graph, const TrainOptions& options, bool instrument) {
+  std::string passes = "cse,dce,tag_metadata";
   if (options.precision == Precision::kBf16) passes = "bf16_gemms," + passes;
+  if (instrument) passes += ",instrument_stats";
   PassContext ctx;
+  ctx.tensor_parallel = options.model.tensor_parallel;
+  setStatFormats(ctx);
+  ctx.stats_on_outputs = options.profile_outputs;
+  ctx.stats_seed = static_cast<int64_t>(options.model.seed);
   parsePipeline(passes)->run(graph, ctx);
+}
+
+TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument) {
+  TransformerGraph t = buildTransformer(options.model);
+  appendBackward(*t.graph, t.loss, t.params);
+  runPasses(*t.graph, options, instrument);
+  return t;
 }
 
 std::string precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
@@ -56,12 +86,17 @@ struct TrainingSession::Impl {
   TransformerGraph eval;
   std::unique_ptr<Executor> train_exec;
   std::unique_ptr<Executor> eval_exec;
+  // Stage (i): the same training graph with statistics nodes, built on first use.
+  TransformerGraph instrumented;
+  std::unique_ptr<Executor> instrumented_exec;
+  std::unique_ptr<ProfileCollector> collector;
   std::vector<Tensor> params, m, v;
   Tensor tokens, targets;
   BatchSampler sampler;
 
   void bindParams();
-  double gradNorm() const;
+  void buildInstrumented();
+  double gradNorm(const Executor& exec) const;
 };
 
 TrainingSession::Impl::Impl(const TrainOptions& options)
@@ -69,11 +104,9 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
       corpus(loadCorpus(options.corpus)),
       sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   checkCorpusFits(corpus, o.model.seq_len);
-  train = buildTransformer(o.model);
-  appendBackward(*train.graph, train.loss, train.params);
-  runPasses(*train.graph, o);
+  train = buildTrainingGraph(o, false);
   eval = buildTransformer(o.model);
-  runPasses(*eval.graph, o);
+  runPasses(*eval.graph, o, false);
   ExecutorOptions exec_options;
   exec_options.profile = o.profile_ops;
   train_exec = std::make_unique<Executor>(*train.graph, exec_options);
@@ -97,13 +130,23 @@ void TrainingSession::Impl::bindParams() {
   for (size_t i = 0; i < train.params.size(); ++i) {
     train_exec->bind(train.params[i], params[i]);
     eval_exec->bind(train.params[i]->name(), params[i]);
+    if (instrumented_exec) instrumented_exec->bind(train.params[i]->name(), params[i]);
   }
 }
 
-double TrainingSession::Impl::gradNorm() const {
+void TrainingSession::Impl::buildInstrumented() {
+  instrumented = buildTrainingGraph(o, true);
+  instrumented_exec = std::make_unique<Executor>(*instrumented.graph);
+  instrumented_exec->bind(instrumented.tokens, tokens);
+  instrumented_exec->bind(instrumented.targets, targets);
+  collector = std::make_unique<ProfileCollector>(*instrumented.graph);
+  bindParams();
+}
+
+double TrainingSession::Impl::gradNorm(const Executor& exec) const {
   double sum = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    std::span<const float> g = train_exec->output<float>(i + 1);
+    std::span<const float> g = exec.output<float>(i + 1);
     sum += kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
   }
   return std::sqrt(sum);
@@ -116,13 +159,41 @@ const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
 const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
 Executor& TrainingSession::executor() { return *impl_->train_exec; }
 
-StepRecord TrainingSession::step(int64_t step) {
+Executor& TrainingSession::instrumentedExecutor() {
+  if (!impl_->instrumented_exec) impl_->buildInstrumented();
+  return *impl_->instrumented_exec;
+}
+
+Profile TrainingSession::profile() const {
+  const Impl& s = *impl_;
+  PGQ_ASSERT(s.collector && s.collector->steps() > 0, "no profiled steps");
+  ProfileRun run;
+  run.model = s.o.model.name;
+  run.model_config = s.o.model.toYaml();
+  run.corpus = s.corpus.source;
+  run.corpus_fingerprint = fmt::format("{:016x}", s.corpus.fingerprint);
+  run.seed = s.o.model.seed;
+  run.warmup_steps = s.o.profile_warmup;
+  run.threads = omp_get_max_threads();
+  run.precision = precisionName(s.o.precision);
+  run.pgq_version = PGQ_VERSION_STRING;
+  run.cpu_isa = kernels::int8Caps().isa_name;
+  run.vnni = kernels::int8Caps().vnni;
+  PassContext ctx;
+  setStatFormats(ctx);
+  run.formats = ctx.stat_formats;
+  run.gradient_formats = ctx.gradient_stat_formats;
+  return s.collector->profile(std::move(run));
+}
+
+StepRecord TrainingSession::step(int64_t step, bool profile) {
   Impl& s = *impl_;
+  Executor& exec = profile ? instrumentedExecutor() : *s.train_exec;
   auto start = std::chrono::steady_clock::now();
   s.sampler.sample(step, s.tokens, s.targets);
-  s.train_exec->run(step);
-  double loss = s.train_exec->outputScalar(0);
-  double norm = s.gradNorm();
+  exec.run(step);
+  double loss = exec.outputScalar(0);
+  double norm = s.gradNorm(exec);
   if (!std::isfinite(loss) || !std::isfinite(norm))
     throw Error(fmt::format("step {}: the training {} is {}", step + 1,
                             std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss));
@@ -139,11 +210,12 @@ StepRecord TrainingSession::step(int64_t step) {
     // Decay matrices only (GPT-2 practice): not norm gains.
     p.weight_decay = s.params[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
     p.step = step + 1;
-    std::span<const float> g = s.train_exec->output<float>(i + 1);
+    std::span<const float> g = exec.output<float>(i + 1);
     kernels::adamwUpdate(s.params[i].data<float>(), g.data(), s.m[i].data<float>(), s.v[i].data<float>(),
                          s.params[i].numElements(), p, scale);
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (profile) s.collector->add(exec);
   return {step + 1, loss, std::nullopt, lr, norm, ms};
 }
 
@@ -205,6 +277,10 @@ class TrainLoop {
   TrainResult run();
 
  private:
+  void checkProfileOptions() const;
+  bool profiling(int64_t step) const {
+    return o_.profile_steps > 0 && step >= o_.profile_warmup && step < o_.profile_warmup + o_.profile_steps;
+  }
   void resume();
   void saveCheckpointAt(int64_t step);
 
@@ -214,6 +290,27 @@ class TrainLoop {
   std::string checkpoint_path_;
   std::optional<int64_t> last_checkpoint_step_;
 };
+
+void TrainLoop::checkProfileOptions() const {
+  if (o_.profile_steps == 0 && o_.profile_out.empty()) return;
+  if (o_.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
+  if (o_.profile_steps <= 0)
+    throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got {}", o_.profile_out, o_.profile_steps));
+  if (o_.profile_warmup < 0) throw Error(fmt::format("--profile-warmup must be >= 0, got {}", o_.profile_warmup));
+  if (o_.profile_warmup + o_.profile_steps > o_.steps)
+    throw Error(fmt::format("--profile-warmup {} + --profile-steps {} exceed --steps {}", o_.profile_warmup,
+                            o_.profile_steps, o_.steps));
+  // Fail now, not after training, when the profile cannot be written.
+  std::filesystem::path dir = std::filesystem::path(o_.profile_out).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw Error(fmt::format("--profile-out {}: directory {} does not exist", o_.profile_out, dir.string()));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Error(fmt::format("--profile-out {}: directory {} is not writable", o_.profile_out, dir.string()));
+  if (std::filesystem::is_directory(o_.profile_out, ec))
+    throw Error(fmt::format("--profile-out {}: is a directory, expected a file name", o_.profile_out));
+}
 
 void TrainLoop::resume() {
   Checkpoint ckpt = loadCheckpoint(checkpoint_path_);
@@ -251,6 +348,9 @@ void TrainLoop::resume() {
   if (start_step_ >= o_.steps)
     throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that",
                             checkpoint_path_, start_step_));
+  if (o_.profile_steps > 0 && o_.profile_warmup < start_step_)
+    throw Error(fmt::format("--profile-warmup {} starts before the resumed step {}; profile steps must come after it",
+                            o_.profile_warmup, start_step_));
   spdlog::info("resuming from {} at step {}", checkpoint_path_, start_step_);
 }
 
@@ -273,6 +373,7 @@ TrainResult TrainLoop::run() {
   if (o_.steps < 1) throw Error(fmt::format("--steps must be >= 1, got {}", o_.steps));
   if (o_.stop_after < 0) throw Error(fmt::format("--stop-after must be >= 0, got {}", o_.stop_after));
   if (o_.eval_batches < 1) throw Error(fmt::format("--eval-batches must be >= 1, got {}", o_.eval_batches));
+  checkProfileOptions();
   std::error_code ec;
   std::filesystem::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
@@ -301,7 +402,7 @@ TrainResult TrainLoop::run() {
   for (int64_t step = start_step_; step < end_step; ++step) {
     StepRecord record;
     try {
-      record = session_->step(step);
+      record = session_->step(step, profiling(step));
     } catch (const Error& e) {
       if (bar) bar->finish();
       std::string kept = last_checkpoint_step_
@@ -321,6 +422,14 @@ TrainResult TrainLoop::run() {
                    {"step_ms", record.step_ms},
                    {"tokens_per_s", tokens_per_s}});
     if (last || (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0)) saveCheckpointAt(step + 1);
+    if (profiling(step) && !profiling(step + 1)) {
+      auto start = std::chrono::steady_clock::now();
+      writeProfile(o_.profile_out, session_->profile());
+      result.profile_write_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      result.profile_path = o_.profile_out;
+      spdlog::debug("wrote profile {} in {:.0f} ms", o_.profile_out, result.profile_write_ms);
+    }
     if (bar) bar->update({step + 1, record.loss, record.val_loss, tokens_per_s, record.step_ms});
     result.history.push_back(record);
     if (record.val_loss) result.final_val_loss = record.val_loss;

@@ -11,6 +11,7 @@
 
 #include "frontend/model_config.h"
 #include "frontend/transformer.h"
+#include "passes/profile.h"
 #include "runtime/corpus.h"
 #include "runtime/executor.h"
 
@@ -50,6 +51,13 @@ struct TrainOptions {
   bool progress = true;
   int64_t log_every = 50;       // progress line period when stderr is not a terminal
   bool profile_ops = false;     // time every kernel (per-op time split)
+
+  // Stage (i): log GEMM operand statistics during steps [profile_warmup,
+  // profile_warmup + profile_steps) and write them to profile_out (+ .csv).
+  int64_t profile_steps = 0;
+  int64_t profile_warmup = 0;
+  std::string profile_out;
+  bool profile_outputs = false;  // also profile each GEMM's result
 };
 
 struct StepRecord {
@@ -78,6 +86,8 @@ struct TrainResult {
   std::vector<OpTiming> op_profile;
   std::string checkpoint_path;
   std::string metrics_path;
+  std::string profile_path;      // set when a profile was written
+  double profile_write_ms = 0;
 };
 
 // The state of a training run that is not about bookkeeping: the corpus, the
@@ -92,9 +102,13 @@ class TrainingSession {
   ~TrainingSession();
 
   // One optimizer step: sample batch `step` (0-based), forward, backward, clip, AdamW.
-  // Throws pgq::Error when the loss or gradient norm is not finite (before touching
-  // the parameters).
-  StepRecord step(int64_t step);
+  // With `profile`, the step runs the instrumented graph and its statistics are
+  // collected (the numerics are the same). Throws pgq::Error when the loss or
+  // gradient norm is not finite (before touching the parameters).
+  StepRecord step(int64_t step, bool profile = false);
+  // The profile of the steps run with profile = true so far.
+  Profile profile() const;
+  Executor& instrumentedExecutor();
   // Mean loss over the fixed validation batches.
   double evaluate();
 

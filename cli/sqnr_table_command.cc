@@ -1,0 +1,34 @@
+// `pgq sqnr-table`: the table (and plot) a user inspects after profiling.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "ir/errors.h"
+#include "passes/profile.h"
+#include "passes/sqnr_table.h"
+#include "runtime/sqnr_plot.h"
+
+namespace pgq::cli {
+
+void addSqnrTableCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sqnr-table", "Show the SQNR of every GEMM input of a profile, lowest first");
+  static std::string profile_path, format = "int8:channel:rtn", plot;
+  static bool csv = false, json = false;
+  cmd->add_option("PROFILE", profile_path, "Profile written by pgq train --profile-out")->required();
+  cmd->add_option("--format", format, "Quantization format to show (one the profile measured)")->capture_default_str();
+  auto* csv_flag = cmd->add_flag("--csv", csv, "Print CSV instead of a markdown table");
+  cmd->add_flag("--json", json, "Print JSON instead of a markdown table")->excludes(csv_flag);
+  cmd->add_option("--plot", plot, "Also draw ln(1+SQNR) per GEMM (forward and backward panels) to FILE.svg or .png");
+  cmd->callback([] {
+    Profile profile = loadProfile(profile_path);
+    std::vector<SqnrRow> rows = sqnrRows(profile, format);
+    if (csv) fmt::print("{}", sqnrTableCsv(rows));
+    else if (json) fmt::print("{}", sqnrTableJson(rows, format));
+    else fmt::print("{}", sqnrTableMarkdown(rows, format));
+    if (!plot.empty()) {
+      writeSqnrPlot(rows, format, plot);
+      fmt::print(stderr, "plot: {}\n", plot);
+    }
+  });
+}
+
+}  // namespace pgq::cli

@@ -1,0 +1,44 @@
+#pragma once
+// Shared facts about the quantization ops, for passes and the runtime.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/shape.h"
+
+namespace pgq {
+
+// Columns of a quant_stats row (one row per format). SQNR is the ratio
+// E[x^2] / E[(Q(x) - x)^2]; fractions are of all elements.
+enum class StatField : int {
+  kSqnr, kMse, kMeanSquare, kAbsmax, kZeroFraction, kUnderflowFraction, kClippedFraction,
+  kNonfiniteFraction,
+};
+inline constexpr int kStatFields = 8;
+inline constexpr std::array<std::string_view, kStatFields> kStatFieldNames = {
+    "sqnr", "mse", "mean_square", "absmax", "zero_fraction", "underflow_fraction",
+    "clipped_fraction", "nonfinite_fraction"};
+
+// A GEMM operand seen as a matrix: `batch` matrices of `channels` (non-contracting)
+// by `contract` (contracting) elements, whatever the order of the dims in memory.
+struct QuantOperandShape {
+  int64_t batch = 1;
+  int64_t channels = 1;
+  int64_t contract = 1;
+};
+
+// Throws pgq::Error unless contract_dims and batch_dims are valid, disjoint dims of
+// `shape` (contract_dims non-empty).
+QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_t>& contract_dims,
+                                    const std::vector<int64_t>& batch_dims);
+
+// Number of params floats (scales, then zero points) of `format` for such an operand;
+// throws pgq::Error naming a malformed format.
+int64_t quantParamCount(const QuantOperandShape& operand, const std::string& format);
+// Throws pgq::Error for a malformed format; returns its bits.
+int quantFormatBits(const std::string& format);
+bool quantFormatIsStochastic(const std::string& format);
+
+}  // namespace pgq

@@ -1,0 +1,80 @@
+#include "passes/instrument_stats.h"
+
+#include <algorithm>
+#include <map>
+
+#include "ir/builder.h"
+#include "ir/errors.h"
+
+namespace pgq {
+namespace {
+
+void addAll(std::vector<std::string>& into, const std::vector<std::string>& more) {
+  for (const std::string& s : more)
+    if (std::find(into.begin(), into.end(), s) == into.end()) into.push_back(s);
+}
+
+}  // namespace
+
+bool InstrumentStats::run(Graph& graph, PassContext& ctx) {
+  for (const Node* node : graph.nodes())
+    if (node->op() == Op::kQuantStats) return false;  // already instrumented
+  // First gather, per (tensor, contracting dims, batch dims), the formats and uses;
+  // then make one statistics node for each.
+  struct Request {
+    Node* value;
+    std::vector<int64_t> contract, batch;
+    std::vector<std::string> formats, uses;
+  };
+  std::vector<Request> requests;
+  auto request = [&](Node* value, std::vector<int64_t> contract, std::vector<int64_t> batch,
+                     const std::string& use, bool gradient) {
+    // Under bf16 GEMMs the operand is a convert: profile the f32 value it rounds.
+    if (value->op() == Op::kConvert && value->operand(0)->dtype() == DType::kF32) value = value->operand(0);
+    auto it = std::find_if(requests.begin(), requests.end(), [&](const Request& r) {
+      return r.value == value && r.contract == contract && r.batch == batch;
+    });
+    if (it == requests.end()) it = requests.insert(requests.end(), {value, contract, batch, {}, {}});
+    addAll(it->formats, ctx.stat_formats);
+    if (gradient) addAll(it->formats, ctx.gradient_stat_formats);
+    it->uses.push_back(use);
+  };
+
+  for (Node* node : graph.postOrder()) {
+    if (node->op() != Op::kMatMul) continue;
+    const Attrs& a = node->attrs();
+    if (!a.has(AttrKey::kLabel) || !a.has(AttrKey::kRoles))
+      throw Error(fmt::format("instrument_stats: matmul %{} has no label/roles; run tag_metadata first",
+                              node->name()));
+    const std::string& label = a.getString(AttrKey::kLabel);
+    const auto& roles = a.getStrings(AttrKey::kRoles);
+    request(node->operand(0), a.getInts(AttrKey::kLhsContract), a.getIntsOr(AttrKey::kLhsBatch, {}),
+            label + ":lhs", roles[0] == "gradient");
+    request(node->operand(1), a.getInts(AttrKey::kRhsContract), a.getIntsOr(AttrKey::kRhsBatch, {}),
+            label + ":rhs", roles[1] == "gradient");
+    if (ctx.stats_on_outputs) {
+      // A result has no contracting dim of its own; take its last dim, so each row gets
+      // a scale like an activation entering the next GEMM.
+      size_t nb = a.getIntsOr(AttrKey::kLhsBatch, {}).size();
+      std::vector<int64_t> batch(nb);
+      for (size_t i = 0; i < nb; ++i) batch[i] = static_cast<int64_t>(i);
+      request(node, {node->shape().rank() - 1}, batch, label + ":out",
+              roles[0] == "gradient" || roles[1] == "gradient");
+    }
+  }
+  if (requests.empty()) return false;
+  Builder b(graph);
+  int64_t seed = ctx.stats_seed;
+  for (Request& r : requests) {
+    Attrs a;
+    a.set(AttrKey::kFormats, r.formats);
+    a.set(AttrKey::kContractDims, r.contract);
+    if (!r.batch.empty()) a.set(AttrKey::kBatchDims, r.batch);
+    a.set(AttrKey::kUses, r.uses);
+    a.set(AttrKey::kSeed, seed++);
+    graph.addOutput(b.create(Op::kQuantStats, {r.value}, std::move(a), std::nullopt, r.value->name() + ".stats"));
+  }
+  return true;
+}
+
+}  // namespace pgq

@@ -1,0 +1,96 @@
+#pragma once
+// The profile a stage (i) run writes: one record per GEMM with its metadata (from
+// tag_metadata) and, per operand, statistics aggregated over the logged steps, per
+// candidate quantization format. Stage (ii) reads it to decide what to quantize.
+//
+// SQNR is the ratio E[x^2] / E[(Q(x) - x)^2] (not dB). Files: YAML (the record, read
+// back by loadProfile) and CSV (one row per operand and format, for spreadsheets).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pgq {
+
+struct FormatStats {
+  std::string format;  // kernels/quant_format.h text form
+  double sqnr_mean = 0;
+  double sqnr_min = 0;
+  double sqnr_max = 0;
+  double mse = 0;                 // mean over steps
+  double underflow_fraction = 0;  // nonzero values that quantize to 0
+  double clipped_fraction = 0;
+};
+
+struct OperandProfile {
+  std::string side;    // lhs | rhs | out
+  std::string role;    // weight | activation | gradient | output
+  std::string tensor;  // IR value name
+  std::vector<int64_t> shape;
+  std::vector<int64_t> contract_dims;
+  std::vector<int64_t> batch_dims;
+  double absmax = 0;       // max over steps
+  double absmax_mean = 0;  // mean over steps
+  double rms = 0;          // mean over steps of sqrt(E[x^2])
+  double zero_fraction = 0;
+  double nonfinite_fraction = 0;
+  std::vector<FormatStats> formats;
+
+  const FormatStats* find(const std::string& format) const;
+};
+
+struct GemmProfile {
+  std::string label;
+  std::string direction;  // fwd | bwd_dgrad | bwd_wgrad
+  int64_t layer = -1;
+  std::vector<int64_t> gemm_shape;    // [batch, M, K, N]
+  int64_t flops = 0;
+  int64_t bytes = 0;
+  std::string sharding;
+  int64_t devices = 1;
+  std::vector<int64_t> device_shape;  // [batch, M, K, N] on one device
+  std::vector<OperandProfile> operands;  // lhs, rhs, then optionally out
+
+  const OperandProfile& lhs() const { return operands[0]; }
+  const OperandProfile& rhs() const { return operands[1]; }
+  double intensity() const { return bytes > 0 ? static_cast<double>(flops) / static_cast<double>(bytes) : 0; }
+};
+
+struct ProfileRun {
+  std::string model;         // model name
+  std::string model_config;  // YAML text of the model config
+  std::string corpus;
+  std::string corpus_fingerprint;
+  uint64_t seed = 0;
+  int64_t warmup_steps = 0;   // steps trained before logging started
+  int64_t profile_steps = 0;  // steps logged
+  int64_t threads = 0;
+  std::string precision;      // f32 | bf16
+  std::string pgq_version;
+  std::string cpu_isa;
+  bool vnni = false;
+  std::vector<std::string> formats;           // profiled for every operand
+  std::vector<std::string> gradient_formats;  // also profiled for gradient operands
+};
+
+struct Profile {
+  ProfileRun run;
+  std::vector<GemmProfile> gemms;
+
+  const GemmProfile* find(const std::string& label) const;
+};
+
+inline constexpr int kProfileVersion = 1;
+
+std::string profileToYaml(const Profile& profile);
+std::string profileToCsv(const Profile& profile);
+// Writes PATH (YAML) and PATH with its extension replaced by .csv, each atomically;
+// returns the CSV path. On failure throws pgq::Error and leaves no partial file.
+std::string writeProfile(const std::string& path, const Profile& profile);
+// Reads and validates a profile: every field present and of the right kind, formats
+// well formed, fractions in [0, 1], SQNR >= 0, lhs and rhs operands for every GEMM.
+// Errors name the file, the line and the field.
+Profile loadProfile(const std::string& path);
+Profile parseProfile(const std::string& yaml_text, const std::string& source);
+
+}  // namespace pgq
