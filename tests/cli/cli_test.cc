@@ -114,4 +114,30 @@ TEST_F(Cli, TrainTinyEndToEnd) {
   EXPECT_NE(resumed.out.find("to step 40"), std::string::npos) << resumed.out;
 }
 
+TEST_F(Cli, ProfileThenSqnrTable) {
+  std::string out = (dir_ / "run").string(), profile = (dir_ / "p.yaml").string();
+  Result r = pgq("train --model tiny --steps 4 --no-progress --profile-steps 2 --profile-out " + profile + " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("pgq sqnr-table " + profile), std::string::npos) << r.out;
+  Result table = pgq("sqnr-table " + profile + " --plot " + (dir_ / "sqnr.svg").string());
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("| 1 | get_logits:dgrad | bwd_dgrad | gradient, weight |"), std::string::npos) << table.out;
+  EXPECT_TRUE(fs::file_size(dir_ / "sqnr.svg") > 1000);
+  Result csv = pgq("sqnr-table --csv " + profile);
+  EXPECT_EQ(csv.out.substr(0, 11), "rank,label,");
+  Result json = pgq("sqnr-table --json --format int8:channel:rtn " + profile);
+  EXPECT_EQ(json.out.substr(0, 31), "{\"format\": \"int8:channel:rtn\",");
+  Result missing = pgq("sqnr-table --format int4:channel:rtn " + profile);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("was not profiled in int4:channel:rtn"), std::string::npos) << missing.out;
+  Result bad_plot = pgq("sqnr-table " + profile + " --plot " + (dir_ / "x.gif").string());
+  EXPECT_EQ(bad_plot.code, 2);
+  Result bad = pgq("sqnr-table " + write("bad.yaml", "version: 1\nrun: {}\n"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("bad.yaml"), std::string::npos) << bad.out;
+  Result no_out = pgq("train --model tiny --steps 4 --profile-steps 2 --out " + (dir_ / "r2").string());
+  EXPECT_EQ(no_out.code, 2);
+  EXPECT_NE(no_out.out.find("--profile-steps needs --profile-out"), std::string::npos) << no_out.out;
+}
+
 }  // namespace

@@ -21,11 +21,13 @@ struct Shape3 {
   int64_t outer, mid, inner;
 };
 
-// Row reduces (inner 1), column reduces (outer 1), general, empty mid, partial column
-// tiles (inner not a multiple of 32 or 8), and sizes above the parallel threshold.
-const Shape3 kShapes[] = {{1, 1, 1},    {1, 0, 5},     {4, 0, 1},      {5, 7, 1},   {300, 100, 1},
-                          {1, 2049, 1}, {1, 3, 9},     {1, 2048, 256}, {1, 70, 37}, {1, 1000, 33},
-                          {2, 100, 300}, {3, 5, 40},   {6, 17, 7},     {8, 2, 2}};
+// Row reduces (inner 1), column reduces (outer 1), general, empty mid, inner not a
+// multiple of 8, several 256-row groups and 512-column chunks, and sizes above the
+// parallel threshold.
+const Shape3 kShapes[] = {{1, 1, 1},     {1, 0, 5},     {4, 0, 1},      {5, 7, 1},     {300, 100, 1},
+                          {1, 2049, 1},  {1, 3, 9},     {1, 2048, 256}, {1, 70, 37},   {1, 1000, 33},
+                          {2, 100, 300}, {3, 5, 40},    {6, 17, 7},     {8, 2, 2},     {3, 600, 20},
+                          {1, 40, 1100}, {2, 257, 515}};
 
 TEST(ReduceTest, MatchesF64Reference) {
   for (int threads : kThreadCounts) {
@@ -90,6 +92,13 @@ TEST(ReduceTest, MaxPropagatesNaN) {
   reduce(ReduceOp::kMax, x.data(), rows.data(), 4 * 50, 40, 1);  // row 7 holds the NaN
   EXPECT_TRUE(std::isnan(rows[7]));
   EXPECT_FALSE(std::isnan(rows[8]));
+  // Several row groups, the NaN in a later one.
+  std::vector<float> tall = randomVector(1000 * 9, 54);
+  tall[700 * 9 + 8] = nan;
+  std::vector<float> tall_max(9);
+  reduce(ReduceOp::kMax, tall.data(), tall_max.data(), 1, 1000, 9);
+  EXPECT_TRUE(std::isnan(tall_max[8]));
+  EXPECT_FALSE(std::isnan(tall_max[7]));
   // The NaN in the first lanes and larger values in later lanes.
   std::vector<float> r = {nan, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 5.0f};
   float m = 0.0f;
