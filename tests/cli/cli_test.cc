@@ -126,7 +126,7 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   Result csv = pgq("sqnr-table --csv " + profile);
   EXPECT_EQ(csv.out.substr(0, 11), "rank,label,");
   Result json = pgq("sqnr-table --json --format int8:channel:rtn " + profile);
-  EXPECT_EQ(json.out.substr(0, 31), "{\"format\": \"int8:channel:rtn\",");
+  EXPECT_EQ(json.out.substr(0, 30), "{\"format\": \"int8:channel:rtn\",");
   Result missing = pgq("sqnr-table --format int4:channel:rtn " + profile);
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.out.find("was not profiled in int4:channel:rtn"), std::string::npos) << missing.out;
