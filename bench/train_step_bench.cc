@@ -10,12 +10,16 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+
 #include "ir/dot_dims.h"
+#include "passes/profile.h"
 #include "runtime/trainer.h"
 
 namespace {
 
-void trainStep(benchmark::State& state, const std::string& model, pgq::Precision precision) {
+void trainStep(benchmark::State& state, const std::string& model, pgq::Precision precision,
+               bool profile = false) {
   omp_set_num_threads(static_cast<int>(state.range(0)));
   pgq::TrainOptions options;
   options.model = pgq::loadModelConfig(model);
@@ -30,26 +34,47 @@ void trainStep(benchmark::State& state, const std::string& model, pgq::Precision
       gemm_flops += pgq::gemmSizes(n->operand(0)->shape(), n->operand(1)->shape(),
                                    pgq::DotDims::fromAttrs(n->attrs())).flops();
   int64_t step = 0;
-  for (int i = 0; i < 2; ++i) session.step(step++);  // primitive creation, first touch
-  session.executor().resetProfile();
-  for (auto _ : state) session.step(step++);
+  for (int i = 0; i < 2; ++i) session.step(step++, profile);  // primitive creation, first touch
+  pgq::Executor& exec = profile ? session.instrumentedExecutor() : session.executor();
+  exec.resetProfile();
+  for (auto _ : state) session.step(step++, profile);
   double total = 0, gemm = 0;
-  for (const pgq::NodeProfile& p : session.executor().profile()) {
+  for (const pgq::NodeProfile& p : exec.profile()) {
     total += p.total_ms;
     if (p.node->op() == pgq::Op::kMatMul) gemm += p.total_ms;
   }
   state.counters["GFLOP/s"] = benchmark::Counter(gemm_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemm_share"] = gemm / total;
-  state.counters["peak_MiB"] = static_cast<double>(session.executor().memory().peak()) / (1 << 20);
+  state.counters["peak_MiB"] = static_cast<double>(exec.memory().peak()) / (1 << 20);
 }
 
 void f32Step(benchmark::State& state, std::string model) { trainStep(state, model, pgq::Precision::kF32); }
 void bf16Step(benchmark::State& state, std::string model) { trainStep(state, model, pgq::Precision::kBf16); }
+// Stage (i): the same step on the instrumented graph (statistics of every GEMM input).
+void profiledStep(benchmark::State& state, std::string model) {
+  trainStep(state, model, pgq::Precision::kF32, true);
+}
+
+// Writing the profile (YAML + CSV, atomically) after a few logged steps.
+void writeProfile(benchmark::State& state) {
+  pgq::TrainOptions options;
+  options.model = pgq::loadModelConfig("small");
+  options.steps = 1 << 30;
+  options.progress = false;
+  pgq::TrainingSession session(options);
+  for (int i = 0; i < 3; ++i) session.step(i, true);
+  std::string path = "/tmp/pgq_bench_profile.yaml";
+  for (auto _ : state) pgq::writeProfile(path, session.profile());
+  std::remove(path.c_str());
+  std::remove("/tmp/pgq_bench_profile.csv");
+}
 
 }  // namespace
 
 BENCHMARK_CAPTURE(f32Step, small, std::string("small"))->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(bf16Step, small, std::string("small"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(profiledStep, small, std::string("small"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(writeProfile)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, tiny, std::string("tiny"))->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

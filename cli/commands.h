@@ -9,5 +9,6 @@ namespace pgq::cli {
 void addIrCommands(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addSqnrTableCommand(CLI::App& app);
+void addRecipeCommand(CLI::App& app);
 
 }  // namespace pgq::cli

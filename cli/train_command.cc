@@ -31,7 +31,7 @@ void printOpProfile(const TrainResult& result) {
     std::string kind(opName(p.op));
     by_kind[kind] += p.total_ms;
     total += p.total_ms;
-    if (p.op == Op::kMatMul) gemm += p.total_ms;
+    if (p.op == Op::kMatMul || p.op == Op::kQMatMul) gemm += p.total_ms;
     calls = std::max(calls, p.calls);
   }
   std::vector<std::pair<double, std::string>> rows;
@@ -46,12 +46,13 @@ void printOpProfile(const TrainResult& result) {
   // GEMMs by label: where the GEMM time goes and how fast each shape runs.
   std::vector<const OpTiming*> gemms;
   for (const OpTiming& p : result.op_profile)
-    if (p.op == Op::kMatMul) gemms.push_back(&p);
+    if (p.op == Op::kMatMul || p.op == Op::kQMatMul) gemms.push_back(&p);
   std::sort(gemms.begin(), gemms.end(), [](auto* a, auto* b) { return a->total_ms > b->total_ms; });
-  fmt::print("\n  {:<32} {:>10} {:>9}\n", "GEMM (slowest 12)", "ms/step", "GFLOP/s");
+  fmt::print("\n  {:<32} {:>6} {:>10} {:>9}\n", "GEMM (slowest 12)", "dtype", "ms/step", "GFLOP/s");
   for (size_t i = 0; i < std::min<size_t>(12, gemms.size()); ++i) {
     double ms = gemms[i]->total_ms / static_cast<double>(gemms[i]->calls);
-    fmt::print("  {:<32} {:>10.2f} {:>9.1f}\n", gemms[i]->label, ms, gemms[i]->flops / (ms * 1e6));
+    fmt::print("  {:<32} {:>6} {:>10.2f} {:>9.1f}\n", gemms[i]->label, gemms[i]->op == Op::kQMatMul ? "int8" : "f32",
+               ms, gemms[i]->flops / (ms * 1e6));
   }
 }
 
@@ -93,6 +94,8 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--profile-warmup", o.profile_warmup, "Steps to train before the logged ones")->capture_default_str();
   cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)");
   cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
+  cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
+  cmd->add_option("--hardware", o.hardware, "Hardware model for roofline checks of the recipe (preset or YAML)");
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   cmd->callback([] {
     TrainOptions& o = args.options;

@@ -42,6 +42,25 @@ int64_t productOf(const Shape& shape, const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+std::vector<int64_t> freeDimsOf(int rank, const std::vector<int64_t>& contract, const std::vector<int64_t>& batch) {
+  return freeDims(rank, contract, batch);
+}
+
+OperandOrder operandOrder(int rank, const std::vector<int64_t>& contract, const std::vector<int64_t>& batch) {
+  std::vector<int64_t> free = freeDims(rank, contract, batch);
+  auto storedAs = [&](const std::vector<int64_t>& first, const std::vector<int64_t>& second) {
+    std::vector<int64_t> order = batch;
+    order.insert(order.end(), first.begin(), first.end());
+    order.insert(order.end(), second.begin(), second.end());
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i] != static_cast<int64_t>(i)) return false;
+    return static_cast<int>(order.size()) == rank;
+  };
+  if (storedAs(free, contract)) return OperandOrder::kFreeFirst;
+  if (storedAs(contract, free)) return OperandOrder::kContractFirst;
+  return OperandOrder::kNeedsPermute;
+}
+
 DotDims DotDims::fromAttrs(const Attrs& attrs) {
   return {attrs.getIntsOr(AttrKey::kLhsContract, {}), attrs.getIntsOr(AttrKey::kRhsContract, {}),
           attrs.getIntsOr(AttrKey::kLhsBatch, {}), attrs.getIntsOr(AttrKey::kRhsBatch, {})};

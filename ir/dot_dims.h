@@ -38,6 +38,16 @@ struct GemmSizes {
   double flops() const { return 2.0 * static_cast<double>(batch * m) * static_cast<double>(k * n); }
 };
 
+// How a GEMM kernel can read one operand of rank `rank` stored row-major: as [batch,
+// free, contract] (`kFreeFirst`: A [M,K], or B stored [N,K]), as [batch, contract, free]
+// (`kContractFirst`: A stored [K,M], or B [K,N]), or only after a permutation.
+// Free dims count in ascending order, contracting dims in the order given (they pair
+// with the other operand's), batch dims in the order given.
+enum class OperandOrder { kFreeFirst, kContractFirst, kNeedsPermute };
+OperandOrder operandOrder(int rank, const std::vector<int64_t>& contract, const std::vector<int64_t>& batch);
+// The dims of an operand that are neither contracting nor batch, ascending.
+std::vector<int64_t> freeDimsOf(int rank, const std::vector<int64_t>& contract, const std::vector<int64_t>& batch);
+
 // Checks the dims against the operand shapes (throws pgq::Error saying what is wrong)
 // and returns the result shape.
 Shape dotResultShape(const Shape& lhs, const Shape& rhs, const DotDims& dims);

@@ -11,6 +11,9 @@
 
 namespace pgq {
 
+struct HardwareModel;
+struct Recipe;
+
 struct PassContext {
   // Verify the graph at the start of a pipeline and after every pass that changed it.
   bool verify = true;
@@ -26,6 +29,16 @@ struct PassContext {
   std::vector<std::string> gradient_stat_formats = {"int8:channel:sr"};
   bool stats_on_outputs = false;  // also profile each GEMM's result
   int64_t stats_seed = 0;
+
+  // roofline_filter: the hardware to estimate on (none: the pass does nothing) and the
+  // speedup below which int8 is not worth it.
+  const HardwareModel* hardware = nullptr;
+  double min_speedup = 1.05;
+
+  // quantize_gemms: the decisions to apply, and the base of the stochastic-rounding
+  // streams of the quantize nodes it creates.
+  const Recipe* recipe = nullptr;
+  int64_t sr_seed = 0;
 };
 
 class Pass {

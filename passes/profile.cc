@@ -178,6 +178,7 @@ std::string profileToYaml(const Profile& profile) {
   flowList(out, r.formats);
   out << YAML::Key << "gradient_formats" << YAML::Value;
   flowList(out, r.gradient_formats);
+  out << YAML::Key << "step_ms" << YAML::Value << r.step_ms;
   out << YAML::EndMap;
   out << YAML::Key << "gemms" << YAML::Value << YAML::BeginSeq;
   for (const GemmProfile& g : profile.gemms) {
@@ -237,7 +238,7 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   Profile p;
   ConfigNode run = root.child("run");
   run.allowOnly({"model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
-                 "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats"});
+                 "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms"});
   ProfileRun& r = p.run;
   r.model = run.getString("model");
   r.model_config = run.getString("model_config");
@@ -253,6 +254,7 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   r.vnni = run.getBool("vnni");
   r.formats = stringList(run, "formats");
   r.gradient_formats = stringList(run, "gradient_formats");
+  r.step_ms = run.getDouble("step_ms", 0.0, 0.0, 1e12);
   for (const std::string& f : r.formats) checkFormat(run, "formats", f);
   for (const std::string& f : r.gradient_formats) checkFormat(run, "gradient_formats", f);
   ConfigNode gemms = root.child("gemms");

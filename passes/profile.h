@@ -71,6 +71,7 @@ struct ProfileRun {
   bool vnni = false;
   std::vector<std::string> formats;           // profiled for every operand
   std::vector<std::string> gradient_formats;  // also profiled for gradient operands
+  double step_ms = 0;  // mean time of a plain (uninstrumented) step before logging; 0 if unknown
 };
 
 struct Profile {

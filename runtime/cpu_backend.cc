@@ -12,10 +12,12 @@
 #include "kernels/convert.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/kernel_error.h"
 #include "kernels/layout.h"
 #include "kernels/norm.h"
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
+#include "kernels/quantize.h"
 #include "ir/quant.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
@@ -95,7 +97,17 @@ class CpuBackend final : public Backend {
   Kernel lowerReduce(const Node& node, LoweringContext& ctx) const;
   Kernel lowerConvert(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
 };
+
+// The kernels' view of a quantized operand; the rewrite guarantees an order the int8
+// kernels read directly (supports() rejects anything else).
+k::OperandView quantView(const Node& node) {
+  return quantViewLayout(node.operand(0)->shape(), node.attrs().getInts(AttrKey::kContractDims),
+                         node.attrs().getIntsOr(AttrKey::kBatchDims, {}))
+      .view;
+}
 
 bool CpuBackend::supports(const Node& node, std::string* why) const {
   auto no = [&](std::string reason) {
@@ -117,6 +129,24 @@ bool CpuBackend::supports(const Node& node, std::string* why) const {
       return true;  // f32 or bf16 operands (the verifier guarantees the dtypes)
     case Op::kQuantStats:
       return node.operand(0)->dtype() == DType::kF32 ? true : no("quant_stats of a non-f32 tensor");
+    case Op::kQuantParams:
+    case Op::kQuantize:
+      if (operandOrder(node.operand(0)->shape().rank(), node.attrs().getInts(AttrKey::kContractDims),
+                       node.attrs().getIntsOr(AttrKey::kBatchDims, {})) == OperandOrder::kNeedsPermute)
+        return no("the operand's dims are not [batch, free, contract] or [batch, contract, free]");
+      return true;
+    case Op::kQMatMul: {
+      DotDims dims = DotDims::fromAttrs(node.attrs());
+      GemmLayout layout = gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), dims);
+      if (layout.lhs_perm || layout.rhs_perm) return no("int8 operands in an order the GEMM cannot read");
+      try {
+        k::checkExactInt8Gemm(k::QuantFormat::parse(node.attrs().getString(AttrKey::kLhsFormat)),
+                              k::QuantFormat::parse(node.attrs().getString(AttrKey::kRhsFormat)));
+      } catch (const k::KernelError& e) {
+        return no(e.what());
+      }
+      return true;
+    }
     default:
       break;
   }
@@ -294,6 +324,48 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
   };
 }
 
+Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
+  k::OperandView view = quantView(node);
+  k::QuantFormat format = k::QuantFormat::parse(node.attrs().getString(AttrKey::kFormat));
+  const size_t n = static_cast<size_t>(node.operand(0)->shape().numElements());
+  int x = ctx.operand(0).slot, y = ctx.result();
+  if (node.op() == Op::kQuantParams) {
+    size_t count = static_cast<size_t>(node.shape().numElements());
+    return [=](const RunContext& rc) {
+      k::computeQuantParams({rc.as<float>(x), n}, view, format, {rc.as<float>(y), count});
+    };
+  }
+  int params = ctx.operand(1).slot;
+  size_t count = static_cast<size_t>(node.operand(1)->shape().numElements());
+  const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
+  if (node.dtype() == DType::kU8)
+    return [=](const RunContext& rc) {
+      // The step is the stream offset: every step draws fresh stochastic-rounding noise.
+      k::quantize({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count}, std::span<uint8_t>(rc.as<uint8_t>(y), n),
+                  {seed, static_cast<uint64_t>(rc.step())});
+    };
+  return [=](const RunContext& rc) {
+    k::quantize({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count}, std::span<int8_t>(rc.as<int8_t>(y), n),
+                {seed, static_cast<uint64_t>(rc.step())});
+  };
+}
+
+Kernel CpuBackend::lowerQMatMul(const Node& node, LoweringContext& ctx) const {
+  k::GemmShape shape =
+      gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), DotDims::fromAttrs(node.attrs())).shape;
+  k::QuantFormat fa = k::QuantFormat::parse(node.attrs().getString(AttrKey::kLhsFormat));
+  k::QuantFormat fb = k::QuantFormat::parse(node.attrs().getString(AttrKey::kRhsFormat));
+  int qa = ctx.operand(0).slot, qb = ctx.operand(1).slot, pa = ctx.operand(2).slot, pb = ctx.operand(3).slot;
+  int y = ctx.result();
+  size_t na = static_cast<size_t>(node.operand(2)->shape().numElements());
+  size_t nb = static_cast<size_t>(node.operand(3)->shape().numElements());
+  return [=](const RunContext& rc) {
+    k::int8Gemm(shape, {rc.as<uint8_t>(qa), static_cast<size_t>(shape.sizeA())}, fa, {rc.as<float>(pa), na},
+                {rc.as<int8_t>(qb), static_cast<size_t>(shape.sizeB())}, fb, {rc.as<float>(pb), nb},
+                {rc.as<float>(y), static_cast<size_t>(shape.sizeC())});
+  };
+}
+
 Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
   std::string why;
   if (!supports(node, &why)) throw Error(fmt::format("cpu backend: unsupported node %{}: {}", node.name(), why));
@@ -304,6 +376,8 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
     case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean: return lowerReduce(node, ctx);
     case Op::kConvert: return lowerConvert(node, ctx);
     case Op::kQuantStats: return lowerQuantStats(node, ctx);
+    case Op::kQuantParams: case Op::kQuantize: return lowerQuantize(node, ctx);
+    case Op::kQMatMul: return lowerQMatMul(node, ctx);
     default: break;
   }
   int y = ctx.result();

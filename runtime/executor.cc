@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ir/analysis.h"
 #include "ir/errors.h"
 #include "runtime/memory_plan.h"
 
@@ -66,11 +67,8 @@ int Executor::rootSlot(const Node* node) const {
 
 void Executor::compile() {
   // 1. Schedule: what the outputs need, operands first.
-  std::unordered_set<const Node*> live(graph_.outputs().begin(), graph_.outputs().end());
+  std::unordered_set<const Node*> live = liveNodes(graph_);
   std::vector<Node*> all = graph_.postOrder();
-  for (auto it = all.rbegin(); it != all.rend(); ++it)
-    if (live.count(*it))
-      for (const Node* operand : (*it)->operands()) live.insert(operand);
   std::vector<const Node*> order;
   for (const Node* node : all)
     if (live.count(node)) order.push_back(node);

@@ -18,18 +18,6 @@ std::vector<int64_t> concat(std::initializer_list<std::vector<int64_t>> parts) {
   return out;
 }
 
-// One GEMM operand: its batch, free and contracting dims as the matmul names them.
-struct Side {
-  std::vector<int64_t> batch, free, contract;
-  int rank;
-};
-
-// Whether the operand is stored as [batch, first..., second...] with each group in
-// the listed order (so row-major flattening gives the GEMM matrix directly).
-bool storedAs(const Side& s, const std::vector<int64_t>& first, const std::vector<int64_t>& second) {
-  return concat({s.batch, first, second}) == range(0, s.rank);
-}
-
 }  // namespace
 
 GemmLayout gemmLayout(const Shape& lhs, const Shape& rhs, const DotDims& dims) {
@@ -39,49 +27,39 @@ GemmLayout gemmLayout(const Shape& lhs, const Shape& rhs, const DotDims& dims) {
   layout.shape.m = sizes.m;
   layout.shape.k = sizes.k;
   layout.shape.n = sizes.n;
-  Side a{dims.lhs_batch, dims.lhsFree(lhs.rank()), dims.lhs_contract, lhs.rank()};
-  Side b{dims.rhs_batch, dims.rhsFree(rhs.rank()), dims.rhs_contract, rhs.rank()};
   // A: [B, M, K] or [B, K, M] (trans_a); otherwise permute to [B, M, K].
-  if (storedAs(a, a.free, a.contract)) {
-    layout.shape.trans_a = false;
-  } else if (storedAs(a, a.contract, a.free)) {
-    layout.shape.trans_a = true;
-  } else {
-    layout.lhs_perm = concat({a.batch, a.free, a.contract});
+  switch (operandOrder(lhs.rank(), dims.lhs_contract, dims.lhs_batch)) {
+    case OperandOrder::kFreeFirst: layout.shape.trans_a = false; break;
+    case OperandOrder::kContractFirst: layout.shape.trans_a = true; break;
+    case OperandOrder::kNeedsPermute:
+      layout.lhs_perm = concat({dims.lhs_batch, dims.lhsFree(lhs.rank()), dims.lhs_contract});
   }
   // B: [B, K, N] or [B, N, K] (trans_b); otherwise permute to [B, K, N].
-  if (storedAs(b, b.contract, b.free)) {
-    layout.shape.trans_b = false;
-  } else if (storedAs(b, b.free, b.contract)) {
-    layout.shape.trans_b = true;
-  } else {
-    layout.rhs_perm = concat({b.batch, b.contract, b.free});
+  switch (operandOrder(rhs.rank(), dims.rhs_contract, dims.rhs_batch)) {
+    case OperandOrder::kContractFirst: layout.shape.trans_b = false; break;
+    case OperandOrder::kFreeFirst: layout.shape.trans_b = true; break;
+    case OperandOrder::kNeedsPermute:
+      layout.rhs_perm = concat({dims.rhs_batch, dims.rhs_contract, dims.rhsFree(rhs.rank())});
   }
   return layout;
 }
 
 QuantViewLayout quantViewLayout(const Shape& shape, const std::vector<int64_t>& contract,
                                 const std::vector<int64_t>& batch) {
-  std::vector<int64_t> free;
-  for (int64_t d = 0; d < shape.rank(); ++d)
-    if (std::find(contract.begin(), contract.end(), d) == contract.end() &&
-        std::find(batch.begin(), batch.end(), d) == batch.end())
-      free.push_back(d);
+  std::vector<int64_t> free = freeDimsOf(shape.rank(), contract, batch);
   auto product = [&](const std::vector<int64_t>& dims) {
     int64_t p = 1;
     for (int64_t d : dims) p *= shape.dim(static_cast<int>(d));
     return p;
   };
   const int64_t nb = product(batch), nf = product(free), nc = product(contract);
-  Side s{batch, free, contract, shape.rank()};
   QuantViewLayout layout;
-  if (storedAs(s, s.free, s.contract)) {
-    layout.view = {nb, nf, nc, true};
-  } else if (storedAs(s, s.contract, s.free)) {
-    layout.view = {nb, nc, nf, false};
-  } else {
-    layout.view = {nb, nf, nc, true};
-    layout.perm = concat({batch, free, contract});
+  switch (operandOrder(shape.rank(), contract, batch)) {
+    case OperandOrder::kFreeFirst: layout.view = {nb, nf, nc, true}; break;
+    case OperandOrder::kContractFirst: layout.view = {nb, nc, nf, false}; break;
+    case OperandOrder::kNeedsPermute:
+      layout.view = {nb, nf, nc, true};
+      layout.perm = concat({batch, free, contract});
   }
   return layout;
 }

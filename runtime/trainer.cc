@@ -14,8 +14,11 @@
 #include "frontend/autodiff.h"
 #include "ir/dot_dims.h"
 #include "ir/errors.h"
+#include "ir/file_io.h"
 #include "kernels/optim.h"
+#include "passes/hardware.h"
 #include "passes/pipeline.h"
+#include "passes/recipe.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
 #include "runtime/metrics.h"
@@ -53,12 +56,18 @@ void setStatFormats(PassContext& ctx) {
 }
 
 // The passes every training graph goes through; `instrument` adds stage (i)'s
-// statistics nodes.
-void runPasses(Graph& graph, const TrainOptions& options, bool instrument) {
+// statistics nodes, a recipe stage (iii)'s int8 rewrite.
+void runPasses(Graph& graph, const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
+               const HardwareModel* hardware = nullptr) {
   std::string passes = "cse,dce,tag_metadata";
   if (options.precision == Precision::kBf16) passes = "bf16_gemms," + passes;
   if (instrument) passes += ",instrument_stats";
+  if (hardware) passes += ",roofline_filter";
+  if (recipe) passes += ",quantize_gemms,cse,dce";
   PassContext ctx;
+  ctx.recipe = recipe;
+  ctx.hardware = hardware;
+  ctx.sr_seed = static_cast<int64_t>(options.model.seed) * 7919 + 17;
   ctx.tensor_parallel = options.model.tensor_parallel;
   setStatFormats(ctx);
   ctx.stats_on_outputs = options.profile_outputs;
@@ -66,10 +75,11 @@ void runPasses(Graph& graph, const TrainOptions& options, bool instrument) {
   parsePipeline(passes)->run(graph, ctx);
 }
 
-TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument) {
+TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
+                                    const HardwareModel* hardware = nullptr) {
   TransformerGraph t = buildTransformer(options.model);
   appendBackward(*t.graph, t.loss, t.params);
-  runPasses(*t.graph, options, instrument);
+  runPasses(*t.graph, options, instrument, recipe, hardware);
   return t;
 }
 
@@ -82,6 +92,8 @@ struct TrainingSession::Impl {
 
   const TrainOptions& o;
   Corpus corpus;
+  std::optional<Recipe> recipe;
+  std::optional<HardwareModel> hardware;
   TransformerGraph train;
   TransformerGraph eval;
   std::unique_ptr<Executor> train_exec;
@@ -104,7 +116,9 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
       corpus(loadCorpus(options.corpus)),
       sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   checkCorpusFits(corpus, o.model.seq_len);
-  train = buildTrainingGraph(o, false);
+  if (!o.recipe_path.empty()) recipe = loadRecipe(o.recipe_path);
+  if (!o.hardware.empty()) hardware = loadHardwareModel(o.hardware);
+  train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
   eval = buildTransformer(o.model);
   runPasses(*eval.graph, o, false);
   ExecutorOptions exec_options;
@@ -136,7 +150,9 @@ void TrainingSession::Impl::bindParams() {
 
 void TrainingSession::Impl::buildInstrumented() {
   instrumented = buildTrainingGraph(o, true);
-  instrumented_exec = std::make_unique<Executor>(*instrumented.graph);
+  ExecutorOptions exec_options;
+  exec_options.profile = o.profile_ops;
+  instrumented_exec = std::make_unique<Executor>(*instrumented.graph, exec_options);
   instrumented_exec->bind(instrumented.tokens, tokens);
   instrumented_exec->bind(instrumented.targets, targets);
   collector = std::make_unique<ProfileCollector>(*instrumented.graph);
@@ -156,6 +172,7 @@ TrainingSession::TrainingSession(const TrainOptions& options) : impl_(std::make_
 TrainingSession::~TrainingSession() = default;
 
 const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
+std::string TrainingSession::recipeName() const { return impl_->recipe ? impl_->recipe->name : std::string(); }
 const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
 Executor& TrainingSession::executor() { return *impl_->train_exec; }
 
@@ -164,7 +181,7 @@ Executor& TrainingSession::instrumentedExecutor() {
   return *impl_->instrumented_exec;
 }
 
-Profile TrainingSession::profile() const {
+Profile TrainingSession::profile(double plain_step_ms) const {
   const Impl& s = *impl_;
   PGQ_ASSERT(s.collector && s.collector->steps() > 0, "no profiled steps");
   ProfileRun run;
@@ -183,6 +200,7 @@ Profile TrainingSession::profile() const {
   setStatFormats(ctx);
   run.formats = ctx.stat_formats;
   run.gradient_formats = ctx.gradient_stat_formats;
+  run.step_ms = plain_step_ms;
   return s.collector->profile(std::move(run));
 }
 
@@ -286,6 +304,7 @@ class TrainLoop {
 
   const TrainOptions& o_;
   std::unique_ptr<TrainingSession> session_;
+  std::string recipe_text_;  // the recipe file's content, stored in checkpoints
   int64_t start_step_ = 0;
   std::string checkpoint_path_;
   std::optional<int64_t> last_checkpoint_step_;
@@ -327,6 +346,9 @@ void TrainLoop::resume() {
   if (precision != ckpt.info.end() && precision->second != precisionName(o_.precision))
     throw Error(fmt::format("{}: the checkpoint was trained in {} precision, not {}", checkpoint_path_,
                             precision->second, precisionName(o_.precision)));
+  if (ckpt.recipe != recipe_text_)
+    throw Error(fmt::format("{}: the run was trained with {}; resume it with the same recipe", checkpoint_path_,
+                            ckpt.recipe.empty() ? std::string("no recipe") : "another recipe"));
   checkCheckpointMatches(ckpt, session_->stateTypes(), checkpoint_path_);
   // Put the tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> ordered;
@@ -364,6 +386,7 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
   ckpt.info["corpus_fingerprint"] = fmt::format("{:016x}", session_->corpus().fingerprint);
   ckpt.info["precision"] = precisionName(o_.precision);
   ckpt.info["planned_steps"] = std::to_string(o_.steps);
+  ckpt.recipe = recipe_text_;
   ckpt.tensors = session_->state();
   saveCheckpoint(checkpoint_path_, ckpt);
   last_checkpoint_step_ = step;
@@ -385,19 +408,25 @@ TrainResult TrainLoop::run() {
                             "--out directory",
                             checkpoint_path_));
 
+  if (!o_.recipe_path.empty()) recipe_text_ = readTextFile(o_.recipe_path);
   session_ = std::make_unique<TrainingSession>(o_);
   if (o_.resume) resume();
 
   TrainResult result;
   result.checkpoint_path = checkpoint_path_;
   result.metrics_path = (std::filesystem::path(o_.out_dir) / kMetricsFile).string();
+  std::string recipe_name = o_.recipe_path.empty() ? precisionName(o_.precision) : session_->recipeName();
   MetricsWriter metrics(result.metrics_path,
-                        {"step", "loss", "val_loss", "lr", "grad_norm", "step_ms", "tokens_per_s"},
+                        {"step", "loss", "val_loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "recipe"},
                         o_.resume ? std::optional<int64_t>(start_step_) : std::nullopt);
   std::optional<ProgressBar> bar;
   if (o_.progress) bar.emplace(o_.steps, start_step_, o_.log_every);
   const double tokens = static_cast<double>(o_.model.tokens());
   const int64_t end_step = o_.stop_after > 0 ? std::min(o_.steps, start_step_ + o_.stop_after) : o_.steps;
+  // Plain steps before the profile window (after the first, which includes setup) give
+  // the step time the recipe's speedup estimate starts from.
+  double plain_ms = 0;
+  int plain_steps = 0;
 
   for (int64_t step = start_step_; step < end_step; ++step) {
     StepRecord record;
@@ -420,11 +449,16 @@ TrainResult TrainLoop::run() {
                    {"lr", record.lr},
                    {"grad_norm", record.grad_norm},
                    {"step_ms", record.step_ms},
-                   {"tokens_per_s", tokens_per_s}});
+                   {"tokens_per_s", tokens_per_s},
+                   {"recipe", recipe_name}});
     if (last || (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0)) saveCheckpointAt(step + 1);
+    if (!profiling(step) && step > start_step_ && o_.profile_steps > 0 && step < o_.profile_warmup) {
+      plain_ms += record.step_ms;
+      ++plain_steps;
+    }
     if (profiling(step) && !profiling(step + 1)) {
       auto start = std::chrono::steady_clock::now();
-      writeProfile(o_.profile_out, session_->profile());
+      writeProfile(o_.profile_out, session_->profile(plain_steps > 0 ? plain_ms / plain_steps : 0.0));
       result.profile_write_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       result.profile_path = o_.profile_out;
@@ -438,7 +472,7 @@ TrainResult TrainLoop::run() {
   result.memory = session_->executor().memory();
   for (const NodeProfile& p : session_->executor().profile()) {
     double flops = 0;
-    if (p.node->op() == Op::kMatMul)
+    if (p.node->op() == Op::kMatMul || p.node->op() == Op::kQMatMul)
       flops = gemmSizes(p.node->operand(0)->shape(), p.node->operand(1)->shape(),
                         DotDims::fromAttrs(p.node->attrs())).flops();
     result.op_profile.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""),

@@ -58,6 +58,12 @@ struct TrainOptions {
   int64_t profile_warmup = 0;
   std::string profile_out;
   bool profile_outputs = false;  // also profile each GEMM's result
+
+  // Stage (iii): train with the GEMMs the recipe chooses in int8. The hardware model
+  // (optional) annotates GEMMs with roofline estimates and warns about recipe choices
+  // it does not expect to pay off. Evaluation runs the weights in high precision.
+  std::string recipe_path;
+  std::string hardware;
 };
 
 struct StepRecord {
@@ -106,13 +112,15 @@ class TrainingSession {
   // collected (the numerics are the same). Throws pgq::Error when the loss or
   // gradient norm is not finite (before touching the parameters).
   StepRecord step(int64_t step, bool profile = false);
-  // The profile of the steps run with profile = true so far.
-  Profile profile() const;
+  // The profile of the steps run with profile = true so far; `plain_step_ms` is the
+  // measured time of an uninstrumented step (0 when unknown).
+  Profile profile(double plain_step_ms = 0) const;
   Executor& instrumentedExecutor();
   // Mean loss over the fixed validation batches.
   double evaluate();
 
   const Corpus& corpus() const;
+  std::string recipeName() const;  // empty without a recipe
   const TransformerGraph& trainingGraph() const;
   Executor& executor();
   // Parameters and moments as named tensors (checkpoint order), and back.

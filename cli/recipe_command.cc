@@ -1,0 +1,41 @@
+// `pgq recipe`: stage (ii), from a profile to a recipe with a reason per GEMM.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/commands.h"
+#include "passes/hardware.h"
+#include "passes/policy.h"
+#include "passes/profile.h"
+#include "passes/recipe_generator.h"
+
+namespace pgq::cli {
+
+void addRecipeCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("recipe", "Decide which GEMMs run in int8, from a profile, a hardware model and a policy");
+  static std::string profile, hardware, policy, out;
+  static bool explain = false;
+  cmd->add_option("--profile", profile, "Profile written by pgq train --profile-out")->required();
+  cmd->add_option("--hardware", hardware,
+                  fmt::format("Hardware model: a preset ({}) or a YAML file (pgq hwprobe writes one)",
+                              fmt::join(hardwarePresetNames(), ", ")))
+      ->required();
+  cmd->add_option("--policy", policy, "F, F+B, F+B_SR, F+B_SR>T, F+B_SR<T, F>T1+B_SR>T2, or a policy YAML file")
+      ->required();
+  cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent");
+  cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
+  cmd->callback([] {
+    Profile p = loadProfile(profile);
+    HardwareModel hw = loadHardwareModel(hardware);
+    Policy pol = loadPolicy(policy);
+    Recipe recipe = generateRecipe(p, hw, pol, profile);
+    if (out.empty()) {
+      fmt::print("{}", recipeToYaml(recipe));
+    } else {
+      writeRecipe(out, recipe);
+      fmt::print(stderr, "recipe: {}\n", out);
+    }
+    if (explain) fmt::print(out.empty() ? stderr : stdout, "{}", explainRecipe(recipe));
+  });
+}
+
+}  // namespace pgq::cli

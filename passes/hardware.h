@@ -1,0 +1,60 @@
+#pragma once
+// The hardware model stage (ii) reasons with (YAML, edited by users or written by
+// `pgq hwprobe`), and the roofline estimate of a GEMM in high precision vs int8.
+//
+// A GEMM's time is estimated as the larger of its compute time (flops at the achieved
+// GEMM rate) and its memory time (operand and result bytes at the memory bandwidth),
+// plus a fixed cost per kernel call. The int8 version adds the quantization traffic
+// done every step: scales and quantization of both f32 operands (bytes in + out at the
+// quantizer's rate; stochastic rounding is slower) and the rescale of the result.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/dtype.h"
+
+namespace pgq {
+
+struct HardwareModel {
+  std::string name;
+  std::string source;  // where the numbers come from
+  int64_t threads = 1;
+  // Peak arithmetic rates and what GEMMs achieve, GFLOP/s (int8: GOP/s).
+  double peak_f32 = 0, peak_bf16 = 0, peak_int8 = 0;
+  double gemm_f32 = 0, gemm_bf16 = 0, gemm_int8 = 0;
+  double bandwidth_gbs = 0;
+  double quantize_rtn_gbs = 0;  // scales + quantize, bytes in + out per second
+  double quantize_sr_gbs = 0;
+  double call_overhead_us = 0;
+  // int8 operand formats that run exactly (HARDWARE.md: without VNNI one side is 7-bit).
+  bool vnni = false;
+  int max_bits_one = 8;
+  int max_bits_both = 7;
+
+  double ridge(DType dtype) const;  // flop per byte at the peak rate
+  double peak(DType dtype) const;
+  double gemmRate(DType dtype) const;
+};
+
+// `spec` is a preset name (recipes/hardware/*.yaml, embedded) or a YAML file. Every
+// field is checked: missing peaks, zero or negative rates, ridge points that do not
+// match peak / bandwidth, unknown keys are errors naming the file, line and field.
+HardwareModel loadHardwareModel(const std::string& spec);
+HardwareModel parseHardwareModel(const std::string& yaml_text, const std::string& source);
+std::string hardwareToYaml(const HardwareModel& hw);
+std::vector<std::string> hardwarePresetNames();
+
+struct GemmEstimate {
+  double high_precision_us = 0;  // the GEMM in its current dtype
+  double int8_gemm_us = 0;       // the int8 GEMM alone
+  double quantization_us = 0;    // scales + quantize of both operands + rescale
+  double int8Us() const { return int8_gemm_us + quantization_us; }
+  double speedup() const { return high_precision_us / int8Us(); }
+};
+
+// `shape` is [batch, M, K, N] (per device); `dtype` the high-precision operand dtype;
+// `lhs_sr` / `rhs_sr` whether that operand is quantized with stochastic rounding.
+GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype, bool lhs_sr,
+                          bool rhs_sr);
+
+}  // namespace pgq

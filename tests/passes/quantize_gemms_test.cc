@@ -1,0 +1,151 @@
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "ir/errors.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "kernels/quant_format.h"
+#include "kernels/quant_stats.h"
+#include "passes/pipeline.h"
+#include "passes/quantize_gemms.h"
+#include "passes/recipe.h"
+#include "runtime/executor.h"
+#include "runtime/reference.h"
+
+namespace pgq {
+namespace {
+
+const char* kMlp = R"(graph @mlp {
+  %x = input() : f32[64,32]
+  %w = parameter() : f32[32,48]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="up"} : f32[64,48]
+  %w2 = parameter() : f32[48,32]
+  %y = matmul(%h, %w2) {lhs_contract=[1], rhs_contract=[0], label="down"} : f32[64,32]
+  return %y
+}
+)";
+
+Recipe upOnly() {
+  return parseRecipe(R"(gemms:
+  - {label: up, decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"}
+  - {label: down, decision: keep}
+)",
+                     "r.yaml");
+}
+
+std::unique_ptr<Graph> rewritten(const char* text, const Recipe& recipe, bool* changed = nullptr) {
+  auto g = parseGraph(text);
+  PassContext ctx;
+  ctx.recipe = &recipe;
+  bool c = parsePipeline("tag_metadata,quantize_gemms,dce")->run(*g, ctx);
+  if (changed) *changed = c;
+  return g;
+}
+
+TEST(QuantizeGemms, RewritesTheChosenGemm) {
+  bool changed = false;
+  auto g = rewritten(kMlp, upOnly(), &changed);
+  EXPECT_TRUE(changed);
+  std::string text = printGraph(*g);
+  EXPECT_NE(text.find(R"(%h.lhs_scales = quant_params(%x) {format="int8:channel:rtn", side="lhs", contract_dims=[1]} : f32[64])"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%h.lhs_q = quantize(%x, %h.lhs_scales) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[64,32])"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%h.rhs_q = quantize(%w, %h.rhs_scales) {format="int7:channel:rtn", side="rhs", contract_dims=[0], seed=1} : s8[32,48])"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%h.int8 = qmatmul(%h.lhs_q, %h.rhs_q, %h.lhs_scales, %h.rhs_scales) {lhs_contract=[1], rhs_contract=[0], label="up")"),
+            std::string::npos) << text;
+  int qmatmuls = 0, matmuls = 0;
+  for (const Node* n : g->nodes()) {
+    qmatmuls += n->op() == Op::kQMatMul;
+    matmuls += n->op() == Op::kMatMul;
+  }
+  EXPECT_EQ(qmatmuls, 1);
+  EXPECT_EQ(matmuls, 1);  // down stays f32
+  // The text form of a rewritten graph round-trips.
+  EXPECT_EQ(printGraph(*parseGraph(text)), text);
+}
+
+TEST(QuantizeGemms, NoChangeWithARecipeThatKeepsEverything) {
+  Recipe keep = parseRecipe("gemms:\n  - {match: \".*\", decision: keep}\n", "r.yaml");
+  auto g = parseGraph(kMlp);
+  PassContext ctx;
+  ctx.recipe = &keep;
+  parsePipeline("tag_metadata")->run(*g, ctx);
+  std::string before = printGraph(*g);
+  EXPECT_FALSE(QuantizeGemms().run(*g, ctx));
+  EXPECT_EQ(printGraph(*g), before);
+  PassContext none;
+  EXPECT_THROW(QuantizeGemms().run(*g, none), Error);  // no recipe at all is a user error
+}
+
+// The rewritten GEMM's error against the f32 one is what the operands' SQNRs predict:
+// with independent errors 1/SQNR_C ~ 1/SQNR_A + 1/SQNR_B.
+TEST(QuantizeGemms, ErrorMatchesTheSqnrPrediction) {
+  for (const char* lhs_fmt : {"int8:channel:rtn", "int6:channel:rtn", "int8:channel:sr", "int8:block16:rtn"}) {
+    SCOPED_TRACE(lhs_fmt);
+    Recipe recipe = parseRecipe(fmt::format(R"(gemms:
+  - {{label: up, decision: int8, lhs_format: "{}", rhs_format: "int7:channel:rtn"}}
+)",
+                                            lhs_fmt),
+                                "r.yaml");
+    auto original = parseGraph(kMlp);
+    auto quantized = rewritten(kMlp, recipe);
+    Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{64, 32}}, 1));
+    Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+    Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+    Executor a(*original), b(*quantized);
+    for (Executor* e : {&a, &b}) {
+      e->bind("x", x);
+      e->bind("w", w);
+      e->bind("w2", w2);
+      e->run(5);
+    }
+    std::span<const float> ya = a.output<float>(0), yb = b.output<float>(0);
+    double err = 0, sig = 0;
+    for (size_t i = 0; i < ya.size(); ++i) {
+      err += (ya[i] - yb[i]) * (ya[i] - yb[i]);
+      sig += ya[i] * ya[i];
+    }
+    double sqnr_a = kernels::quantStats({x.data<float>(), 64 * 32}, {1, 64, 32, true}, kernels::QuantFormat::parse(lhs_fmt), {0, 5}).sqnr;
+    double sqnr_b = kernels::quantStats({w.data<float>(), 32 * 48}, {1, 32, 48, false}, kernels::QuantFormat::parse("int7:channel:rtn")).sqnr;
+    double predicted = 1 / sqnr_a + 1 / sqnr_b;
+    // The second GEMM is exact in both, so the relative error of y is that of h.
+    EXPECT_GT(err / sig, 0.3 * predicted);
+    EXPECT_LT(err / sig, 3.0 * predicted);
+  }
+}
+
+TEST(QuantizeGemms, PermutesOperandsTheKernelCannotReadAndQuantizesBf16Sources) {
+  const char* text = R"(graph @g {
+  %x = input() : f32[5,2,7]
+  %w = parameter() : f32[2,7,3]
+  %y = matmul(%x, %w) {lhs_contract=[2], rhs_contract=[1], lhs_batch=[1], rhs_batch=[0], label="bmm"} : f32[2,5,3]
+  %xb = convert(%x) : bf16[5,2,7]
+  %wb = convert(%w) : bf16[2,7,3]
+  %z = matmul(%xb, %wb) {lhs_contract=[2], rhs_contract=[1], lhs_batch=[1], rhs_batch=[0], label="bmm_bf16"} : f32[2,5,3]
+  return %y, %z
+}
+)";
+  Recipe recipe = parseRecipe(R"(gemms:
+  - {match: ".*", decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"}
+)",
+                              "r.yaml");
+  auto g = rewritten(text, recipe);
+  std::string out = printGraph(*g);
+  EXPECT_NE(out.find(R"(%y.lhs_t = transpose(%x) {perm=[1,0,2]} : f32[2,5,7])"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"(%z.lhs_t = transpose(%x) {perm=[1,0,2]})"), std::string::npos) << out;  // f32 source
+  // Both run, and quantizing the f32 source makes them compute the same thing.
+  Executor e(*g);
+  Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{5, 2, 7}}, 4));
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{2, 7, 3}}, 5));
+  e.bind("x", x);
+  e.bind("w", w);
+  e.run();
+  std::span<const float> y = e.output<float>(0), z = e.output<float>(1);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], z[i]);
+}
+
+}  // namespace
+}  // namespace pgq
