@@ -10,5 +10,6 @@ void addIrCommands(CLI::App& app);
 void addTrainCommand(CLI::App& app);
 void addSqnrTableCommand(CLI::App& app);
 void addRecipeCommand(CLI::App& app);
+void addHwprobeCommand(CLI::App& app);
 
 }  // namespace pgq::cli

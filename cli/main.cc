@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   pgq::cli::addTrainCommand(app);
   pgq::cli::addSqnrTableCommand(app);
   pgq::cli::addRecipeCommand(app);
+  pgq::cli::addHwprobeCommand(app);
   pgq::cli::addIrCommands(app);
 
   try {
