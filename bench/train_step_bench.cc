@@ -1,5 +1,7 @@
 // One full training step (sample, forward, backward, gradient clipping, AdamW) of a
-// model config on the default corpus, at 1 and 2 threads.
+// model config on the default corpus: f32 at 1 and 2 threads, bf16, the instrumented
+// (profiling) step, and int8 steps with the recipes of the standard policies F, F+B
+// and F+B_SR (stage iii).
 //
 //   build/bench/train_step_bench --benchmark_min_time=10 [--benchmark_filter=small]
 //
@@ -13,13 +15,21 @@
 #include <cstdio>
 
 #include "ir/dot_dims.h"
+#include <fmt/format.h>
+
+#include <map>
+
+#include "ir/analysis.h"
+#include "passes/hardware.h"
+#include "passes/policy.h"
 #include "passes/profile.h"
+#include "passes/recipe_generator.h"
 #include "runtime/trainer.h"
 
 namespace {
 
 void trainStep(benchmark::State& state, const std::string& model, pgq::Precision precision,
-               bool profile = false) {
+               bool profile = false, const std::string& recipe_path = "") {
   omp_set_num_threads(static_cast<int>(state.range(0)));
   pgq::TrainOptions options;
   options.model = pgq::loadModelConfig(model);
@@ -27,10 +37,12 @@ void trainStep(benchmark::State& state, const std::string& model, pgq::Precision
   options.progress = false;
   options.precision = precision;
   options.profile_ops = true;
+  options.recipe_path = recipe_path;
   pgq::TrainingSession session(options);
   double gemm_flops = 0;
+  auto live = pgq::liveNodes(*session.trainingGraph().graph);
   for (const pgq::Node* n : session.trainingGraph().graph->nodes())
-    if (n->op() == pgq::Op::kMatMul && !n->users().empty())
+    if ((n->op() == pgq::Op::kMatMul || n->op() == pgq::Op::kQMatMul) && live.count(n))
       gemm_flops += pgq::gemmSizes(n->operand(0)->shape(), n->operand(1)->shape(),
                                    pgq::DotDims::fromAttrs(n->attrs())).flops();
   int64_t step = 0;
@@ -41,7 +53,7 @@ void trainStep(benchmark::State& state, const std::string& model, pgq::Precision
   double total = 0, gemm = 0;
   for (const pgq::NodeProfile& p : exec.profile()) {
     total += p.total_ms;
-    if (p.node->op() == pgq::Op::kMatMul) gemm += p.total_ms;
+    if (p.node->op() == pgq::Op::kMatMul || p.node->op() == pgq::Op::kQMatMul) gemm += p.total_ms;
   }
   state.counters["GFLOP/s"] = benchmark::Counter(gemm_flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemm_share"] = gemm / total;
@@ -53,6 +65,32 @@ void bf16Step(benchmark::State& state, std::string model) { trainStep(state, mod
 // Stage (i): the same step on the instrumented graph (statistics of every GEMM input).
 void profiledStep(benchmark::State& state, std::string model) {
   trainStep(state, model, pgq::Precision::kF32, true);
+}
+
+// Stage (iii): a step with the recipe a standard policy makes from a profile of this
+// model (3 logged steps) on the shipped model of these machines.
+std::string recipeFor(const std::string& model, const std::string& policy) {
+  static std::map<std::string, pgq::Profile> profiles;
+  if (!profiles.count(model)) {
+    pgq::TrainOptions options;
+    options.model = pgq::loadModelConfig(model);
+    options.steps = 1 << 30;
+    options.progress = false;
+    pgq::TrainingSession session(options);
+    for (int i = 0; i < 3; ++i) session.step(i, true);
+    profiles.emplace(model, session.profile());
+  }
+  pgq::Recipe recipe = pgq::generateRecipe(profiles.at(model), pgq::loadHardwareModel("epyc-zen3-2c"),
+                                           pgq::loadPolicy(policy), "benchmark");
+  std::string path = fmt::format("/tmp/pgq_bench_recipe_{}_{}.yaml", model, std::hash<std::string>{}(policy));
+  pgq::writeRecipe(path, recipe);
+  return path;
+}
+
+void quantizedStep(benchmark::State& state, std::string model, std::string policy) {
+  std::string recipe = recipeFor(model, policy);
+  trainStep(state, model, pgq::Precision::kF32, false, recipe);
+  std::remove(recipe.c_str());
 }
 
 // Writing the profile (YAML + CSV, atomically) after a few logged steps.
@@ -74,6 +112,9 @@ void writeProfile(benchmark::State& state) {
 BENCHMARK_CAPTURE(f32Step, small, std::string("small"))->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(bf16Step, small, std::string("small"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(profiledStep, small, std::string("small"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, small_F, std::string("small"), std::string("F"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, small_FB, std::string("small"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, small_FB_SR, std::string("small"), std::string("F+B_SR"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(writeProfile)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, tiny, std::string("tiny"))->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -140,4 +140,85 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_NE(no_out.out.find("--profile-steps needs --profile-out"), std::string::npos) << no_out.out;
 }
 
+TEST_F(Cli, RecipeThenQuantizedTraining) {
+  std::string profile = (dir_ / "p.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 3 --no-progress --profile-steps 2 --profile-out " + profile + " --out " +
+                (dir_ / "run").string())
+                .code,
+            0);
+  std::string recipe = (dir_ / "r.yaml").string();
+  Result r = pgq("recipe --profile " + profile + " --hardware epyc-zen3-2c --policy 'F+B_SR>1' -o " + recipe + " --explain");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("recipe F+B_SR>1 for model tiny on epyc-zen3-2c"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backward GEMMs:"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(recipe));
+  // Every tiny GEMM is too small to win on this CPU; force them all to int8 by hand,
+  // the way a user edits a recipe.
+  std::string forced = write("forced.yaml", R"(gemms:
+  - match: ".*"
+    decision: int8
+    lhs_format: int8:channel:rtn
+    rhs_format: int7:channel:sr
+)");
+  Result q = pgq("train --model tiny --steps 40 --eval-every 20 --no-progress --profile-ops --recipe " + forced +
+                 " --hardware epyc-zen3-2c --out " + (dir_ / "q").string());
+  ASSERT_EQ(q.code, 0) << q.out;
+  EXPECT_NE(q.out.find("qmatmul"), std::string::npos) << q.out;
+  std::ifstream csv(dir_ / "q/metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find(",recipe"), std::string::npos);
+  std::string first;
+  std::getline(csv, first);
+  EXPECT_NE(first.find("forced.yaml"), std::string::npos) << first;
+  // Resuming with another recipe is refused.
+  Result other = pgq("train --model tiny --steps 50 --no-progress --resume --recipe " + recipe + " --out " +
+                     (dir_ / "q").string());
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.out.find("same recipe"), std::string::npos) << other.out;
+}
+
+TEST_F(Cli, StageTwoBadInputs) {
+  std::string profile = (dir_ / "p.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 3 --no-progress --profile-steps 2 --profile-out " + profile + " --out " +
+                (dir_ / "run").string())
+                .code,
+            0);
+  std::string hw_missing = write("hw.yaml", "name: x\nthreads: 2\npeak_gflops: {f32: 100, bf16: 100}\n");
+  std::string small_recipe = write("small.yaml", "gemms:\n  - {label: layer3/mlp/up, decision: keep}\n");
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F+Q", "neither a standard policy"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy 'F+B_SR>x'", "neither a standard policy"},
+      {"recipe --profile " + profile + " --hardware " + hw_missing + " --policy F", "field 'peak_gflops.int8': is missing"},
+      {"recipe --profile " + profile + " --hardware no-such-cpu --policy F", "neither a preset"},
+      {"recipe --profile /nonexistent.yaml --hardware epyc-zen3-2c --policy F", "/nonexistent.yaml: cannot open"},
+      {"train --model tiny --steps 2 --no-progress --recipe " + small_recipe + " --out " + (dir_ / "t").string(),
+       "GEMM 'layer3/mlp/up' is not in model tiny"},
+      {"hwprobe --seconds 0", "--seconds"},
+  };
+  for (const Case& c : cases) {
+    Result r = pgq(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST_F(Cli, HwprobeWritesALoadableModel) {
+  std::string out = (dir_ / "hw.yaml").string();
+  Result r = pgq("hwprobe --seconds 0.05 --name here -o " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("name: here"), std::string::npos);
+  std::string profile = (dir_ / "p.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + profile + " --out " +
+                (dir_ / "run").string())
+                .code,
+            0);
+  Result recipe = pgq("recipe --profile " + profile + " --hardware " + out + " --policy F");
+  EXPECT_EQ(recipe.code, 0) << recipe.out;
+  EXPECT_NE(recipe.out.find("hardware: here"), std::string::npos) << recipe.out;
+}
+
 }  // namespace
