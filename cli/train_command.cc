@@ -68,6 +68,8 @@ void addTrainCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue the run whose checkpoint is in --out");
+  cmd->add_option("--init-from", o.init_from,
+                  "Start this run from another run's checkpoint (weights, optimizer state, step); the recipe may differ");
   cmd->add_option("--stop-after", o.stop_after,
                   "Stop after this many steps of this invocation, with a checkpoint (0: run to --steps)")
       ->capture_default_str();

@@ -296,6 +296,9 @@ class TrainLoop {
 
  private:
   void checkProfileOptions() const;
+  // Loads a checkpoint's state after checking it fits this run; `same_run` also
+  // requires the same recipe (a resume, as opposed to --init-from).
+  void loadFrom(const std::string& path, bool same_run);
   bool profiling(int64_t step) const {
     return o_.profile_steps > 0 && step >= o_.profile_warmup && step < o_.profile_warmup + o_.profile_steps;
   }
@@ -331,49 +334,53 @@ void TrainLoop::checkProfileOptions() const {
     throw Error(fmt::format("--profile-out {}: is a directory, expected a file name", o_.profile_out));
 }
 
-void TrainLoop::resume() {
-  Checkpoint ckpt = loadCheckpoint(checkpoint_path_);
+void TrainLoop::loadFrom(const std::string& path, bool same_run) {
+  Checkpoint ckpt = loadCheckpoint(path);
   if (ckpt.model_config != o_.model.toYaml())
-    throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}",
-                            checkpoint_path_, ckpt.model_config));
+    throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}", path,
+                            ckpt.model_config));
   const Corpus& corpus = session_->corpus();
   auto fingerprint = ckpt.info.find("corpus_fingerprint");
   if (fingerprint != ckpt.info.end() && fingerprint->second != fmt::format("{:016x}", corpus.fingerprint))
-    throw Error(fmt::format("{}: the checkpoint was trained on another corpus ({}); resume with the "
-                            "same --corpus",
-                            checkpoint_path_, ckpt.info["corpus"]));
+    throw Error(fmt::format("{}: the checkpoint was trained on another corpus ({}); use the same --corpus", path,
+                            ckpt.info["corpus"]));
   auto precision = ckpt.info.find("precision");
-  if (precision != ckpt.info.end() && precision->second != precisionName(o_.precision))
-    throw Error(fmt::format("{}: the checkpoint was trained in {} precision, not {}", checkpoint_path_,
-                            precision->second, precisionName(o_.precision)));
-  if (ckpt.recipe != recipe_text_)
-    throw Error(fmt::format("{}: the run was trained with {}; resume it with the same recipe", checkpoint_path_,
-                            ckpt.recipe.empty() ? std::string("no recipe") : "another recipe"));
-  checkCheckpointMatches(ckpt, session_->stateTypes(), checkpoint_path_);
+  if (same_run && precision != ckpt.info.end() && precision->second != precisionName(o_.precision))
+    throw Error(fmt::format("{}: the checkpoint was trained in {} precision, not {}", path, precision->second,
+                            precisionName(o_.precision)));
+  if (same_run && ckpt.recipe != recipe_text_)
+    throw Error(fmt::format("{}: the run was trained with {}; resume it with the same recipe (or start a new run "
+                            "from it with --init-from)",
+                            path, ckpt.recipe.empty() ? std::string("no recipe") : "another recipe"));
+  checkCheckpointMatches(ckpt, session_->stateTypes(), path);
   // Put the tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> ordered;
   for (const auto& [name, type] : session_->stateTypes())
     for (auto& entry : ckpt.tensors)
       if (entry.first == name) ordered.emplace_back(name, std::move(entry.second));
-  session_->loadState(std::move(ordered), checkpoint_path_);
+  session_->loadState(std::move(ordered), path);
   start_step_ = ckpt.step;
-  last_checkpoint_step_ = ckpt.step;
   if (ckpt.threads != omp_get_max_threads())
-    spdlog::warn("resuming with {} threads; the checkpoint was written with {}: results can differ "
-                 "in the last bits from an uninterrupted run",
+    spdlog::warn("continuing with {} threads; the checkpoint was written with {}: results can differ in the last "
+                 "bits from an uninterrupted run",
                  omp_get_max_threads(), ckpt.threads);
   auto planned = ckpt.info.find("planned_steps");
   if (planned != ckpt.info.end() && planned->second != std::to_string(o_.steps))
-    spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes "
-                 "from here on",
+    spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes from here on",
                  planned->second, o_.steps);
   if (start_step_ >= o_.steps)
-    throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that",
-                            checkpoint_path_, start_step_));
+    throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that", path,
+                            start_step_));
   if (o_.profile_steps > 0 && o_.profile_warmup < start_step_)
-    throw Error(fmt::format("--profile-warmup {} starts before the resumed step {}; profile steps must come after it",
+    throw Error(fmt::format("--profile-warmup {} starts before the checkpoint's step {}; profile steps must come "
+                            "after it",
                             o_.profile_warmup, start_step_));
-  spdlog::info("resuming from {} at step {}", checkpoint_path_, start_step_);
+  spdlog::info("{} {} at step {}", same_run ? "resuming from" : "starting from", path, start_step_);
+}
+
+void TrainLoop::resume() {
+  loadFrom(checkpoint_path_, true);
+  last_checkpoint_step_ = start_step_;
 }
 
 void TrainLoop::saveCheckpointAt(int64_t step) {
@@ -409,8 +416,11 @@ TrainResult TrainLoop::run() {
                             checkpoint_path_));
 
   if (!o_.recipe_path.empty()) recipe_text_ = readTextFile(o_.recipe_path);
+  if (o_.resume && !o_.init_from.empty())
+    throw Error("--resume continues this run, --init-from starts a new one from another run: give one of them");
   session_ = std::make_unique<TrainingSession>(o_);
   if (o_.resume) resume();
+  else if (!o_.init_from.empty()) loadFrom(o_.init_from, false);
 
   TrainResult result;
   result.checkpoint_path = checkpoint_path_;
@@ -419,6 +429,7 @@ TrainResult TrainLoop::run() {
   MetricsWriter metrics(result.metrics_path,
                         {"step", "loss", "val_loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "recipe"},
                         o_.resume ? std::optional<int64_t>(start_step_) : std::nullopt);
+  // A run started from another run's checkpoint has no rows before its first step.
   std::optional<ProgressBar> bar;
   if (o_.progress) bar.emplace(o_.steps, start_step_, o_.log_every);
   const double tokens = static_cast<double>(o_.model.tokens());

@@ -47,6 +47,10 @@ struct TrainOptions {
   int64_t checkpoint_every = 0; // 0: only at the end
   std::string out_dir = "runs/train";
   bool resume = false;
+  // Start a new run (in out_dir) from another run's checkpoint: its weights, optimizer
+  // moments and step, so the data order continues; the recipe may differ (fine-tuning
+  // a baseline with a quantization recipe).
+  std::string init_from;
   Precision precision = Precision::kF32;
   bool progress = true;
   int64_t log_every = 50;       // progress line period when stderr is not a terminal

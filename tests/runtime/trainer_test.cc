@@ -58,7 +58,7 @@ TEST_F(TrainerTest, LossGoesDownOnTheDefaultCorpus) {
   std::ifstream csv(r.metrics_path);
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "step,loss,val_loss,lr,grad_norm,step_ms,tokens_per_s");
+  EXPECT_EQ(line, "step,loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,recipe");
   int rows = 0;
   while (std::getline(csv, line)) ++rows;
   EXPECT_EQ(rows, 150);
@@ -93,6 +93,27 @@ TEST_F(TrainerTest, ResumeIsBitExact) {
   while (std::getline(csv, line)) steps.push_back(line.substr(0, line.find(',')));
   ASSERT_EQ(steps.size(), 12u);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(steps[static_cast<size_t>(i)], std::to_string(i + 1));
+}
+
+TEST_F(TrainerTest, InitFromStartsANewRunThatContinuesTheDataOrder) {
+  TrainOptions whole = tinyOptions("whole");
+  train(whole);
+  TrainOptions base = tinyOptions("base");
+  base.stop_after = 5;
+  train(base);
+  TrainOptions next = tinyOptions("next");
+  next.init_from = base.out_dir + "/checkpoint.pgqckpt";
+  TrainResult r = train(next);
+  EXPECT_EQ(r.history.front().step, 6);
+  Checkpoint a = loadCheckpoint(whole.out_dir + "/checkpoint.pgqckpt");
+  Checkpoint b = loadCheckpoint(next.out_dir + "/checkpoint.pgqckpt");
+  for (size_t i = 0; i < a.tensors.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.tensors[i].second.raw(), b.tensors[i].second.raw(), a.tensors[i].second.bytes()), 0)
+        << a.tensors[i].first;
+  // The base run is untouched, and --resume with --init-from is a contradiction.
+  EXPECT_EQ(loadCheckpoint(base.out_dir + "/checkpoint.pgqckpt").step, 5);
+  next.resume = true;
+  EXPECT_THROW(train(next), Error);
 }
 
 TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
