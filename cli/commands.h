@@ -11,5 +11,6 @@ void addTrainCommand(CLI::App& app);
 void addSqnrTableCommand(CLI::App& app);
 void addRecipeCommand(CLI::App& app);
 void addHwprobeCommand(CLI::App& app);
+void addExperimentCommand(CLI::App& app);
 
 }  // namespace pgq::cli

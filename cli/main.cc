@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   spdlog::set_pattern("[%l] %v");
 
+  pgq::cli::addExperimentCommand(app);
   pgq::cli::addTrainCommand(app);
   pgq::cli::addSqnrTableCommand(app);
   pgq::cli::addRecipeCommand(app);

@@ -375,7 +375,8 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
     throw Error(fmt::format("--profile-warmup {} starts before the checkpoint's step {}; profile steps must come "
                             "after it",
                             o_.profile_warmup, start_step_));
-  spdlog::info("{} {} at step {}", same_run ? "resuming from" : "starting from", path, start_step_);
+  if (same_run) spdlog::info("resuming from {} at step {}", path, start_step_);
+  else spdlog::debug("starting from {} at step {}", path, start_step_);
 }
 
 void TrainLoop::resume() {

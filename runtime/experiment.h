@@ -1,0 +1,61 @@
+#pragma once
+// `pgq experiment`: the paper's protocol on one model and corpus, end to end.
+//
+//   1. baseline  train in f32 for `baseline_steps` (or start from a checkpoint), logging
+//                GEMM statistics during the last `profile_steps` of them (stage i);
+//   2. recipes   generate the standard recipes from that profile (stage ii): F, F+B,
+//                F+B_SR, and for each fraction f, F+B_SR>t quantizing the backward
+//                GEMMs with the highest SQNR (a fraction f of the candidates) and its
+//                adversarial twin F+B_SR<t' quantizing the same number with the lowest;
+//   3. fine-tune from the baseline checkpoint with every recipe and in f32, for
+//                `finetune_steps`, same data order and seed (stage iii);
+//   4. report    Table I (step time, speedup, mean loss over the last half, delta), the
+//                loss curves (Fig. 4), speedup vs loss with the SQNR and adversarial
+//                curves (Fig. 5), the SQNR table and plot, and REPORT.md.
+//
+// Every phase leaves its result in the output folder and is skipped when the run is
+// started again (an interrupted run resumes from its last checkpoint); the report is
+// written from those files only.
+//
+// With `search`, phase 2-3 is replaced by a threshold search: from the paper's priors
+// (forward SQNR 20, backward 1) the backward then the forward threshold are bisected
+// over the SQNR values of the profile with short trial runs, to find the fastest
+// recipe whose loss stays within `loss_budget` of the f32 baseline.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/trainer.h"
+
+namespace pgq {
+
+struct ExperimentOptions {
+  ModelConfig model;
+  std::string corpus = kDefaultCorpus;
+  std::string out_dir = "runs/experiment";
+  std::string hardware = "epyc-zen3-2c";
+  std::string from_checkpoint;     // a baseline checkpoint instead of training one
+  int64_t baseline_steps = 300;
+  int64_t profile_steps = 5;
+  int64_t finetune_steps = 100;
+  std::vector<double> fractions = {0.5, 0.9};  // of backward candidates, for the SQNR recipes
+  std::vector<std::string> extra_policies;     // more policies to run (names or files)
+  OptimizerConfig optimizer;
+  int64_t eval_batches = 4;
+  bool progress = true;
+
+  bool search = false;
+  double loss_budget = 0.01;    // relative to the baseline's loss
+  int64_t trial_steps = 60;
+};
+
+struct ExperimentResult {
+  std::string report_path;
+  std::string table_path;
+};
+
+// Throws pgq::Error for bad options (conflicting flags, budgets <= 0, unknown
+// policies) or when the folder holds an experiment made with other options.
+ExperimentResult runExperiment(const ExperimentOptions& options);
+
+}  // namespace pgq
