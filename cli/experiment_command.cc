@@ -37,6 +37,14 @@ void addExperimentCommand(CLI::App& app) {
   cmd->add_option("--fractions", fractions,
                   "Comma-separated fractions of backward GEMMs for the SQNR and adversarial recipes (default 0.5,0.9)");
   cmd->add_option("--policy", o.extra_policies, "Also run these policies (names or YAML files); repeatable");
+  cmd->add_option("--bits", o.bits, "Bits of the int8 formats of every recipe (7-bit side added where needed)")
+      ->capture_default_str();
+  cmd->add_option("--backward-rounding", o.backward_rounding,
+                  "Gradient rounding of the thresholded recipes: sr (F+B_SR>t, <t) or rtn (F+B>t, <t)")
+      ->check(CLI::IsMember({"sr", "rtn"}))
+      ->capture_default_str();
+  cmd->add_option("--granularity", o.granularity, "Scale granularity of every recipe: channel, tensor or block<N>")
+      ->capture_default_str();
   cmd->add_option("--lr", lr, "Peak learning rate (default 1e-3)");
   cmd->add_option("--threads", threads, "OpenMP threads (0: OpenMP's default)")->capture_default_str();
   cmd->add_flag("--search", o.search, "Search the forward/backward SQNR thresholds instead of the fixed recipes");

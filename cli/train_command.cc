@@ -96,6 +96,11 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--profile-warmup", o.profile_warmup, "Steps to train before the logged ones")->capture_default_str();
   cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)");
   cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
+  cmd->add_option("--profile-bits", o.profile_bits, "Also profile formats of these bits (int8 per-channel always)")
+      ->capture_default_str();
+  cmd->add_option("--profile-granularity", o.profile_granularity,
+                  "Also profile this scale granularity: tensor, channel or block<N>")
+      ->capture_default_str();
   cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
   cmd->add_option("--hardware", o.hardware, "Hardware model for roofline checks of the recipe (preset or YAML)");
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");

@@ -115,7 +115,6 @@ std::optional<Policy> standardPolicy(const std::string& name) {
     p.backward.quantize = true;
     if (m[4].matched) p.backward.gradient_rounding = "sr";
     if (m[5].matched) {
-      if (!m[4].matched) return std::nullopt;  // thresholds come with stochastic rounding (Table I)
       if (!parseNumber(m[7].str(), p.backward.threshold)) return std::nullopt;
       p.backward.invert = m[6].str() == "<";
       if (p.backward.invert && p.backward.threshold <= 0) return std::nullopt;

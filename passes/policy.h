@@ -9,6 +9,7 @@
 //   F+B_SR       forward and backward, stochastic rounding for gradient operands
 //   F+B_SR>T     as F+B_SR, backward GEMMs only when their lower input SQNR is > T
 //   F+B_SR<T     the adversarial twin: backward GEMMs only when it is < T
+//   F+B>T, F+B<T the same with round-to-nearest gradients
 //   F>T1+B_SR>T2 separate forward and backward thresholds
 // or a YAML file (see recipes/policies/*.yaml for examples).
 #include <optional>

@@ -15,6 +15,7 @@
 
 #include "ir/errors.h"
 #include "ir/file_io.h"
+#include "ir/quant.h"
 #include "passes/config_file.h"
 #include "passes/hardware.h"
 #include "passes/policy.h"
@@ -53,6 +54,13 @@ class Experiment {
   void search(const Profile& profile, const HardwareModel& hw);
 
   TrainOptions trainOptions(const std::string& dir) const;
+  // A policy by name or file, with the experiment's bits and granularity.
+  Policy policy(const std::string& spec) const {
+    Policy p = loadPolicy(spec);
+    p.bits = o_.bits;
+    p.granularity = o_.granularity;
+    return p;
+  }
   void phase(const std::string& what, int64_t steps);
 
   const ExperimentOptions& o_;
@@ -76,6 +84,14 @@ void Experiment::validate() const {
   if (o_.trial_steps < 2) throw Error(fmt::format("--trial-steps must be >= 2, got {}", o_.trial_steps));
   for (double f : o_.fractions)
     if (!(f > 0 && f < 1)) throw Error(fmt::format("--fractions must lie in (0, 1), got {}", f));
+  if (o_.bits < 2 || o_.bits > 8) throw Error(fmt::format("--bits must be in [2, 8], got {}", o_.bits));
+  if (o_.backward_rounding != "sr" && o_.backward_rounding != "rtn")
+    throw Error(fmt::format("--backward-rounding must be sr or rtn, got '{}'", o_.backward_rounding));
+  try {
+    quantFormatBits(fmt::format("int8:{}:rtn", o_.granularity));
+  } catch (const Error&) {
+    throw Error(fmt::format("--granularity: expected tensor, channel or block<N>, got '{}'", o_.granularity));
+  }
   for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
   loadHardwareModel(o_.hardware);
 }
@@ -88,9 +104,11 @@ void Experiment::recordOptions() const {
   for (char c : o_.model.toYaml()) model += c == '\n' ? std::string("\n  ") : std::string(1, c);
   std::string text = fmt::format(
       "# pgq experiment: the options its results depend on\nmodel: |\n  {}\ncorpus: {}\nbaseline: {}\n"
-      "profile_steps: {}\nfinetune_steps: {}\nlr: {}\nwarmup: {}\nthreads: {}\n",
+      "profile_steps: {}\nfinetune_steps: {}\nlr: {}\nwarmup: {}\nthreads: {}\nbits: {}\ngranularity: {}\n"
+      "backward_rounding: {}\n",
       model, o_.corpus, o_.from_checkpoint.empty() ? std::to_string(o_.baseline_steps) : o_.from_checkpoint,
-      o_.profile_steps, o_.finetune_steps, o_.optimizer.lr, o_.optimizer.warmup, omp_get_max_threads());
+      o_.profile_steps, o_.finetune_steps, o_.optimizer.lr, o_.optimizer.warmup, omp_get_max_threads(), o_.bits,
+      o_.granularity, o_.backward_rounding);
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
   if (fs::exists(path)) {
     if (readTextFile(path) != text)
@@ -168,6 +186,8 @@ void Experiment::baseline() {
   }
   t.profile_steps = o_.profile_steps;
   t.profile_out = profile;
+  t.profile_bits = o_.bits;
+  t.profile_granularity = o_.granularity;
   phase(o_.from_checkpoint.empty() ? "baseline f32 training, profiling its last steps" : "profiling from the checkpoint",
         t.stop_after);
   TrainResult r = train(t);
@@ -181,8 +201,9 @@ void Experiment::baseline() {
 std::vector<std::pair<std::string, std::string>> Experiment::makeRecipes() {
   Profile profile = loadProfile((fs::path(o_.out_dir) / "profile.yaml").string());
   HardwareModel hw = loadHardwareModel(o_.hardware);
-  // The backward candidates' SQNR in the formats F+B_SR would run, lowest first.
-  Recipe all = generateRecipe(profile, hw, loadPolicy("F+B_SR"), "profile.yaml");
+  // The backward candidates' SQNR in the formats the thresholded recipes would run,
+  // lowest first.
+  Recipe all = generateRecipe(profile, hw, policy(o_.backward_rounding == "sr" ? "F+B_SR" : "F+B"), "profile.yaml");
   std::vector<double> sqnr;
   for (const RecipeEntry& e : all.entries)
     if (e.decision == "int8" && e.label.find(':') != std::string::npos) sqnr.push_back(e.min_sqnr);
@@ -194,18 +215,19 @@ std::vector<std::pair<std::string, std::string>> Experiment::makeRecipes() {
                                   sqnr.size() - 1);
     // Quantize the n highest (min SQNR > the (count-n)th lowest) or the n lowest.
     double high = sqnr[sqnr.size() - n - 1], low = sqnr[n];
-    policies.push_back(fmt::format("F+B_SR>{:.6g}", high));
-    policies.push_back(fmt::format("F+B_SR<{:.6g}", low));
+    std::string b = o_.backward_rounding == "sr" ? "F+B_SR" : "F+B";
+    policies.push_back(fmt::format("{}>{:.6g}", b, high));
+    policies.push_back(fmt::format("{}<{:.6g}", b, low));
   }
   for (const std::string& p : o_.extra_policies) policies.push_back(p);
   fs::create_directories(fs::path(o_.out_dir) / "recipes");
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& p : policies) {
-    Policy policy = loadPolicy(p);
-    Recipe recipe = generateRecipe(profile, hw, policy, "../profile.yaml");
-    std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug(policy.name) + ".yaml")).string();
+    Policy pol = policy(p);
+    Recipe recipe = generateRecipe(profile, hw, pol, "../profile.yaml");
+    std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug(pol.name) + ".yaml")).string();
     writeRecipe(path, recipe);
-    out.emplace_back(policy.name, path);
+    out.emplace_back(pol.name, path);
   }
   return out;
 }
@@ -247,7 +269,7 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
     std::string policy = fmt::format("F>{:.6g}+B_SR>{:.6g}", tf, tb);
     for (const RunSummary& t : trials)
       if (t.policy == policy) return t;
-    Recipe recipe = generateRecipe(profile, hw, loadPolicy(policy), "../profile.yaml");
+    Recipe recipe = generateRecipe(profile, hw, this->policy(policy), "../profile.yaml");
     std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug("trial " + policy) + ".yaml")).string();
     fs::create_directories(fs::path(path).parent_path());
     writeRecipe(path, recipe);
@@ -258,7 +280,7 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
   };
   // The distinct min-input SQNRs of each direction's candidates (thresholds between
   // them change the recipe), with 0 (quantize all).
-  Recipe all = generateRecipe(profile, hw, loadPolicy("F+B_SR"), "profile.yaml");
+  Recipe all = generateRecipe(profile, hw, policy("F+B_SR"), "profile.yaml");
   std::vector<double> fwd{0}, bwd{0};
   for (const RecipeEntry& e : all.entries)
     if (e.decision == "int8") (e.label.find(':') == std::string::npos ? fwd : bwd).push_back(e.min_sqnr);

@@ -40,6 +40,13 @@ struct ExperimentOptions {
   int64_t finetune_steps = 100;
   std::vector<double> fractions = {0.5, 0.9};  // of backward candidates, for the SQNR recipes
   std::vector<std::string> extra_policies;     // more policies to run (names or files)
+  // The int8 formats every standard recipe uses (and the profile measures): bits per
+  // operand and scale granularity (channel, tensor, block<N>).
+  int bits = 8;
+  std::string granularity = "channel";
+  // Rounding of gradient operands in the thresholded recipes: sr (F+B_SR>t, F+B_SR<t,
+  // the paper's) or rtn (F+B>t, F+B<t).
+  std::string backward_rounding = "sr";
   OptimizerConfig optimizer;
   int64_t eval_batches = 4;
   bool progress = true;

@@ -183,10 +183,14 @@ void lossCurves(const std::string& out_dir, const std::vector<RunSummary>& runs)
 void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& runs) {
   const RunSummary& base = runs.front();
   std::vector<std::pair<double, const RunSummary*>> sqnr, adversarial;
+  // The thresholded recipes are F+B_SR>t / F+B_SR<t (or F+B>t / F+B<t with
+  // round-to-nearest gradients); both curves start at F and end at the unthresholded one.
+  bool sr = std::any_of(runs.begin(), runs.end(), [](const RunSummary& r) { return r.name.starts_with("F+B_SR>"); });
+  std::string all = sr ? "F+B_SR" : "F+B";
   for (const RunSummary& r : runs) {
-    bool ends = r.name == "F" || r.name == "F+B_SR";
-    if (ends || r.name.starts_with("F+B_SR>")) sqnr.emplace_back(base.step_ms / r.step_ms, &r);
-    if (ends || r.name.starts_with("F+B_SR<")) adversarial.emplace_back(base.step_ms / r.step_ms, &r);
+    bool ends = r.name == "F" || r.name == all;
+    if (ends || r.name.starts_with(all + ">")) sqnr.emplace_back(base.step_ms / r.step_ms, &r);
+    if (ends || r.name.starts_with(all + "<")) adversarial.emplace_back(base.step_ms / r.step_ms, &r);
   }
   auto rows = [&](std::vector<std::pair<double, const RunSummary*>> v) {
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second->bwd_int8 < b.second->bwd_int8; });
@@ -196,18 +200,18 @@ void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& ru
   };
   std::string others;
   for (const RunSummary& r : runs)
-    if (r.name == "f32" || r.name == "F+B") others += fmt::format("{:.4f} {:.6f} \"{}\"\n", base.step_ms / r.step_ms, r.mean_loss, r.name);
+    if (r.name == "f32" || (sr && r.name == "F+B")) others += fmt::format("{:.4f} {:.6f} \"{}\"\n", base.step_ms / r.step_ms, r.mean_loss, r.name);
   std::string script = fmt::format(
-      "set title \"Speedup vs loss: backward GEMMs chosen by SQNR vs adversarially (f32 loss {:.4f})\"\n"
+      "set title \"Speedup vs loss: backward GEMMs chosen by SQNR vs adversarially (f32 loss {1:.4f})\"\n"
       "set xlabel \"step speedup over f32\"\nset ylabel \"mean training loss, last half of fine-tuning\"\nset grid\n"
       "set key top left\nset offsets graph 0.05, graph 0.1, graph 0.1, graph 0.1\n"
-      "plot 'sqnr.dat' using 1:2 with linespoints pt 7 lw 2 lc rgb '#2ca02c' title 'highest SQNR first (F+B_SR>t)', \\\n"
-      "     'adversarial.dat' using 1:2 with linespoints pt 9 lw 2 lc rgb '#d62728' title 'lowest SQNR first (F+B_SR<t)', \\\n"
-      "     'others.dat' using 1:2 with points pt 5 ps 1.5 lc rgb '#1f77b4' title 'f32, F+B (RTN)', \\\n"
+      "plot 'sqnr.dat' using 1:2 with linespoints pt 7 lw 2 lc rgb '#2ca02c' title 'highest SQNR first ({0}>t)', \\\n"
+      "     'adversarial.dat' using 1:2 with linespoints pt 9 lw 2 lc rgb '#d62728' title 'lowest SQNR first ({0}<t)', \\\n"
+      "     'others.dat' using 1:2 with points pt 5 ps 1.5 lc rgb '#1f77b4' title 'other recipes', \\\n"
       "     'sqnr.dat' using 1:2:3 with labels offset 0,1 font ',8' notitle, \\\n"
       "     'adversarial.dat' using 1:2:3 with labels offset 0,-1 font ',8' notitle, \\\n"
       "     'others.dat' using 1:2:3 with labels offset 0,1 font ',8' notitle\n",
-      base.mean_loss);
+      all, base.mean_loss);
   renderPlot(script, {{"sqnr.dat", rows(sqnr)}, {"adversarial.dat", rows(adversarial)}, {"others.dat", others}},
              (fs::path(out_dir) / "speedup_vs_loss.png").string(), 1100, 650);
 }
@@ -256,8 +260,8 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
               "|---|---|---|---|\n";
   std::vector<const RunSummary*> high, low;
   for (const RunSummary& r : runs) {
-    if (r.name.starts_with("F+B_SR>")) high.push_back(&r);
-    if (r.name.starts_with("F+B_SR<")) low.push_back(&r);
+    if (r.name.starts_with("F+B_SR>") || r.name.starts_with("F+B>")) high.push_back(&r);
+    if (r.name.starts_with("F+B_SR<") || r.name.starts_with("F+B<")) low.push_back(&r);
   }
   for (size_t i = 0; i < std::min(high.size(), low.size()); ++i) {
     double dh = high[i]->mean_loss / base.mean_loss - 1, dl = low[i]->mean_loss / base.mean_loss - 1;

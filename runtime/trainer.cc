@@ -15,6 +15,7 @@
 #include "ir/dot_dims.h"
 #include "ir/errors.h"
 #include "ir/file_io.h"
+#include "ir/quant.h"
 #include "kernels/optim.h"
 #include "passes/hardware.h"
 #include "passes/pipeline.h"
@@ -43,16 +44,27 @@ namespace {
 constexpr const char* kCheckpointFile = "checkpoint.pgqckpt";
 constexpr const char* kMetricsFile = "metrics.csv";
 
-// The formats stage (i) profiles on this CPU: the int8 formats that run exactly (the
-// 7-bit variant too without VNNI), round-to-nearest for every operand and stochastic
-// rounding for gradients.
-void setStatFormats(PassContext& ctx) {
-  ctx.stat_formats = {"int8:channel:rtn"};
-  ctx.gradient_stat_formats = {"int8:channel:sr"};
-  if (!kernels::int8Caps().vnni) {
-    ctx.stat_formats.push_back("int7:channel:rtn");
-    ctx.gradient_stat_formats.push_back("int7:channel:sr");
-  }
+// The formats stage (i) profiles on this CPU: the int8 per-channel formats that run
+// exactly (the 7-bit variant too without VNNI), plus the same for the requested bits
+// and granularity; round-to-nearest for every operand and stochastic rounding for
+// gradients.
+void setStatFormats(PassContext& ctx, const TrainOptions& o) {
+  ctx.stat_formats.clear();
+  ctx.gradient_stat_formats.clear();
+  const kernels::Int8Caps& caps = kernels::int8Caps();
+  auto add = [&](int bits, const std::string& granularity) {
+    std::vector<int> widths{std::min(bits, caps.max_bits_one)};
+    if (widths[0] > caps.max_bits_both) widths.push_back(caps.max_bits_both);
+    for (int b : widths) {
+      std::string rtn = fmt::format("int{}:{}:rtn", b, granularity), sr = fmt::format("int{}:{}:sr", b, granularity);
+      if (std::find(ctx.stat_formats.begin(), ctx.stat_formats.end(), rtn) == ctx.stat_formats.end()) {
+        ctx.stat_formats.push_back(rtn);
+        ctx.gradient_stat_formats.push_back(sr);
+      }
+    }
+  };
+  add(8, "channel");
+  add(o.profile_bits, o.profile_granularity);
 }
 
 // The passes every training graph goes through; `instrument` adds stage (i)'s
@@ -69,7 +81,7 @@ void runPasses(Graph& graph, const TrainOptions& options, bool instrument, const
   ctx.hardware = hardware;
   ctx.sr_seed = static_cast<int64_t>(options.model.seed) * 7919 + 17;
   ctx.tensor_parallel = options.model.tensor_parallel;
-  setStatFormats(ctx);
+  setStatFormats(ctx, options);
   ctx.stats_on_outputs = options.profile_outputs;
   ctx.stats_seed = static_cast<int64_t>(options.model.seed);
   parsePipeline(passes)->run(graph, ctx);
@@ -197,7 +209,7 @@ Profile TrainingSession::profile(double plain_step_ms) const {
   run.cpu_isa = kernels::int8Caps().isa_name;
   run.vnni = kernels::int8Caps().vnni;
   PassContext ctx;
-  setStatFormats(ctx);
+  setStatFormats(ctx, s.o);
   run.formats = ctx.stat_formats;
   run.gradient_formats = ctx.gradient_stat_formats;
   run.step_ms = plain_step_ms;
@@ -314,6 +326,14 @@ class TrainLoop {
 };
 
 void TrainLoop::checkProfileOptions() const {
+  if (o_.profile_bits < 2 || o_.profile_bits > 8)
+    throw Error(fmt::format("--profile-bits must be in [2, 8], got {}", o_.profile_bits));
+  try {
+    quantFormatBits(fmt::format("int8:{}:rtn", o_.profile_granularity));
+  } catch (const Error&) {
+    throw Error(fmt::format("--profile-granularity: expected tensor, channel or block<N>, got '{}'",
+                            o_.profile_granularity));
+  }
   if (o_.profile_steps == 0 && o_.profile_out.empty()) return;
   if (o_.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
   if (o_.profile_steps <= 0)

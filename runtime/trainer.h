@@ -62,6 +62,11 @@ struct TrainOptions {
   int64_t profile_warmup = 0;
   std::string profile_out;
   bool profile_outputs = false;  // also profile each GEMM's result
+  // Formats to profile besides int8 per-channel (which is always measured): these bits
+  // and granularity ("tensor", "channel", "block64"), with the 7-bit variant where the
+  // CPU needs it and stochastic rounding for gradients.
+  int profile_bits = 8;
+  std::string profile_granularity = "channel";
 
   // Stage (iii): train with the GEMMs the recipe chooses in int8. The hardware model
   // (optional) annotates GEMMs with roofline estimates and warns about recipe choices

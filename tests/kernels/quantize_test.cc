@@ -7,6 +7,8 @@
 
 #include "kernels/kernel_error.h"
 #include "kernels/quant_clip.h"
+#include "kernels/quant_core.h"
+#include "kernels/sr_noise.h"
 #include "quant_test_util.h"
 
 namespace pgq::kernels {
@@ -37,10 +39,52 @@ std::vector<float> awkwardData(const OperandView& view, uint32_t seed) {
   return x;
 }
 
+// Stochastic rounding, scalar, from the formula in kernels/quant_core.h: the stored value
+// in 16.16 fixed point, T = fma(x, inv * 2^16, (z + o) * 2^16) clamped to the storage grid
+// (x * 2^16 first when inv * 2^16 overflows), truncated, plus the element's 16 noise bits
+// (kernels/sr_noise.h), floored.
+std::vector<int> referenceStochastic(const std::vector<float>& x, const OperandView& view,
+                                     const QuantFormat& format, const std::vector<float>& params,
+                                     int storage_offset, SrStream sr) {
+  const int64_t groups = quantGroupCount(view, format);
+  const QuantGrid grid = gridOf(format);
+  const float one = 65536.0f;
+  std::vector<int> out(x.size());
+  for (int64_t b = 0; b < view.batch; ++b) {
+    for (int64_t r = 0; r < view.rows; ++r) {
+      for (int64_t c = 0; c < view.cols; ++c) {
+        const int64_t i = (b * view.rows + r) * view.cols + c;
+        const int64_t g = qtest::groupOf(view, format, b, r, c);
+        const float inv = 1.0f / params[g];
+        const float add = (format.asymmetric ? params[groups + g] : 0.0f) + float(storage_offset);
+        const float xv = std::isnan(x[i]) ? 0.0f : x[i];
+        const float mul = inv * one;
+        float t = std::isinf(mul) ? std::fma(xv * one, inv, add * one) : std::fma(xv, mul, add * one);
+        t = std::fmin(std::fmax(t, float(grid.lo + storage_offset) * one),
+                      float(grid.hi + storage_offset) * one);
+        const int64_t fixed = int64_t(std::trunc(t)) + srNoiseBits16(sr.seed, sr.offset, i);
+        out[i] = int(std::floor(double(fixed) / 65536.0));
+      }
+    }
+  }
+  return out;
+}
+
+// The stored integers the kernels must produce, by rounding mode.
+std::vector<int> referenceStored(const std::vector<float>& x, const OperandView& view,
+                                 const QuantFormat& format, const std::vector<float>& params,
+                                 int storage_offset, SrStream sr) {
+  if (format.rounding == Rounding::kStochastic) {
+    return referenceStochastic(x, view, format, params, storage_offset, sr);
+  }
+  return qtest::referenceQuantize(x, view, format, params, storage_offset, sr);
+}
+
 const std::vector<OperandView> kViews = {
     {2, 37, 70, true},    // A [M,K]
     {2, 70, 37, false},   // B [K,N]
     {1, 3, 40000, true},  // long rows: several work units per row
+    {2, 300, 64, true},   // rows of a multiple of 32: a unit's rows in one run (RunParams)
 };
 
 const std::vector<const char*> kFormats = {
@@ -62,10 +106,10 @@ TEST(Quantize, MatchesScalarReferenceForEveryViewFormatAndSide) {
       std::vector<int8_t> qb(x.size());
       quantize(x, view, format, params, qa, sr);
       quantize(x, view, format, params, qb, sr);
-      std::vector<int> ref_a = qtest::referenceQuantize(x, view, format, params,
-                                                        storageOffset(format, GemmSide::kLhs), sr);
-      std::vector<int> ref_b = qtest::referenceQuantize(x, view, format, params,
-                                                        storageOffset(format, GemmSide::kRhs), sr);
+      std::vector<int> ref_a =
+          referenceStored(x, view, format, params, storageOffset(format, GemmSide::kLhs), sr);
+      std::vector<int> ref_b =
+          referenceStored(x, view, format, params, storageOffset(format, GemmSide::kRhs), sr);
       int64_t bad = 0;
       for (size_t i = 0; i < x.size(); ++i) {
         if (int(qa[i]) != ref_a[i] || int(qb[i]) != ref_b[i]) {
@@ -228,7 +272,9 @@ TEST(Quantize, IdenticalForAnyThreadCountAndChunking) {
 }
 
 // Mean of many stochastic roundings of the same value, with 16 random bits per element
-// (bias < 2^-16 of a step, far below the tolerance).
+// (bias < 2^-16 of a step, far below the tolerance), for the s8 storage (signed values,
+// truncation toward zero) and the u8 storage of an asymmetric format (zero point and
+// storage offset folded into the fixed point).
 TEST(Quantize, StochasticRoundingIsUnbiased) {
   const int64_t n = 1 << 18;
   OperandView view{1, 64, n / 64, true};
@@ -248,6 +294,92 @@ TEST(Quantize, StochasticRoundingIsUnbiased) {
       const double exact_frac = double(value) - double(base);
       const double sigma = std::sqrt(exact_frac * (1.0 - exact_frac) / double(n));
       EXPECT_NEAR(sum / double(n), double(value), 5.0 * sigma + 1e-6) << value;
+    }
+  }
+  // Asymmetric, lhs storage: step 0.5, zero point 100, storage offset 0 (u8 grid
+  // [0, 255]): x quantizes to x / 0.5 + 100.
+  QuantFormat asym = QuantFormat::parse("int8:tensor:sr:asym");
+  std::vector<float> asym_params = {0.5f, 100.0f};
+  std::vector<uint8_t> qa(n);
+  const int offset = storageOffset(asym, GemmSide::kLhs);
+  for (double value : {-20.3, -0.01, 0.123456, 37.77}) {
+    std::vector<float> x(n, float(value));
+    quantize(x, view, asym, asym_params, qa, {99, 5});
+    double sum = 0.0;
+    for (uint8_t v : qa) sum += v;
+    const double exact = double(float(value)) / 0.5 + 100.0 + offset;
+    const double frac = exact - std::floor(exact);
+    const double sigma = std::sqrt(frac * (1.0 - frac) / double(n));
+    EXPECT_NEAR(sum / double(n), exact, 5.0 * sigma + 1e-6) << value;
+  }
+}
+
+// Tiny scales (inv * 2^16 overflows float) take the prescaled path, per group, and give
+// exactly the formula's result, also next to groups of ordinary scale (per-column
+// weights, where one run mixes both).
+TEST(Quantize, StochasticRoundingOfTinyScalesIsExact) {
+  const SrStream sr{31, 4};
+  for (const OperandView& view :
+       {OperandView{1, 6, 77, true}, OperandView{1, 77, 6, false}, OperandView{1, 6, 64, true}}) {
+    QuantFormat format = perChannelFormat(8, Rounding::kStochastic);
+    std::vector<float> x = normalData(view.elements(), 17);
+    for (int64_t b = 0; b < view.rows; ++b) {
+      for (int64_t c = 0; c < view.cols; ++c) {
+        const int64_t channel = view.contract_along_cols ? b : c;
+        // Channels 1 and 4 hold values ~1e-35 (scales ~1e-37 < 2^-112).
+        if (channel == 1 || channel == 4) x[b * view.cols + c] *= 1e-35f;
+      }
+    }
+    std::vector<float> params(quantParamCount(view, format));
+    computeQuantParams(x, view, format, params);
+    ASSERT_TRUE(std::isinf(65536.0f / params[1]));
+    std::vector<int8_t> q(x.size());
+    quantize(x, view, format, params, q, sr);
+    std::vector<int> ref = referenceStochastic(x, view, format, params, 0, sr);
+    int64_t bad = 0;
+    int64_t nonzero_tiny = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      bad += int(q[i]) != ref[i];
+      const int64_t channel = view.contract_along_cols ? int64_t(i) / view.cols
+                                                       : int64_t(i) % view.cols;
+      nonzero_tiny += (channel == 1 || channel == 4) && q[i] != 0;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_GT(nonzero_tiny, int64_t(x.size()) / 10);  // not flushed to zero or saturated only
+  }
+}
+
+// Every implementation of the noise (VAES in registers, AES-NI and portable through the
+// buffer) gives the same stored integers, for runs with ragged heads and tails.
+TEST(Quantize, StochasticRoundingIsTheSameForEveryNoiseImplementation) {
+  const int64_t len = 1000;
+  std::vector<float> x = normalData(len, 23, 3.0f);
+  const float inv = 10.0f, add = 3.0f, scale = 0.1f;
+  detail::RunParams p{&inv, &add, &scale};
+  struct Collect {
+    std::vector<int32_t>* out;
+    void operator()(int64_t index, const detail::Lanes& l, int valid) {
+      alignas(32) int32_t t[32];
+      for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(t + 8 * k), l.ti[k]);
+      for (int j = 0; j < valid; ++j) (*out)[size_t(index - 13 + j)] = t[j];
+    }
+  };
+  std::vector<int32_t> expected;
+  for (SrNoiseIsa isa : {SrNoiseIsa::kPortable, SrNoiseIsa::kAesNi, SrNoiseIsa::kVaes}) {
+    if (!srNoiseIsaSupported(isa)) continue;
+    detail::SrState state({8, 9}, isa);
+    std::vector<int32_t> got(len, -1000);
+    Collect sink{&got};
+    // Element indices 13 .. 1012: a head of 19 elements, 30 full blocks, a tail of 21.
+    detail::processRun<true, false>(x.data(), 13, len, p, -127, 127, &state, sink);
+    if (expected.empty()) {
+      expected = got;
+      for (int64_t i = 0; i < len; ++i) {
+        ASSERT_GE(got[i], -127);
+        ASSERT_LE(got[i], 127);
+      }
+    } else {
+      EXPECT_EQ(got, expected) << srNoiseIsaName(isa);
     }
   }
 }

@@ -25,7 +25,10 @@ TEST(Policy, StandardNames) {
   Policy both = loadPolicy("F>20+B_SR>1");
   EXPECT_DOUBLE_EQ(both.forward.threshold, 20);
   EXPECT_DOUBLE_EQ(both.backward.threshold, 1);
-  for (const char* bad : {"G", "F+B>1", "F+B_SR>x", "F+B_SR<0", "F+", "f+b"}) {
+  Policy rtn = loadPolicy("F+B<5");
+  EXPECT_TRUE(rtn.backward.invert);
+  EXPECT_EQ(rtn.backward.gradient_rounding, "rtn");
+  for (const char* bad : {"G", "F+B_SR>x", "F+B_SR<0", "F+", "f+b", "F+B>"}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(loadPolicy(bad), Error);
   }

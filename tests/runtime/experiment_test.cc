@@ -1,0 +1,163 @@
+#include <csignal>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "ir/errors.h"
+#include "ir/file_io.h"
+#include "runtime/experiment.h"
+#include "runtime/experiment_report.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A machine on which even the tiny model's GEMMs are worth quantizing, so every
+// recipe of the protocol has something to choose.
+const char* kFastInt8 = R"(name: fast-int8
+threads: 2
+peak_gflops: {f32: 100, bf16: 100, int8: 10000}
+gemm_gflops: {f32: 100, bf16: 100, int8: 10000}
+memory_bandwidth_gbs: 10000
+quantize_gbs: {rtn: 100000, sr: 100000}
+call_overhead_us: 0
+int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
+)";
+
+class ExperimentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("pgq_experiment_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "hw.yaml") << kFastInt8;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ExperimentOptions options() const {
+    ExperimentOptions o;
+    o.model = loadModelConfig("tiny");
+    o.out_dir = (dir_ / "exp").string();
+    o.hardware = (dir_ / "hw.yaml").string();
+    o.baseline_steps = 40;
+    o.profile_steps = 3;
+    o.finetune_steps = 12;
+    o.fractions = {0.5};
+    o.optimizer.warmup = 5;
+    o.eval_batches = 1;
+    o.progress = false;
+    return o;
+  }
+  std::string read(const fs::path& p) const { return readTextFile(p.string()); }
+
+  fs::path dir_;
+};
+
+TEST_F(ExperimentTest, WritesEveryResultAndResumesWithoutRedoingWork) {
+  ExperimentOptions o = options();
+  ExperimentResult r = runExperiment(o);
+  fs::path out(o.out_dir);
+  for (const char* f : {"REPORT.md", "table.md", "table.csv", "loss_curves.png", "speedup_vs_loss.png", "sqnr.md",
+                        "sqnr.png", "profile.yaml", "experiment.yaml"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  // f32, F, F+B, F+B_SR and one SQNR-ordered / adversarial pair.
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(out / "runs")) runs.push_back(e.path().filename().string());
+  EXPECT_EQ(runs.size(), 6u);
+  std::string table = read(out / "table.md");
+  EXPECT_NE(table.find("| f32 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| F+B_SR>"), std::string::npos) << table;
+  bool higher = false, lower = false;
+  for (const std::string& run : runs) {
+    higher |= run.starts_with("F+B_SR_gt_");
+    lower |= run.starts_with("F+B_SR_lt_");
+    RunSummary s = loadRunSummary((out / "runs" / run / "result.yaml").string());
+    EXPECT_EQ(s.first_step, 41) << run;  // every run continues the baseline
+    EXPECT_EQ(s.last_step, 52) << run;
+    EXPECT_GT(s.step_ms, 0) << run;
+  }
+  EXPECT_TRUE(higher && lower);
+  // The SQNR-ordered and adversarial twins quantize the same number of backward GEMMs.
+  std::string report = read(out / "REPORT.md");
+  EXPECT_NE(report.find("### Is the SQNR ordering informative?"), std::string::npos);
+  EXPECT_NE(report.find("get_logits:dgrad"), std::string::npos);
+
+  // Running again redoes nothing and reproduces the same tables.
+  auto stamp = fs::last_write_time(out / "runs" / "F+B" / "metrics.csv");
+  runExperiment(o);
+  EXPECT_EQ(fs::last_write_time(out / "runs" / "F+B" / "metrics.csv"), stamp);
+  EXPECT_EQ(read(out / "table.md"), table);
+  // A run whose result is missing (interrupted) is redone, from its checkpoint.
+  fs::remove(out / "runs" / "F+B" / "result.yaml");
+  runExperiment(o);
+  EXPECT_TRUE(fs::exists(out / "runs" / "F+B" / "result.yaml"));
+  EXPECT_EQ(read(out / "table.md"), table);
+}
+
+TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
+  ExperimentOptions o = options();
+  runExperiment(o);
+  ExperimentOptions other = o;
+  other.finetune_steps = 20;
+  EXPECT_THROW(runExperiment(other), Error);
+  ExperimentOptions bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.fractions = {1.5};
+  EXPECT_THROW(runExperiment(bad), Error);
+  bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.extra_policies = {"F+Z"};
+  EXPECT_THROW(runExperiment(bad), Error);
+  bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.search = true;
+  bad.loss_budget = 0;
+  EXPECT_THROW(runExperiment(bad), Error);
+  bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.profile_steps = 100;  // more than the baseline
+  EXPECT_THROW(runExperiment(bad), Error);
+}
+
+TEST_F(ExperimentTest, AFullDiskStopsWithAnErrorAndKeepsEarlierResults) {
+  ExperimentOptions o = options();
+  runExperiment(o);
+  std::string table = read(fs::path(o.out_dir) / "table.md");
+  fs::remove(fs::path(o.out_dir) / "runs" / "F" / "result.yaml");
+  // A file size limit makes writes fail part-way, like a full disk.
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_THROW(runExperiment(o), Error);
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, handler);
+  EXPECT_EQ(read(fs::path(o.out_dir) / "table.md"), table);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "runs" / "F+B" / "result.yaml"));
+  runExperiment(o);  // and it finishes once there is room
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "runs" / "F" / "result.yaml"));
+}
+
+TEST_F(ExperimentTest, SearchReportsEveryTrial) {
+  ExperimentOptions o = options();
+  o.search = true;
+  o.loss_budget = 0.5;  // generous: the search must then end up quantizing a lot
+  o.trial_steps = 6;
+  ExperimentResult r = runExperiment(o);
+  std::string search = read(r.report_path);
+  EXPECT_NE(search.find("# pgq threshold search"), std::string::npos);
+  EXPECT_NE(search.find("Result: `F>"), std::string::npos) << search;
+  std::string trials = read(fs::path(o.out_dir) / "trials.csv");
+  EXPECT_GE(std::count(trials.begin(), trials.end(), '\n'), 3);
+}
+
+}  // namespace
+}  // namespace pgq
