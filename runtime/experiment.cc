@@ -247,7 +247,10 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
   if (!t.resume) t.init_from = baseline_checkpoint_;
   t.recipe_path = recipe;
   phase(fmt::format("fine-tune {}", name), steps);
-  train(t);
+  // A run that finished training but not its summary (interrupted in between) only
+  // needs the summary.
+  int64_t target = t.stop_after > 0 ? baseline_step_ + t.stop_after : t.steps;
+  if (!t.resume || loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step < target) train(t);
   RunSummary s = summarizeRun(name, policy, recipe, readMetrics((fs::path(dir) / "metrics.csv").string()));
   if (!recipe.empty()) {
     Recipe r = loadRecipe(recipe);
