@@ -9,6 +9,9 @@
 // on an activation [2048, 1024] (per-row scales), a weight [1024, 1024] (per-column
 // scales) and the small model's activation [2048, 256] (fits in L2+L3). After the usual
 // output, a table gives GB/s per thread and the SR / RTN time ratio.
+// srnoise/<isa>: the noise generator of stochastic rounding alone (kernels/sr_noise.h,
+// ARS-5), 2^20 elements' worth of words per iteration, one thread, per implementation
+// the CPU supports (items = elements).
 //
 //   build-quant/bench/quant_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
@@ -23,6 +26,7 @@
 
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
+#include "kernels/sr_noise.h"
 
 namespace pgq::kernels {
 namespace {
@@ -81,6 +85,18 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
   state.SetBytesProcessed(state.iterations() * view.elements() * (writes ? 5 : 4));
 }
 
+void runNoise(benchmark::State& state, SrNoiseIsa isa) {
+  constexpr int64_t kElements = int64_t(1) << 20;
+  std::vector<uint32_t> words(kElements / 2);
+  uint64_t step = 0;
+  for (auto _ : state) {
+    SrNoise(7, step++, isa).fill(0, int(kElements / 8), words.data());
+    benchmark::DoNotOptimize(words.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
 // Prints the usual console output, then GB/s per thread and SR / RTN.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
@@ -88,8 +104,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {
       if (run.run_type != Run::RT_Iteration && run.aggregate_name != "median") continue;
-      // "<view>/<mode>/threads:<t>/real_time"
+      // "<view>/<mode>/threads:<t>/real_time"; the srnoise runs are not in the table.
       std::string name = run.benchmark_name();
+      if (name.find("/threads:") == std::string::npos) continue;
       size_t a = name.find('/'), b = name.find('/', a + 1), c = name.find('/', b + 1);
       std::string key = name.substr(0, a) + " " + name.substr(b + 1, c - b - 1);
       int threads = std::stoi(name.substr(b + 1 + 8, c - b - 9));
@@ -133,6 +150,12 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }
+  }
+  for (SrNoiseIsa isa : {SrNoiseIsa::kVaes, SrNoiseIsa::kAesNi, SrNoiseIsa::kPortable}) {
+    if (!srNoiseIsaSupported(isa)) continue;
+    benchmark::RegisterBenchmark((std::string("srnoise/") + srNoiseIsaName(isa)).c_str(), runNoise,
+                                 isa)
+        ->Unit(benchmark::kMicrosecond);
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -1,7 +1,7 @@
 #pragma once
 // Statistics of a tensor under a quantization format, for the profiler: the tensor is
 // quantized with exactly the arithmetic of computeQuantParams() + quantize() (same
-// functions, rounding, clipping and Philox stream) and dequantized, and one more pass
+// functions, rounding, clipping and stochastic-rounding noise stream) and dequantized, and one more pass
 // accumulates the sums below. Two passes over the data (scales, then quantize + sums);
 // clipping formats add the clip search of computeQuantParams(). Sums are accumulated in
 // double per fixed work unit and combined in unit order: the result does not depend on

@@ -93,6 +93,25 @@ QuantPlan::QuantPlan(const OperandView& view, const QuantFormat& format,
     add_[slot] = zero_point + float(storage_offset);
     scale_[slot] = scale;
   }
+  // Per-element stochastic runs (per-column groups, visitRow's last case) read the
+  // fixed-point constants from arrays; broadcast runs derive them per run.
+  const bool per_element_runs =
+      !view.contract_along_cols && format.granularity != Granularity::kPerTensor;
+  if (format.rounding == Rounding::kStochastic && per_element_runs) {
+    sr_mul_.resize(groups);
+    sr_add16_.resize(groups);
+    bool any_prescale = false;
+    for (int64_t g = 0; g < groups; ++g) {
+      const SrConstants c = srConstants(inv_[g], add_[g]);
+      sr_mul_[g] = c.mul;
+      sr_add16_[g] = c.add16;
+      any_prescale = any_prescale || c.prescale;
+    }
+    if (any_prescale) {
+      sr_pre_.resize(groups);
+      for (int64_t g = 0; g < groups; ++g) sr_pre_[g] = srConstants(inv_[g], add_[g]).pre;
+    }
+  }
   const int64_t rows = view.batch * view.rows;
   if (view.cols >= kUnitElements) {
     col_chunk_ = kUnitElements;
@@ -101,6 +120,8 @@ QuantPlan::QuantPlan(const OperandView& view, const QuantFormat& format,
   } else {
     rows_per_unit_ = kUnitElements / view.cols;
     units_ = (rows + rows_per_unit_ - 1) / rows_per_unit_;
+    rows_at_once_ = view.contract_along_cols && format.granularity == Granularity::kPerChannel &&
+                    view.cols % 32 == 0;
   }
 }
 
@@ -288,8 +309,8 @@ template <typename T>
 struct StoreSink {
   T* out;
   void operator()(int64_t index, const detail::Lanes& l, int valid) {
-    __m256i p01 = _mm256_packs_epi32(_mm256_cvttps_epi32(l.t[0]), _mm256_cvttps_epi32(l.t[1]));
-    __m256i p23 = _mm256_packs_epi32(_mm256_cvttps_epi32(l.t[2]), _mm256_cvttps_epi32(l.t[3]));
+    __m256i p01 = _mm256_packs_epi32(l.ti[0], l.ti[1]);
+    __m256i p23 = _mm256_packs_epi32(l.ti[2], l.ti[3]);
     __m256i bytes =
         std::is_same_v<T, uint8_t> ? _mm256_packus_epi16(p01, p23) : _mm256_packs_epi16(p01, p23);
     // The packs work per 128-bit lane; this restores element order.
@@ -318,10 +339,13 @@ void quantizeInto(std::span<const float> x, const OperandView& view, const Quant
   for (int64_t unit = 0; unit < plan.units(); ++unit) {
     detail::SrState sr_state(sr);
     StoreSink<T> sink{out.data()};
-    plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
-      detail::processRunAny(stochastic, per_elem, x.data() + index, index, len, p, plan.lo(),
-                            plan.hi(), &sr_state, sink);
-    });
+    plan.forEachRun(
+        unit,
+        [&](int64_t index, int64_t len, const detail::RunParams& p, bool per_elem) {
+          detail::processRunAny(stochastic, per_elem, x.data() + index, index, len, p, plan.lo(),
+                                plan.hi(), &sr_state, sink);
+        },
+        /*rows_at_once=*/true);
   }
 }
 
@@ -352,7 +376,7 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
   const bool stochastic = format.rounding == Rounding::kStochastic;
 #pragma omp parallel
   {
-    // Each thread walks its rows in increasing index order, as the Philox buffer wants.
+    // Each thread walks its rows in increasing index order, as the noise buffer wants.
     detail::SrState sr_state(sr);
     StoreSink<T> sink{out.data()};
 #pragma omp for schedule(static)
@@ -388,7 +412,8 @@ void dequantizeFrom(std::span<const T> q, const OperandView& view, const QuantFo
   detail::QuantPlan plan(view, format, params, storageOffset(format, side));
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < plan.units(); ++unit) {
-    plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
+    plan.forEachRun(unit, [&](int64_t index, int64_t len, const detail::RunParams& p,
+                              bool per_elem) {
       const int64_t step = per_elem ? 1 : 0;
       for (int64_t i = 0; i < len; ++i) {
         out[index + i] = p.scale[i * step] * (float(q[index + i]) - p.add[i * step]);

@@ -14,8 +14,9 @@
 // - NaN and +-Inf are ignored when computing scales. NaN quantizes to 0 (the zero
 //   point), +-Inf saturate to the ends of the grid. Values outside the (clipped) range
 //   saturate; nothing wraps.
-// - Rounding: ties-to-even, or stochastic with 16 Philox bits per element keyed by
-//   (sr.seed, sr.offset, element index) (philox.h): bias below 2^-16 of a step.
+// - Rounding: ties-to-even, or stochastic with 16 random bits per element from the
+//   counter-based ARS-5 generator keyed by (sr.seed, sr.offset, element index)
+//   (sr_noise.h): bias below 2^-16 of a step, identical for any thread count.
 // - Clipping: percentile of |x| (nearest rank; per tail when asymmetric), or the ratio
 //   r in {1, 0.98, ..., 0.22} of the range minimizing the round-to-nearest MSE of the
 //   group (ties go to the larger r). Clipping costs a copy and a selection (percentile)

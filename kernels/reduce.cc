@@ -1,7 +1,9 @@
 #include "kernels/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/kernel_error.h"
 #include "kernels/vec_math.h"
@@ -43,35 +45,29 @@ float rowReduce(ReduceOp op, const float* x, int64_t n) {
   return static_cast<float>(op == ReduceOp::kMean ? sum / static_cast<double>(n) : sum);
 }
 
-// Sums columns [0, width) of a [mid, inner] slab at x into y, divided by `divisor`.
-void sumColumns(const float* x, float* y, int64_t mid, int64_t inner, int64_t width, double divisor) {
+// Sums columns [0, width) of `rows` rows at x (row stride `inner`) into out[0, width).
+void sumBlock(const float* x, int64_t rows, int64_t inner, int64_t width, double* out) {
   alignas(32) float part[kChunk];
-  alignas(32) double total[kChunk];
-  const int64_t padded = (width + 7) / 8 * 8;  // the buffers are ours: whole vectors
-  std::fill(total, total + padded, 0.0);
-  for (int64_t r0 = 0; r0 < mid; r0 += kFoldRows) {
-    const int64_t r1 = std::min(mid, r0 + kFoldRows);
+  const int64_t padded = (width + 7) / 8 * 8;  // `part` is ours: whole vectors
+  std::fill(out, out + width, 0.0);
+  for (int64_t r0 = 0; r0 < rows; r0 += kFoldRows) {
+    const int64_t r1 = std::min(rows, r0 + kFoldRows);
     std::fill(part, part + padded, 0.0f);
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = x + r * inner;
       for (int64_t j = 0; j < width; j += 8)
         _mm256_store_ps(part + j, _mm256_add_ps(_mm256_load_ps(part + j), loadPart(row + j, width - j)));
     }
-    for (int64_t j = 0; j < padded; j += 8) {
-      const __m256 p = _mm256_load_ps(part + j);
-      _mm256_store_pd(total + j, _mm256_add_pd(_mm256_load_pd(total + j), _mm256_cvtps_pd(_mm256_castps256_ps128(p))));
-      _mm256_store_pd(total + j + 4,
-                      _mm256_add_pd(_mm256_load_pd(total + j + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
-    }
+    for (int64_t j = 0; j < width; ++j) out[j] += part[j];
   }
-  for (int64_t j = 0; j < width; ++j) y[j] = static_cast<float>(total[j] / divisor);
 }
 
-void maxColumns(const float* x, float* y, int64_t mid, int64_t inner, int64_t width) {
+// Maxima of columns [0, width) of `rows` rows at x into out[0, width), NaN-propagating.
+void maxBlock(const float* x, int64_t rows, int64_t inner, int64_t width, float* out) {
   alignas(32) float best[kChunk];
   const int64_t padded = (width + 7) / 8 * 8;
   std::fill(best, best + padded, kNegInf);
-  for (int64_t r = 0; r < mid; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * inner;
     for (int64_t j = 0; j < width; j += 8) {
       const __m256 v = loadPart(row + j, width - j, kNegInf);
@@ -80,7 +76,57 @@ void maxColumns(const float* x, float* y, int64_t mid, int64_t inner, int64_t wi
       _mm256_store_ps(best + j, _mm256_blendv_ps(m, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
     }
   }
-  std::copy(best, best + width, y);
+  std::copy(best, best + width, out);
+}
+
+float maxWithNaN(float a, float b) { return std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b); }
+
+// Column reduce of [outer, mid, inner]. The rows of each slab are cut into groups of
+// a fixed size and the columns into L1-sized chunks; each (slab, group, chunk) is one
+// task, so threads stream whole row segments (not narrow strided tiles), and a
+// [tokens, d] gradient splits over tokens even when d is small. Group partials land in
+// a scratch buffer and are combined in group order. Group size and chunk width depend
+// only on the shape, so results do not depend on the thread count.
+void reduceColumns(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, int64_t inner) {
+  constexpr int64_t kGroupRows = 256;
+  const int64_t groups = std::max<int64_t>(1, (mid + kGroupRows - 1) / kGroupRows);
+  const int64_t chunks = (inner + kChunk - 1) / kChunk;
+  const bool is_max = op == ReduceOp::kMax;
+  std::vector<double> sums(is_max ? 0 : static_cast<size_t>(outer * groups * inner));
+  std::vector<float> maxima(is_max ? static_cast<size_t>(outer * groups * inner) : 0);
+  const int64_t task_work = std::min(mid, kGroupRows) * std::min(inner, kChunk);
+  vec::parallelRanges(outer * groups * chunks, task_work, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t o = task / (groups * chunks);
+      const int64_t g = task / chunks % groups;
+      const int64_t c = task % chunks * kChunk;
+      const int64_t width = std::min(kChunk, inner - c);
+      const int64_t r0 = g * kGroupRows;
+      const int64_t rows = std::min(kGroupRows, mid - r0);
+      const float* block = x + (o * mid + r0) * inner + c;
+      const size_t at = static_cast<size_t>((o * groups + g) * inner + c);
+      if (is_max)
+        maxBlock(block, rows, inner, width, maxima.data() + at);
+      else
+        sumBlock(block, rows, inner, width, sums.data() + at);
+    }
+  });
+  const double divisor = op == ReduceOp::kMean ? static_cast<double>(mid) : 1.0;
+  vec::parallelRanges(outer * inner, groups, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t o = i / inner;
+      const size_t first = static_cast<size_t>(o * groups * inner + i % inner);
+      if (is_max) {
+        float m = maxima[first];
+        for (int64_t g = 1; g < groups; ++g) m = maxWithNaN(m, maxima[first + static_cast<size_t>(g * inner)]);
+        y[i] = m;
+      } else {
+        double total = sums[first];
+        for (int64_t g = 1; g < groups; ++g) total += sums[first + static_cast<size_t>(g * inner)];
+        y[i] = static_cast<float>(total / divisor);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -95,26 +141,7 @@ void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, i
     });
     return;
   }
-  // Column reduce: one task per (outer index, chunk of columns). The chunk width only
-  // decides which thread does a column; each column is summed down its rows in the
-  // same order whatever the width, so results do not depend on the thread count.
-  const int64_t threads = vec::availableThreads();
-  const int64_t per_thread = ((inner + threads - 1) / threads + 15) / 16 * 16;
-  const int64_t width = std::clamp<int64_t>(outer >= threads ? inner : per_thread, 16, kChunk);
-  const int64_t chunks = (inner + width - 1) / width;
-  const double divisor = op == ReduceOp::kMean ? static_cast<double>(mid) : 1.0;
-  vec::parallelRanges(outer * chunks, mid * width, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t o = task / chunks;
-      const int64_t c = task % chunks * width;
-      const int64_t w = std::min(width, inner - c);
-      const float* xs = x + o * mid * inner + c;
-      if (op == ReduceOp::kMax)
-        maxColumns(xs, y + o * inner + c, mid, inner, w);
-      else
-        sumColumns(xs, y + o * inner + c, mid, inner, w, divisor);
-    }
-  });
+  reduceColumns(op, x, y, outer, mid, inner);
 }
 
 }  // namespace pgq::kernels

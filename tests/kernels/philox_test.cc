@@ -63,7 +63,10 @@ TEST(SrNoise, ArsKnownAnswers) {
     ArsBlock ctr, key, expected;
   };
   const Kat kats[] = {
-      {7, {1, 0, 0, 0}, {0, 0, 0x80000000u, 0}, {0x50ee6f9fu, 0xb145d6ffu, 0x04c3488cu, 0x77cd209fu}},
+      {7,
+       {1, 0, 0, 0},
+       {0, 0, 0x80000000u, 0},
+       {0x50ee6f9fu, 0xb145d6ffu, 0x04c3488cu, 0x77cd209fu}},
       {7,
        {0x886a3f24u, 0xd308a385u, 0x2e8a1913u, 0x44737003u},
        {0, 0, 0, 0xffu},
@@ -76,7 +79,10 @@ TEST(SrNoise, ArsKnownAnswers) {
        {0x886a3f24u, 0xd308a385u, 0x2e8a1913u, 0x44737003u},
        {0, 0, 0, 0x00800000u},
        {0xe6c0191du, 0x261dcebcu, 0xd41bbe82u, 0x8e6e9730u}},
-      {10, {1, 0, 0, 0}, {0, 0, 0, 0xff000000u}, {0x27b00d10u, 0x76eeb5feu, 0x30fea418u, 0x02742412u}},
+      {10,
+       {1, 0, 0, 0},
+       {0, 0, 0, 0xff000000u},
+       {0x27b00d10u, 0x76eeb5feu, 0x30fea418u, 0x02742412u}},
   };
   for (const Kat& kat : kats) {
     EXPECT_EQ(ars4x32(kat.ctr, kat.key, kat.rounds), kat.expected) << kat.rounds << " rounds";

@@ -66,11 +66,11 @@ inline int64_t groupOf(const OperandView& view, const QuantFormat& format, int64
   return 0;
 }
 
-// The stored integer of every element, scalar, from the documented formula.
+// The stored integer of every element under round-to-nearest, scalar, from the
+// documented formula (stochastic rounding has its own reference in quantize_test.cc).
 inline std::vector<int> referenceQuantize(const std::vector<float>& x, const OperandView& view,
                                           const QuantFormat& format,
-                                          const std::vector<float>& params, int storage_offset,
-                                          SrStream sr = {}) {
+                                          const std::vector<float>& params, int storage_offset) {
   const int64_t groups = quantGroupCount(view, format);
   const QuantGrid grid = gridOf(format);
   std::vector<int> out(x.size());
@@ -84,14 +84,7 @@ inline std::vector<int> referenceQuantize(const std::vector<float>& x, const Ope
         float v = x[i] * inv;
         asm("" : "+x"(v));  // keep the product rounded to float, as the kernel does
         if (std::isnan(v)) v = 0.0f;
-        float t;
-        if (format.rounding == Rounding::kNearest) {
-          t = std::nearbyint(v);
-        } else {
-          float u = float(philoxBits16(sr.seed, sr.offset, uint64_t(i))) / 65536.0f;
-          t = std::floor(v + u);
-        }
-        t = t + (zp + float(storage_offset));
+        float t = std::nearbyint(v) + (zp + float(storage_offset));
         t = std::fmin(std::fmax(t, float(grid.lo + storage_offset)),
                       float(grid.hi + storage_offset));
         out[i] = int(t);

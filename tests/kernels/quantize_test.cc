@@ -59,7 +59,8 @@ std::vector<int> referenceStochastic(const std::vector<float>& x, const OperandV
         const float add = (format.asymmetric ? params[groups + g] : 0.0f) + float(storage_offset);
         const float xv = std::isnan(x[i]) ? 0.0f : x[i];
         const float mul = inv * one;
-        float t = std::isinf(mul) ? std::fma(xv * one, inv, add * one) : std::fma(xv, mul, add * one);
+        float t = std::isinf(mul) ? std::fma(xv * one, inv, add * one)
+                                  : std::fma(xv, mul, add * one);
         t = std::fmin(std::fmax(t, float(grid.lo + storage_offset) * one),
                       float(grid.hi + storage_offset) * one);
         const int64_t fixed = int64_t(std::trunc(t)) + srNoiseBits16(sr.seed, sr.offset, i);
@@ -77,7 +78,7 @@ std::vector<int> referenceStored(const std::vector<float>& x, const OperandView&
   if (format.rounding == Rounding::kStochastic) {
     return referenceStochastic(x, view, format, params, storage_offset, sr);
   }
-  return qtest::referenceQuantize(x, view, format, params, storage_offset, sr);
+  return qtest::referenceQuantize(x, view, format, params, storage_offset);
 }
 
 const std::vector<OperandView> kViews = {
@@ -360,7 +361,9 @@ TEST(Quantize, StochasticRoundingIsTheSameForEveryNoiseImplementation) {
     std::vector<int32_t>* out;
     void operator()(int64_t index, const detail::Lanes& l, int valid) {
       alignas(32) int32_t t[32];
-      for (int k = 0; k < 4; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(t + 8 * k), l.ti[k]);
+      for (int k = 0; k < 4; ++k) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t + 8 * k), l.ti[k]);
+      }
       for (int j = 0; j < valid; ++j) (*out)[size_t(index - 13 + j)] = t[j];
     }
   };
