@@ -3,6 +3,8 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "frontend/model_config.h"
+#include "ir/errors.h"
 #include "passes/hardware.h"
 #include "passes/policy.h"
 #include "passes/profile.h"
@@ -22,9 +24,14 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_option("--policy", policy, "F, F+B, F+B_SR, F+B_SR>T, F+B_SR<T, F>T1+B_SR>T2, or a policy YAML file")
       ->required();
   cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent");
+  static std::string model;
+  cmd->add_option("--model", model, "Check that the profile was made with this model (preset or YAML)");
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
   cmd->callback([] {
     Profile p = loadProfile(profile);
+    if (!model.empty() && loadModelConfig(model).toYaml() != p.run.model_config)
+      throw Error(fmt::format("{}: the profile was made with model '{}', not {} (profile model config:\n{})", profile,
+                              p.run.model, model, p.run.model_config));
     HardwareModel hw = loadHardwareModel(hardware);
     Policy pol = loadPolicy(policy);
     Recipe recipe = generateRecipe(p, hw, pol, profile);

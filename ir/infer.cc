@@ -347,6 +347,22 @@ TensorType Rule::run() const {
       quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims);
       return {DType::kF32, Shape{static_cast<int64_t>(formats.size()), kStatFields}};
     }
+    case Op::kSmoothScales: {
+      requireDType(0, DType::kF32);
+      requireDType(1, DType::kF32);
+      requireAttr(AttrKey::kLhsContract);
+      requireAttr(AttrKey::kRhsContract);
+      requireAttr(AttrKey::kAlpha);
+      double alpha = attrs_.getFloat(AttrKey::kAlpha);
+      if (!(alpha >= 0 && alpha <= 1)) fail(fmt::format("alpha must be in [0, 1], got {}", alpha));
+      try {
+        dotResultShape(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
+      } catch (const Error& e) {
+        fail(e.what());
+      }
+      GemmSizes g = gemmSizes(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
+      return {DType::kF32, Shape{g.k}};
+    }
     case Op::kQuantParams: {
       requireDType(0, DType::kF32);
       side();

@@ -51,7 +51,7 @@ DirectionPolicy readDirection(const ConfigNode& node) {
 }
 
 PolicyRule readRule(const ConfigNode& node) {
-  node.allowOnly({"label", "direction", "role", "layers", "action", "lhs_format", "rhs_format"});
+  node.allowOnly({"label", "direction", "role", "layers", "action", "lhs_format", "rhs_format", "smooth"});
   PolicyRule r;
   r.label_regex = node.getString("label", "");
   try {
@@ -80,6 +80,8 @@ PolicyRule readRule(const ConfigNode& node) {
     }
   }
   if (r.lhs_format.empty() != r.rhs_format.empty()) node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
+  r.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
+  if (r.smooth > 0 && r.action != "quantize") node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
   return r;
 }
 

@@ -39,6 +39,7 @@ struct PolicyRule {
   std::string action;       // quantize | keep
   std::string lhs_format;   // quantize: formats to use instead of the policy's
   std::string rhs_format;
+  double smooth = 0;        // quantize: SmoothQuant alpha (0: off)
   std::regex compiled;
 
   std::string describe() const;

@@ -26,32 +26,61 @@ class Rewriter {
   void rewrite(Node* gemm, const GemmDecision& d);
 
  private:
-  // Quantizes `value` as the `side` operand of `gemm`; `contract` and `batch` are its
-  // dims as the GEMM reads them (updated when a transpose is inserted).
+  // The f32 value the GEMM reads as its `side` operand, in an order the int8 kernel can
+  // read ([batch, free, contract] or [batch, contract, free]); `contract` and `batch`
+  // are updated when a transpose is inserted.
+  Node* readable(Node* gemm, Node* value, const std::string& side, std::vector<int64_t>& contract,
+                 std::vector<int64_t>& batch);
+  // SmoothQuant: a / s and b * s along the contracting dims.
+  void smooth(Node* gemm, Node*& lhs, Node*& rhs, const DotDims& dims, double alpha);
   QuantizedOperand quantize(Node* gemm, Node* value, const std::string& side, const std::string& format,
-                            std::vector<int64_t>& contract, std::vector<int64_t>& batch);
+                            const std::vector<int64_t>& contract, const std::vector<int64_t>& batch);
 
   Builder b_;
   PassContext& ctx_;
   int64_t next_seed_ = 0;
 };
 
-QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, const std::string& side, const std::string& format,
-                                    std::vector<int64_t>& contract, std::vector<int64_t>& batch) {
+Node* Rewriter::readable(Node* gemm, Node* value, const std::string& side, std::vector<int64_t>& contract,
+                         std::vector<int64_t>& batch) {
   // Quantize what the bf16 cast rounds, not the rounded value: int8 is the precision.
   if (value->op() == Op::kConvert && value->operand(0)->dtype() == DType::kF32) value = value->operand(0);
   const int rank = value->shape().rank();
-  if (operandOrder(rank, contract, batch) == OperandOrder::kNeedsPermute) {
-    // Make the operand [batch, free, contract]; the dims renumber accordingly.
-    std::vector<int64_t> free = freeDimsOf(rank, contract, batch);
-    std::vector<int64_t> perm = batch;
-    perm.insert(perm.end(), free.begin(), free.end());
-    perm.insert(perm.end(), contract.begin(), contract.end());
-    value = b_.transpose(value, perm, gemm->name() + "." + side + "_t");
-    int64_t nb = static_cast<int64_t>(batch.size()), nf = static_cast<int64_t>(free.size());
-    std::iota(batch.begin(), batch.end(), 0);
-    std::iota(contract.begin(), contract.end(), nb + nf);
-  }
+  if (operandOrder(rank, contract, batch) != OperandOrder::kNeedsPermute) return value;
+  // Make the operand [batch, free, contract]; the dims renumber accordingly.
+  std::vector<int64_t> free = freeDimsOf(rank, contract, batch);
+  std::vector<int64_t> perm = batch;
+  perm.insert(perm.end(), free.begin(), free.end());
+  perm.insert(perm.end(), contract.begin(), contract.end());
+  value = b_.transpose(value, perm, gemm->name() + "." + side + "_t");
+  int64_t nb = static_cast<int64_t>(batch.size()), nf = static_cast<int64_t>(free.size());
+  std::iota(batch.begin(), batch.end(), 0);
+  std::iota(contract.begin(), contract.end(), nb + nf);
+  return value;
+}
+
+void Rewriter::smooth(Node* gemm, Node*& lhs, Node*& rhs, const DotDims& dims, double alpha) {
+  Attrs a;
+  dims.toAttrs(a);
+  a.set(AttrKey::kAlpha, alpha);
+  Node* s = b_.create(Op::kSmoothScales, {lhs, rhs}, std::move(a), std::nullopt, gemm->name() + ".smooth");
+  // s is flat over the contracting dims (in pairing order); spread it over each operand.
+  // In a readable order the contracting dims ascend, as broadcast needs.
+  auto spread = [&](Node* value, const std::vector<int64_t>& contract) {
+    Node* shaped = s;
+    if (contract.size() > 1) {
+      std::vector<int64_t> sizes;
+      for (int64_t c : contract) sizes.push_back(value->shape().dim(static_cast<int>(c)));
+      shaped = b_.reshape(s, Shape(sizes));
+    }
+    return b_.broadcast(shaped, value->shape(), contract);
+  };
+  lhs = b_.div(lhs, spread(lhs, dims.lhs_contract), gemm->name() + ".lhs_smoothed");
+  rhs = b_.mul(rhs, spread(rhs, dims.rhs_contract), gemm->name() + ".rhs_smoothed");
+}
+
+QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, const std::string& side, const std::string& format,
+                                    const std::vector<int64_t>& contract, const std::vector<int64_t>& batch) {
   Attrs a;
   a.set(AttrKey::kFormat, format);
   a.set(AttrKey::kSide, side);
@@ -65,14 +94,17 @@ QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, const std::string& 
 
 void Rewriter::rewrite(Node* gemm, const GemmDecision& d) {
   DotDims dims = DotDims::fromAttrs(gemm->attrs());
-  QuantizedOperand lhs = quantize(gemm, gemm->operand(0), "lhs", d.lhs_format, dims.lhs_contract, dims.lhs_batch);
-  QuantizedOperand rhs = quantize(gemm, gemm->operand(1), "rhs", d.rhs_format, dims.rhs_contract, dims.rhs_batch);
+  Node* lhs = readable(gemm, gemm->operand(0), "lhs", dims.lhs_contract, dims.lhs_batch);
+  Node* rhs = readable(gemm, gemm->operand(1), "rhs", dims.rhs_contract, dims.rhs_batch);
+  if (d.smooth > 0) smooth(gemm, lhs, rhs, dims, d.smooth);
+  QuantizedOperand ql = quantize(gemm, lhs, "lhs", d.lhs_format, dims.lhs_contract, dims.lhs_batch);
+  QuantizedOperand qr = quantize(gemm, rhs, "rhs", d.rhs_format, dims.rhs_contract, dims.rhs_batch);
   Attrs a = gemm->attrs();
   for (AttrKey k : {AttrKey::kLhsContract, AttrKey::kRhsContract, AttrKey::kLhsBatch, AttrKey::kRhsBatch}) a.erase(k);
   dims.toAttrs(a);
   a.set(AttrKey::kLhsFormat, d.lhs_format);
   a.set(AttrKey::kRhsFormat, d.rhs_format);
-  Node* q = b_.create(Op::kQMatMul, {lhs.values, rhs.values, lhs.params, rhs.params}, std::move(a), std::nullopt,
+  Node* q = b_.create(Op::kQMatMul, {ql.values, qr.values, ql.params, qr.params}, std::move(a), std::nullopt,
                       gemm->name() + ".int8");
   b_.graph().replaceAllUsesWith(gemm, q);
 }

@@ -9,7 +9,9 @@
 //
 // with scales computed dynamically every step along each operand's non-contracting
 // dims and the rounding (nearest or stochastic) and refinements the recipe's formats
-// name. An operand whose dims are not in an order the int8 kernel reads gets a
+// name (per-block scales, clipping, zero points). With `smooth: alpha` the operands
+// first go through SmoothQuant: %s = smooth_scales(%a, %b), then a / s and b * s
+// along the contracting dims. An operand whose dims are not in an order the int8 kernel reads gets a
 // transpose first; a bf16 operand is quantized from its f32 source. The matmul is left
 // dead for `dce`. Reports a change when any GEMM was rewritten; a recipe that
 // quantizes nothing changes nothing.

@@ -57,6 +57,7 @@ std::string recipeToYaml(const Recipe& r) {
     if (e.decision == "int8") {
       out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
       out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
+      if (e.smooth > 0) out << YAML::Key << "smooth" << YAML::Value << e.smooth;
     }
     if (!e.reason.empty()) out << YAML::Key << "reason" << YAML::Value << e.reason;
     if (e.min_sqnr > 0) out << YAML::Key << "min_sqnr" << YAML::Value << e.min_sqnr;
@@ -80,8 +81,8 @@ void checkFormat(const ConfigNode& node, std::string_view key, const std::string
 }
 
 RecipeEntry readEntry(const ConfigNode& node) {
-  node.allowOnly({"label", "match", "direction", "role", "decision", "lhs_format", "rhs_format", "reason",
-                  "min_sqnr", "est_speedup"});
+  node.allowOnly({"label", "match", "direction", "role", "decision", "lhs_format", "rhs_format", "smooth",
+                  "reason", "min_sqnr", "est_speedup"});
   RecipeEntry e;
   e.line = node.yaml().Mark().line + 1;
   e.label = node.getString("label", "");
@@ -104,8 +105,9 @@ RecipeEntry readEntry(const ConfigNode& node) {
     e.rhs_format = node.getString("rhs_format");
     checkFormat(node, "lhs_format", e.lhs_format);
     checkFormat(node, "rhs_format", e.rhs_format);
-  } else if (node.has("lhs_format") || node.has("rhs_format")) {
-    node.fail("lhs_format", "a `keep` decision takes no formats");
+    e.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
+  } else if (node.has("lhs_format") || node.has("rhs_format") || node.has("smooth")) {
+    node.failHere("a `keep` decision takes no formats or smoothing");
   }
   e.reason = node.getString("reason", "");
   e.min_sqnr = node.getDouble("min_sqnr", 0.0, 0.0, 1e300);
@@ -201,6 +203,7 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       d.quantize = e.decision == "int8";
       d.lhs_format = e.lhs_format;
       d.rhs_format = e.rhs_format;
+      d.smooth = e.smooth;
       d.reason = e.reason.empty() ? fmt::format("{} entry", where(e)) : e.reason;
       break;
     }

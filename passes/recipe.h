@@ -7,6 +7,7 @@
 //       decision: int8                   # int8 | keep
 //       lhs_format: int8:channel:rtn
 //       rhs_format: int7:channel:rtn
+//       smooth: 0.5                      # optional: SmoothQuant with this alpha
 //       reason: "fwd, min SQNR 3.1e+04 > 20, est. 1.64x faster: int8"
 //     - match: "layer[0-9]+/mlp/.*"       # ... or a regular expression over labels
 //       direction: bwd_wgrad             # optional filters: direction, role
@@ -31,6 +32,7 @@ struct RecipeEntry {
   std::string decision;   // int8 | keep
   std::string lhs_format;
   std::string rhs_format;
+  double smooth = 0;  // SmoothQuant alpha in (0, 1]; 0 = off
   std::string reason;
   // Informational, from generation: the lower input SQNR in the chosen formats and
   // the roofline estimate of the int8 speedup (0 when unknown).
@@ -63,6 +65,7 @@ struct GemmDecision {
   bool quantize = false;
   std::string lhs_format;
   std::string rhs_format;
+  double smooth = 0;
   std::string reason;
 };
 

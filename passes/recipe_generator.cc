@@ -130,7 +130,9 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
           forced.lhs = rule->lhs_format;
           forced.rhs = rule->rhs_format;
         }
-        quantize(forced, fmt::format("{}, policy rule ({}): int8", g.direction, rule->describe()));
+        quantize(forced, fmt::format("{}, policy rule ({}): int8{}", g.direction, rule->describe(),
+                                     rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", rule->smooth) : ""));
+        e.smooth = rule->smooth;
       }
     } else if (!dp.quantize) {
       keep(fmt::format("{}, policy {} does not quantize {} GEMMs: kept f32", g.direction, policy.name,

@@ -20,6 +20,7 @@
 #include "kernels/quantize.h"
 #include "ir/quant.h"
 #include "kernels/reduce.h"
+#include "kernels/smooth_quant.h"
 #include "kernels/softmax.h"
 #include "runtime/backend.h"
 #include "runtime/layout_util.h"
@@ -99,6 +100,7 @@ class CpuBackend final : public Backend {
   Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerSmoothScales(const Node& node, LoweringContext& ctx) const;
 };
 
 // The kernels' view of a quantized operand; the rewrite guarantees an order the int8
@@ -135,6 +137,12 @@ bool CpuBackend::supports(const Node& node, std::string* why) const {
                        node.attrs().getIntsOr(AttrKey::kBatchDims, {})) == OperandOrder::kNeedsPermute)
         return no("the operand's dims are not [batch, free, contract] or [batch, contract, free]");
       return true;
+    case Op::kSmoothScales: {
+      DotDims d = DotDims::fromAttrs(node.attrs());
+      bool readable = operandOrder(node.operand(0)->shape().rank(), d.lhs_contract, d.lhs_batch) != OperandOrder::kNeedsPermute &&
+                      operandOrder(node.operand(1)->shape().rank(), d.rhs_contract, d.rhs_batch) != OperandOrder::kNeedsPermute;
+      return readable ? true : no("operands in an order the kernel cannot read");
+    }
     case Op::kQMatMul: {
       DotDims dims = DotDims::fromAttrs(node.attrs());
       GemmLayout layout = gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), dims);
@@ -366,6 +374,20 @@ Kernel CpuBackend::lowerQMatMul(const Node& node, LoweringContext& ctx) const {
   };
 }
 
+Kernel CpuBackend::lowerSmoothScales(const Node& node, LoweringContext& ctx) const {
+  DotDims d = DotDims::fromAttrs(node.attrs());
+  k::OperandView va = quantViewLayout(node.operand(0)->shape(), d.lhs_contract, d.lhs_batch).view;
+  k::OperandView vb = quantViewLayout(node.operand(1)->shape(), d.rhs_contract, d.rhs_batch).view;
+  const float alpha = static_cast<float>(node.attrs().getFloat(AttrKey::kAlpha));
+  const size_t na = static_cast<size_t>(node.operand(0)->shape().numElements());
+  const size_t nb = static_cast<size_t>(node.operand(1)->shape().numElements());
+  const size_t k = static_cast<size_t>(node.shape().numElements());
+  int a = ctx.operand(0).slot, b = ctx.operand(1).slot, y = ctx.result();
+  return [=](const RunContext& rc) {
+    k::smoothQuantFactors({rc.as<float>(a), na}, va, {rc.as<float>(b), nb}, vb, alpha, {rc.as<float>(y), k});
+  };
+}
+
 Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
   std::string why;
   if (!supports(node, &why)) throw Error(fmt::format("cpu backend: unsupported node %{}: {}", node.name(), why));
@@ -378,6 +400,7 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
     case Op::kQuantStats: return lowerQuantStats(node, ctx);
     case Op::kQuantParams: case Op::kQuantize: return lowerQuantize(node, ctx);
     case Op::kQMatMul: return lowerQMatMul(node, ctx);
+    case Op::kSmoothScales: return lowerSmoothScales(node, ctx);
     default: break;
   }
   int y = ctx.result();

@@ -148,7 +148,6 @@ void Experiment::phase(const std::string& what, int64_t steps) {
 void Experiment::baseline() {
   std::string dir = (fs::path(o_.out_dir) / "baseline").string();
   std::string profile = (fs::path(o_.out_dir) / "profile.yaml").string();
-  const int64_t total = o_.baseline_steps + o_.finetune_steps;
   if (!o_.from_checkpoint.empty()) {
     baseline_checkpoint_ = o_.from_checkpoint;
     baseline_step_ = loadCheckpoint(o_.from_checkpoint).step;
@@ -166,7 +165,7 @@ void Experiment::baseline() {
   TrainOptions t = trainOptions(dir);
   // Every run plans the same schedule: baseline then fine-tuning, so a fine-tune run
   // continues exactly where the baseline stopped.
-  t.steps = total;
+  t.steps = baseline_step_ + o_.finetune_steps;
   if (o_.from_checkpoint.empty()) {
     int64_t at = t.resume ? loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step : 0;
     t.stop_after = o_.baseline_steps - at;

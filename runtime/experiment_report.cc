@@ -155,28 +155,46 @@ std::pair<std::string, std::string> tableOne(const std::vector<RunSummary>& runs
   return {md, csv};
 }
 
-// Fig. 4: training loss of every run (moving average of 10 steps).
+// Fig. 4: training loss of every run (moving average of 10 steps) and, since every run
+// sees the same batches, its difference to the f32 run at the same step (moving
+// average of 25), which isolates what quantization changes.
 void lossCurves(const std::string& out_dir, const std::vector<RunSummary>& runs) {
+  auto movingAverage = [](const std::vector<double>& v, size_t window) {
+    std::vector<double> out(v.size());
+    double sum = 0;
+    for (size_t j = 0; j < v.size(); ++j) {
+      sum += v[j];
+      if (j >= window) sum -= v[j - window];
+      out[j] = sum / static_cast<double>(std::min(j + 1, window));
+    }
+    return out;
+  };
   std::vector<std::pair<std::string, std::string>> data;
-  std::string plot = "plot ";
+  std::vector<RunStep> base = readMetrics((fs::path(out_dir) / "runs" / runSlug(runs[0].name) / "metrics.csv").string());
+  std::string top = "plot ", bottom = "plot ";
   for (size_t i = 0; i < runs.size(); ++i) {
     std::vector<RunStep> steps =
         readMetrics((fs::path(out_dir) / "runs" / runSlug(runs[i].name) / "metrics.csv").string());
-    std::string rows;
+    std::vector<double> loss, diff;
     for (size_t j = 0; j < steps.size(); ++j) {
-      size_t from = j >= 9 ? j - 9 : 0;
-      double sum = 0;
-      for (size_t k = from; k <= j; ++k) sum += steps[k].loss;
-      rows += fmt::format("{} {:.6f}\n", steps[j].step, sum / static_cast<double>(j - from + 1));
+      loss.push_back(steps[j].loss);
+      diff.push_back(j < base.size() && base[j].step == steps[j].step ? steps[j].loss - base[j].loss : 0.0);
     }
+    std::vector<double> smooth = movingAverage(loss, 10), smooth_diff = movingAverage(diff, 25);
+    std::string rows;
+    for (size_t j = 0; j < steps.size(); ++j)
+      rows += fmt::format("{} {:.6f} {:.6f}\n", steps[j].step, smooth[j], smooth_diff[j]);
     std::string file = fmt::format("run{}.dat", i);
     data.emplace_back(file, rows);
-    plot += fmt::format("{}'{}' using 1:2 with lines lw {} title \"{}\"", i ? ", " : "", file, i ? 1.5 : 3,
-                        runs[i].name);
+    std::string style = fmt::format("with lines lw {} title \"{}\"", i ? 1.5 : 3, runs[i].name);
+    top += fmt::format("{}'{}' using 1:2 {}", i ? ", " : "", file, style);
+    bottom += fmt::format("{}'{}' using 1:3 {}", i ? ", " : "", file, style);
   }
-  std::string script = "set title \"Training loss while fine-tuning from the f32 baseline (moving average of 10 steps)\"\n"
-                       "set xlabel \"step\"\nset ylabel \"loss\"\nset grid\nset key top right\n" + plot + "\n";
-  renderPlot(script, data, (fs::path(out_dir) / "loss_curves.png").string(), 1100, 650);
+  std::string script =
+      "set multiplot layout 2,1 title \"Fine-tuning from the f32 baseline, same batches for every recipe\"\n"
+      "set grid\nset key outside right\nset ylabel \"training loss (avg of 10)\"\n" + top +
+      "\nset xlabel \"step\"\nset ylabel \"loss - f32 loss (avg of 25)\"\n" + bottom + "\nunset multiplot\n";
+  renderPlot(script, data, (fs::path(out_dir) / "loss_curves.png").string(), 1100, 800);
 }
 
 // Fig. 5: speedup vs loss of the SQNR-ordered recipes and of their adversarial twins.

@@ -34,8 +34,10 @@ void renderPlot(const std::string& script, const std::vector<std::pair<std::stri
   } cleanup{dir};
   for (const auto& [name, content] : data) std::ofstream(dir / name) << content;
   fs::path image = dir / ("plot" + ext);
-  std::ofstream(dir / "plot.gp") << fmt::format("set terminal {}\nset output '{}'\n{}\nunset output\n", terminal,
-                                                 image.string(), script);
+  // noenhanced: labels are names like F+B_SR or get_logits, not markup.
+  std::ofstream(dir / "plot.gp") << fmt::format("set terminal {}\nset termoption noenhanced\nset output '{}'\n{}\n"
+                                                 "unset output\n",
+                                                 terminal, image.string(), script);
   std::string cmd = fmt::format("cd '{}' && gnuplot plot.gp 2>&1", dir.string());
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) throw Error("cannot run gnuplot");

@@ -513,6 +513,33 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
                  DotDims::fromAttrs(node.attrs()));
       break;
 
+    // smooth_scales(a, b): for each contracting channel k (the contracting dims
+    // flattened in the order listed), s_k = max|a_k|^alpha / max|b_k|^(1-alpha) over all
+    // other dims; s_k = 1 where either maximum is 0.
+    case Op::kSmoothScales: {
+      DotDims d = DotDims::fromAttrs(node.attrs());
+      const double alpha = node.attrs().getFloat(AttrKey::kAlpha);
+      auto channelMax = [&](const Values& v, const Shape& s, const std::vector<int64_t>& contract) {
+        std::vector<double> out(y.size(), 0.0);
+        std::vector<int64_t> index(static_cast<size_t>(s.rank()), 0);
+        for (size_t i = 0; i < v.size(); ++i) {
+          int64_t k = 0;
+          for (int64_t c : contract) k = k * s.dim(static_cast<int>(c)) + index[static_cast<size_t>(c)];
+          out[static_cast<size_t>(k)] = std::max(out[static_cast<size_t>(k)], std::abs(v[i]));
+          for (int dim = s.rank() - 1; dim >= 0; --dim) {
+            if (++index[static_cast<size_t>(dim)] < s.dim(dim)) break;
+            index[static_cast<size_t>(dim)] = 0;
+          }
+        }
+        return out;
+      };
+      std::vector<double> ma = channelMax(in(0), node.operand(0)->shape(), d.lhs_contract);
+      std::vector<double> mb = channelMax(in(1), node.operand(1)->shape(), d.rhs_contract);
+      for (size_t k = 0; k < y.size(); ++k)
+        y[k] = ma[k] > 0 && mb[k] > 0 ? std::pow(ma[k], alpha) / std::pow(mb[k], 1 - alpha) : 1.0;
+      break;
+    }
+
     default:
       throw InternalError(
           fmt::format("reference evaluator has no rule for op '{}'", opName(node.op())));

@@ -198,6 +198,8 @@ TEST_F(Cli, StageTwoBadInputs) {
       {"train --model tiny --steps 2 --no-progress --recipe " + small_recipe + " --out " + (dir_ / "t").string(),
        "GEMM 'layer3/mlp/up' is not in model tiny"},
       {"hwprobe --seconds 0", "--seconds"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --model small",
+       "the profile was made with model 'tiny', not small"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);

@@ -147,5 +147,46 @@ TEST(QuantizeGemms, PermutesOperandsTheKernelCannotReadAndQuantizesBf16Sources) 
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], z[i]);
 }
 
+// SmoothQuant moves an activation's outlier channel into the weight: the rewritten GEMM
+// gets smooth_scales, a / s and b * s, and a smaller error than without it.
+TEST(QuantizeGemms, SmoothQuantCutsTheErrorOfOutlierChannels) {
+  auto run = [](const char* smooth) {
+    Recipe recipe = parseRecipe(fmt::format(R"(gemms:
+  - {{label: up, decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"{}}}
+)",
+                                            smooth),
+                                "r.yaml");
+    auto original = parseGraph(kMlp);
+    auto quantized = rewritten(kMlp, recipe);
+    RefTensor xr = randomRefTensor({DType::kF32, Shape{64, 32}}, 1);
+    for (int r = 0; r < 64; ++r) xr.data[static_cast<size_t>(r * 32 + 5)] *= 60.0;  // one outlier channel
+    Tensor x = toTensor(xr);
+    Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+    Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+    Executor a(*original), b(*quantized);
+    for (Executor* e : {&a, &b}) {
+      e->bind("x", x);
+      e->bind("w", w);
+      e->bind("w2", w2);
+      e->run();
+    }
+    std::span<const float> ya = a.output<float>(0), yb = b.output<float>(0);
+    double err = 0, sig = 0;
+    for (size_t i = 0; i < ya.size(); ++i) {
+      err += (ya[i] - yb[i]) * (ya[i] - yb[i]);
+      sig += ya[i] * ya[i];
+    }
+    return std::make_pair(err / sig, printGraph(*quantized));
+  };
+  auto [plain, plain_text] = run("");
+  auto [smoothed, text] = run(", smooth: 0.5");
+  EXPECT_NE(text.find("%h.smooth = smooth_scales(%x, %w) {lhs_contract=[1], rhs_contract=[0], alpha=0.5} : f32[32]"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("%h.lhs_smoothed = div(%x,"), std::string::npos) << text;
+  EXPECT_NE(text.find("%h.rhs_q = quantize(%h.rhs_smoothed,"), std::string::npos) << text;
+  EXPECT_EQ(plain_text.find("smooth"), std::string::npos);
+  EXPECT_LT(smoothed, plain / 2) << "plain " << plain << " smoothed " << smoothed;
+}
+
 }  // namespace
 }  // namespace pgq
