@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kernels/gemm_shape.h"
-#include "kernels/philox.h"
 #include "kernels/quant_format.h"
 #include "kernels/quantize.h"
+#include "tests/kernels/f32_test_util.h"
 
 namespace pgq::kernels::qtest {
 
@@ -41,16 +41,8 @@ std::vector<T> randomInts(int64_t n, uint32_t seed, int lo, int hi) {
   return v;
 }
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int saved_;
-};
+// The f32 kernels' tests' helper sets the OpenMP thread count for a scope.
+using testing::ThreadCount;
 
 // The group of element (b, r, c) of a view (quant_format.h order).
 inline int64_t groupOf(const OperandView& view, const QuantFormat& format, int64_t b, int64_t r,
