@@ -351,6 +351,7 @@ ExperimentResult Experiment::run() {
   in.profile_steps = o_.profile_steps;
   in.threads = omp_get_max_threads();
   in.fractions = o_.fractions;
+  in.sqnr_format = fmt::format("int{}:{}:rtn", o_.bits, o_.granularity);
   in.runs = runs;
   result = writeExperimentReport(in);
   double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();

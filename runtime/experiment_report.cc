@@ -251,14 +251,14 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   lossCurves(in.out_dir, runs);
   speedupVsLoss(in.out_dir, runs);
   Profile profile = loadProfile((dir / "profile.yaml").string());
-  std::vector<SqnrRow> rows = sqnrRows(profile, "int8:channel:rtn");
-  writeFileAtomically((dir / "sqnr.md").string(), sqnrTableMarkdown(rows, "int8:channel:rtn"));
-  writeSqnrPlot(rows, "int8:channel:rtn", (dir / "sqnr.png").string());
+  std::vector<SqnrRow> rows = sqnrRows(profile, in.sqnr_format);
+  writeFileAtomically((dir / "sqnr.md").string(), sqnrTableMarkdown(rows, in.sqnr_format));
+  writeSqnrPlot(rows, in.sqnr_format, (dir / "sqnr.png").string());
 
   // Findings, every number from the files above.
   const RunSummary& base = runs.front();
   std::string findings;
-  findings += "### Which GEMMs have the lowest SQNR\n\n";
+  findings += fmt::format("### Which GEMMs have the lowest SQNR (in {})\n\n", in.sqnr_format);
   for (size_t i = 0; i < std::min<size_t>(5, rows.size()); ++i) {
     const SqnrRow& r = rows[i];
     const SqnrInput& low = r.lhs.sqnr <= r.rhs.sqnr ? r.lhs : r.rhs;
@@ -268,8 +268,8 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   std::map<std::string, std::vector<double>> by_role;
   for (const GemmProfile& g : profile.gemms)
     for (const OperandProfile& o : g.operands)
-      if (const FormatStats* f = o.find("int8:channel:rtn")) by_role[o.role].push_back(f->sqnr_mean);
-  findings += "\nMedian SQNR (int8 per-channel, round to nearest) by operand role:";
+      if (const FormatStats* f = o.find(in.sqnr_format)) by_role[o.role].push_back(f->sqnr_mean);
+  findings += fmt::format("\nMedian SQNR in {} by operand role:", in.sqnr_format);
   for (auto& [role, v] : by_role) findings += fmt::format(" {} {:.3g} ({} operands);", role, median(v), v.size());
   findings.back() = '.';
   findings += "\n\n### Is the SQNR ordering informative?\n\n"

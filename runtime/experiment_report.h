@@ -53,6 +53,9 @@ struct ReportInputs {
   int64_t profile_steps = 0;
   int threads = 0;
   std::vector<double> fractions;
+  // The format whose SQNR the report shows: the experiment's bits and granularity,
+  // round to nearest (every GEMM operand is profiled in it).
+  std::string sqnr_format = "int8:channel:rtn";
   std::vector<RunSummary> runs;  // f32 first
 };
 

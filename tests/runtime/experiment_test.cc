@@ -100,6 +100,22 @@ TEST_F(ExperimentTest, WritesEveryResultAndResumesWithoutRedoingWork) {
   EXPECT_EQ(read(out / "table.md"), table);
 }
 
+TEST_F(ExperimentTest, ShowsTheSqnrOfTheFormatItQuantizesTo) {
+  ExperimentOptions o = options();
+  o.bits = 4;
+  o.granularity = "tensor";
+  o.fractions = {};
+  runExperiment(o);
+  fs::path out(o.out_dir);
+  std::string sqnr = read(out / "sqnr.md"), report = read(out / "REPORT.md");
+  EXPECT_NE(sqnr.find("int4:tensor:rtn"), std::string::npos) << sqnr;
+  EXPECT_EQ(sqnr.find("int8:channel"), std::string::npos) << sqnr;
+  EXPECT_NE(report.find("Median SQNR in int4:tensor:rtn"), std::string::npos) << report;
+  // The recipes quantize to the same format.
+  std::string recipe = read(out / "recipes" / "F+B.yaml");
+  EXPECT_NE(recipe.find("int4:tensor"), std::string::npos);
+}
+
 TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
   ExperimentOptions o = options();
   runExperiment(o);
