@@ -186,7 +186,8 @@ void lossCurves(const std::string& out_dir, const std::vector<RunSummary>& runs)
       rows += fmt::format("{} {:.6f} {:.6f}\n", steps[j].step, smooth[j], smooth_diff[j]);
     std::string file = fmt::format("run{}.dat", i);
     data.emplace_back(file, rows);
-    std::string style = fmt::format("with lines lw {} title \"{}\"", i ? 1.5 : 3, runs[i].name);
+    // gnuplot cycles 8 colours; runs past the eighth are told apart by dashes.
+    std::string style = fmt::format("with lines lw {} dt {} title \"{}\"", i ? 1.5 : 3, i / 8 + 1, runs[i].name);
     top += fmt::format("{}'{}' using 1:2 {}", i ? ", " : "", file, style);
     bottom += fmt::format("{}'{}' using 1:3 {}", i ? ", " : "", file, style);
   }
