@@ -37,6 +37,21 @@ std::string durationText(double seconds) {
   return s >= 60 ? fmt::format("{}m{:02d}s", s / 60, s % 60) : fmt::format("{}s", s);
 }
 
+// The min-input SQNR of every GEMM `p` quantizes, forward and backward, each lowest
+// first: the thresholds between them are the ones that change a recipe.
+struct CandidateSqnrs {
+  std::vector<double> fwd, bwd;
+};
+CandidateSqnrs candidateSqnrs(const Profile& profile, const HardwareModel& hw, const Policy& p) {
+  Recipe all = generateRecipe(profile, hw, p, "profile.yaml");
+  CandidateSqnrs c;
+  for (const RecipeEntry& e : all.entries)
+    if (e.decision == "int8") (e.label.find(':') == std::string::npos ? c.fwd : c.bwd).push_back(e.min_sqnr);
+  std::sort(c.fwd.begin(), c.fwd.end());
+  std::sort(c.bwd.begin(), c.bwd.end());
+  return c;
+}
+
 class Experiment {
  public:
   explicit Experiment(const ExperimentOptions& o) : o_(o), start_(Clock::now()) {}
@@ -155,12 +170,12 @@ void Experiment::baseline() {
     baseline_checkpoint_ = (fs::path(dir) / "checkpoint.pgqckpt").string();
     baseline_step_ = o_.baseline_steps;
   }
-  if (fs::exists(profile) && fs::exists(baseline_checkpoint_)) {
-    Checkpoint done = loadCheckpoint(baseline_checkpoint_);
-    if (done.step >= baseline_step_) {
-      phase("baseline f32 training and profile: already done", 0);
-      return;
-    }
+  // A given checkpoint is the baseline by definition (its step was read above); our own
+  // is done once it reached the baseline's steps.
+  if (fs::exists(profile) && fs::exists(baseline_checkpoint_) &&
+      (!o_.from_checkpoint.empty() || loadCheckpoint(baseline_checkpoint_).step >= baseline_step_)) {
+    phase("baseline f32 training and profile: already done", 0);
+    return;
   }
   TrainOptions t = trainOptions(dir);
   // Every run plans the same schedule: baseline then fine-tuning, so a fine-tune run
@@ -202,11 +217,8 @@ std::vector<std::pair<std::string, std::string>> Experiment::makeRecipes() {
   HardwareModel hw = loadHardwareModel(o_.hardware);
   // The backward candidates' SQNR in the formats the thresholded recipes would run,
   // lowest first.
-  Recipe all = generateRecipe(profile, hw, policy(o_.backward_rounding == "sr" ? "F+B_SR" : "F+B"), "profile.yaml");
-  std::vector<double> sqnr;
-  for (const RecipeEntry& e : all.entries)
-    if (e.decision == "int8" && e.label.find(':') != std::string::npos) sqnr.push_back(e.min_sqnr);
-  std::sort(sqnr.begin(), sqnr.end());
+  std::vector<double> sqnr =
+      candidateSqnrs(profile, hw, policy(o_.backward_rounding == "sr" ? "F+B_SR" : "F+B")).bwd;
   std::vector<std::string> policies = {"F", "F+B", "F+B_SR"};
   for (double f : o_.fractions) {
     if (sqnr.empty()) break;
@@ -282,12 +294,10 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
   };
   // The distinct min-input SQNRs of each direction's candidates (thresholds between
   // them change the recipe), with 0 (quantize all).
-  Recipe all = generateRecipe(profile, hw, policy("F+B_SR"), "profile.yaml");
-  std::vector<double> fwd{0}, bwd{0};
-  for (const RecipeEntry& e : all.entries)
-    if (e.decision == "int8") (e.label.find(':') == std::string::npos ? fwd : bwd).push_back(e.min_sqnr);
+  CandidateSqnrs all = candidateSqnrs(profile, hw, policy("F+B_SR"));
+  std::vector<double> fwd = std::move(all.fwd), bwd = std::move(all.bwd);
   for (auto* v : {&fwd, &bwd}) {
-    std::sort(v->begin(), v->end());
+    v->insert(v->begin(), 0.0);  // SQNRs are >= 0, so the list stays sorted
     v->erase(std::unique(v->begin(), v->end()), v->end());
   }
   // Bisect one direction: the lowest threshold (most GEMMs in int8) within budget,

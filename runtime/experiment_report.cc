@@ -13,6 +13,7 @@
 #include "passes/config_file.h"
 #include "passes/profile.h"
 #include "passes/sqnr_table.h"
+#include "runtime/metrics.h"
 #include "runtime/plot.h"
 #include "runtime/sqnr_plot.h"
 
@@ -20,14 +21,6 @@ namespace pgq {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<std::string> splitCsv(const std::string& line) {
-  std::vector<std::string> cells;
-  std::stringstream row(line);
-  for (std::string c; std::getline(row, c, ',');) cells.push_back(c);
-  if (!line.empty() && line.back() == ',') cells.emplace_back();
-  return cells;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;

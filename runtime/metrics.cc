@@ -49,26 +49,6 @@ void replaceFile(const std::string& path, std::string_view content) {
   }
 }
 
-// The fields of one CSV line (RFC 4180 quoting, no line breaks inside fields).
-std::vector<std::string> splitCsv(std::string_view line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    char c = line[i];
-    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-      fields.back() += '"';
-      ++i;
-    } else if (c == '"') {
-      quoted = !quoted;
-    } else if (c == ',' && !quoted) {
-      fields.emplace_back();
-    } else {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
-
 std::string formatCell(const MetricsWriter::Cell& cell) {
   if (const int64_t* i = std::get_if<int64_t>(&cell)) return fmt::format("{}", *i);
   if (const double* d = std::get_if<double>(&cell)) return fmt::format("{}", *d);
@@ -144,6 +124,25 @@ std::string keptRows(const std::string& path, const std::vector<std::string>& co
 }
 
 }  // namespace
+
+std::vector<std::string> splitCsv(std::string_view line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      fields.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
 
 MetricsWriter::MetricsWriter(std::string path, std::vector<std::string> columns,
                              std::optional<int64_t> resume_step)

@@ -13,6 +13,10 @@
 
 namespace pgq {
 
+// The fields of one CSV line as MetricsWriter writes it: RFC 4180 quoting, no line
+// breaks inside fields. For readers of metrics files.
+std::vector<std::string> splitCsv(std::string_view line);
+
 class MetricsWriter {
  public:
   // An empty cell (a value not measured at this step, such as val_loss), an integer, a
