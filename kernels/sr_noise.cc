@@ -207,20 +207,36 @@ uint32_t srNoiseBits16(uint64_t seed, uint64_t offset, uint64_t index) {
 }
 
 namespace {
-// CPUID leaf 7, ECX bit 9. Read directly because clang 14 (Debian 12, used for the
-// fuzz build) does not know "vaes" in __builtin_cpu_supports.
-bool cpuHasVaes() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return (ecx & (1u << 9)) != 0;
+// The CPU features the noise kernels need, read once per process. CPUID traps to the
+// hypervisor in a virtual machine (microseconds a call): reading it on every SrNoise
+// construction, i.e. every quantize call, once cut the quantizer 8x (HARDWARE.md).
+struct NoiseCpuFeatures {
+  bool aes = false;
+  bool avx2 = false;
+  bool vaes = false;
+};
+
+// VAES is CPUID leaf 7, ECX bit 9, read directly because clang 14 (Debian 12, used for
+// the fuzz build) does not know "vaes" in __builtin_cpu_supports.
+const NoiseCpuFeatures& noiseCpuFeatures() {
+  static const NoiseCpuFeatures features = [] {
+    __builtin_cpu_init();
+    NoiseCpuFeatures f;
+    f.aes = __builtin_cpu_supports("aes");
+    f.avx2 = __builtin_cpu_supports("avx2");
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    f.vaes = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 9)) != 0;
+    return f;
+  }();
+  return features;
 }
 }  // namespace
 
 bool srNoiseIsaSupported(SrNoiseIsa isa) {
+  const NoiseCpuFeatures& f = noiseCpuFeatures();
   switch (isa) {
-    case SrNoiseIsa::kVaes:
-      return cpuHasVaes() && __builtin_cpu_supports("aes") && __builtin_cpu_supports("avx2");
-    case SrNoiseIsa::kAesNi: return __builtin_cpu_supports("aes");
+    case SrNoiseIsa::kVaes: return f.vaes && f.aes && f.avx2;
+    case SrNoiseIsa::kAesNi: return f.aes;
     case SrNoiseIsa::kPortable: return true;
   }
   return false;
@@ -228,7 +244,6 @@ bool srNoiseIsaSupported(SrNoiseIsa isa) {
 
 SrNoiseIsa srNoiseBestIsa() {
   static const SrNoiseIsa best = [] {
-    __builtin_cpu_init();
     for (SrNoiseIsa isa : {SrNoiseIsa::kVaes, SrNoiseIsa::kAesNi}) {
       if (srNoiseIsaSupported(isa)) return isa;
     }

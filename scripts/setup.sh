@@ -18,7 +18,7 @@ packages=(
   libfmt-dev libspdlog-dev libeigen3-dev libdnnl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
   python3 python3-torch python3-yaml libopenblas0-pthread
-  fortunes gnuplot-nox libomp-dev
+  fortunes gnuplot-nox libomp-dev libre2-dev
 )
 
 missing=()

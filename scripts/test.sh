@@ -3,8 +3,9 @@
 #   1. scripts/setup.sh: install missing Debian packages, Release build in ./build
 #   2. ctest on that build: unit tests, golden IR files, gradient checks, parity with
 #      PyTorch, training runs, the installed-package example
-#   3. the IR, pass and kernel tests again under AddressSanitizer + UBSan (./build-asan)
-#   4. the IR parser under libFuzzer for FUZZ_SECONDS (default 60) (./build-fuzz)
+#   3. the performance smoke: three speed ratios measured in one process (bench/perf_smoke.cc)
+#   4. the IR, pass and kernel tests again under AddressSanitizer + UBSan (./build-asan)
+#   5. the IR parser under libFuzzer for FUZZ_SECONDS (default 60) (./build-fuzz)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +20,9 @@ scripts/setup.sh
 
 step "ctest (Release)"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1500
+
+step "performance smoke: int8 GEMM, quantizer and F+B step ratios (bench/perf_smoke.cc)"
+build/bench/perf_smoke
 
 step "sanitizers: IR, passes and kernels under ASan + UBSan"
 if [ ! -f build-asan/build.ninja ]; then

@@ -1,0 +1,164 @@
+// The performance smoke test that CI runs (scripts/test.sh): three speed ratios, each
+// measured inside this one process on this one machine, with bounds wide enough that
+// machine noise never trips them and a 2x regression of the measured code always does.
+//
+//   gemm      f32 GEMM time / (dynamic quantization of both operands + int8 GEMM), at
+//             [2048,1024] x [1024,256], 1 thread. Expected ~1.6-1.9x; fails below 1.25x.
+//   quantize  round-to-nearest quantize of a [2048,1024] activation (per-row scales) /
+//             a memcpy of the same f32 buffer, 1 thread. Expected ~0.8-1.0x (the copy
+//             writes 4 bytes an element, quantize 1); fails above 2x (a per-call CPUID
+//             once made it 3.5x, and quantize 8x slower).
+//   step      f32 training step of `small` / the same step with the F+B recipe, all
+//             threads. Expected ~1.4-1.5x; fails below 1.0x.
+//
+// Every figure is the minimum over interleaved repetitions (the minimum is what the
+// code can do; noise only adds). The full benchmarks are bench/gemm_bench,
+// bench/quant_bench and bench/train_step_bench (docs/PERFORMANCE.md).
+//
+//   build/bench/perf_smoke [--no-step]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels/gemm.h"
+#include "kernels/quantize.h"
+#include "passes/hardware.h"
+#include "passes/policy.h"
+#include "passes/recipe_generator.h"
+#include "runtime/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double millisOf(const std::function<void()>& work) {
+  auto start = Clock::now();
+  work();
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Minimum times of `a` and `b` over `reps` interleaved repetitions, after one warm-up
+// call of each (first touch, oneDNN primitive creation).
+std::pair<double, double> minTimes(int reps, const std::function<void()>& a, const std::function<void()>& b) {
+  a();
+  b();
+  double ta = 1e300, tb = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    ta = std::min(ta, millisOf(a));
+    tb = std::min(tb, millisOf(b));
+  }
+  return {ta, tb};
+}
+
+std::vector<float> randomData(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+struct Check {
+  std::string name;
+  std::string what;
+  double value;
+  double bound;
+  bool at_least;  // value must be >= bound (else <= bound)
+  std::string full_benchmark;
+  bool passed() const { return at_least ? value >= bound : value <= bound; }
+};
+
+Check gemmRatio() {
+  using namespace pgq::kernels;
+  omp_set_num_threads(1);
+  const GemmShape shape{1, 2048, 256, 1024};  // [2048,1024] x [1024,256] -> [2048,256]
+  const std::vector<float> a = randomData(size_t(shape.sizeA()), 1), b = randomData(size_t(shape.sizeB()), 2);
+  std::vector<float> c(size_t(shape.sizeC()));
+  const GemmFormats f = defaultGemmFormats(8, Rounding::kNearest, Rounding::kNearest, GemmSide::kRhs);
+  const OperandView va = lhsView(shape), vb = rhsView(shape);
+  std::vector<float> pa(quantParamCount(va, f.lhs)), pb(quantParamCount(vb, f.rhs));
+  std::vector<uint8_t> qa(a.size());
+  std::vector<int8_t> qb(b.size());
+  auto [f32, int8] = minTimes(
+      15, [&] { gemmF32(shape, a, b, c); },
+      [&] {
+        quantizeDynamic(a, va, f.lhs, pa, qa);
+        quantizeDynamic(b, vb, f.rhs, pb, qb);
+        int8Gemm(shape, qa, f.lhs, pa, qb, f.rhs, pb, c);
+      });
+  return {"gemm", fmt::format("f32 {:.2f} ms / int8 with dynamic quantization {:.2f} ms at 2048x1024x256, 1 thread", f32, int8),
+          f32 / int8, 1.25, true, "build/bench/gemm_bench"};
+}
+
+Check quantizeRatio() {
+  using namespace pgq::kernels;
+  omp_set_num_threads(1);
+  const OperandView view{1, 2048, 1024, true};
+  const std::vector<float> x = randomData(size_t(view.elements()), 3);
+  std::vector<float> copy(x.size());
+  const QuantFormat format = perChannelFormat(8, Rounding::kNearest);
+  std::vector<float> params(quantParamCount(view, format));
+  std::vector<int8_t> q(x.size());
+  computeQuantParams(x, view, format, params);
+  auto [quant, plain] = minTimes(
+      25, [&] { quantize(x, view, format, params, q); },
+      [&] { std::memcpy(copy.data(), x.data(), x.size() * sizeof(float)); });
+  return {"quantize", fmt::format("RTN quantize {:.3f} ms / copy {:.3f} ms of a 2048x1024 f32 tensor, 1 thread", quant, plain),
+          quant / plain, 2.0, false, "build/bench/quant_bench"};
+}
+
+Check stepRatio() {
+  omp_set_num_threads(omp_get_num_procs());
+  pgq::TrainOptions options;
+  options.model = pgq::loadModelConfig("small");
+  options.steps = 1 << 30;
+  options.progress = false;
+  pgq::Profile profile;
+  {
+    pgq::TrainingSession session(options);
+    for (int i = 0; i < 2; ++i) session.step(i, true);
+    profile = session.profile();
+  }
+  const std::string recipe_path = fmt::format("/tmp/pgq_perf_smoke_{}.yaml", ::getpid());
+  pgq::writeRecipe(recipe_path, pgq::generateRecipe(profile, pgq::loadHardwareModel("epyc-zen3-2c"),
+                                                    pgq::loadPolicy("F+B"), "perf_smoke"));
+  pgq::TrainingSession f32(options);
+  options.recipe_path = recipe_path;
+  pgq::TrainingSession int8(options);
+  std::remove(recipe_path.c_str());
+  int64_t step = 0;
+  auto [tf, tq] = minTimes(3, [&] { f32.step(step++); }, [&] { int8.step(step++); });
+  return {"step", fmt::format("f32 step {:.1f} ms / F+B step {:.1f} ms of small, {} threads", tf, tq, omp_get_max_threads()),
+          tf / tq, 1.0, true, "build/bench/train_step_bench --benchmark_filter=small"};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool with_step = !(argc > 1 && std::strcmp(argv[1], "--no-step") == 0);
+  std::vector<Check> checks = {gemmRatio(), quantizeRatio()};
+  if (with_step) checks.push_back(stepRatio());
+  int failed = 0;
+  for (const Check& c : checks) {
+    fmt::print("perf smoke {:<9} {:5.2f}x (bound {} {:.2f}x)  {}  {}\n", c.name, c.value, c.at_least ? ">=" : "<=",
+               c.bound, c.passed() ? "ok" : "FAILED", c.what);
+  }
+  for (const Check& c : checks) {
+    if (c.passed()) continue;
+    ++failed;
+    fmt::print(stderr,
+               "perf smoke: the {} ratio fell to {:.2f}x (bound {} {:.2f}x): a performance regression. "
+               "Measure it with {} and see docs/PERFORMANCE.md.\n",
+               c.name, c.value, c.at_least ? ">=" : "<=", c.bound, c.full_benchmark);
+  }
+  return failed == 0 ? 0 : 1;
+}
