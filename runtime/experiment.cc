@@ -23,6 +23,7 @@
 #include "passes/recipe_generator.h"
 #include "runtime/checkpoint.h"
 #include "runtime/experiment_report.h"
+#include "runtime/run_dir_lock.h"
 
 namespace pgq {
 namespace {
@@ -333,6 +334,8 @@ ExperimentResult Experiment::run() {
   std::error_code ec;
   fs::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the results folder: {}", o_.out_dir, ec.message()));
+  // Held for the whole experiment; its training runs lock their own subdirectories.
+  RunDirLock lock(o_.out_dir);
   recordOptions();
   int n_recipes = 3 + 2 * static_cast<int>(o_.fractions.size()) + static_cast<int>(o_.extra_policies.size());
   phases_ = 1 + (o_.search ? 8 : 1 + n_recipes);

@@ -26,6 +26,7 @@
 #include "runtime/param_init.h"
 #include "runtime/profile_collector.h"
 #include "runtime/progress.h"
+#include "runtime/run_dir_lock.h"
 #include "kernels/cpu_isa.h"
 #include "pgq_version.h"
 
@@ -428,6 +429,9 @@ TrainResult TrainLoop::run() {
   std::error_code ec;
   std::filesystem::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
+  // Held until training returns: the checks below and every file the run writes assume
+  // that no other process uses the directory.
+  RunDirLock lock(o_.out_dir);
   checkpoint_path_ = (std::filesystem::path(o_.out_dir) / kCheckpointFile).string();
   bool have_checkpoint = std::filesystem::exists(checkpoint_path_);
   if (o_.resume && !have_checkpoint) throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));

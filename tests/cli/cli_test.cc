@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/run_dir_lock.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -112,6 +114,23 @@ TEST_F(Cli, TrainTinyEndToEnd) {
   Result resumed = pgq("train --model tiny --steps 40 --no-progress --resume --out " + out);
   EXPECT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("to step 40"), std::string::npos) << resumed.out;
+}
+
+// This test process holds the lock, as a live `pgq train` would: every command that
+// writes into the directory stops at once and names it.
+TEST_F(Cli, ALockedRunDirectoryExitsTwoNamingTheHolder) {
+  std::string out = (dir_ / "run").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --out " + out).code, 0);
+  pgq::RunDirLock held(out);
+  std::string holder = out + " is in use by pgq pid " + std::to_string(::getpid()) + " on host ";
+  for (const std::string& args : {"train --model tiny --steps 4 --no-progress --resume --out " + out,
+                                  "train --model tiny --steps 2 --no-progress --out " + out,
+                                  "experiment --model tiny --no-progress --out " + out}) {
+    Result r = pgq(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(holder), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("wait for it or choose another --out"), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(Cli, ProfileThenSqnrTable) {
