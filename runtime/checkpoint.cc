@@ -376,6 +376,18 @@ Checkpoint parseBody(BodyParser& in) {
   return checkpoint;
 }
 
+// The run fields no writer produces out of range. The checksum vouches only that the
+// file is what some writer wrote: a forged or foreign file can carry a valid one.
+void checkRunFields(const Checkpoint& checkpoint, const std::string& path) {
+  // More OpenMP threads than any machine has: a larger count is not a real run's.
+  constexpr int kMaxThreads = 1 << 20;
+  if (checkpoint.step < 0)
+    throw Error(fmt::format("checkpoint {}: field 'step' is {}, expected a step count >= 0", path, checkpoint.step));
+  if (checkpoint.threads < 1 || checkpoint.threads > kMaxThreads)
+    throw Error(fmt::format("checkpoint {}: field 'threads' is {}, expected a thread count in [1, {}]", path,
+                            checkpoint.threads, kMaxThreads));
+}
+
 }  // namespace
 
 uint32_t crc32(const void* data, size_t size, uint32_t crc) {
@@ -477,6 +489,7 @@ Checkpoint loadCheckpoint(const std::string& path) {
   Checkpoint checkpoint = parseBody(in);
   if (in.position() != body_end)
     in.corrupt(fmt::format("{} unexpected bytes after the last tensor", body_end - in.position()));
+  checkRunFields(checkpoint, path);
   return checkpoint;
 }
 

@@ -22,9 +22,11 @@
 // Reading checks, in order: magic ("not a pgq checkpoint"), version, header checksum,
 // the recorded size against the file size (a shorter file is reported as truncated,
 // naming the tensor or field where the data ends and its byte offset), the checksum of
-// the whole content, then every field. Each length is checked against the bytes that
-// remain before anything is allocated, so a corrupt length can never cause a huge
-// allocation.
+// the whole content, then every field: lengths, dtypes and shapes, and the run fields
+// (step >= 0, threads in [1, 2^20]), since a forged file can carry a valid checksum.
+// Each length is checked against the bytes that remain before anything is allocated,
+// so a corrupt length can never cause a huge allocation. The trainer checks the rest
+// against the run it continues (seed, planned_steps, model config, tensors).
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -40,7 +42,7 @@ namespace pgq {
 struct Checkpoint {
   int64_t step = 0;
   uint64_t seed = 0;
-  int threads = 0;
+  int threads = 1;  // OpenMP threads of the run that wrote it
   std::string model_config;  // YAML text of the model config
   std::string recipe;        // recipe text, empty for an unquantized run
   std::map<std::string, std::string> info;

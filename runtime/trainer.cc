@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -300,6 +301,36 @@ void TrainingSession::loadState(std::vector<std::pair<std::string, Tensor>> tens
 
 namespace {
 
+// The learning-rate schedule computes with steps as doubles: beyond 2^53 they are no
+// longer exact, and no run comes near it.
+constexpr int64_t kMaxPlannedSteps = int64_t{1} << 53;
+
+// The checkpoint fields that only this run can judge (the reader checked the rest):
+// a forged or foreign checkpoint can carry a valid checksum around values no run of
+// this config could have written. Returns the planned steps, when recorded.
+std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions& o, const std::string& path) {
+  if (ckpt.seed != o.model.seed)
+    throw Error(fmt::format("checkpoint {}: field 'seed' is {}, but this run's seed is {} (the model config's "
+                            "`seed`, or --seed); a run continues only with the seed it was trained with",
+                            path, ckpt.seed, o.model.seed));
+  auto precision = ckpt.info.find("precision");
+  if (precision != ckpt.info.end() && precision->second != "f32" && precision->second != "bf16")
+    throw Error(fmt::format("checkpoint {}: field 'precision' is '{}', expected f32 or bf16", path,
+                            precision->second));
+  auto planned = ckpt.info.find("planned_steps");
+  if (planned == ckpt.info.end()) return std::nullopt;
+  const std::string& text = planned->second;
+  int64_t steps = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), steps);
+  if (ec != std::errc() || end != text.data() + text.size() || steps < 1 || steps > kMaxPlannedSteps)
+    throw Error(fmt::format("checkpoint {}: field 'planned_steps' is '{}', expected an integer in [1, 2^53]", path,
+                            text));
+  if (ckpt.step > steps)
+    throw Error(fmt::format("checkpoint {}: field 'step' is {}, past the run's planned_steps {}", path, ckpt.step,
+                            steps));
+  return steps;
+}
+
 // The bookkeeping around a session: run directory, resume, metrics, checkpoints,
 // progress.
 class TrainLoop {
@@ -357,6 +388,7 @@ void TrainLoop::checkProfileOptions() const {
 
 void TrainLoop::loadFrom(const std::string& path, bool same_run) {
   Checkpoint ckpt = loadCheckpoint(path);
+  std::optional<int64_t> planned = checkRunFields(ckpt, o_, path);
   if (ckpt.model_config != o_.model.toYaml())
     throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}", path,
                             ckpt.model_config));
@@ -385,10 +417,9 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
     spdlog::warn("continuing with {} threads; the checkpoint was written with {}: results can differ in the last "
                  "bits from an uninterrupted run",
                  omp_get_max_threads(), ckpt.threads);
-  auto planned = ckpt.info.find("planned_steps");
-  if (planned != ckpt.info.end() && planned->second != std::to_string(o_.steps))
+  if (planned && *planned != o_.steps)
     spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes from here on",
-                 planned->second, o_.steps);
+                 *planned, o_.steps);
   if (start_step_ >= o_.steps)
     throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that", path,
                             start_step_));

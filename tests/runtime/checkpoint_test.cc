@@ -15,7 +15,10 @@
 #include <limits>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "ir/errors.h"
+#include "runtime/trainer.h"
 
 namespace pgq {
 namespace {
@@ -290,6 +293,142 @@ TEST_F(CheckpointTest, AbsurdLengthsAreRejectedWithoutAllocating) {
   EXPECT_TRUE(contains(error, "more than 2^40 elements")) << error;
   error = patched(dtype_at, 0x343666, 3);  // "f64"
   EXPECT_TRUE(contains(error, "unknown dtype 'f64'")) << error;
+}
+
+// Rewrites the size the header records and both checksums after an edit, as a forger
+// would: the file then passes every integrity check and only the field checks remain.
+void reseal(std::string& bytes) {
+  uint64_t size = bytes.size();
+  std::memcpy(bytes.data() + 12, &size, 8);
+  uint32_t header_crc = crc32(bytes.data(), 20);
+  std::memcpy(bytes.data() + 20, &header_crc, 4);
+  uint32_t crc = crc32(bytes.data(), bytes.size() - 4);
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+}
+
+template <typename T>
+std::string withScalar(std::string bytes, size_t at, T value) {
+  std::memcpy(bytes.data() + at, &value, sizeof value);
+  reseal(bytes);
+  return bytes;
+}
+
+// The run fields (offsets 24 step, 32 seed, 40 threads) out of the range any writer
+// produces, behind a valid checksum.
+TEST_F(CheckpointTest, ForgedRunFieldsAreRefusedByName) {
+  Checkpoint small;
+  small.step = 3;
+  small.threads = 2;
+  small.tensors.emplace_back("w", randomTensor(DType::kF32, Shape{4}, 1));
+  saveCheckpoint(path_, small);
+  const std::string bytes = readBytes(path_);
+  auto load = [&](const std::string& forged) {
+    writeBytes(path_, forged);
+    return errorOf([&] { loadCheckpoint(path_); });
+  };
+  EXPECT_EQ(load(withScalar<int64_t>(bytes, 24, -1)),
+            "checkpoint " + path_ + ": field 'step' is -1, expected a step count >= 0");
+  EXPECT_EQ(load(withScalar<int64_t>(bytes, 24, INT64_MIN)),
+            "checkpoint " + path_ + ": field 'step' is -9223372036854775808, expected a step count >= 0");
+  for (int32_t threads : {0, -7, 1 << 30})
+    EXPECT_EQ(load(withScalar<int32_t>(bytes, 40, threads)),
+              fmt::format("checkpoint {}: field 'threads' is {}, expected a thread count in [1, 1048576]", path_,
+                          threads));
+  // Any seed is a valid one; only the run it continues can judge it (ForgedCheckpoint).
+  EXPECT_EQ(load(withScalar<uint64_t>(bytes, 32, 99)), "no error");
+}
+
+// A real run's checkpoint with one field forged, resumed (or started from) the way a
+// user would: refused with the file and the field, never resumed and never an
+// assertion.
+class ForgedCheckpoint : public CheckpointTest {
+ protected:
+  void SetUp() override {
+    CheckpointTest::SetUp();
+    run_.model = loadModelConfig("tiny");
+    run_.steps = 10;
+    run_.stop_after = 3;
+    run_.eval_every = 0;
+    run_.eval_batches = 1;
+    run_.optimizer.warmup = 2;
+    run_.out_dir = (dir_ / "run").string();
+    run_.progress = false;
+    train(run_);
+    run_.stop_after = 0;
+    run_.resume = true;
+    checkpoint_ = run_.out_dir + "/checkpoint.pgqckpt";
+    genuine_ = readBytes(checkpoint_);
+  }
+
+  // Resumes the run from `forged`; the message, or "no error".
+  std::string resume(const std::string& forged) {
+    writeBytes(checkpoint_, forged);
+    return errorOf([&] { train(run_); });
+  }
+
+  // The checkpoint with the value of info entry `key` replaced.
+  std::string withInfo(const std::string& key, const std::string& value) const {
+    std::string bytes = genuine_;
+    size_t at = bytes.find(key);
+    EXPECT_NE(at, std::string::npos) << key;
+    at += key.size();
+    uint64_t old_size;
+    std::memcpy(&old_size, bytes.data() + at, 8);
+    uint64_t new_size = value.size();
+    std::memcpy(bytes.data() + at, &new_size, 8);
+    bytes.replace(at + 8, old_size, value);
+    reseal(bytes);
+    return bytes;
+  }
+
+  TrainOptions run_;
+  std::string checkpoint_;
+  std::string genuine_;
+};
+
+TEST_F(ForgedCheckpoint, EveryFieldIsCheckedAgainstTheRun) {
+  auto expectRefused = [&](const std::string& forged, const std::string& message) {
+    std::string error = resume(forged);
+    EXPECT_NE(error.find("checkpoint " + checkpoint_ + ": " + message), std::string::npos) << error;
+  };
+  expectRefused(withScalar<int64_t>(genuine_, 24, -5), "field 'step' is -5, expected a step count >= 0");
+  expectRefused(withScalar<int64_t>(genuine_, 24, 11), "field 'step' is 11, past the run's planned_steps 10");
+  expectRefused(withScalar<uint64_t>(genuine_, 32, 1235),
+                "field 'seed' is 1235, but this run's seed is 1234 (the model config's `seed`, or --seed)");
+  expectRefused(withScalar<int32_t>(genuine_, 40, -1), "field 'threads' is -1, expected a thread count in [1,");
+  for (const char* planned : {"0", "-10", "ten", "10 ", "", "99999999999999999999", "9007199254740993"})
+    expectRefused(withInfo("planned_steps", planned),
+                  fmt::format("field 'planned_steps' is '{}', expected an integer in [1, 2^53]", planned));
+  expectRefused(withInfo("precision", "f16"), "field 'precision' is 'f16', expected f32 or bf16");
+
+  // Tensors: one missing, one of another shape.
+  writeBytes(checkpoint_, genuine_);
+  Checkpoint fewer = loadCheckpoint(checkpoint_);
+  std::string dropped = fewer.tensors.back().first;
+  fewer.tensors.pop_back();
+  saveCheckpoint(checkpoint_, fewer);
+  std::string error = errorOf([&] { train(run_); });
+  EXPECT_NE(error.find("checkpoint " + checkpoint_ + " does not match the model: missing tensor '" + dropped + "'"),
+            std::string::npos)
+      << error;
+  Checkpoint reshaped = loadCheckpoint((dir_ / "run/checkpoint.pgqckpt").string());
+  reshaped.tensors.emplace_back(dropped, randomTensor(DType::kF32, Shape{3}, 1));
+  saveCheckpoint(checkpoint_, reshaped);
+  error = errorOf([&] { train(run_); });
+  EXPECT_NE(error.find("tensor '" + dropped + "' is f32[3], expected f32["), std::string::npos) << error;
+
+  // Starting a new run from a forged checkpoint is refused the same way.
+  std::string forged_path = (dir_ / "forged.ckpt").string();
+  writeBytes(forged_path, withScalar<uint64_t>(genuine_, 32, 7));
+  TrainOptions next = run_;
+  next.resume = false;
+  next.init_from = forged_path;
+  next.out_dir = (dir_ / "next").string();
+  error = errorOf([&] { train(next); });
+  EXPECT_NE(error.find("checkpoint " + forged_path + ": field 'seed' is 7"), std::string::npos) << error;
+
+  // The genuine checkpoint still resumes: nothing above was too strict.
+  EXPECT_EQ(resume(genuine_), "no error");
 }
 
 TEST(CheckpointMatches, ReportsEveryDifferenceByName) {
