@@ -4,7 +4,6 @@
 
 #include "cli/commands.h"
 #include "frontend/model_config.h"
-#include "ir/errors.h"
 #include "passes/hardware.h"
 #include "passes/policy.h"
 #include "passes/profile.h"
@@ -29,9 +28,10 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
   cmd->callback([] {
     Profile p = loadProfile(profile);
-    if (!model.empty() && loadModelConfig(model).toYaml() != p.run.model_config)
-      throw Error(fmt::format("{}: the profile was made with model '{}', not {} (profile model config:\n{})", profile,
-                              p.run.model, model, p.run.model_config));
+    if (!model.empty()) {
+      ModelConfig m = loadModelConfig(model);
+      checkProfileModel(p, m.name, m.toYaml(), m.source);
+    }
     HardwareModel hw = loadHardwareModel(hardware);
     Policy pol = loadPolicy(policy);
     Recipe recipe = generateRecipe(p, hw, pol, profile);

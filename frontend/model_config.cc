@@ -20,6 +20,7 @@ ModelConfig fromNode(const ConfigNode& root) {
                   "init_std", "seed"});
   ModelConfig c;
   c.name = root.getString("name", "model");
+  c.source = root.file();
   c.vocab = root.getInt("vocab", 256, 256, kMaxSize);
   c.d_model = root.getInt("d_model", 1, kMaxSize);
   c.n_layers = root.getInt("n_layers", 1, 1024);

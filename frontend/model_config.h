@@ -11,6 +11,9 @@ enum class Activation { kGelu, kRelu };
 
 struct ModelConfig {
   std::string name = "model";
+  // Where the config was read from (a file, or "<preset tiny>"), for messages about files
+  // made for another model; not part of toYaml().
+  std::string source;
   int64_t vocab = 256;
   int64_t d_model = 0;
   int64_t n_layers = 0;

@@ -23,6 +23,14 @@ double HardwareModel::gemmRate(DType dtype) const {
 
 double HardwareModel::ridge(DType dtype) const { return peak(dtype) / bandwidth_gbs; }
 
+bool HardwareModel::runsExactly(int lhs_bits, int rhs_bits) const {
+  return std::max(lhs_bits, rhs_bits) <= max_bits_one && std::min(lhs_bits, rhs_bits) <= max_bits_both;
+}
+
+std::string HardwareModel::int8Limits() const {
+  return fmt::format("{}: exact up to {} x {} bits", vnni ? "VNNI" : "no VNNI", max_bits_one, max_bits_both);
+}
+
 namespace {
 
 constexpr double kMaxRate = 1e9;  // GFLOP/s or GB/s: anything above is a typo

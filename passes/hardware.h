@@ -31,6 +31,10 @@ struct HardwareModel {
   int max_bits_one = 8;
   int max_bits_both = 7;
 
+  // True when an int8 GEMM of an lhs_bits x rhs_bits operand pair cannot saturate here.
+  bool runsExactly(int lhs_bits, int rhs_bits) const;
+  // The exact pairs in words: "no VNNI: exact up to 8 x 7 bits".
+  std::string int8Limits() const;
   double ridge(DType dtype) const;  // flop per byte at the peak rate
   double peak(DType dtype) const;
   double gemmRate(DType dtype) const;

@@ -1,7 +1,9 @@
 #include "passes/profile.h"
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -180,6 +182,8 @@ std::string profileToYaml(const Profile& profile) {
   flowList(out, r.gradient_formats);
   out << YAML::Key << "step_ms" << YAML::Value << r.step_ms;
   out << YAML::EndMap;
+  // Before the list, so that a file cut short after any GEMM still disagrees with it.
+  out << YAML::Key << "gemm_count" << YAML::Value << profile.gemms.size();
   out << YAML::Key << "gemms" << YAML::Value << YAML::BeginSeq;
   for (const GemmProfile& g : profile.gemms) {
     out << YAML::BeginMap;
@@ -230,17 +234,19 @@ std::string writeProfile(const std::string& path, const Profile& profile) {
 
 Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   ConfigNode root = ConfigNode::loadString(yaml_text, source);
-  root.allowOnly({"version", "run", "gemms"});
+  root.allowOnly({"version", "run", "gemm_count", "gemms"});
   int64_t version = root.getInt("version", 1, 1000000);
   if (version != kProfileVersion)
     root.fail("version", fmt::format("this pgq reads profile version {}, the file is version {}", kProfileVersion,
                                      version));
   Profile p;
+  p.source = source;
   ConfigNode run = root.child("run");
   run.allowOnly({"model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
                  "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms"});
   ProfileRun& r = p.run;
   r.model = run.getString("model");
+  p.model_line = run.child("model").yaml().Mark().line + 1;
   r.model_config = run.getString("model_config");
   r.corpus = run.getString("corpus");
   r.corpus_fingerprint = run.getString("corpus_fingerprint");
@@ -265,9 +271,42 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
         g.fail("label", fmt::format("GEMM '{}' appears twice", p.gemms.back().label));
   }
   if (p.gemms.empty()) gemms.failHere("expected at least one GEMM");
+  if (!root.has("gemm_count"))
+    root.fail("gemm_count", fmt::format("is missing; pgq writes it before `gemms:` to detect a file cut short (a "
+                                        "profile from an older pgq lacks it: add `gemm_count: {}` if all its GEMMs "
+                                        "are there)",
+                                        p.gemms.size()));
+  int64_t count = root.getInt("gemm_count", 1, INT32_MAX);
+  if (count != static_cast<int64_t>(p.gemms.size()))
+    root.fail("gemm_count", fmt::format("the profile records {} GEMMs but lists {} (the last is '{}'): the file was "
+                                        "cut short or edited",
+                                        count, p.gemms.size(), p.gemms.back().label));
   return p;
 }
 
 Profile loadProfile(const std::string& path) { return parseProfile(readTextFile(path), path); }
+
+void checkProfileModel(const Profile& profile, const std::string& model_name, const std::string& model_yaml,
+                       const std::string& model_source) {
+  std::string where = profile.model_line ? fmt::format("{}:{}", profile.source, profile.model_line) : profile.source;
+  if (profile.run.model != model_name)
+    throw Error(fmt::format("{}: field 'run.model': the profile was made with model '{}', not with model '{}' ({})",
+                            where, profile.run.model, model_name, model_source));
+  if (profile.run.model_config == model_yaml) return;
+  // Same name, other sizes: show the first line that differs.
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  std::vector<std::string> theirs = lines(profile.run.model_config), ours = lines(model_yaml);
+  size_t i = 0;
+  while (i < theirs.size() && i < ours.size() && theirs[i] == ours[i]) ++i;
+  auto at = [&](const std::vector<std::string>& v) { return i < v.size() ? fmt::format("'{}'", v[i]) : "nothing"; };
+  throw Error(fmt::format("{}: field 'run.model_config': the profile was made with another config of model '{}' than "
+                          "{}: {} in the profile, {} in {}",
+                          where, model_name, model_source, at(theirs), at(ours), model_source));
+}
 
 }  // namespace pgq

@@ -77,6 +77,9 @@ struct ProfileRun {
 struct Profile {
   ProfileRun run;
   std::vector<GemmProfile> gemms;
+  // Where it was read from, and the line of `run.model` there, for messages.
+  std::string source;
+  int model_line = 0;
 
   const GemmProfile* find(const std::string& label) const;
 };
@@ -89,9 +92,17 @@ std::string profileToCsv(const Profile& profile);
 // returns the CSV path. On failure throws pgq::Error and leaves no partial file.
 std::string writeProfile(const std::string& path, const Profile& profile);
 // Reads and validates a profile: every field present and of the right kind, formats
-// well formed, fractions in [0, 1], SQNR >= 0, lhs and rhs operands for every GEMM.
-// Errors name the file, the line and the field.
+// well formed, fractions in [0, 1], SQNR >= 0, lhs and rhs operands for every GEMM,
+// and as many GEMMs as `gemm_count` (written before the list, so that a file cut short
+// after any GEMM, still valid YAML, is caught). Errors name the file, the line and the
+// field.
 Profile loadProfile(const std::string& path);
 Profile parseProfile(const std::string& yaml_text, const std::string& source);
+
+// Throws pgq::Error unless the profile was made with this model: the name and then the
+// whole config (`model_yaml`, ModelConfig::toYaml()) must match. The message names both
+// models and both files (`model_source`: where the model config comes from).
+void checkProfileModel(const Profile& profile, const std::string& model_name, const std::string& model_yaml,
+                       const std::string& model_source);
 
 }  // namespace pgq

@@ -1,6 +1,7 @@
 #include "passes/recipe.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <tuple>
 
@@ -29,7 +30,8 @@ std::string recipeToYaml(const Recipe& r) {
   out << YAML::Comment(
       "pgq recipe (stage ii): one entry per GEMM, first match wins; edit freely.\n"
       "decision: int8 | keep. An entry may use `match: REGEX` (with optional direction/role\n"
-      "filters) instead of `label:`. GEMMs no entry matches stay in high precision.");
+      "filters) instead of `label:`. GEMMs no entry matches stay in high precision.\n"
+      "entry_count detects a file cut short: update or delete it when you add or remove entries.");
   out << YAML::BeginMap;
   out << YAML::Key << "version" << YAML::Value << 1;
   out << YAML::Key << "name" << YAML::Value << r.name;
@@ -46,6 +48,8 @@ std::string recipeToYaml(const Recipe& r) {
   out << YAML::Key << "measured_step_ms" << YAML::Value << s.measured_step_ms;
   out << YAML::Key << "est_step_speedup" << YAML::Value << s.estimatedStepSpeedup();
   out << YAML::EndMap;
+  // Before the list, so that a file cut short after any entry still disagrees with it.
+  out << YAML::Key << "entry_count" << YAML::Value << r.entries.size();
   out << YAML::Key << "gemms" << YAML::Value << YAML::BeginSeq;
   for (const RecipeEntry& e : r.entries) {
     out << YAML::BeginMap;
@@ -136,13 +140,14 @@ bool directionMatches(const std::string& filter, const std::string& direction) {
 
 Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
   ConfigNode root = ConfigNode::loadString(yaml_text, source);
-  root.allowOnly({"version", "name", "policy", "model", "hardware", "profile", "summary", "gemms"});
+  root.allowOnly({"version", "name", "policy", "model", "hardware", "profile", "summary", "entry_count", "gemms"});
   if (root.getInt("version", 1, 1, 1000) != 1) root.fail("version", "this pgq reads recipe version 1");
   Recipe r;
   r.source = source;
   r.name = root.getString("name", source);
   r.policy = root.getString("policy", "");
   r.model = root.getString("model", "");
+  if (root.has("model")) r.model_line = root.child("model").yaml().Mark().line + 1;
   r.hardware = root.getString("hardware", "");
   r.profile = root.getString("profile", "");
   if (root.has("summary")) {
@@ -167,12 +172,49 @@ Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
       if (r.entries[i].label == added.label)
         entry.fail("label", fmt::format("GEMM '{}' is listed twice (line {})", added.label, r.entries[i].line));
   }
+  if (root.has("entry_count")) {
+    int64_t recorded = root.getInt("entry_count", 0, INT32_MAX);
+    if (recorded != static_cast<int64_t>(r.entries.size())) {
+      std::string last = r.entries.empty() ? std::string("there are none")
+                                           : fmt::format("the last is '{}', line {}",
+                                                         r.entries.back().label.empty() ? r.entries.back().match
+                                                                                        : r.entries.back().label,
+                                                         r.entries.back().line);
+      root.fail("entry_count", fmt::format("the recipe records {} entries but lists {} ({}): the file was cut short, or "
+                                           "entries were added or removed by hand; then update entry_count or delete it",
+                                           recorded, r.entries.size(), last));
+    }
+  }
   return r;
 }
 
 Recipe loadRecipe(const std::string& path) { return parseRecipe(readTextFile(path), path); }
 
+void checkRecipeModel(const Recipe& recipe, const std::string& model, const std::string& model_source) {
+  if (recipe.model.empty() || recipe.model == model) return;
+  std::string where = recipe.model_line ? fmt::format("{}:{}", recipe.source, recipe.model_line) : recipe.source;
+  throw Error(fmt::format("{}: field 'model': the recipe was made for model '{}', not for model '{}'{}; make a recipe "
+                          "from a profile of '{}'",
+                          where, recipe.model, model,
+                          model_source.empty() ? std::string() : fmt::format(" ({})", model_source), model));
+}
+
+void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw) {
+  for (const RecipeEntry& e : recipe.entries) {
+    if (e.decision != "int8" || hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
+      continue;
+    throw Error(fmt::format("{}:{}: {}: {} x {} cannot run exactly on hardware '{}' ({}; a wider pair saturates "
+                            "silently): narrow one operand's format",
+                            recipe.source, e.line,
+                            e.label.empty() ? fmt::format("entry `match: {}`", e.match) : fmt::format("GEMM '{}'", e.label),
+                            e.lhs_format, e.rhs_format, hw.name, hw.int8Limits()));
+  }
+}
+
 std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& recipe, const Graph& graph) {
+  // A recipe for another model would otherwise fail on its first unknown label, which
+  // says less about the mistake.
+  checkRecipeModel(recipe, graph.name(), "");
   struct Gemm {
     std::string label, direction;
     std::vector<std::string> roles;

@@ -15,12 +15,17 @@
 //
 // The first entry that matches a GEMM decides it; a GEMM no entry matches stays in
 // high precision.
+//
+// pgq also writes `model:` (the model the recipe was made for) and `entry_count:` (the
+// number of entries, to detect a file cut short at an entry boundary, which is still
+// valid YAML). Both are optional in a hand-written recipe and checked when present.
 #include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/hardware.h"
 
 namespace pgq {
 
@@ -53,6 +58,7 @@ struct Recipe {
   std::string name;      // usually the policy name
   std::string policy;
   std::string model;
+  int model_line = 0;    // of `model:` in the file, for messages
   std::string hardware;
   std::string profile;   // path of the profile it came from
   RecipeSummary summary;
@@ -74,9 +80,21 @@ void writeRecipe(const std::string& path, const Recipe& recipe);  // atomic
 Recipe loadRecipe(const std::string& path);
 Recipe parseRecipe(const std::string& yaml_text, const std::string& source);
 
+// Throws pgq::Error when the recipe records a `model:` other than `model`, naming both
+// models and both files (`model_source`, where the model config comes from, may be
+// empty when unknown).
+void checkRecipeModel(const Recipe& recipe, const std::string& model, const std::string& model_source);
+
+// Throws pgq::Error naming the recipe file, the entry's line and label, its formats and
+// the hardware for the first int8 entry whose operand widths `hw` cannot run exactly
+// (HARDWARE.md: without VNNI one operand must have at most 7 bits).
+void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw);
+
 // Decisions by GEMM label for the matmuls of `graph` (tag_metadata must have run).
-// Throws pgq::Error naming the recipe file and line of an entry whose exact label is
-// not a GEMM of the graph (with the closest labels) or whose regex matches none.
+// Throws pgq::Error, naming the recipe file, when the recipe was made for another
+// model than the graph's (checkRecipeModel, first), and naming the line of an entry
+// whose exact label is not a GEMM of the graph (with the closest labels) or whose
+// regex matches none.
 std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& recipe, const Graph& graph);
 
 }  // namespace pgq

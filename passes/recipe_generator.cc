@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/quant.h"
 
 namespace pgq {
 namespace {
@@ -129,6 +130,13 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
         if (!rule->lhs_format.empty()) {
           forced.lhs = rule->lhs_format;
           forced.rhs = rule->rhs_format;
+          // The only formats the generator does not fit to the hardware itself.
+          if (!hw.runsExactly(quantFormatBits(forced.lhs), quantFormatBits(forced.rhs)))
+            throw Error(fmt::format("policy {}, rule ({}): forces {} x {} on GEMM '{}', which hardware '{}' cannot "
+                                    "run exactly ({}; a wider pair saturates silently): narrow one of the rule's "
+                                    "formats",
+                                    policy.name, rule->describe(), forced.lhs, forced.rhs, g.label, hw.name,
+                                    hw.int8Limits()));
         }
         quantize(forced, fmt::format("{}, policy rule ({}): int8{}", g.direction, rule->describe(),
                                      rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", rule->smooth) : ""));

@@ -63,6 +63,8 @@ class Experiment {
   void recordOptions() const;
   // Phase 1: the f32 baseline up to its checkpoint, with the profile of its last steps.
   void baseline();
+  // The profile of phase 1, checked to be of this experiment's model.
+  Profile profile() const;
   // Phase 2: the recipes to compare, by name.
   std::vector<std::pair<std::string, std::string>> makeRecipes();
   // Phase 3: one fine-tuning run; `recipe` empty for the f32 continuation.
@@ -213,8 +215,14 @@ void Experiment::baseline() {
   }
 }
 
+Profile Experiment::profile() const {
+  Profile p = loadProfile((fs::path(o_.out_dir) / "profile.yaml").string());
+  checkProfileModel(p, o_.model.name, o_.model.toYaml(), o_.model.source);
+  return p;
+}
+
 std::vector<std::pair<std::string, std::string>> Experiment::makeRecipes() {
-  Profile profile = loadProfile((fs::path(o_.out_dir) / "profile.yaml").string());
+  Profile profile = this->profile();
   HardwareModel hw = loadHardwareModel(o_.hardware);
   // The backward candidates' SQNR in the formats the thresholded recipes would run,
   // lowest first.
@@ -344,8 +352,7 @@ ExperimentResult Experiment::run() {
   baseline();
   ExperimentResult result;
   if (o_.search) {
-    Profile profile = loadProfile((fs::path(o_.out_dir) / "profile.yaml").string());
-    search(profile, loadHardwareModel(o_.hardware));
+    search(profile(), loadHardwareModel(o_.hardware));
     result.report_path = (fs::path(o_.out_dir) / "SEARCH.md").string();
     return result;
   }

@@ -99,6 +99,18 @@ TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument
 
 std::string precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
 
+// This CPU as far as int8 GEMMs go: whatever hardware model a recipe was made for, it
+// trains here, so its formats must run exactly here too. Only the int8 fields are set.
+HardwareModel thisCpu() {
+  const kernels::Int8Caps& caps = kernels::int8Caps();
+  HardwareModel cpu;
+  cpu.name = fmt::format("this CPU ({})", caps.isa_name);
+  cpu.vnni = caps.vnni;
+  cpu.max_bits_one = caps.max_bits_one;
+  cpu.max_bits_both = caps.max_bits_both;
+  return cpu;
+}
+
 }  // namespace
 
 struct TrainingSession::Impl {
@@ -130,8 +142,15 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
       corpus(loadCorpus(options.corpus)),
       sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   checkCorpusFits(corpus, o.model.seq_len);
-  if (!o.recipe_path.empty()) recipe = loadRecipe(o.recipe_path);
   if (!o.hardware.empty()) hardware = loadHardwareModel(o.hardware);
+  if (!o.recipe_path.empty()) {
+    // Refuse a recipe for another model or with formats the hardware cannot run now,
+    // naming its file, rather than when the graph is rewritten or the first step runs.
+    recipe = loadRecipe(o.recipe_path);
+    checkRecipeModel(*recipe, o.model.name, o.model.source);
+    if (hardware) checkRecipeRunsExactly(*recipe, *hardware);
+    checkRecipeRunsExactly(*recipe, thisCpu());
+  }
   train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
   eval = buildTransformer(o.model);
   runPasses(*eval.graph, o, false);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -205,6 +206,20 @@ TEST_F(Cli, StageTwoBadInputs) {
             0);
   std::string hw_missing = write("hw.yaml", "name: x\nthreads: 2\npeak_gflops: {f32: 100, bf16: 100}\n");
   std::string small_recipe = write("small.yaml", "gemms:\n  - {label: layer3/mlp/up, decision: keep}\n");
+  std::string for_small = write("for_small.yaml", "model: small\ngemms:\n  - {label: layer0/mlp/up, decision: keep}\n");
+  std::string wide = write("wide.yaml", "gemms:\n  - {label: layer0/mlp/up, decision: keep}\n  - {label: layer0/mlp/down, "
+                                        "decision: int8, lhs_format: int8:channel:rtn, rhs_format: int8:channel:rtn}\n");
+  std::string forced = write("forced.yaml", "name: forced\nforward: {quantize: true}\nbackward: {quantize: false}\n"
+                                            "rules:\n  - {action: quantize, lhs_format: int8:channel:rtn, "
+                                            "rhs_format: int8:channel:rtn}\n");
+  std::string recipe = (dir_ / "r.yaml").string();
+  ASSERT_EQ(pgq("recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F -o " + recipe).code, 0);
+  std::string text;
+  {
+    std::ifstream in(recipe);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string cut = write("cut.yaml", text.substr(0, text.rfind("\n  - ") + 1));
   struct Case {
     std::string args, message;
   };
@@ -218,7 +233,18 @@ TEST_F(Cli, StageTwoBadInputs) {
        "GEMM 'layer3/mlp/up' is not in model tiny"},
       {"hwprobe --seconds 0", "--seconds"},
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --model small",
-       "the profile was made with model 'tiny', not small"},
+       "p.yaml:4: field 'run.model': the profile was made with model 'tiny', not with model 'small' (<preset small>)"},
+      {"train --model tiny --steps 2 --no-progress --recipe " + for_small + " --out " + (dir_ / "t").string(),
+       "for_small.yaml:1: field 'model': the recipe was made for model 'small', not for model 'tiny' (<preset tiny>)"},
+      {"train --model tiny --steps 2 --no-progress --recipe " + cut + " --out " + (dir_ / "t").string(),
+       "field 'entry_count': the recipe records 51 entries but lists 50"},
+      {"train --model tiny --steps 2 --no-progress --hardware epyc-zen3-2c --recipe " + wide + " --out " +
+           (dir_ / "t").string(),
+       "wide.yaml:3: GEMM 'layer0/mlp/down': int8:channel:rtn x int8:channel:rtn cannot run exactly on hardware "
+       "'epyc-zen3-2c' (no VNNI: exact up to 8 x 7 bits"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " + forced,
+       "policy forced, rule (every GEMM): forces int8:channel:rtn x int8:channel:rtn on GEMM 'layer0/attn/q', which "
+       "hardware 'epyc-zen3-2c' cannot run exactly"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);

@@ -1,3 +1,5 @@
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "ir/errors.h"
@@ -186,6 +188,122 @@ gemms:
             std::string::npos)
       << errorOf("gemms:\n  - {label: layer0/mlp/upp, decision: keep}\n");
   EXPECT_NE(errorOf("gemms:\n  - {match: \"layer9/.*\", decision: keep}\n").find("matches no GEMM"), std::string::npos);
+}
+
+TEST(Recipe, ForAnotherModelIsRefusedBeforeItsLabels) {
+  auto g = parseGraph(R"(graph @m {
+  %x = input() : f32[8,16]
+  %w = parameter() : f32[16,32]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="layer0/mlp/up"} : f32[8,32]
+  return %h
+}
+)");
+  PassContext ctx;
+  TagMetadata().run(*g, ctx);
+  // Its labels exist in both models; only `model:` tells them apart.
+  Recipe other = parseRecipe("version: 1\nmodel: small\ngemms:\n  - {label: layer0/mlp/up, decision: keep}\n", "r.yaml");
+  auto errorOf = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(errorOf([&] { resolveRecipe(other, *g); }),
+            "r.yaml:2: field 'model': the recipe was made for model 'small', not for model 'm'; make a recipe from a "
+            "profile of 'm'");
+  EXPECT_EQ(errorOf([&] { checkRecipeModel(other, "tiny", "models/tiny.yaml"); }),
+            "r.yaml:2: field 'model': the recipe was made for model 'small', not for model 'tiny' (models/tiny.yaml); "
+            "make a recipe from a profile of 'tiny'");
+  EXPECT_EQ(errorOf([&] { checkRecipeModel(other, "small", "<preset small>"); }), "no error");
+  // A hand-written recipe without `model:` is judged by its labels alone.
+  Recipe hand = parseRecipe("gemms:\n  - {label: layer0/mlp/up, decision: keep}\n", "r.yaml");
+  EXPECT_EQ(errorOf([&] { resolveRecipe(hand, *g); }), "no error");
+}
+
+TEST(Recipe, EntryCountCatchesAFileCutAtAnEntryBoundary) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  std::string yaml = recipeToYaml(generateRecipe(testProfile(), hw, loadPolicy("F+B_SR"), "p.yaml"));
+  ASSERT_NE(yaml.find("entry_count: 5\ngemms:\n"), std::string::npos) << yaml;
+  auto errorOf = [](const std::string& text) {
+    try {
+      parseRecipe(text, "r.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Cut before the last entry: still valid YAML, one entry short.
+  std::string cut = yaml.substr(0, yaml.rfind("\n  - ") + 1);
+  std::string error = errorOf(cut);
+  EXPECT_NE(error.find("field 'entry_count': the recipe records 5 entries but lists 4 (the last is 'get_logits:dgrad', "
+                       "line "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("update entry_count or delete it"), std::string::npos) << error;
+  std::string header_only = yaml.substr(0, yaml.find("gemms:\n")) + "gemms: []\n";
+  EXPECT_NE(errorOf(header_only).find("records 5 entries but lists 0 (there are none)"), std::string::npos);
+  EXPECT_EQ(errorOf(yaml), "no error");
+  // Optional by hand: without it nothing is counted.
+  std::string uncounted = cut;
+  uncounted.erase(uncounted.find("entry_count: 5\n"), std::string("entry_count: 5\n").size());
+  EXPECT_EQ(errorOf(uncounted), "no error");
+  EXPECT_NE(errorOf("entry_count: -1\ngemms: []\n").find("field 'entry_count': expected an integer"),
+            std::string::npos);
+}
+
+TEST(Recipe, FormatsTheHardwareCannotRunExactlyAreRefused) {
+  HardwareModel no_vnni = parseHardwareModel(kHardware, "hw");
+  std::string vnni_text = kHardware;
+  vnni_text.replace(vnni_text.find("vnni: false, max_bits_one: 8, max_bits_both: 7"), 46,
+                    "vnni: true, max_bits_one: 8, max_bits_both: 8");
+  HardwareModel vnni = parseHardwareModel(vnni_text, "hw");
+  Recipe r = parseRecipe(R"(gemms:
+  - {label: a, decision: int8, lhs_format: int8:channel:rtn, rhs_format: int7:channel:rtn}
+  - {label: b, decision: keep}
+  - {label: c, decision: int8, lhs_format: int8:channel:sr, rhs_format: int8:block64:rtn}
+)",
+                         "r.yaml");
+  auto errorOf = [](const Recipe& recipe, const HardwareModel& hw) {
+    try {
+      checkRecipeRunsExactly(recipe, hw);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(errorOf(r, no_vnni),
+            "r.yaml:4: GEMM 'c': int8:channel:sr x int8:block64:rtn cannot run exactly on hardware 'test-cpu' (no VNNI: "
+            "exact up to 8 x 7 bits; a wider pair saturates silently): narrow one operand's format");
+  EXPECT_EQ(errorOf(r, vnni), "no error");
+  Recipe all = parseRecipe(
+      "gemms:\n  - {match: \".*\", decision: int8, lhs_format: int8:tensor:rtn, rhs_format: int8:tensor:rtn}\n",
+      "m.yaml");
+  EXPECT_NE(errorOf(all, no_vnni).find("m.yaml:2: entry `match: .*`: int8:tensor:rtn x int8:tensor:rtn"),
+            std::string::npos)
+      << errorOf(all, no_vnni);
+}
+
+// The generator fits its own formats to the hardware; a policy rule can force others.
+TEST(RecipeGenerator, RefusesARuleForcingFormatsTheHardwareCannotRun) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Policy p = parsePolicy(R"(name: forced
+forward: {quantize: true}
+backward: {quantize: false}
+rules:
+  - {label: "layer0/mlp/up", action: quantize, lhs_format: "int8:channel:rtn", rhs_format: "int8:channel:rtn"}
+)",
+                         "policy.yaml");
+  try {
+    generateRecipe(testProfile(), hw, p, "p.yaml");
+    FAIL() << "the recipe was made";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "policy forced, rule (label ~ layer0/mlp/up): forces int8:channel:rtn x int8:channel:rtn on GEMM "
+                 "'layer0/mlp/up', which hardware 'test-cpu' cannot run exactly (no VNNI: exact up to 8 x 7 bits; a "
+                 "wider pair saturates silently): narrow one of the rule's formats");
+  }
 }
 
 TEST(Recipe, BadFilesNameTheLineAndField) {

@@ -152,6 +152,33 @@ TEST_F(ProfileTest, BadOptionsFailBeforeTrainingAndLeaveNothingBehind) {
   EXPECT_EQ(files(), std::vector<std::string>{});
 }
 
+TEST_F(ProfileTest, AProfileOfAnotherModelIsRefusedNamingBoth) {
+  TrainOptions o = tiny("run");
+  o.steps = 2;
+  o.profile_steps = 1;
+  o.profile_out = (dir_ / "p.yaml").string();
+  train(o);
+  Profile p = loadProfile(o.profile_out);
+  auto errorOf = [&](const ModelConfig& m) {
+    try {
+      checkProfileModel(p, m.name, m.toYaml(), m.source);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(errorOf(o.model), "no error");
+  EXPECT_EQ(errorOf(loadModelConfig("small")),
+            o.profile_out + ":4: field 'run.model': the profile was made with model 'tiny', not with model 'small' "
+                            "(<preset small>)");
+  ModelConfig wider = o.model;
+  wider.d_ff = 128;
+  wider.source = "wide.yaml";
+  EXPECT_EQ(errorOf(wider), o.profile_out + ":4: field 'run.model_config': the profile was made with another config "
+                                            "of model 'tiny' than wide.yaml: 'd_ff: 64' in the profile, 'd_ff: 128' in "
+                                            "wide.yaml");
+}
+
 TEST_F(ProfileTest, BrokenProfilesAreRejectedWithFileAndField) {
   TrainOptions o = tiny("run");
   o.steps = 3;
@@ -188,6 +215,14 @@ TEST_F(ProfileTest, BrokenProfilesAreRejectedWithFileAndField) {
   EXPECT_NE(errorOf(replaced("zero_fraction: 0\n", "zero_fraction: 1.5\n")).find("zero_fraction"), std::string::npos);
   EXPECT_NE(errorOf(replaced("sharding: column", "sharding: diagonal")).find("expected one of column, row"), std::string::npos);
   EXPECT_NE(errorOf(replaced("gemms:", "gemmz:")).find("unknown field 'gemmz'"), std::string::npos);
+  // Cut after a GEMM: still valid YAML, caught by the count written before the list.
+  std::string cut = good.substr(0, good.rfind("\n  - label: ") + 1);
+  std::string error = errorOf(cut);
+  EXPECT_NE(error.find("field 'gemm_count': the profile records 51 GEMMs but lists 50 (the last is 'layer0/attn/q:dgrad')"
+                       ": the file was cut short or edited"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(errorOf(replaced("gemm_count: 51\n", "")).find("field 'gemm_count': is missing"), std::string::npos);
   EXPECT_NE(errorOf("\x7f" "ELF\x01\x02").find("p.yaml"), std::string::npos);
   EXPECT_NE(errorOf("").find("p.yaml: is empty"), std::string::npos);
   EXPECT_THROW(loadProfile((dir_ / "nope.yaml").string()), Error);
