@@ -53,6 +53,14 @@ CandidateSqnrs candidateSqnrs(const Profile& profile, const HardwareModel& hw, c
   return c;
 }
 
+// A recipe to fine-tune with. An adversarial one (a policy with an inverted
+// threshold) quantizes the lowest-SQNR GEMMs on purpose: a check of the metric, never a
+// candidate.
+struct RecipeRun {
+  std::string name, path;
+  bool adversarial = false;
+};
+
 class Experiment {
  public:
   explicit Experiment(const ExperimentOptions& o) : o_(o), start_(Clock::now()) {}
@@ -65,10 +73,11 @@ class Experiment {
   void baseline();
   // The profile of phase 1, checked to be of this experiment's model.
   Profile profile() const;
-  // Phase 2: the recipes to compare, by name.
-  std::vector<std::pair<std::string, std::string>> makeRecipes();
+  // Phase 2: the recipes to compare.
+  std::vector<RecipeRun> makeRecipes();
   // Phase 3: one fine-tuning run; `recipe` empty for the f32 continuation.
-  RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps);
+  RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps,
+                      bool adversarial = false);
   void search(const Profile& profile, const HardwareModel& hw);
 
   TrainOptions trainOptions(const std::string& dir) const;
@@ -221,7 +230,7 @@ Profile Experiment::profile() const {
   return p;
 }
 
-std::vector<std::pair<std::string, std::string>> Experiment::makeRecipes() {
+std::vector<RecipeRun> Experiment::makeRecipes() {
   Profile profile = this->profile();
   HardwareModel hw = loadHardwareModel(o_.hardware);
   // The backward candidates' SQNR in the formats the thresholded recipes would run,
@@ -241,24 +250,26 @@ std::vector<std::pair<std::string, std::string>> Experiment::makeRecipes() {
   }
   for (const std::string& p : o_.extra_policies) policies.push_back(p);
   fs::create_directories(fs::path(o_.out_dir) / "recipes");
-  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<RecipeRun> out;
   for (const std::string& p : policies) {
     Policy pol = policy(p);
     Recipe recipe = generateRecipe(profile, hw, pol, "../profile.yaml");
     std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug(pol.name) + ".yaml")).string();
     writeRecipe(path, recipe);
-    out.emplace_back(pol.name, path);
+    out.push_back({pol.name, path, pol.forward.invert || pol.backward.invert});
   }
   return out;
 }
 
 RunSummary Experiment::finetune(const std::string& name, const std::string& policy, const std::string& recipe,
-                                int64_t steps) {
+                                int64_t steps, bool adversarial) {
   std::string dir = (fs::path(o_.out_dir) / "runs" / runSlug(name)).string();
   std::string result = (fs::path(dir) / "result.yaml").string();
   if (fs::exists(result)) {
     phase(fmt::format("fine-tune {}: already done", name), steps);
-    return loadRunSummary(result);
+    RunSummary s = loadRunSummary(result);
+    s.adversarial = adversarial;
+    return s;
   }
   TrainOptions t = trainOptions(dir);
   t.steps = baseline_step_ + o_.finetune_steps;
@@ -272,6 +283,7 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
   int64_t target = t.stop_after > 0 ? baseline_step_ + t.stop_after : t.steps;
   if (!t.resume || loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step < target) train(t);
   RunSummary s = summarizeRun(name, policy, recipe, readMetrics((fs::path(dir) / "metrics.csv").string()));
+  s.adversarial = adversarial;
   if (!recipe.empty()) {
     Recipe r = loadRecipe(recipe);
     s.fwd_int8 = r.summary.fwd_int8;
@@ -356,11 +368,11 @@ ExperimentResult Experiment::run() {
     result.report_path = (fs::path(o_.out_dir) / "SEARCH.md").string();
     return result;
   }
-  std::vector<std::pair<std::string, std::string>> recipes = makeRecipes();
+  std::vector<RecipeRun> recipes = makeRecipes();
   phases_ = phase_ + 1 + static_cast<int>(recipes.size());
   std::vector<RunSummary> runs;
   runs.push_back(finetune(kF32, kF32, "", o_.finetune_steps));
-  for (const auto& [name, path] : recipes) runs.push_back(finetune(name, name, path, o_.finetune_steps));
+  for (const RecipeRun& r : recipes) runs.push_back(finetune(r.name, r.name, r.path, o_.finetune_steps, r.adversarial));
   ReportInputs in;
   in.out_dir = o_.out_dir;
   in.model = o_.model;

@@ -34,6 +34,9 @@ struct RunSummary {
   double final_val_loss = 0;
   int fwd_int8 = 0, fwd_total = 0, bwd_int8 = 0, bwd_total = 0;
   bool within_budget = false;  // search trials
+  // A policy with an inverted threshold (F+B_SR<t): it quantizes the lowest-SQNR GEMMs
+  // to check that the metric is informative, so the report never recommends it.
+  bool adversarial = false;
 };
 
 // A file-name-safe form of a run name: "F+B_SR>1.5" -> "F+B_SR_gt_1.5".

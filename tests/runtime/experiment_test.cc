@@ -162,6 +162,38 @@ TEST_F(ExperimentTest, AFullDiskStopsWithAnErrorAndKeepsEarlierResults) {
   EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "runs" / "F" / "result.yaml"));
 }
 
+TEST_F(ExperimentTest, NeverRecommendsAnAdversarialRecipe) {
+  ExperimentOptions o = options();
+  runExperiment(o);
+  fs::path runs = fs::path(o.out_dir) / "runs";
+  RunSummary base = loadRunSummary((runs / "f32" / "result.yaml").string());
+  // The adversarial recipe becomes the fastest run, with the f32 loss; of the real
+  // recipes only F stays within 1% of it.
+  std::string adversarial;
+  for (const auto& e : fs::directory_iterator(runs)) {
+    std::string slug = e.path().filename().string(), path = (e.path() / "result.yaml").string();
+    if (slug == "f32") continue;
+    RunSummary s = loadRunSummary(path);
+    bool check = slug.starts_with("F+B_SR_lt_");
+    if (check) adversarial = s.name;
+    s.step_ms = base.step_ms / (check ? 10 : slug == "F" ? 2 : 3);
+    s.mean_loss = check || slug == "F" ? base.mean_loss : base.mean_loss * 1.5;
+    writeRunSummary(path, s);
+  }
+  ASSERT_FALSE(adversarial.empty());
+  runExperiment(o);  // every run is done: only the report is written again
+  std::string report = read(fs::path(o.out_dir) / "REPORT.md");
+  EXPECT_NE(report.find("The fastest recipe within 1% of the f32 loss is `F`: 2.00x faster per step"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("The adversarial recipes `" + adversarial +
+                        "` (10.00x, loss +0.00%) quantize the lowest-SQNR GEMMs on purpose: they are checks of the "
+                        "metric, not candidates."),
+            std::string::npos)
+      << report;
+  EXPECT_NE(read(fs::path(o.out_dir) / "table.md").find("| " + adversarial + " (adversarial) |"), std::string::npos);
+}
+
 TEST_F(ExperimentTest, SearchReportsEveryTrial) {
   ExperimentOptions o = options();
   o.search = true;
