@@ -23,6 +23,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
 #include "runtime/metrics.h"
+#include "runtime/option_ranges.h"
 #include "runtime/param_init.h"
 #include "runtime/profile_collector.h"
 #include "runtime/progress.h"
@@ -37,6 +38,18 @@ double learningRate(const OptimizerConfig& opt, int64_t step, int64_t total) {
   double progress = std::min(1.0, static_cast<double>(step - opt.warmup) / static_cast<double>(decay_steps));
   double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   return opt.lr * (opt.min_lr_ratio + (1.0 - opt.min_lr_ratio) * cosine);
+}
+
+void validateOptimizerConfig(const OptimizerConfig& opt) {
+  using namespace ranges;
+  kLr.check(opt.lr);
+  kWarmup.check(opt.warmup);
+  kMinLrRatio.check(opt.min_lr_ratio);
+  kWeightDecay.check(opt.weight_decay);
+  kGradClip.check(opt.grad_clip);
+  kBeta1.check(opt.beta1);
+  kBeta2.check(opt.beta2);
+  kAdamEps.check(opt.eps);
 }
 
 namespace {
@@ -97,6 +110,33 @@ TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument
 
 std::string precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
 
+// Every numeric option within its range (runtime/option_ranges.h) and consistent with
+// the others. Reads and writes nothing, so train() and TrainingSession run it before
+// any work.
+void validateTrainOptions(const TrainOptions& o) {
+  using namespace ranges;
+  kSteps.check(o.steps);
+  kStopAfter.check(o.stop_after);
+  kEvalEvery.check(o.eval_every);
+  kEvalBatches.check(o.eval_batches);
+  kCheckpointEvery.check(o.checkpoint_every);
+  kLogEvery.check(o.log_every);
+  validateOptimizerConfig(o.optimizer);
+  kWarmup.check(o.optimizer.warmup, o.steps);
+  kProfileBits.check(o.profile_bits);
+  kProfileSteps.check(o.profile_steps, o.steps);
+  kProfileWarmup.check(o.profile_warmup, o.steps);
+  // Both are at most --steps, itself at most kMaxSteps: the sum cannot overflow.
+  if (o.profile_warmup + o.profile_steps > o.steps)
+    throw Error(fmt::format("--profile-warmup {} + --profile-steps {} exceed --steps {}", o.profile_warmup,
+                            o.profile_steps, o.steps));
+}
+
+const TrainOptions& validated(const TrainOptions& o) {
+  validateTrainOptions(o);
+  return o;
+}
+
 }  // namespace
 
 struct TrainingSession::Impl {
@@ -124,7 +164,7 @@ struct TrainingSession::Impl {
 };
 
 TrainingSession::Impl::Impl(const TrainOptions& options)
-    : o(options),
+    : o(validated(options)),
       corpus(loadCorpus(options.corpus)),
       sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   checkCorpusFits(corpus, o.model.seq_len);
@@ -326,8 +366,6 @@ class TrainLoop {
 };
 
 void TrainLoop::checkProfileOptions() const {
-  if (o_.profile_bits < 2 || o_.profile_bits > 8)
-    throw Error(fmt::format("--profile-bits must be in [2, 8], got {}", o_.profile_bits));
   try {
     quantFormatBits(fmt::format("int8:{}:rtn", o_.profile_granularity));
   } catch (const Error&) {
@@ -336,12 +374,8 @@ void TrainLoop::checkProfileOptions() const {
   }
   if (o_.profile_steps == 0 && o_.profile_out.empty()) return;
   if (o_.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
-  if (o_.profile_steps <= 0)
-    throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got {}", o_.profile_out, o_.profile_steps));
-  if (o_.profile_warmup < 0) throw Error(fmt::format("--profile-warmup must be >= 0, got {}", o_.profile_warmup));
-  if (o_.profile_warmup + o_.profile_steps > o_.steps)
-    throw Error(fmt::format("--profile-warmup {} + --profile-steps {} exceed --steps {}", o_.profile_warmup,
-                            o_.profile_steps, o_.steps));
+  if (o_.profile_steps == 0)
+    throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got 0", o_.profile_out));
   // Fail now, not after training, when the profile cannot be written.
   std::filesystem::path dir = std::filesystem::path(o_.profile_out).parent_path();
   if (dir.empty()) dir = ".";
@@ -421,9 +455,7 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
 }
 
 TrainResult TrainLoop::run() {
-  if (o_.steps < 1) throw Error(fmt::format("--steps must be >= 1, got {}", o_.steps));
-  if (o_.stop_after < 0) throw Error(fmt::format("--stop-after must be >= 0, got {}", o_.stop_after));
-  if (o_.eval_batches < 1) throw Error(fmt::format("--eval-batches must be >= 1, got {}", o_.eval_batches));
+  validateTrainOptions(o_);
   checkProfileOptions();
   std::error_code ec;
   std::filesystem::create_directories(o_.out_dir, ec);
