@@ -23,6 +23,7 @@
 #include "passes/recipe_generator.h"
 #include "runtime/checkpoint.h"
 #include "runtime/experiment_report.h"
+#include "runtime/memory_estimate.h"
 #include "runtime/option_ranges.h"
 
 namespace pgq {
@@ -337,6 +338,8 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
 
 ExperimentResult Experiment::run() {
   validate();
+  // The baseline profiles, so it holds the instrumented training graph as well.
+  checkTrainingMemory(o_.model, estimateTrainingMemory(o_.model, o_.eval_batches, true), availableMemoryBytes());
   std::error_code ec;
   fs::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the results folder: {}", o_.out_dir, ec.message()));

@@ -62,8 +62,9 @@ struct ExperimentResult {
 };
 
 // Throws pgq::Error for bad options (outside their ranges in runtime/option_ranges.h,
-// conflicting, unknown policies), before writing anything, or when the folder holds
-// an experiment made with other options.
+// conflicting, unknown policies) or a model too large for this machine's memory,
+// before writing anything, or when the folder holds an experiment made with other
+// options.
 ExperimentResult runExperiment(const ExperimentOptions& options);
 
 }  // namespace pgq

@@ -22,6 +22,7 @@
 #include "passes/recipe.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
+#include "runtime/memory_estimate.h"
 #include "runtime/metrics.h"
 #include "runtime/option_ranges.h"
 #include "runtime/param_init.h"
@@ -132,8 +133,16 @@ void validateTrainOptions(const TrainOptions& o) {
                             o.profile_steps, o.steps));
 }
 
-const TrainOptions& validated(const TrainOptions& o) {
+// Refuses, before any graph is built, a model whose estimated memory exceeds what this
+// machine has available.
+void checkEstimatedMemory(const TrainOptions& o) {
+  checkTrainingMemory(o.model, estimateTrainingMemory(o.model, o.eval_batches, o.profile_steps > 0),
+                      availableMemoryBytes());
+}
+
+const TrainOptions& checkedBeforeWork(const TrainOptions& o) {
   validateTrainOptions(o);
+  checkEstimatedMemory(o);
   return o;
 }
 
@@ -157,14 +166,21 @@ struct TrainingSession::Impl {
   std::vector<Tensor> params, m, v;
   Tensor tokens, targets;
   BatchSampler sampler;
+  // What the memory check of each executor's plan compares: the memory available when
+  // the session started, and the bytes planned so far (parameters, moments, the batch
+  // and the buffers of the executors compiled before).
+  std::optional<double> available_bytes = availableMemoryBytes();
+  double planned_bytes = 0;
 
+  // Options of an executor whose plan is checked against the available memory.
+  ExecutorOptions executorOptions(bool profile);
   void bindParams();
   void buildInstrumented();
   double gradNorm(const Executor& exec) const;
 };
 
 TrainingSession::Impl::Impl(const TrainOptions& options)
-    : o(validated(options)),
+    : o(checkedBeforeWork(options)),
       corpus(loadCorpus(options.corpus)),
       sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   checkCorpusFits(corpus, o.model.seq_len);
@@ -173,10 +189,14 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
   eval = buildTransformer(o.model);
   runPasses(*eval.graph, o, false);
-  ExecutorOptions exec_options;
-  exec_options.profile = o.profile_ops;
-  train_exec = std::make_unique<Executor>(*train.graph, exec_options);
-  eval_exec = std::make_unique<Executor>(*eval.graph);
+  // The parameters, their AdamW moments and the batch, allocated after the executors.
+  auto bytes = [](const Node* n) {
+    return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
+  };
+  for (const Node* p : train.params) planned_bytes += 3 * bytes(p);
+  planned_bytes += 2 * bytes(train.tokens);
+  train_exec = std::make_unique<Executor>(*train.graph, executorOptions(o.profile_ops));
+  eval_exec = std::make_unique<Executor>(*eval.graph, executorOptions(false));
   for (Node* p : train.params) {
     params.emplace_back(p->type());
     initParameter(*p, o.model.seed, params.back());
@@ -192,6 +212,16 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   eval_exec->bind(eval.targets, targets);
 }
 
+ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
+  ExecutorOptions options;
+  options.profile = profile;
+  options.before_allocation = [this](const MemoryStats& planned) {
+    planned_bytes += static_cast<double>(planned.arena_bytes + planned.persistent_bytes);
+    checkPlannedMemory(o.model, planned_bytes, available_bytes);
+  };
+  return options;
+}
+
 void TrainingSession::Impl::bindParams() {
   for (size_t i = 0; i < train.params.size(); ++i) {
     train_exec->bind(train.params[i], params[i]);
@@ -202,9 +232,7 @@ void TrainingSession::Impl::bindParams() {
 
 void TrainingSession::Impl::buildInstrumented() {
   instrumented = buildTrainingGraph(o, true);
-  ExecutorOptions exec_options;
-  exec_options.profile = o.profile_ops;
-  instrumented_exec = std::make_unique<Executor>(*instrumented.graph, exec_options);
+  instrumented_exec = std::make_unique<Executor>(*instrumented.graph, executorOptions(o.profile_ops));
   instrumented_exec->bind(instrumented.tokens, tokens);
   instrumented_exec->bind(instrumented.targets, targets);
   collector = std::make_unique<ProfileCollector>(*instrumented.graph);
@@ -227,6 +255,7 @@ const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
 std::string TrainingSession::recipeName() const { return impl_->recipe ? impl_->recipe->name : std::string(); }
 const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
 Executor& TrainingSession::executor() { return *impl_->train_exec; }
+double TrainingSession::plannedBytes() const { return impl_->planned_bytes; }
 
 Executor& TrainingSession::instrumentedExecutor() {
   if (!impl_->instrumented_exec) impl_->buildInstrumented();
@@ -457,6 +486,7 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
 TrainResult TrainLoop::run() {
   validateTrainOptions(o_);
   checkProfileOptions();
+  checkEstimatedMemory(o_);
   std::error_code ec;
   std::filesystem::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));

@@ -115,8 +115,9 @@ struct TrainResult {
 // step() directly.
 class TrainingSession {
  public:
-  // Checks the options, loads and checks the corpus, builds and compiles both graphs,
-  // initializes the parameters from the model seed.
+  // Checks the options and the model's estimated memory, loads and checks the corpus,
+  // builds and compiles both graphs (refusing a memory plan larger than the memory
+  // available, before allocating it), initializes the parameters from the model seed.
   explicit TrainingSession(const TrainOptions& options);
   ~TrainingSession();
 
@@ -140,6 +141,9 @@ class TrainingSession {
   std::vector<std::pair<std::string, Tensor>> state() const;
   void loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source);
   std::vector<std::pair<std::string, TensorType>> stateTypes() const;
+  // Bytes the session holds: parameters, AdamW moments, the batch and the buffers of its
+  // executors (what the memory check compared with the available memory).
+  double plannedBytes() const;
 
  private:
   struct Impl;
@@ -147,7 +151,8 @@ class TrainingSession {
 };
 
 // Throws pgq::Error for bad inputs (corpus, checkpoint, options outside their ranges in
-// runtime/option_ranges.h, before writing anything) and when the loss becomes NaN/Inf (the message names the step;
+// runtime/option_ranges.h, a model too large for this machine's memory), before
+// writing anything, and when the loss becomes NaN/Inf (the message names the step;
 // the last good checkpoint is kept).
 TrainResult train(const TrainOptions& options);
 

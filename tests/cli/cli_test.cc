@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -227,6 +228,26 @@ TEST_F(Cli, HelpShowsTheRangeOfEveryNumericFlag) {
       flat += ' ';
     }
     EXPECT_NE(flat.find(c.text), std::string::npos) << c.command << ": " << c.text << "\n" << r.out;
+  }
+}
+
+// A model far too large for the machine is refused from its config, in well under a
+// second, with the estimate and what to change, before anything is allocated or written.
+TEST_F(Cli, AModelTooLargeForTheMachineExitsTwoBeforeAllocating) {
+  std::string huge = write("huge.yaml",
+                           "name: huge\nd_model: 65536\nn_layers: 48\nn_heads: 16\nd_ff: 262144\n"
+                           "seq_len: 4096\nbatch: 64\n");
+  for (const std::string command : {"train", "experiment"}) {
+    fs::path out = dir_ / ("out_" + command);
+    auto start = std::chrono::steady_clock::now();
+    Result r = pgq(command + " --model " + huge + " --no-progress --out " + out.string());
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.code, 2) << r.out;
+    for (const char* part : {"pgq: error: model ", "huge.yaml: training needs about ", " TiB (parameters+AdamW ",
+                             "at batch 64 x seq_len 4096), this machine has ", "available; reduce batch, seq_len"})
+      EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+    EXPECT_LT(seconds, 5.0);
+    EXPECT_FALSE(fs::exists(out));
   }
 }
 

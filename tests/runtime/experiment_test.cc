@@ -166,6 +166,10 @@ TEST_F(ExperimentTest, OptionsOutOfRangeFailBeforeWritingAnything) {
        }},
       {"--lr", [&](ExperimentOptions& o) { o.optimizer.lr = nan; }},
       {"--warmup", [](ExperimentOptions& o) { o.optimizer.warmup = -1; }},
+      {"model huge.yaml: training needs about", [](ExperimentOptions& o) {
+         o.model = parseModelConfig(
+             "d_model: 65536\nn_layers: 48\nn_heads: 16\nd_ff: 262144\nseq_len: 4096\nbatch: 64\n", "huge.yaml");
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
