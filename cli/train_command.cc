@@ -3,12 +3,13 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/number_flags.h"
 #include "frontend/model_config.h"
-#include "ir/errors.h"
 #include "runtime/trainer.h"
 
 namespace pgq::cli {
@@ -17,8 +18,8 @@ namespace {
 struct TrainArgs {
   std::string model = "small";
   std::string precision = "f32";
-  int threads = 0;
-  int64_t seed = -1;
+  std::optional<int64_t> seed;
+  std::optional<int64_t> warmup;
   TrainOptions options;
 };
 
@@ -62,42 +63,39 @@ void addTrainCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model config on a text corpus");
   static TrainArgs args;
   TrainOptions& o = args.options;
+  OptimizerConfig& opt = o.optimizer;
   cmd->add_option("--model", args.model, "Preset name (tiny, small) or model YAML file")->capture_default_str();
   cmd->add_option("--corpus", o.corpus, "Text file or directory of text files")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "Total optimizer steps (a resumed run continues to this count)")
-      ->capture_default_str();
+  addNumber(cmd, ranges::kSteps, o.steps, "Total optimizer steps (a resumed run continues to this count)");
   cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue the run whose checkpoint is in --out");
   cmd->add_option("--init-from", o.init_from,
                   "Start this run from another run's checkpoint (weights, optimizer state, step); the recipe may differ");
-  cmd->add_option("--stop-after", o.stop_after,
-                  "Stop after this many steps of this invocation, with a checkpoint (0: run to --steps)")
-      ->capture_default_str();
-  cmd->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint period in steps (0: at the end only)")
-      ->capture_default_str();
-  cmd->add_option("--eval-every", o.eval_every, "Validation period in steps (0: at the end only)")
-      ->capture_default_str();
-  cmd->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")->capture_default_str();
-  cmd->add_option("--lr", o.optimizer.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", o.optimizer.warmup, "Linear warmup steps")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", o.optimizer.min_lr_ratio, "Final lr as a fraction of --lr")
-      ->capture_default_str();
-  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  cmd->add_option("--grad-clip", o.optimizer.grad_clip, "Global gradient norm clip (0: off)")->capture_default_str();
+  addNumber(cmd, ranges::kStopAfter, o.stop_after,
+            "Stop after this many steps of this invocation, with a checkpoint (0: run to --steps)");
+  addNumber(cmd, ranges::kCheckpointEvery, o.checkpoint_every, "Checkpoint period in steps (0: at the end only)");
+  addNumber(cmd, ranges::kEvalEvery, o.eval_every, "Validation period in steps (0: at the end only)");
+  addNumber(cmd, ranges::kEvalBatches, o.eval_batches, "Validation batches per evaluation");
+  addNumber(cmd, ranges::kLr, opt.lr, "Peak learning rate");
+  addNumber(cmd, ranges::kWarmup, args.warmup,
+            fmt::format("Linear warmup steps (default {}, or --steps when that is smaller)", opt.warmup));
+  addNumber(cmd, ranges::kMinLrRatio, opt.min_lr_ratio, "Final lr as a fraction of --lr");
+  addNumber(cmd, ranges::kWeightDecay, opt.weight_decay, "AdamW decoupled weight decay");
+  addNumber(cmd, ranges::kGradClip, opt.grad_clip, "Global gradient norm clip (0: off)");
   cmd->add_option("--precision", args.precision, "GEMM precision: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
-  cmd->add_option("--threads", args.threads, "OpenMP threads (0: OpenMP's default)")->capture_default_str();
-  cmd->add_option("--seed", args.seed, "Override the model config's seed");
+  addThreadsFlag(cmd);
+  addNumber(cmd, ranges::kSeed, args.seed,
+            "Seed of the initialization, data order and rounding (default: the model config's seed)");
   cmd->add_flag("--profile-ops", o.profile_ops, "Time every kernel and print the per-op time split");
-  cmd->add_option("--profile-steps", o.profile_steps,
-                  "Stage (i): log GEMM operand statistics for this many steps (needs --profile-out)")
-      ->capture_default_str();
-  cmd->add_option("--profile-warmup", o.profile_warmup, "Steps to train before the logged ones")->capture_default_str();
+  addNumber(cmd, ranges::kProfileSteps, o.profile_steps,
+            "Stage (i): log GEMM operand statistics for this many steps (0: none; needs --profile-out)");
+  addNumber(cmd, ranges::kProfileWarmup, o.profile_warmup, "Steps to train before the logged ones");
   cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)");
   cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
-  cmd->add_option("--profile-bits", o.profile_bits, "Also profile formats of these bits (int8 per-channel always)")
-      ->capture_default_str();
+  addNumber(cmd, ranges::kProfileBits, o.profile_bits,
+            "Also profile formats of these bits (int8 per-channel always)");
   cmd->add_option("--profile-granularity", o.profile_granularity,
                   "Also profile this scale granularity: tensor, channel or block<N>")
       ->capture_default_str();
@@ -106,10 +104,10 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   cmd->callback([] {
     TrainOptions& o = args.options;
-    if (args.threads < 0) throw Error(fmt::format("--threads must be >= 0, got {}", args.threads));
-    if (args.threads > 0) omp_set_num_threads(args.threads);
     o.model = loadModelConfig(args.model);
-    if (args.seed >= 0) o.model.seed = static_cast<uint64_t>(args.seed);
+    if (args.seed) o.model.seed = static_cast<uint64_t>(*args.seed);
+    if (args.warmup) o.optimizer.warmup = *args.warmup;
+    else o.optimizer.warmup = std::min(o.optimizer.warmup, o.steps);
     o.precision = args.precision == "bf16" ? Precision::kBf16 : Precision::kF32;
     TrainResult r = train(o);
     if (r.history.empty()) return;

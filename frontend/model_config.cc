@@ -12,22 +12,20 @@
 namespace pgq {
 namespace {
 
-constexpr int64_t kMaxSize = int64_t{1} << 20;
-
 ModelConfig fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "vocab", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch",
                   "norm", "norm_eps", "activation", "tied_embeddings", "tensor_parallel",
                   "init_std", "seed"});
   ModelConfig c;
-  c.name = root.getString("name", "model");
   c.source = root.file();
-  c.vocab = root.getInt("vocab", 256, 256, kMaxSize);
-  c.d_model = root.getInt("d_model", 1, kMaxSize);
+  c.name = root.getString("name", "model");
+  c.vocab = root.getInt("vocab", 256, 256, kMaxModelSize);
+  c.d_model = root.getInt("d_model", 1, kMaxModelSize);
   c.n_layers = root.getInt("n_layers", 1, 1024);
-  c.n_heads = root.getInt("n_heads", 1, kMaxSize);
-  c.d_ff = root.getInt("d_ff", 1, kMaxSize);
-  c.seq_len = root.getInt("seq_len", 2, kMaxSize);
-  c.batch = root.getInt("batch", 1, kMaxSize);
+  c.n_heads = root.getInt("n_heads", 1, kMaxModelSize);
+  c.d_ff = root.getInt("d_ff", 1, kMaxModelSize);
+  c.seq_len = root.getInt("seq_len", 2, kMaxModelSize);
+  c.batch = root.getInt("batch", 1, kMaxModelSize);
   c.norm = root.getEnum("norm", {"rmsnorm", "layernorm"}, "rmsnorm") == "rmsnorm"
                ? NormKind::kRmsNorm
                : NormKind::kLayerNorm;
@@ -43,9 +41,15 @@ ModelConfig fromNode(const ConfigNode& root) {
   if (c.n_heads % c.tensor_parallel != 0 || c.d_ff % c.tensor_parallel != 0)
     root.fail("tensor_parallel", fmt::format("must divide n_heads = {} and d_ff = {}, got {}",
                                              c.n_heads, c.d_ff, c.tensor_parallel));
-  if (c.batch * c.seq_len > kMaxSize)
+  if (c.batch * c.seq_len > kMaxModelSize)
     root.fail("batch", fmt::format("batch x seq_len = {} tokens is more than {}",
-                                   c.batch * c.seq_len, kMaxSize));
+                                   c.batch * c.seq_len, kMaxModelSize));
+  // Each factor is at most 2^20 and tokens x seq_len at most 2^40, so the product
+  // itself fits int64.
+  if (c.tokens() * c.n_heads * c.seq_len > kMaxModelElements)
+    root.fail("n_heads", fmt::format("the attention scores, batch x n_heads x seq_len x seq_len = {} x {} x {} x {}, "
+                                     "have more than {} elements; reduce batch, n_heads or seq_len",
+                                     c.batch, c.n_heads, c.seq_len, c.seq_len, kMaxModelElements));
   return c;
 }
 

@@ -144,6 +144,7 @@ void Executor::compile() {
   }
   MemoryPlan plan = planMemory(requests);
   arena_bytes_ = plan.arena_bytes;
+  if (options_.before_allocation) options_.before_allocation(memory());
   arena_ = allocateBuffer(arena_bytes_);
   ptrs_.assign(slots_.size(), nullptr);
   for (size_t i = 0; i < arena_slots.size(); ++i) ptrs_[arena_slots[i]] = arena_ + plan.offsets[i];

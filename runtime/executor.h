@@ -9,6 +9,7 @@
 // A run then only calls the kernels in order.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,22 +22,26 @@
 
 namespace pgq {
 
+struct MemoryStats {
+  size_t arena_bytes = 0;       // temporaries, with reuse
+  size_t persistent_bytes = 0;  // outputs and constants
+  size_t bound_bytes = 0;       // parameters and inputs (owned by the caller)
+  size_t peak() const { return arena_bytes + persistent_bytes + bound_bytes; }
+};
+
 struct ExecutorOptions {
   // Time every kernel (one clock read per node per run).
   bool profile = false;
+  // Called with the planned sizes once the memory plan is known, before the arena and
+  // the other buffers are allocated; it refuses by throwing (the trainer compares the
+  // plan with the memory this machine has).
+  std::function<void(const MemoryStats& planned)> before_allocation;
 };
 
 struct NodeProfile {
   const Node* node = nullptr;
   double total_ms = 0;
   int64_t calls = 0;
-};
-
-struct MemoryStats {
-  size_t arena_bytes = 0;       // temporaries, with reuse
-  size_t persistent_bytes = 0;  // outputs and constants
-  size_t bound_bytes = 0;       // parameters and inputs (owned by the caller)
-  size_t peak() const { return arena_bytes + persistent_bytes + bound_bytes; }
 };
 
 class Executor {

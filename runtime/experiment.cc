@@ -23,6 +23,8 @@
 #include "passes/recipe_generator.h"
 #include "runtime/checkpoint.h"
 #include "runtime/experiment_report.h"
+#include "runtime/memory_estimate.h"
+#include "runtime/option_ranges.h"
 #include "runtime/run_dir_lock.h"
 
 namespace pgq {
@@ -100,18 +102,24 @@ class Experiment {
 };
 
 void Experiment::validate() const {
-  if (o_.search && o_.loss_budget <= 0)
-    throw Error(fmt::format("--loss-budget must be > 0, got {}", o_.loss_budget));
-  if (o_.baseline_steps < 1 && o_.from_checkpoint.empty())
-    throw Error(fmt::format("--baseline-steps must be >= 1, got {}", o_.baseline_steps));
-  if (o_.profile_steps < 1) throw Error(fmt::format("--profile-steps must be >= 1, got {}", o_.profile_steps));
-  if (o_.from_checkpoint.empty() && o_.profile_steps > o_.baseline_steps)
-    throw Error(fmt::format("--profile-steps {} exceed --baseline-steps {}", o_.profile_steps, o_.baseline_steps));
-  if (o_.finetune_steps < 2) throw Error(fmt::format("--finetune-steps must be >= 2, got {}", o_.finetune_steps));
-  if (o_.trial_steps < 2) throw Error(fmt::format("--trial-steps must be >= 2, got {}", o_.trial_steps));
-  for (double f : o_.fractions)
-    if (!(f > 0 && f < 1)) throw Error(fmt::format("--fractions must lie in (0, 1), got {}", f));
-  if (o_.bits < 2 || o_.bits > 8) throw Error(fmt::format("--bits must be in [2, 8], got {}", o_.bits));
+  using namespace ranges;
+  if (o_.from_checkpoint.empty()) {
+    kBaselineSteps.check(o_.baseline_steps);
+    kExperimentProfileSteps.check(o_.profile_steps, o_.baseline_steps);
+  } else {
+    kExperimentProfileSteps.check(o_.profile_steps);  // the checkpoint's step bounds nothing
+  }
+  kFinetuneSteps.check(o_.finetune_steps);
+  kTrialSteps.check(o_.trial_steps);
+  kExperimentEvalBatches.check(o_.eval_batches);
+  kBits.check(o_.bits);
+  kLossBudget.check(o_.loss_budget);
+  validateOptimizerConfig(o_.optimizer);
+  for (double f : o_.fractions) kFraction.check(f);
+  // Bounded so that the steps of all recipes together stay far inside int64.
+  if (static_cast<int64_t>(o_.fractions.size() + o_.extra_policies.size()) > kMaxExtraRecipes)
+    throw Error(fmt::format("--fractions and --policy: {} recipes besides the standard ones, at most {}",
+                            o_.fractions.size() + o_.extra_policies.size(), kMaxExtraRecipes));
   if (o_.backward_rounding != "sr" && o_.backward_rounding != "rtn")
     throw Error(fmt::format("--backward-rounding must be sr or rtn, got '{}'", o_.backward_rounding));
   try {
@@ -351,6 +359,8 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
 
 ExperimentResult Experiment::run() {
   validate();
+  // The baseline profiles, so it holds the instrumented training graph as well.
+  checkTrainingMemory(o_.model, estimateTrainingMemory(o_.model, o_.eval_batches, true), availableMemoryBytes());
   std::error_code ec;
   fs::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the results folder: {}", o_.out_dir, ec.message()));

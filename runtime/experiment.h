@@ -61,8 +61,10 @@ struct ExperimentResult {
   std::string table_path;
 };
 
-// Throws pgq::Error for bad options (conflicting flags, budgets <= 0, unknown
-// policies) or when the folder holds an experiment made with other options.
+// Throws pgq::Error for bad options (outside their ranges in runtime/option_ranges.h,
+// conflicting, unknown policies) or a model too large for this machine's memory,
+// before writing anything, or when the folder holds an experiment made with other
+// options.
 ExperimentResult runExperiment(const ExperimentOptions& options);
 
 }  // namespace pgq

@@ -12,6 +12,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
+#include "runtime/option_ranges.h"
 #include "runtime/tensor.h"
 
 namespace pgq {
@@ -121,6 +122,7 @@ double bestTime(double seconds, Run run) {
 }  // namespace
 
 HardwareModel probeHardware(const ProbeOptions& o) {
+  ranges::kProbeSeconds.check(o.seconds_per_test);
   HardwareModel hw;
   const kernels::Int8Caps& caps = kernels::int8Caps();
   hw.threads = omp_get_max_threads();

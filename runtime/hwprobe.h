@@ -10,6 +10,7 @@ struct ProbeOptions {
   double seconds_per_test = 0.3;  // wall time each measurement runs for
 };
 
+// Throws pgq::Error when seconds_per_test is outside ranges::kProbeSeconds.
 HardwareModel probeHardware(const ProbeOptions& options = {});
 
 }  // namespace pgq

@@ -23,7 +23,9 @@
 #include "passes/recipe.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
+#include "runtime/memory_estimate.h"
 #include "runtime/metrics.h"
+#include "runtime/option_ranges.h"
 #include "runtime/param_init.h"
 #include "runtime/profile_collector.h"
 #include "runtime/progress.h"
@@ -39,6 +41,18 @@ double learningRate(const OptimizerConfig& opt, int64_t step, int64_t total) {
   double progress = std::min(1.0, static_cast<double>(step - opt.warmup) / static_cast<double>(decay_steps));
   double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   return opt.lr * (opt.min_lr_ratio + (1.0 - opt.min_lr_ratio) * cosine);
+}
+
+void validateOptimizerConfig(const OptimizerConfig& opt) {
+  using namespace ranges;
+  kLr.check(opt.lr);
+  kWarmup.check(opt.warmup);
+  kMinLrRatio.check(opt.min_lr_ratio);
+  kWeightDecay.check(opt.weight_decay);
+  kGradClip.check(opt.grad_clip);
+  kBeta1.check(opt.beta1);
+  kBeta2.check(opt.beta2);
+  kAdamEps.check(opt.eps);
 }
 
 namespace {
@@ -111,6 +125,41 @@ HardwareModel thisCpu() {
   return cpu;
 }
 
+// Every numeric option within its range (runtime/option_ranges.h) and consistent with
+// the others. Reads and writes nothing, so train() and TrainingSession run it before
+// any work.
+void validateTrainOptions(const TrainOptions& o) {
+  using namespace ranges;
+  kSteps.check(o.steps);
+  kStopAfter.check(o.stop_after);
+  kEvalEvery.check(o.eval_every);
+  kEvalBatches.check(o.eval_batches);
+  kCheckpointEvery.check(o.checkpoint_every);
+  kLogEvery.check(o.log_every);
+  validateOptimizerConfig(o.optimizer);
+  kWarmup.check(o.optimizer.warmup, o.steps);
+  kProfileBits.check(o.profile_bits);
+  kProfileSteps.check(o.profile_steps, o.steps);
+  kProfileWarmup.check(o.profile_warmup, o.steps);
+  // Both are at most --steps, itself at most kMaxSteps: the sum cannot overflow.
+  if (o.profile_warmup + o.profile_steps > o.steps)
+    throw Error(fmt::format("--profile-warmup {} + --profile-steps {} exceed --steps {}", o.profile_warmup,
+                            o.profile_steps, o.steps));
+}
+
+// Refuses, before any graph is built, a model whose estimated memory exceeds what this
+// machine has available.
+void checkEstimatedMemory(const TrainOptions& o) {
+  checkTrainingMemory(o.model, estimateTrainingMemory(o.model, o.eval_batches, o.profile_steps > 0),
+                      availableMemoryBytes());
+}
+
+const TrainOptions& checkedBeforeWork(const TrainOptions& o) {
+  validateTrainOptions(o);
+  checkEstimatedMemory(o);
+  return o;
+}
+
 }  // namespace
 
 struct TrainingSession::Impl {
@@ -131,14 +180,21 @@ struct TrainingSession::Impl {
   std::vector<Tensor> params, m, v;
   Tensor tokens, targets;
   BatchSampler sampler;
+  // What the memory check of each executor's plan compares: the memory available when
+  // the session started, and the bytes planned so far (parameters, moments, the batch
+  // and the buffers of the executors compiled before).
+  std::optional<double> available_bytes = availableMemoryBytes();
+  double planned_bytes = 0;
 
+  // Options of an executor whose plan is checked against the available memory.
+  ExecutorOptions executorOptions(bool profile);
   void bindParams();
   void buildInstrumented();
   double gradNorm(const Executor& exec) const;
 };
 
 TrainingSession::Impl::Impl(const TrainOptions& options)
-    : o(options),
+    : o(checkedBeforeWork(options)),
       corpus(loadCorpus(options.corpus)),
       sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   checkCorpusFits(corpus, o.model.seq_len);
@@ -154,10 +210,14 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
   eval = buildTransformer(o.model);
   runPasses(*eval.graph, o, false);
-  ExecutorOptions exec_options;
-  exec_options.profile = o.profile_ops;
-  train_exec = std::make_unique<Executor>(*train.graph, exec_options);
-  eval_exec = std::make_unique<Executor>(*eval.graph);
+  // The parameters, their AdamW moments and the batch, allocated after the executors.
+  auto bytes = [](const Node* n) {
+    return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
+  };
+  for (const Node* p : train.params) planned_bytes += 3 * bytes(p);
+  planned_bytes += 2 * bytes(train.tokens);
+  train_exec = std::make_unique<Executor>(*train.graph, executorOptions(o.profile_ops));
+  eval_exec = std::make_unique<Executor>(*eval.graph, executorOptions(false));
   for (Node* p : train.params) {
     params.emplace_back(p->type());
     initParameter(*p, o.model.seed, params.back());
@@ -173,6 +233,16 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   eval_exec->bind(eval.targets, targets);
 }
 
+ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
+  ExecutorOptions options;
+  options.profile = profile;
+  options.before_allocation = [this](const MemoryStats& planned) {
+    planned_bytes += static_cast<double>(planned.arena_bytes + planned.persistent_bytes);
+    checkPlannedMemory(o.model, planned_bytes, available_bytes);
+  };
+  return options;
+}
+
 void TrainingSession::Impl::bindParams() {
   for (size_t i = 0; i < train.params.size(); ++i) {
     train_exec->bind(train.params[i], params[i]);
@@ -183,9 +253,7 @@ void TrainingSession::Impl::bindParams() {
 
 void TrainingSession::Impl::buildInstrumented() {
   instrumented = buildTrainingGraph(o, true);
-  ExecutorOptions exec_options;
-  exec_options.profile = o.profile_ops;
-  instrumented_exec = std::make_unique<Executor>(*instrumented.graph, exec_options);
+  instrumented_exec = std::make_unique<Executor>(*instrumented.graph, executorOptions(o.profile_ops));
   instrumented_exec->bind(instrumented.tokens, tokens);
   instrumented_exec->bind(instrumented.targets, targets);
   collector = std::make_unique<ProfileCollector>(*instrumented.graph);
@@ -208,6 +276,7 @@ const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
 std::string TrainingSession::recipeName() const { return impl_->recipe ? impl_->recipe->name : std::string(); }
 const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
 Executor& TrainingSession::executor() { return *impl_->train_exec; }
+double TrainingSession::plannedBytes() const { return impl_->planned_bytes; }
 
 Executor& TrainingSession::instrumentedExecutor() {
   if (!impl_->instrumented_exec) impl_->buildInstrumented();
@@ -377,8 +446,6 @@ class TrainLoop {
 };
 
 void TrainLoop::checkProfileOptions() const {
-  if (o_.profile_bits < 2 || o_.profile_bits > 8)
-    throw Error(fmt::format("--profile-bits must be in [2, 8], got {}", o_.profile_bits));
   try {
     quantFormatBits(fmt::format("int8:{}:rtn", o_.profile_granularity));
   } catch (const Error&) {
@@ -387,12 +454,8 @@ void TrainLoop::checkProfileOptions() const {
   }
   if (o_.profile_steps == 0 && o_.profile_out.empty()) return;
   if (o_.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
-  if (o_.profile_steps <= 0)
-    throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got {}", o_.profile_out, o_.profile_steps));
-  if (o_.profile_warmup < 0) throw Error(fmt::format("--profile-warmup must be >= 0, got {}", o_.profile_warmup));
-  if (o_.profile_warmup + o_.profile_steps > o_.steps)
-    throw Error(fmt::format("--profile-warmup {} + --profile-steps {} exceed --steps {}", o_.profile_warmup,
-                            o_.profile_steps, o_.steps));
+  if (o_.profile_steps == 0)
+    throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got 0", o_.profile_out));
   // Fail now, not after training, when the profile cannot be written.
   std::filesystem::path dir = std::filesystem::path(o_.profile_out).parent_path();
   if (dir.empty()) dir = ".";
@@ -472,10 +535,9 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
 }
 
 TrainResult TrainLoop::run() {
-  if (o_.steps < 1) throw Error(fmt::format("--steps must be >= 1, got {}", o_.steps));
-  if (o_.stop_after < 0) throw Error(fmt::format("--stop-after must be >= 0, got {}", o_.stop_after));
-  if (o_.eval_batches < 1) throw Error(fmt::format("--eval-batches must be >= 1, got {}", o_.eval_batches));
+  validateTrainOptions(o_);
   checkProfileOptions();
+  checkEstimatedMemory(o_);
   std::error_code ec;
   std::filesystem::create_directories(o_.out_dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));

@@ -29,11 +29,15 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;      // global L2 norm; <= 0 disables clipping
+  double grad_clip = 1.0;      // global L2 norm; 0 disables clipping
 };
 
 // Learning rate of (0-based) step `step` of `total`.
 double learningRate(const OptimizerConfig& opt, int64_t step, int64_t total);
+
+// Throws pgq::Error for a value outside its range (runtime/option_ranges.h); train()
+// also checks the warmup against the run's steps.
+void validateOptimizerConfig(const OptimizerConfig& optimizer);
 
 struct TrainOptions {
   ModelConfig model;
@@ -111,8 +115,9 @@ struct TrainResult {
 // step() directly.
 class TrainingSession {
  public:
-  // Loads and checks the corpus, builds and compiles both graphs, initializes the
-  // parameters from the model seed.
+  // Checks the options and the model's estimated memory, loads and checks the corpus,
+  // builds and compiles both graphs (refusing a memory plan larger than the memory
+  // available, before allocating it), initializes the parameters from the model seed.
   explicit TrainingSession(const TrainOptions& options);
   ~TrainingSession();
 
@@ -136,14 +141,19 @@ class TrainingSession {
   std::vector<std::pair<std::string, Tensor>> state() const;
   void loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source);
   std::vector<std::pair<std::string, TensorType>> stateTypes() const;
+  // Bytes the session holds: parameters, AdamW moments, the batch and the buffers of its
+  // executors (what the memory check compared with the available memory).
+  double plannedBytes() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// Throws pgq::Error for bad inputs (corpus, checkpoint, options) and when the loss
-// becomes NaN/Inf (the message names the step; the last good checkpoint is kept).
+// Throws pgq::Error for bad inputs (corpus, checkpoint, options outside their ranges in
+// runtime/option_ranges.h, a model too large for this machine's memory), before
+// writing anything, and when the loss becomes NaN/Inf (the message names the step;
+// the last good checkpoint is kept).
 TrainResult train(const TrainOptions& options);
 
 }  // namespace pgq

@@ -1,7 +1,9 @@
 // Runs the pgq binary the way a user does and checks exit codes and messages.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -89,7 +91,7 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"ir opt --passes cse,nope " + bad_ir, "unknown pass 'nope'"},
       {"ir frobnicate", "A subcommand is required"},
       {"train --model " + bad_model + " --steps 1", "field 'n_heads': must divide d_model = 32, got 3"},
-      {"train --model tiny --steps 0 --out " + (dir_ / "r").string(), "--steps must be >= 1"},
+      {"train --model tiny --steps 0 --out " + (dir_ / "r").string(), "--steps: expected an integer in [1, "},
       {"train --model tiny --corpus /nonexistent --out " + (dir_ / "r").string(), "/nonexistent"},
       {"train --model nosuchmodel", "neither a preset"},
       {"train --precision f16", "f16"},
@@ -99,6 +101,156 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
+  }
+}
+
+// Every numeric flag is checked before any work: a bad value exits 2 with one line that
+// names the flag, and leaves no output behind.
+TEST_F(Cli, BadNumbersExitTwoNamingTheFlagBeforeAnyWork) {
+  struct Case {
+    std::string command;  // train, experiment or hwprobe
+    std::string flags;
+    std::string flag;  // named in the message
+  };
+  const std::string int64_max = "9223372036854775807", overflow = "99999999999999999999";
+  std::vector<Case> cases = {
+      {"train", "--lr -1", "--lr"},
+      {"train", "--lr nan", "--lr"},
+      {"train", "--lr inf", "--lr"},
+      {"train", "--lr=-inf", "--lr"},
+      {"train", "--lr 0", "--lr"},
+      {"train", "--lr 11", "--lr"},
+      {"train", "--lr 1e400", "--lr"},
+      {"train", "--lr 0.1x", "--lr"},
+      {"train", "--lr ''", "--lr"},
+      {"train", "--min-lr-ratio 2", "--min-lr-ratio"},
+      {"train", "--min-lr-ratio nan", "--min-lr-ratio"},
+      {"train", "--min-lr-ratio -0.5", "--min-lr-ratio"},
+      {"train", "--warmup -5", "--warmup"},
+      {"train", "--warmup " + int64_max, "--warmup"},
+      {"train", "--warmup " + overflow, "--warmup"},
+      {"train", "--steps 10 --warmup 11", "--warmup"},
+      {"train", "--grad-clip nan", "--grad-clip"},
+      {"train", "--grad-clip -1", "--grad-clip"},
+      {"train", "--grad-clip inf", "--grad-clip"},
+      {"train", "--grad-clip 1e7", "--grad-clip"},
+      {"train", "--weight-decay -0.1", "--weight-decay"},
+      {"train", "--weight-decay nan", "--weight-decay"},
+      {"train", "--threads 100000", "--threads"},
+      {"train", "--threads -1", "--threads"},
+      {"train", "--threads 1.5", "--threads"},
+      {"train", "--steps -1", "--steps"},
+      {"train", "--steps " + int64_max, "--steps"},
+      {"train", "--steps " + overflow, "--steps"},
+      {"train", "--steps 1e3", "--steps"},
+      {"train", "--steps 0x10", "--steps"},
+      {"train", "--eval-batches " + int64_max, "--eval-batches"},
+      {"train", "--eval-batches 0", "--eval-batches"},
+      {"train", "--eval-every -1", "--eval-every"},
+      {"train", "--checkpoint-every -1", "--checkpoint-every"},
+      {"train", "--stop-after -1", "--stop-after"},
+      {"train", "--stop-after " + int64_max, "--stop-after"},
+      {"train", "--profile-warmup " + int64_max + " --profile-steps 1 --profile-out P", "--profile-warmup"},
+      {"train", "--profile-steps " + int64_max + " --profile-out P", "--profile-steps"},
+      {"train", "--steps 10 --profile-warmup 8 --profile-steps 5 --profile-out P", "--profile-warmup"},
+      {"train", "--profile-steps -1 --profile-out P", "--profile-steps"},
+      {"train", "--profile-bits 1", "--profile-bits"},
+      {"train", "--profile-bits 4294967304", "--profile-bits"},
+      {"train", "--seed -1", "--seed"},
+      {"train", "--seed nan", "--seed"},
+      {"experiment", "--search --loss-budget nan", "--loss-budget"},
+      {"experiment", "--search --loss-budget 0", "--loss-budget"},
+      {"experiment", "--search --loss-budget -1", "--loss-budget"},
+      {"experiment", "--search --loss-budget inf", "--loss-budget"},
+      {"experiment", "--lr nan", "--lr"},
+      {"experiment", "--lr -1", "--lr"},
+      {"experiment", "--baseline-steps 0", "--baseline-steps"},
+      {"experiment", "--baseline-steps " + int64_max, "--baseline-steps"},
+      {"experiment", "--finetune-steps 1", "--finetune-steps"},
+      {"experiment", "--finetune-steps " + overflow, "--finetune-steps"},
+      {"experiment", "--search --loss-budget 0.01 --trial-steps 1", "--trial-steps"},
+      {"experiment", "--profile-steps 0", "--profile-steps"},
+      {"experiment", "--baseline-steps 20 --profile-steps 30", "--profile-steps"},
+      {"experiment", "--fractions nan", "--fractions"},
+      {"experiment", "--fractions 0.5,abc", "--fractions"},
+      {"experiment", "--fractions 1", "--fractions"},
+      {"experiment", "--bits 9", "--bits"},
+      {"experiment", "--bits 1", "--bits"},
+      {"experiment", "--threads 100000", "--threads"},
+      {"hwprobe", "--seconds nan", "--seconds"},
+      {"hwprobe", "--seconds 0", "--seconds"},
+      {"hwprobe", "--seconds inf", "--seconds"},
+      {"hwprobe", "--seconds 61", "--seconds"},
+      {"hwprobe", "--threads 100000", "--threads"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::string index = std::to_string(i);
+    fs::path out = dir_ / ("out" + index), profile = dir_ / ("p" + index + ".yaml");
+    std::string flags = c.flags;
+    if (size_t at = flags.find("--profile-out P"); at != std::string::npos)
+      flags.replace(at, 15, "--profile-out " + profile.string());
+    std::string args = c.command + " " + flags;
+    if (c.command == "hwprobe") args += " -o " + out.string();
+    else args += " --model tiny --no-progress --out " + out.string();
+    Result r = pgq(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.substr(0, 12), "pgq: error: ") << args << "\n" << r.out;
+    EXPECT_EQ(r.out.substr(12, c.flag.size()), c.flag) << args << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(out)) << args;
+    EXPECT_FALSE(fs::exists(profile)) << args;
+  }
+}
+
+TEST_F(Cli, HelpShowsTheRangeOfEveryNumericFlag) {
+  struct Case {
+    std::string command, text;
+  };
+  std::vector<Case> cases = {
+      {"train", "Peak learning rate; in (0, 10], default 0.001"},
+      {"train", "in [0, --steps]"},
+      {"train", "Global gradient norm clip (0: off); in [0, 1000000], default 1"},
+      {"train", "More threads than processors only slow OpenMP down"},
+      {"train", "(default: the model config's seed); in [0, 9223372036854775807]"},
+      {"experiment", "allowed loss increase over f32, e.g. 0.01 for 1%; in (0, 10]"},
+      {"experiment", "each in (0, 1)"},
+      {"hwprobe", "Wall time per measurement in seconds; in [0.05, 60], default 0.3"},
+  };
+  for (const Case& c : cases) {
+    Result r = pgq(c.command + " --help");
+    EXPECT_EQ(r.code, 0);
+    // CLI11 wraps long descriptions; compare with the line breaks and indents removed.
+    std::string flat;
+    for (size_t i = 0; i < r.out.size(); ++i) {
+      if (r.out[i] != '\n') {
+        flat += r.out[i];
+        continue;
+      }
+      while (i + 1 < r.out.size() && r.out[i + 1] == ' ') ++i;
+      flat += ' ';
+    }
+    EXPECT_NE(flat.find(c.text), std::string::npos) << c.command << ": " << c.text << "\n" << r.out;
+  }
+}
+
+// A model far too large for the machine is refused from its config, in well under a
+// second, with the estimate and what to change, before anything is allocated or written.
+TEST_F(Cli, AModelTooLargeForTheMachineExitsTwoBeforeAllocating) {
+  std::string huge = write("huge.yaml",
+                           "name: huge\nd_model: 65536\nn_layers: 48\nn_heads: 16\nd_ff: 262144\n"
+                           "seq_len: 4096\nbatch: 64\n");
+  for (const std::string command : {"train", "experiment"}) {
+    fs::path out = dir_ / ("out_" + command);
+    auto start = std::chrono::steady_clock::now();
+    Result r = pgq(command + " --model " + huge + " --no-progress --out " + out.string());
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.code, 2) << r.out;
+    for (const char* part : {"pgq: error: model ", "huge.yaml: training needs about ", " TiB (parameters+AdamW ",
+                             "at batch 64 x seq_len 4096), this machine has ", "available; reduce batch, seq_len"})
+      EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+    EXPECT_LT(seconds, 5.0);
+    EXPECT_FALSE(fs::exists(out));
   }
 }
 

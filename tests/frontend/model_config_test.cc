@@ -75,6 +75,32 @@ TEST(ModelConfig, BadConfigsNameFileLineAndField) {
   EXPECT_NE(errorOf(std::string("d_model: 3\0\x01", 13)).find("NUL"), std::string::npos);
 }
 
+// Every tensor size computed from a config must fit int64 with room for sums over the
+// graph: each size, the tokens of a batch and the attention scores are bounded.
+TEST(ModelConfig, SizesAreBoundedSoTensorSizesFitInt64) {
+  EXPECT_EQ(errorOf("d_model: 2097152\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 4\n"),
+            "m.yaml:1: field 'd_model': expected an integer in [1, 1048576], got 2097152");
+  EXPECT_EQ(errorOf("d_model: 32\nn_layers: 2000\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 4\n"),
+            "m.yaml:2: field 'n_layers': expected an integer in [1, 1024], got 2000");
+  EXPECT_EQ(errorOf("d_model: 32\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 1048576\nbatch: 2\n"),
+            "m.yaml:6: field 'batch': batch x seq_len = 2097152 tokens is more than 1048576");
+  // 2^20 tokens x 1024 heads x 2^20 positions = 2^50 scores.
+  EXPECT_EQ(errorOf("d_model: 1024\nn_layers: 1\nn_heads: 1024\nd_ff: 8\nseq_len: 1048576\nbatch: 1\n"),
+            "m.yaml:3: field 'n_heads': the attention scores, batch x n_heads x seq_len x seq_len = 1 x 1024 x "
+            "1048576 x 1048576, have more than 1099511627776 elements; reduce batch, n_heads or seq_len");
+  // The largest accepted sizes still give int64 sizes everywhere.
+  ModelConfig largest = parseModelConfig(
+      "vocab: 1048576\nd_model: 1048576\nn_layers: 1024\nn_heads: 1\nd_ff: 1048576\nseq_len: 1048576\n"
+      "batch: 1\n",
+      "m.yaml");
+  EXPECT_LE(largest.tokens() * largest.n_heads * largest.seq_len, kMaxModelElements);
+}
+
+TEST(ModelConfig, RemembersWhereItWasRead) {
+  EXPECT_EQ(loadModelConfig("tiny").source, "<preset tiny>");
+  EXPECT_EQ(parseModelConfig(kValid, "m.yaml").source, "m.yaml");
+}
+
 TEST(ModelConfig, UnknownPresetOrMissingFile) {
   try {
     loadModelConfig("nonexistent_model");

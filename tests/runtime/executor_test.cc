@@ -188,6 +188,23 @@ TEST(Executor, UnboundInputsAndWrongTypesAreErrors) {
   EXPECT_THROW(exec.bind("nope", wrong), Error);
 }
 
+// The trainer refuses a plan larger than the machine's memory from this callback, so it
+// must see the final sizes, and a refusal must leave nothing allocated behind.
+TEST(Executor, ShowsItsMemoryPlanBeforeAllocatingAndCanBeRefused) {
+  auto g = parseGraph(readGolden("mlp.pgq"));
+  MemoryStats seen;
+  ExecutorOptions options;
+  options.before_allocation = [&](const MemoryStats& planned) { seen = planned; };
+  Executor exec(*g, options);
+  MemoryStats after = exec.memory();
+  EXPECT_GT(seen.arena_bytes, 0u);
+  EXPECT_EQ(seen.arena_bytes, after.arena_bytes);
+  EXPECT_EQ(seen.persistent_bytes, after.persistent_bytes);
+  EXPECT_EQ(seen.bound_bytes, after.bound_bytes);
+  options.before_allocation = [](const MemoryStats&) { throw Error("too large"); };
+  EXPECT_THROW(Executor(*g, options), Error);
+}
+
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
   std::vector<BufferRequest> requests = {
       {1000, 0, 2}, {500, 1, 3}, {1000, 3, 5}, {200, 4, 4}, {4000, 6, 7}, {64, 0, 7}};

@@ -1,8 +1,11 @@
 #include <csignal>
 #include <sys/resource.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -139,6 +142,47 @@ TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
   bad.out_dir = (dir_ / "bad").string();
   bad.profile_steps = 100;  // more than the baseline
   EXPECT_THROW(runExperiment(bad), Error);
+}
+
+TEST_F(ExperimentTest, OptionsOutOfRangeFailBeforeWritingAnything) {
+  const double nan = std::nan("");
+  struct Case {
+    std::string name;  // the message starts with it
+    std::function<void(ExperimentOptions&)> set;
+  };
+  std::vector<Case> cases = {
+      {"--baseline-steps", [](ExperimentOptions& o) { o.baseline_steps = 0; }},
+      {"--profile-steps", [](ExperimentOptions& o) { o.profile_steps = 0; }},
+      {"--profile-steps", [](ExperimentOptions& o) { o.profile_steps = 41; }},  // past the 40 baseline steps
+      {"--finetune-steps", [](ExperimentOptions& o) { o.finetune_steps = 1; }},
+      {"--trial-steps", [](ExperimentOptions& o) { o.trial_steps = std::numeric_limits<int64_t>::max(); }},
+      {"eval_batches", [](ExperimentOptions& o) { o.eval_batches = 0; }},
+      {"--bits", [](ExperimentOptions& o) { o.bits = 9; }},
+      {"--fractions", [&](ExperimentOptions& o) { o.fractions = {0.5, nan}; }},
+      {"--fractions", [](ExperimentOptions& o) { o.fractions.assign(101, 0.5); }},
+      {"--loss-budget", [&](ExperimentOptions& o) {
+         o.search = true;
+         o.loss_budget = nan;
+       }},
+      {"--lr", [&](ExperimentOptions& o) { o.optimizer.lr = nan; }},
+      {"--warmup", [](ExperimentOptions& o) { o.optimizer.warmup = -1; }},
+      {"model huge.yaml: training needs about", [](ExperimentOptions& o) {
+         o.model = parseModelConfig(
+             "d_model: 65536\nn_layers: 48\nn_heads: 16\nd_ff: 262144\nseq_len: 4096\nbatch: 64\n", "huge.yaml");
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExperimentOptions o = options();
+    c.set(o);
+    try {
+      runExperiment(o);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with(c.name)) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(o.out_dir));
+  }
 }
 
 TEST_F(ExperimentTest, AFullDiskStopsWithAnErrorAndKeepsEarlierResults) {

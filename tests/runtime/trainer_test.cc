@@ -1,6 +1,9 @@
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -121,14 +124,19 @@ TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
   o.steps = 20;
   o.stop_after = 4;
   train(o);  // a healthy start, checkpointed at step 4
-  Checkpoint before = loadCheckpoint(o.out_dir + "/checkpoint.pgqckpt");
+  // The learning rate is at most 10 (runtime/option_ranges.h), too little to overflow
+  // the tiny model in a few steps; a negative AdamW second moment, whose square root
+  // is NaN, makes the weights NaN after the next step instead.
+  std::string path = o.out_dir + "/checkpoint.pgqckpt";
+  Checkpoint before = loadCheckpoint(path);
+  for (auto& [name, tensor] : before.tensors)
+    if (name.starts_with("adam_v/")) std::fill_n(tensor.data<float>(), tensor.numElements(), -1e6f);
+  saveCheckpoint(path, before);
   o.stop_after = 0;
   o.resume = true;
-  o.optimizer.lr = 1e30;
-  o.optimizer.grad_clip = 0;
   try {
     train(o);
-    FAIL() << "training with lr 1e30 did not diverge";
+    FAIL() << "training from a NaN-producing optimizer state did not diverge";
   } catch (const Error& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("step "), std::string::npos) << msg;
@@ -146,6 +154,7 @@ TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
 TEST_F(TrainerTest, RefusesToClobberOrResumeWhatIsNotThere) {
   TrainOptions o = tinyOptions("run");
   o.steps = 2;
+  o.optimizer.warmup = 2;
   o.resume = true;
   EXPECT_THROW(train(o), Error);  // nothing to resume
   o.resume = false;
@@ -174,6 +183,71 @@ TEST_F(TrainerTest, BadCorpusIsAnError) {
   std::ofstream(dir_ / "empty.txt").close();
   o.corpus = (dir_ / "empty.txt").string();
   EXPECT_THROW(train(o), Error);
+}
+
+// Library callers get the same range checks as the CLI: each bad value is an Error
+// naming the option, raised before the run directory is created or a graph is built.
+TEST_F(TrainerTest, OptionsOutOfRangeFailBeforeAnyWork) {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  struct Case {
+    std::string name;  // named in the message
+    std::function<void(TrainOptions&)> set;
+  };
+  std::vector<Case> cases = {
+      {"--steps", [](TrainOptions& o) { o.steps = 0; }},
+      {"--steps", [&](TrainOptions& o) { o.steps = huge; }},
+      {"--stop-after", [](TrainOptions& o) { o.stop_after = -1; }},
+      {"--eval-every", [](TrainOptions& o) { o.eval_every = -1; }},
+      {"--eval-batches", [&](TrainOptions& o) { o.eval_batches = huge; }},
+      {"--eval-batches", [](TrainOptions& o) { o.eval_batches = 0; }},
+      {"--checkpoint-every", [](TrainOptions& o) { o.checkpoint_every = -5; }},
+      {"log_every", [](TrainOptions& o) { o.log_every = 0; }},
+      {"--lr", [&](TrainOptions& o) { o.optimizer.lr = nan; }},
+      {"--lr", [](TrainOptions& o) { o.optimizer.lr = -1; }},
+      {"--lr", [&](TrainOptions& o) { o.optimizer.lr = inf; }},
+      {"--warmup", [](TrainOptions& o) { o.optimizer.warmup = -5; }},
+      {"--warmup", [](TrainOptions& o) { o.optimizer.warmup = 13; }},  // past the 12 steps
+      {"--min-lr-ratio", [](TrainOptions& o) { o.optimizer.min_lr_ratio = 2; }},
+      {"--weight-decay", [&](TrainOptions& o) { o.optimizer.weight_decay = nan; }},
+      {"--grad-clip", [&](TrainOptions& o) { o.optimizer.grad_clip = nan; }},
+      {"--grad-clip", [](TrainOptions& o) { o.optimizer.grad_clip = -1; }},
+      {"optimizer.beta1", [](TrainOptions& o) { o.optimizer.beta1 = 1; }},
+      {"optimizer.beta2", [&](TrainOptions& o) { o.optimizer.beta2 = -inf; }},
+      {"optimizer.eps", [](TrainOptions& o) { o.optimizer.eps = 0; }},
+      {"--profile-bits", [](TrainOptions& o) { o.profile_bits = 9; }},
+      {"--profile-steps", [](TrainOptions& o) { o.profile_steps = -1; }},
+      {"--profile-warmup", [&](TrainOptions& o) {
+         o.profile_steps = 1;
+         o.profile_warmup = huge;  // + profile_steps would overflow
+       }},
+      {"--profile-warmup", [](TrainOptions& o) {
+         o.profile_steps = 5;
+         o.profile_warmup = 10;  // 15 > 12 steps
+       }},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = tinyOptions("run");
+    o.profile_out = (dir_ / "p.yaml").string();
+    o.profile_steps = 2;
+    c.set(o);
+    for (bool session : {false, true}) {
+      SCOPED_TRACE(c.name + (session ? " (TrainingSession)" : " (train)"));
+      try {
+        if (session) {
+          TrainingSession s(o);
+        } else {
+          train(o);
+        }
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        std::string message = e.what();
+        EXPECT_TRUE(message.starts_with(c.name + ":") || message.starts_with(c.name + " ")) << message;
+      }
+      EXPECT_FALSE(fs::exists(o.out_dir));
+      EXPECT_FALSE(fs::exists(o.profile_out));
+    }
+  }
 }
 
 TEST(LearningRate, WarmupThenCosine) {

@@ -1,0 +1,53 @@
+#pragma once
+// Every numeric flag of every subcommand is registered here, named after its range in
+// the library's table (runtime/option_ranges.h): its --help shows the range, and its
+// argument is parsed strictly (decimal, the whole argument, no silent saturation) and
+// checked against the range while the command line is parsed, before any work. The
+// library checks the same ranges again for callers that do not go through the CLI.
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "runtime/option_ranges.h"
+
+namespace pgq::cli {
+
+// `text` as a number in `range`; throws pgq::Error naming the flag, the range and the
+// text ("--lr: expected a finite number in (0, 10], got 'nan'").
+template <typename T>
+T parseNumber(const OptionRange<T>& range, const std::string& text);
+
+extern template int64_t parseNumber(const OptionRange<int64_t>&, const std::string&);
+extern template double parseNumber(const OptionRange<double>&, const std::string&);
+
+// A flag whose `value` holds its default, shown in the help after the range.
+template <typename V, typename T>
+CLI::Option* addNumber(CLI::App* cmd, const OptionRange<T>& range, V& value, const std::string& description) {
+  return cmd
+      ->add_option_function<std::string>(
+          std::string(range.name),
+          [&value, range](const std::string& text) { value = static_cast<V>(parseNumber(range, text)); },
+          fmt::format("{}; in {}, default {}", description, range.text(), value))
+      ->type_name(std::is_floating_point_v<T> ? "FLOAT" : "INT");
+}
+
+// A flag with no default value: `description` says what leaving it out means.
+template <typename V, typename T>
+CLI::Option* addNumber(CLI::App* cmd, const OptionRange<T>& range, std::optional<V>& value,
+                       const std::string& description) {
+  return cmd
+      ->add_option_function<std::string>(
+          std::string(range.name),
+          [&value, range](const std::string& text) { value = static_cast<V>(parseNumber(range, text)); },
+          fmt::format("{}; in {}", description, range.text()))
+      ->type_name(std::is_floating_point_v<T> ? "FLOAT" : "INT");
+}
+
+// --threads: OpenMP threads for the command, set while parsing (0 leaves OpenMP's
+// default).
+void addThreadsFlag(CLI::App* cmd);
+
+}  // namespace pgq::cli

@@ -1,0 +1,119 @@
+#include <chrono>
+#include <filesystem>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "ir/errors.h"
+#include "runtime/memory_estimate.h"
+#include "runtime/trainer.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ModelConfig hugeModel() {
+  return parseModelConfig(
+      "name: huge\nd_model: 65536\nn_layers: 48\nn_heads: 16\nd_ff: 262144\nseq_len: 4096\nbatch: 64\n",
+      "huge.yaml");
+}
+
+// The estimate is what refuses a model before any graph exists, so it must not be below
+// what the executors really plan; and it must not refuse models that would fit by much.
+TEST(MemoryEstimate, BoundsTheRealPlanOfTheShippedPresetsWithinTwice) {
+  for (const std::string name : {"tiny", "small"}) {
+    for (bool profiling : {false, true}) {
+      SCOPED_TRACE(name + (profiling ? " profiling" : ""));
+      TrainOptions o;
+      o.model = loadModelConfig(name);
+      o.eval_batches = 8;
+      TrainingSession session(o);
+      if (profiling) session.instrumentedExecutor();  // builds the instrumented graph
+      double real = session.plannedBytes();
+      MemoryEstimate e = estimateTrainingMemory(o.model, o.eval_batches, profiling);
+      EXPECT_GE(e.total_bytes, real) << memorySizeText(e.total_bytes) << " vs " << memorySizeText(real);
+      EXPECT_LE(e.total_bytes, 2 * real) << memorySizeText(e.total_bytes) << " vs " << memorySizeText(real);
+    }
+  }
+}
+
+TEST(MemoryEstimate, GrowsWithEverySize) {
+  ModelConfig base = loadModelConfig("small");
+  double bytes = estimateTrainingMemory(base, 8, false).total_bytes;
+  for (int64_t ModelConfig::*field : {&ModelConfig::batch, &ModelConfig::seq_len, &ModelConfig::d_model,
+                                      &ModelConfig::d_ff, &ModelConfig::n_layers, &ModelConfig::vocab}) {
+    ModelConfig bigger = base;
+    bigger.*field *= 2;
+    EXPECT_GT(estimateTrainingMemory(bigger, 8, false).total_bytes, bytes);
+  }
+  EXPECT_GT(estimateTrainingMemory(base, 8, true).total_bytes, bytes);
+}
+
+TEST(MemoryEstimate, RefusesWithTheEstimateTheAvailableMemoryAndTheFields) {
+  ModelConfig huge = hugeModel();
+  MemoryEstimate e = estimateTrainingMemory(huge, 8, false);
+  std::string message = errorOf([&] { checkTrainingMemory(huge, e, 22.4 * (1 << 30)); });
+  EXPECT_EQ(message.rfind("model huge.yaml: training needs about ", 0), 0u) << message;
+  for (const char* part : {" TiB (parameters+AdamW ", "activations ", "at batch 64 x seq_len 4096)",
+                           "this machine has 22.4 GiB available; reduce batch, seq_len, d_model, d_ff or n_layers"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
+  // A model of mostly parameters names the fields that size them.
+  ModelConfig wide = parseModelConfig(
+      "d_model: 16384\nn_layers: 64\nn_heads: 16\nd_ff: 65536\nseq_len: 2\nbatch: 1\n", "wide.yaml");
+  message = errorOf([&] { checkTrainingMemory(wide, estimateTrainingMemory(wide, 1, false), 1e9); });
+  EXPECT_NE(message.find("reduce d_model, d_ff, n_layers or vocab"), std::string::npos) << message;
+  // Enough memory, or none known: no refusal.
+  EXPECT_EQ(errorOf([&] { checkTrainingMemory(huge, e, 2 * e.total_bytes); }), "");
+  EXPECT_EQ(errorOf([&] { checkTrainingMemory(huge, e, std::nullopt); }), "");
+}
+
+TEST(MemoryEstimate, RefusesAPlanLargerThanTheAvailableMemory) {
+  ModelConfig small = loadModelConfig("small");
+  std::string message = errorOf([&] { checkPlannedMemory(small, 3.0 * (1 << 30), 1.0 * (1 << 30)); });
+  EXPECT_EQ(message,
+            "model <preset small>: the compiled training graphs need 3.00 GiB (parameters, AdamW moments and the "
+            "executors' buffers at batch 16 x seq_len 128), this machine has 1.00 GiB available; reduce batch, "
+            "seq_len, d_model, d_ff or n_layers");
+  EXPECT_EQ(errorOf([&] { checkPlannedMemory(small, 1e9, 2e9); }), "");
+}
+
+// Through the library entry point with this machine's real available memory: refused
+// from the config alone, quickly, and before the run directory exists.
+TEST(MemoryEstimate, TrainRefusesAHugeModelBeforeAllocatingOrWriting) {
+  TrainOptions o;
+  o.model = hugeModel();
+  o.out_dir = (fs::path(::testing::TempDir()) / ("pgq_huge_" + std::to_string(::getpid()))).string();
+  o.progress = false;
+  auto start = std::chrono::steady_clock::now();
+  std::string message = errorOf([&] { train(o); });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  EXPECT_NE(message.find("training needs about"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(o.out_dir));
+  EXPECT_NE(errorOf([&] { TrainingSession session(o); }).find("training needs about"), std::string::npos);
+}
+
+TEST(MemoryEstimate, ReadsTheAvailableMemoryOfThisMachine) {
+  std::optional<double> available = availableMemoryBytes();
+  ASSERT_TRUE(available);
+  EXPECT_GT(*available, 1 << 20);
+}
+
+TEST(MemoryEstimate, SizesReadAsPeopleWriteThem) {
+  EXPECT_EQ(memorySizeText(512), "512 bytes");
+  EXPECT_EQ(memorySizeText(3.1 * (1 << 20)), "3.10 MiB");
+  EXPECT_EQ(memorySizeText(22.4 * (1 << 30)), "22.4 GiB");
+  EXPECT_EQ(memorySizeText(812.0 * (1 << 30)), "812 GiB");
+}
+
+}  // namespace
+}  // namespace pgq
