@@ -64,8 +64,9 @@ TEST(InstrumentStats, CoversEveryGemmOfTheTrainingGraph) {
   parsePipeline("tag_metadata,instrument_stats")->run(*t.graph, ctx);
   std::set<std::string> uses;
   for (const Node* n : t.graph->outputs())
-    if (n->op() == Op::kQuantStats)
+    if (n->op() == Op::kQuantStats) {
       for (const std::string& u : n->attrs().getStrings(AttrKey::kUses)) EXPECT_TRUE(uses.insert(u).second) << u;
+    }
   int gemms = 0;
   for (const Node* n : t.graph->nodes())
     if (n->op() == Op::kMatMul) {
