@@ -137,7 +137,7 @@ Policy loadPolicy(const std::string& spec) {
     throw Error(fmt::format("policy '{}' is neither a standard policy (F, F+B, F+B_SR, F+B_SR>T, F+B_SR<T, "
                             "F>T1+B_SR>T2) nor an existing file",
                             spec));
-  return fromNode(ConfigNode::loadFile(spec));
+  return fromNode(ConfigNode::loadFile(spec, InputKind::kPolicy));
 }
 
 }  // namespace pgq

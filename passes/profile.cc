@@ -268,6 +268,6 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   return p;
 }
 
-Profile loadProfile(const std::string& path) { return parseProfile(readTextFile(path), path); }
+Profile loadProfile(const std::string& path) { return parseProfile(readTextFile(path, InputKind::kProfile), path); }
 
 }  // namespace pgq

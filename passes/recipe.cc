@@ -167,7 +167,7 @@ Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
   return r;
 }
 
-Recipe loadRecipe(const std::string& path) { return parseRecipe(readTextFile(path), path); }
+Recipe loadRecipe(const std::string& path) { return parseRecipe(readTextFile(path, InputKind::kRecipe), path); }
 
 std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& recipe, const Graph& graph) {
   struct Gemm {

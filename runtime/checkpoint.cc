@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 
 namespace pgq {
 namespace {
@@ -193,29 +194,20 @@ class AtomicFileWriter {
 class FileReader {
  public:
   explicit FileReader(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0 && errno == ENOENT)
-      throw Error(fmt::format("checkpoint {}: no such file", path));
-    if (fd_ < 0)
-      throw Error(fmt::format("checkpoint {}: cannot open: {}", path, std::strerror(errno)));
-    struct stat st;
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw Error(fmt::format("checkpoint {}: not a regular file", path));
+    try {
+      file_ = openInputFile(path, InputKind::kCheckpoint);
+    } catch (const Error& e) {
+      throw Error(fmt::format("checkpoint {}", e.what()));
     }
-    size_ = static_cast<uint64_t>(st.st_size);
   }
-  FileReader(const FileReader&) = delete;
-  FileReader& operator=(const FileReader&) = delete;
-  ~FileReader() { ::close(fd_); }
 
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return file_.size; }
 
   // Reads exactly n bytes at `offset`; the caller has checked that they lie in the file.
   void readAt(uint64_t offset, void* dst, size_t n) const {
     uint8_t* p = static_cast<uint8_t*>(dst);
     while (n > 0) {
-      ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
+      ssize_t got = ::pread(file_.fd.get(), p, n, static_cast<off_t>(offset));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0)
         throw Error(fmt::format("checkpoint {}: cannot read at byte offset {}: {}", path_, offset,
@@ -243,8 +235,7 @@ class FileReader {
 
  private:
   std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
+  InputFile file_;
 };
 
 // Reads the body field by field from the header up to `limit`, never past it. When the

@@ -1,6 +1,7 @@
 #include "runtime/metrics.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 
 namespace pgq {
 namespace {
@@ -72,21 +74,13 @@ std::string keptRows(const std::string& path, const std::vector<std::string>& co
   PGQ_ASSERT(step_column != columns.end(), "resuming metrics needs a 'step' column");
   size_t step_index = static_cast<size_t>(step_column - columns.begin());
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return header;
-  if (fd < 0) ioError(path, "cannot open the file to resume it", errno);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return header;
   std::string content;
-  char chunk[1 << 16];
-  for (;;) {
-    ssize_t got = ::read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      int err = errno;
-      ::close(fd);
-      if (got < 0) ioError(path, "cannot read the file to resume it", err);
-      break;
-    }
-    content.append(chunk, static_cast<size_t>(got));
+  try {
+    content = readTextFile(path, InputKind::kMetrics);
+  } catch (const Error& e) {
+    throw Error(fmt::format("metrics {}; cannot resume it", e.what()));
   }
   if (content.empty()) return header;
 

@@ -1,5 +1,8 @@
 // Runs the pgq binary the way a user does and checks exit codes and messages.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -17,8 +20,8 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result pgq(const std::string& args) {
-  std::string cmd = std::string(PGQ_BINARY_DIR) + "/pgq " + args + " 2>&1";
+// Runs a shell command line and collects what it prints to standard output.
+Result shell(const std::string& cmd) {
   FILE* pipe = popen(cmd.c_str(), "r");
   Result r{-1, ""};
   std::array<char, 4096> buf;
@@ -28,6 +31,14 @@ Result pgq(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+const std::string kPgq = std::string(PGQ_BINARY_DIR) + "/pgq";
+
+Result pgq(const std::string& args) { return shell(kPgq + " " + args + " 2>&1"); }
+
+// For inputs that could hang pgq (a FIFO nobody writes): `timeout` turns a hang into
+// exit code 124 and a failed test instead of a stuck suite.
+Result pgqWithin20s(const std::string& args) { return shell("timeout 20 " + kPgq + " " + args + " 2>&1"); }
 
 class Cli : public ::testing::Test {
  protected:
@@ -203,6 +214,36 @@ TEST_F(Cli, StageTwoBadInputs) {
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST_F(Cli, FifosDevicesDirectoriesAndHugeFilesAreRefused) {
+  std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string huge = (dir_ / "huge.yaml").string();
+  int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t{65} << 20), 0);  // sparse: 65 MiB that take no disk
+  ::close(fd);
+  std::string out = " --steps 1 --no-progress --out " + (dir_ / "run").string();
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"ir print " + fifo, fifo + ": is a FIFO, expected a regular file"},
+      {"train --model " + fifo + out, fifo + ": is a FIFO, expected a regular file"},
+      {"train --model tiny --recipe " + fifo + out, fifo + ": is a FIFO, expected a regular file"},
+      {"train --model tiny --corpus " + fifo + out, "corpus " + fifo + ": is a FIFO, expected a regular file"},
+      {"ir print /dev/zero", "/dev/zero: is a character device, expected a regular file"},
+      {"train --model tiny --corpus /dev/zero" + out, "corpus /dev/zero: is a character device, expected a regular file"},
+      {"ir print " + dir_.string(), dir_.string() + ": is a directory, expected a regular file"},
+      {"train --model " + huge + out, huge + ": 65 MiB is more than the 64 MiB a model config may have"},
+      {"ir print - < /dev/zero", "standard input: grew past the 64 MiB an IR text file may have while it was read"},
+  };
+  for (const Case& c : cases) {
+    Result r = pgqWithin20s(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }
