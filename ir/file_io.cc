@@ -1,12 +1,16 @@
 #include "ir/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -39,6 +43,7 @@ KindInfo kindInfo(InputKind kind) {
     case InputKind::kIrText: return {"an IR text file", 64 * kMiB};
     case InputKind::kRunSummary: return {"a run summary", 64 * kMiB};
     case InputKind::kExperimentOptions: return {"an experiment's options file", 64 * kMiB};
+    case InputKind::kPlotImage: return {"a plot image", 64 * kMiB};
     // A long run logs one short row per step: a million steps is ~100 MB.
     case InputKind::kMetrics: return {"a metrics file", kGiB};
     case InputKind::kCorpus: return {"a corpus", 4 * kGiB};
@@ -217,39 +222,179 @@ std::string readTextFile(const std::string& path, InputKind kind) {
   return text;
 }
 
-void writeFileAtomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (dir / fmt::format(".{}.tmp-{}", target.filename().string(), ::getpid())).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-  auto fail = [&](const char* what) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: {}: {}", path, what, std::strerror(err)));
-  };
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write failed");
+// ---- Writing ----
+
+namespace {
+
+// True for the file systems whose entries are the kernel's, not files: a path there
+// (such as /dev/stdout, a link to /proc/self/fd/1) is written in place, never replaced
+// by a rename. Devices elsewhere in /dev are written in place for their type.
+bool underKernelFileSystem(const fs::path& p) {
+  const std::string& s = p.native();
+  return s.starts_with("/proc/") || s.starts_with("/sys/");
+}
+
+// N when `p` is /proc/<our pid>/fd/N (what /dev/stdout, /dev/fd/N and /proc/self/fd/N
+// resolve to): one of this process's own descriptors.
+std::optional<int> ownDescriptor(const fs::path& p) {
+  if (p.parent_path() != fs::path("/proc") / std::to_string(::getpid()) / "fd") return std::nullopt;
+  std::string name = p.filename().string();
+  int fd = -1;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), fd);
+  if (ec != std::errc() || end != name.data() + name.size() || fd < 0) return std::nullopt;
+  return fd;
+}
+
+struct OutputTarget {
+  std::string path;  // the regular file to replace, or the path to open in place
+  bool in_place = false;
+  bool exists = false;
+  mode_t mode = 0;
+};
+
+// Follows `path` through symlinks to the file a write should end up in (see OutputFile).
+OutputTarget resolveOutput(const std::string& path) {
+  if (path.empty()) throw Error("an output path is empty");
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) throw Error(fmt::format("{}: cannot resolve the path: {}", path, ec.message()));
+  p = p.lexically_normal();
+  // Linux follows at most 40 links in one path; so does this.
+  for (int hop = 0; hop <= 40; ++hop) {
+    // The directory may itself be reached through links (/dev/fd is /proc/self/fd).
+    fs::path dir = fs::weakly_canonical(p.parent_path(), ec);
+    if (!ec && !p.filename().empty()) p = dir / p.filename();
+    if (underKernelFileSystem(p)) return {p.string(), true};
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) {
+      int err = errno;
+      if (err == ENOENT) return {p.string(), false};
+      throw Error(fmt::format("{}: cannot write: {}", path, errnoText(err)));
     }
-    done += static_cast<size_t>(n);
+    if (S_ISLNK(st.st_mode)) {
+      std::string link(PATH_MAX, '\0');
+      ssize_t n = ::readlink(p.c_str(), link.data(), link.size());
+      int err = n < 0 ? errno : ENAMETOOLONG;
+      if (n < 0 || static_cast<size_t>(n) == link.size())
+        throw Error(fmt::format("{}: cannot read the symlink {}: {}", path, p.string(), errnoText(err)));
+      link.resize(static_cast<size_t>(n));
+      fs::path next(link);
+      p = (next.is_absolute() ? next : p.parent_path() / next).lexically_normal();
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) throw Error(fmt::format("{}: is a directory, expected a file", path));
+    if (S_ISREG(st.st_mode)) return {p.string(), false, true, st.st_mode & 07777};
+    return {p.string(), true};
   }
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
+  throw Error(fmt::format("{}: cannot write: {}", path, errnoText(ELOOP)));
+}
+
+// Removes the temporary files of `target` left by writes that were killed: named
+// ".NAME.tmp-PID" (or "NAME.tmp-PID", as checkpoints and metrics once named them)
+// whose PID is our own or no longer alive. Best effort: a file that cannot be listed
+// or removed is left for the next write.
+void removeStaleTemporaries(const fs::path& target) {
+  std::string name = target.filename().string();
+  std::string dir = target.parent_path().string();
+  DIR* listing = ::opendir(dir.c_str());
+  if (!listing) return;
+  std::vector<std::string> stale;
+  for (struct dirent* entry; (entry = ::readdir(listing)) != nullptr;) {
+    std::string_view entry_name = entry->d_name;
+    for (std::string_view prefix : {fmt::format(".{}.tmp-", name), fmt::format("{}.tmp-", name)}) {
+      if (!entry_name.starts_with(prefix)) continue;
+      std::string_view digits = entry_name.substr(prefix.size());
+      pid_t pid = 0;
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+      if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+      if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) stale.emplace_back(entry_name);
+    }
+  }
+  ::closedir(listing);
+  for (const std::string& file : stale) ::unlink((target.parent_path() / file).c_str());
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const std::string& path) : path_(path) {
+  OutputTarget target = resolveOutput(path);
+  target_ = target.path;
+  if (target.in_place) {
+    if (std::optional<int> own = ownDescriptor(target_)) {
+      // Reopening /proc/self/fd/1 would start a new file offset (and O_TRUNC would wipe
+      // a file the shell redirected to); writing through the descriptor itself puts the
+      // output where the redirection points, after what this process printed so far.
+      std::fflush(nullptr);
+      fd_ = FileDescriptor(::fcntl(*own, F_DUPFD_CLOEXEC, 0));
+    } else {
+      fd_ = FileDescriptor(::open(target_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666));
+    }
+    if (fd_.get() < 0) fail("cannot open for writing", errno);
+    return;
+  }
+  fs::path final_path(target_);
+  removeStaleTemporaries(final_path);
+  tmp_ = (final_path.parent_path() / fmt::format(".{}.tmp-{}", final_path.filename().string(), ::getpid())).string();
+  fd_ = FileDescriptor(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+  if (fd_.get() < 0) {
     int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: close failed: {}", path, std::strerror(err)));
+    tmp_.clear();  // not ours to remove
+    fail(fmt::format("cannot create a temporary file in {}", final_path.parent_path().string()), err);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (target.exists && ::fchmod(fd_.get(), target.mode) != 0) {
     int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: rename failed: {}", path, std::strerror(err)));
+    ::unlink(tmp_.c_str());  // the destructor does not run for a throwing constructor
+    fail(fmt::format("cannot give the temporary file {} the permissions of {}", tmp_, target_), err);
   }
+}
+
+OutputFile::~OutputFile() {
+  fd_.close();
+  if (atomic() && !committed_) ::unlink(tmp_.c_str());
+}
+
+void OutputFile::fail(const std::string& what, int err) const {
+  throw Error(fmt::format("{}: {}: {}", path_, what, errnoText(err)));
+}
+
+void OutputFile::write(const void* data, size_t size) {
+  PGQ_ASSERT(!committed_ && fd_.get() >= 0, "{}: write after commit", path_);
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_.get(), p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(atomic() ? fmt::format("cannot write the temporary file {}", tmp_) : std::string("cannot write"), errno);
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void OutputFile::commit() {
+  PGQ_ASSERT(!committed_ && fd_.get() >= 0, "{}: committed twice", path_);
+  if (!atomic()) {
+    // Devices and FIFOs cannot be fsynced (EINVAL); close reports a late write error.
+    if (fd_.close() != 0) fail("cannot close", errno);
+    committed_ = true;
+    return;
+  }
+  if (::fsync(fd_.get()) != 0) fail(fmt::format("cannot fsync the temporary file {}", tmp_), errno);
+  if (fd_.close() != 0) fail(fmt::format("cannot close the temporary file {}", tmp_), errno);
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail(fmt::format("cannot rename {} to {}", tmp_, target_), errno);
+  committed_ = true;
+  // The rename itself is durable only once the directory entry is on disk.
+  std::string dir = fs::path(target_).parent_path().string();
+  FileDescriptor dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  int rc = dir_fd.get() < 0 ? -1 : ::fsync(dir_fd.get());
+  // Some file systems cannot fsync a directory (EINVAL); the rename is then as durable
+  // as they allow.
+  if (rc != 0 && errno != EINVAL)
+    fail(fmt::format("written, but its directory {} could not be synced, so it may not survive a crash", dir), errno);
+}
+
+void writeFileAtomically(const std::string& path, const std::string& text) {
+  OutputFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 }  // namespace pgq

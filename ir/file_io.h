@@ -1,9 +1,9 @@
 #pragma once
 // Reading and writing files, with errors that name the path. Every file pgq reads goes
 // through openInputFile (usually by way of readTextFile) and every file it writes goes
-// through writeFileAtomically, so that what a user can put at a path (a FIFO, a device,
-// /dev/zero, a huge or growing file) is handled once, here. Knows nothing of the IR or
-// oneDNN: it is support code.
+// through OutputFile (usually by way of writeFileAtomically), so that what a user can
+// put at a path (a FIFO, a device, /dev/zero, a huge or growing file, a symlink, a full
+// disk) is handled once, here. Knows nothing of the IR or oneDNN: it is support code.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,10 +13,10 @@
 namespace pgq {
 
 // What a file pgq reads is. It names the file in messages and sets how large it may be:
-// 64 MiB for the configs and IR text, 1 GiB for a metrics CSV, 4 GiB and at most the
-// memory available now (MemAvailable in /proc/meminfo) for a corpus, and no limit for a
-// checkpoint, whose reader checks every size in its header against the file's real size
-// instead.
+// 64 MiB for the configs, IR text and a plot image, 1 GiB for a metrics CSV, 4 GiB and
+// at most the memory available now (MemAvailable in /proc/meminfo) for a corpus, and no
+// limit for a checkpoint, whose reader checks every size in its header against the
+// file's real size instead.
 enum class InputKind {
   kModelConfig,
   kRecipe,
@@ -27,6 +27,7 @@ enum class InputKind {
   kRunSummary,
   kExperimentOptions,
   kMetrics,
+  kPlotImage,
   kCorpus,
   kCheckpoint,
 };
@@ -79,9 +80,51 @@ std::string readTextFile(const std::string& path, InputKind kind);
 // "64 MiB", "3.1 GiB", "512 bytes": a size for messages, to one decimal.
 std::string byteSizeText(uint64_t bytes);
 
-// Writes `text` to `path` atomically: a temporary file in the same directory, fsync,
-// then rename. On failure throws pgq::Error and leaves `path` as it was, with no
-// temporary file behind.
+// A file being written. Every writer in pgq follows one rule for what a path means:
+//   - a regular file or nothing: written to a temporary file in the same directory
+//     (".NAME.tmp-PID"), fsynced and renamed over it by commit(), so a reader sees the
+//     old content or the new, never a mix; a replaced file keeps its permissions.
+//   - a symlink: resolved, and the rule applies to the file it leads to, so the link
+//     stays a link and its target is replaced.
+//   - anything else (a character or block device such as /dev/full, a FIFO, a
+//     socket) and anything reached through /proc/ or /sys/ (/dev/stdout and /dev/fd/N
+//     lead to /proc/self/fd/N): opened and written in place, as a shell's `>` would;
+//     one of our own descriptors (/dev/stdout) is written through directly, at its
+//     current offset.
+//   - a directory: refused.
+// Every failure throws pgq::Error naming the path and errno's text (ENOSPC on
+// /dev/full is an error). Destroying an uncommitted OutputFile removes its temporary
+// file. Before creating one, the constructor removes the temporary files of the same
+// target that a killed write left behind: those whose PID is no longer alive or is our
+// own (so two OutputFiles of one process must not write the same target at once).
+class OutputFile {
+ public:
+  explicit OutputFile(const std::string& path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const void* data, size_t size);
+  // Atomic: fsync, rename over the target, fsync the directory. In place: close.
+  void commit();
+
+  bool atomic() const { return !tmp_.empty(); }
+  // True once the new content has replaced the old (after the rename).
+  bool committed() const { return committed_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err) const;
+
+  std::string path_;    // as given, for messages
+  std::string target_;  // the file that ends up with the content
+  std::string tmp_;     // empty when written in place
+  FileDescriptor fd_;
+  bool committed_ = false;
+};
+
+// Writes `text` to `path` by OutputFile's rule: atomically for a regular file (on
+// failure `path` is left as it was, with no temporary file behind), in place for a
+// device or FIFO.
 void writeFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace pgq

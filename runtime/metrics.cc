@@ -30,27 +30,6 @@ void writeAll(int fd, std::string_view text, const std::string& path, std::strin
   }
 }
 
-// Replaces `path` with `content` through a temporary file and a rename, so a crash
-// leaves either the old rows or the new ones.
-void replaceFile(const std::string& path, std::string_view content) {
-  std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) ioError(path, fmt::format("cannot create {}", tmp), errno);
-  try {
-    writeAll(fd, content, path, tmp);
-    if (::fsync(fd) != 0) ioError(path, fmt::format("cannot fsync {}", tmp), errno);
-    int closing = fd;
-    fd = -1;
-    if (::close(closing) != 0) ioError(path, fmt::format("cannot close {}", tmp), errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      ioError(path, fmt::format("cannot rename {} to it", tmp), errno);
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-}
-
 std::string formatCell(const MetricsWriter::Cell& cell) {
   if (const int64_t* i = std::get_if<int64_t>(&cell)) return fmt::format("{}", *i);
   if (const double* d = std::get_if<double>(&cell)) return fmt::format("{}", *d);
@@ -146,8 +125,16 @@ MetricsWriter::MetricsWriter(std::string path, std::vector<std::string> columns,
     PGQ_ASSERT(!column.empty() && column.find_first_of(",\"\r\n") == std::string::npos,
                "metrics column name '{}' must be plain text", column);
   std::string header = fmt::format("{}\n", fmt::join(columns_, ","));
-  replaceFile(path_, resume_step ? keptRows(path_, columns_, header, *resume_step) : header);
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  // The header (and kept rows) replace the file atomically, so a crash leaves either
+  // the old rows or the new ones; rows are then appended to whatever file that left at
+  // the path (its symlink's target, or a FIFO written in place).
+  std::string start = resume_step ? keptRows(path_, columns_, header, *resume_step) : header;
+  try {
+    writeFileAtomically(path_, start);
+  } catch (const Error& e) {
+    throw Error(fmt::format("metrics {}", e.what()));
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY);
   if (fd_ < 0) ioError(path_, "cannot open the file to append rows", errno);
 }
 

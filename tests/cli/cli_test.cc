@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 
@@ -143,6 +144,14 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_NE(missing.out.find("was not profiled in int4:channel:rtn"), std::string::npos) << missing.out;
   Result bad_plot = pgq("sqnr-table " + profile + " --plot " + (dir_ / "x.gif").string());
   EXPECT_EQ(bad_plot.code, 2);
+  // A plot that cannot be written says why (it once said "Success").
+  Result unwritable = pgq("sqnr-table " + profile + " --plot " + (dir_ / "no/such/dir/sqnr.svg").string());
+  EXPECT_EQ(unwritable.code, 2);
+  EXPECT_NE(unwritable.out.find("cannot write the plot: " + (dir_ / "no/such/dir/sqnr.svg").string() +
+                                ": cannot create a temporary file in " + (dir_ / "no/such/dir").string() +
+                                ": No such file or directory"),
+            std::string::npos)
+      << unwritable.out;
   Result bad = pgq("sqnr-table " + write("bad.yaml", "version: 1\nrun: {}\n"));
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("bad.yaml"), std::string::npos) << bad.out;
@@ -247,6 +256,35 @@ TEST_F(Cli, FifosDevicesDirectoriesAndHugeFilesAreRefused) {
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }
+}
+
+TEST_F(Cli, LostStandardOutputIsAnError) {
+  // stderr to the pipe, stdout to a device that takes nothing.
+  for (const char* args : {"--help", "ir demo"}) {
+    Result r = shell(kPgq + " " + args + " 2>&1 >/dev/full");
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("pgq: error: cannot write standard output: No space left on device"), std::string::npos)
+        << args << "\n" << r.out;
+  }
+}
+
+TEST_F(Cli, OutputsFollowSymlinksAndWriteDevicesInPlace) {
+  std::string real = write("real.yaml", "old\n"), link = (dir_ / "link.yaml").string();
+  fs::create_symlink(real, link);
+  Result r = pgq("hwprobe --seconds 0.05 --name linked -o " + link);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(link));
+  std::ifstream in(real);
+  std::string written(std::istreambuf_iterator<char>(in), {});
+  EXPECT_NE(written.find("name: linked"), std::string::npos) << written;
+  // /dev/stdout is this process's standard output, not a file to replace: the model is
+  // written through it (here into the test's pipe).
+  Result through = pgq("hwprobe --seconds 0.05 --name piped -o /dev/stdout");
+  EXPECT_EQ(through.code, 0) << through.out;
+  EXPECT_NE(through.out.find("name: piped"), std::string::npos) << through.out;
+  Result full = pgq("hwprobe --seconds 0.05 -o /dev/full");
+  EXPECT_EQ(full.code, 2) << full.out;
+  EXPECT_NE(full.out.find("/dev/full: cannot write: No space left on device"), std::string::npos) << full.out;
 }
 
 TEST_F(Cli, HwprobeWritesALoadableModel) {

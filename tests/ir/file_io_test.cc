@@ -1,17 +1,21 @@
-// The one reader of files (ir/file_io.h), against the paths a user can give: FIFOs,
-// devices, directories, huge sparse files.
+// The one reader and the one writer of files (ir/file_io.h), against the paths a user
+// can give: FIFOs, devices, directories, huge sparse files, symlinks, a full device.
 #include "ir/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -44,6 +48,10 @@ class FileIoTest : public ::testing::Test {
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(dir_ / name, std::ios::binary) << text;
     return path(name);
+  }
+  static std::string content(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
   // A file of `size` bytes that takes no disk space.
   std::string sparse(const std::string& name, uint64_t size) const {
@@ -123,6 +131,84 @@ TEST(ByteSizeText, RoundsToOneDecimal) {
   EXPECT_EQ(byteSizeText(uint64_t{64} << 20), "64 MiB");
   EXPECT_EQ(byteSizeText(1536), "1.5 KiB");
   EXPECT_EQ(byteSizeText(uint64_t{4} << 30), "4 GiB");
+}
+
+TEST_F(FileIoTest, ReplacesARegularFileAtomicallyKeepingItsMode) {
+  std::string file = write("out.yaml", "old\n");
+  ASSERT_EQ(::chmod(file.c_str(), 0600), 0);
+  writeFileAtomically(file, "new\n");
+  EXPECT_EQ(content(file), "new\n");
+  EXPECT_EQ(fs::status(file).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(FileIoTest, WritesASymlinksTargetAndKeepsTheLink) {
+  fs::create_directory(dir_ / "real");
+  std::string target = write("real/r.yaml", "old\n");
+  fs::create_symlink("real/r.yaml", dir_ / "link.yaml");
+  writeFileAtomically(path("link.yaml"), "new\n");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.yaml"));
+  EXPECT_EQ(content(target), "new\n");
+  // The temporary file went beside the target, and is gone.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "real"), fs::directory_iterator()), 1);
+  // A chain of links, and a dangling one (its target is created).
+  fs::create_symlink("link.yaml", dir_ / "link2.yaml");
+  writeFileAtomically(path("link2.yaml"), "newer\n");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link2.yaml"));
+  EXPECT_EQ(content(target), "newer\n");
+  fs::create_symlink("real/created.yaml", dir_ / "dangling.yaml");
+  writeFileAtomically(path("dangling.yaml"), "made\n");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "dangling.yaml"));
+  EXPECT_EQ(content(path("real/created.yaml")), "made\n");
+}
+
+TEST_F(FileIoTest, WritesThroughAFifoWithAReader) {
+  std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    received.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  writeFileAtomically(fifo, "through the pipe\n");
+  reader.join();
+  EXPECT_EQ(received, "through the pipe\n");
+  struct stat st;
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));  // still a FIFO, not a file renamed over it
+}
+
+TEST_F(FileIoTest, AFullDeviceIsAnError) {
+  EXPECT_EQ(errorOf([&] { writeFileAtomically("/dev/full", "lost\n"); }),
+            std::string("/dev/full: cannot write: ") + std::strerror(ENOSPC));
+  writeFileAtomically("/dev/null", "discarded\n");
+}
+
+TEST_F(FileIoTest, RefusesADirectoryAndNamesAMissingOne) {
+  EXPECT_EQ(errorOf([&] { writeFileAtomically(dir_.string(), "x"); }),
+            dir_.string() + ": is a directory, expected a file");
+  std::string nowhere = path("no/such/dir/out.yaml");
+  EXPECT_TRUE(errorOf([&] { writeFileAtomically(nowhere, "x"); }).starts_with(nowhere + ": cannot create a temporary file"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
+}
+
+TEST_F(FileIoTest, RemovesStaleTemporaryFilesOfDeadWriters) {
+  // A PID that is certainly dead: a child that has exited and been reaped.
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  std::string dead = std::to_string(child), own = std::to_string(::getpid());
+  write(".out.yaml.tmp-" + dead, "killed writeFileAtomically");
+  write("out.yaml.tmp-" + dead, "killed checkpoint writer");
+  write(".out.yaml.tmp-" + own, "our own, from an earlier failure");
+  write(".out.yaml.tmp-1", "a live process's write in progress");
+  write(".other.yaml.tmp-" + dead, "another target's");
+  writeFileAtomically(path("out.yaml"), "fresh\n");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".other.yaml.tmp-" + dead, ".out.yaml.tmp-1", "out.yaml"}));
 }
 
 }  // namespace
