@@ -1,6 +1,9 @@
 // pgq: profile-guided quantization of transformer training.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -21,6 +24,47 @@ std::string versionText() {
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("pgq {} (oneDNN {}.{}.{}, CPU ISA {})", PGQ_VERSION_STRING, v->major,
                      v->minor, v->patch, static_cast<int>(dnnl::get_effective_cpu_isa()));
+}
+
+// Output that never reached standard output (`pgq sqnr-table p.yaml > /dev/full`) is
+// an error, not success. Most output is still buffered here; flushing it is what fails,
+// and errno says why (a failed flush keeps the data, so a failure earlier in the run
+// fails again here). std::cout writes through stdout (sync_with_stdio). Returns the
+// exit code.
+int closeStandardOutput(int code) {
+  int err = 0;
+  if (std::fflush(stdout) != 0) err = errno;
+  bool failed = std::ferror(stdout) != 0 || !std::cout.flush();
+  if (std::fclose(stdout) != 0 && err == 0) err = errno;
+  // EBADF with nothing written: standard output was closed (`pgq ... >&-`) and unused.
+  if (!failed && (err == 0 || err == EBADF)) return code;
+  fmt::print(stderr, "pgq: error: cannot write standard output: {}\n",
+             err != 0 ? std::strerror(err) : "a write failed");
+  return code == 0 ? kExitUsage : code;
+}
+
+int run(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  } catch (const pgq::Error& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
+    return kExitUsage;
+  } catch (const YAML::Exception& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
+    return kExitUsage;
+  } catch (const pgq::InternalError& e) {
+    fmt::print(stderr, "pgq: internal error (please report): {}\n", e.what());
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
+    return kExitInternal;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -53,25 +97,5 @@ int main(int argc, char** argv) {
   pgq::cli::addHwprobeCommand(app);
   pgq::cli::addIrCommands(app);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitUsage;
-  } catch (const pgq::Error& e) {
-    fmt::print(stderr, "pgq: error: {}\n", e.what());
-    return kExitUsage;
-  } catch (const YAML::Exception& e) {
-    fmt::print(stderr, "pgq: error: {}\n", e.what());
-    return kExitUsage;
-  } catch (const pgq::InternalError& e) {
-    fmt::print(stderr, "pgq: internal error (please report): {}\n", e.what());
-    return kExitInternal;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "pgq: error: {}\n", e.what());
-    return kExitInternal;
-  }
-  return 0;
+  return closeStandardOutput(run(app, argc, argv));
 }

@@ -92,7 +92,7 @@ ModelConfig loadModelConfig(const std::string& spec) {
   if (!std::filesystem::exists(spec, ec))
     throw Error(fmt::format("model '{}' is neither a preset ({}) nor an existing file", spec,
                             fmt::join(modelPresetNames(), ", ")));
-  return fromNode(ConfigNode::loadFile(spec));
+  return fromNode(ConfigNode::loadFile(spec, InputKind::kModelConfig));
 }
 
 }  // namespace pgq

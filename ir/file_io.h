@@ -1,16 +1,130 @@
 #pragma once
-// Reading and writing whole files, with errors that name the path.
+// Reading and writing files, with errors that name the path. Every file pgq reads goes
+// through openInputFile (usually by way of readTextFile) and every file it writes goes
+// through OutputFile (usually by way of writeFileAtomically), so that what a user can
+// put at a path (a FIFO, a device, /dev/zero, a huge or growing file, a symlink, a full
+// disk) is handled once, here. Knows nothing of the IR or oneDNN: it is support code.
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace pgq {
 
-// The whole content of a file; pgq::Error naming the path when it is missing, a
-// directory or unreadable. "-" reads standard input.
-std::string readTextFile(const std::string& path);
+// What a file pgq reads is. It names the file in messages and sets how large it may be:
+// 64 MiB for the configs, IR text and a plot image, 1 GiB for a metrics CSV, 4 GiB and
+// at most the memory available now (MemAvailable in /proc/meminfo) for a corpus, and no
+// limit for a checkpoint, whose reader checks every size in its header against the
+// file's real size instead.
+enum class InputKind {
+  kModelConfig,
+  kRecipe,
+  kPolicy,
+  kProfile,
+  kHardwareModel,
+  kIrText,
+  kRunSummary,
+  kExperimentOptions,
+  kMetrics,
+  kPlotImage,
+  kCorpus,
+  kCheckpoint,
+};
 
-// Writes `text` to `path` atomically: a temporary file in the same directory, fsync,
-// then rename. On failure throws pgq::Error and leaves `path` as it was, with no
-// temporary file behind.
+// An open file descriptor, closed when destroyed.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept;
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor();
+
+  int get() const { return fd_; }
+  // Closes now; returns close(2)'s result (errno set on failure).
+  int close();
+
+ private:
+  int fd_ = -1;
+};
+
+// A file open for reading that is a regular file no larger than its kind allows (or
+// standard input, which is read with the same bound).
+struct InputFile {
+  std::string path;        // as given; "standard input" for "-"
+  FileDescriptor fd;
+  uint64_t size = 0;       // when it was opened (0 for a pipe)
+  uint64_t limit = 0;      // the most bytes it may have
+  std::string limit_text;  // "the 64 MiB a recipe may have", for messages
+};
+
+// Opens `path` for reading with O_NONBLOCK, so that a FIFO cannot block the open, and
+// refuses anything but a regular file ("PATH: is a FIFO, expected a regular file") or
+// a file larger than its kind allows ("r.yaml: 3.1 GiB is more than the 64 MiB a recipe
+// may have"); then clears O_NONBLOCK. "-" is standard input, which only IR text may be
+// read from (`pgq ir print -`). Throws pgq::Error naming the path.
+InputFile openInputFile(const std::string& path, InputKind kind);
+
+// Appends what is left of `file` to `out`, reading until end of file but never letting
+// `out` grow past file.limit bytes: a file that grows while it is read (or a pipe that
+// never ends) is cut off with a pgq::Error rather than read forever.
+void readRest(InputFile& file, std::string& out);
+void readRest(InputFile& file, std::vector<uint8_t>& out);
+
+// The whole content of a file of `kind` (see openInputFile and readRest).
+std::string readTextFile(const std::string& path, InputKind kind);
+
+// "64 MiB", "3.1 GiB", "512 bytes": a size for messages, to one decimal.
+std::string byteSizeText(uint64_t bytes);
+
+// A file being written. Every writer in pgq follows one rule for what a path means:
+//   - a regular file or nothing: written to a temporary file in the same directory
+//     (".NAME.tmp-PID"), fsynced and renamed over it by commit(), so a reader sees the
+//     old content or the new, never a mix; a replaced file keeps its permissions.
+//   - a symlink: resolved, and the rule applies to the file it leads to, so the link
+//     stays a link and its target is replaced.
+//   - anything else (a character or block device such as /dev/full, a FIFO, a
+//     socket) and anything reached through /proc/ or /sys/ (/dev/stdout and /dev/fd/N
+//     lead to /proc/self/fd/N): opened and written in place, as a shell's `>` would;
+//     one of our own descriptors (/dev/stdout) is written through directly, at its
+//     current offset.
+//   - a directory: refused.
+// Every failure throws pgq::Error naming the path and errno's text (ENOSPC on
+// /dev/full is an error). Destroying an uncommitted OutputFile removes its temporary
+// file. Before creating one, the constructor removes the temporary files of the same
+// target that a killed write left behind: those whose PID is no longer alive or is our
+// own (so two OutputFiles of one process must not write the same target at once).
+class OutputFile {
+ public:
+  explicit OutputFile(const std::string& path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const void* data, size_t size);
+  // Atomic: fsync, rename over the target, fsync the directory. In place: close.
+  void commit();
+
+  bool atomic() const { return !tmp_.empty(); }
+  // True once the new content has replaced the old (after the rename).
+  bool committed() const { return committed_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int err) const;
+
+  std::string path_;    // as given, for messages
+  std::string target_;  // the file that ends up with the content
+  std::string tmp_;     // empty when written in place
+  FileDescriptor fd_;
+  bool committed_ = false;
+};
+
+// Writes `text` to `path` by OutputFile's rule: atomically for a regular file (on
+// failure `path` is left as it was, with no temporary file behind), in place for a
+// device or FIFO.
 void writeFileAtomically(const std::string& path, const std::string& text);
 
 }  // namespace pgq

@@ -401,7 +401,7 @@ std::unique_ptr<Graph> parseGraph(std::string_view text, std::string_view filena
 }
 
 std::unique_ptr<Graph> parseGraphFile(const std::string& path) {
-  return parseGraph(readTextFile(path), path == "-" ? "<stdin>" : path);
+  return parseGraph(readTextFile(path, InputKind::kIrText), path == "-" ? "<stdin>" : path);
 }
 
 }  // namespace pgq

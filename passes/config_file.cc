@@ -19,7 +19,9 @@
 
 namespace pgq {
 
-ConfigNode ConfigNode::loadFile(const std::string& path) { return loadString(readTextFile(path), path); }
+ConfigNode ConfigNode::loadFile(const std::string& path, InputKind kind) {
+  return loadString(readTextFile(path, kind), path);
+}
 
 ConfigNode ConfigNode::loadString(const std::string& text, const std::string& name) {
   if (text.find('\0') != std::string::npos)

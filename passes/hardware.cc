@@ -106,7 +106,7 @@ HardwareModel loadHardwareModel(const std::string& spec) {
   if (!std::filesystem::exists(spec, ec))
     throw Error(fmt::format("hardware '{}' is neither a preset ({}) nor an existing file", spec,
                             fmt::join(hardwarePresetNames(), ", ")));
-  return fromNode(ConfigNode::loadFile(spec));
+  return fromNode(ConfigNode::loadFile(spec, InputKind::kHardwareModel));
 }
 
 std::string hardwareToYaml(const HardwareModel& hw) {

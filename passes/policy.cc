@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include "ir/errors.h"
 #include "ir/quant.h"
@@ -13,7 +14,7 @@ namespace pgq {
 
 std::string PolicyRule::describe() const {
   std::vector<std::string> parts;
-  if (!label_regex.empty()) parts.push_back(fmt::format("label ~ {}", label_regex));
+  if (!label.empty()) parts.push_back(fmt::format("label ~ {}", label.text()));
   if (!direction.empty()) parts.push_back(fmt::format("direction {}", direction));
   if (!role.empty()) parts.push_back(fmt::format("role {}", role));
   if (layer_min >= 0 || layer_max >= 0) parts.push_back(fmt::format("layers {}..{}", layer_min, layer_max));
@@ -53,11 +54,10 @@ DirectionPolicy readDirection(const ConfigNode& node) {
 PolicyRule readRule(const ConfigNode& node) {
   node.allowOnly({"label", "direction", "role", "layers", "action", "lhs_format", "rhs_format", "smooth"});
   PolicyRule r;
-  r.label_regex = node.getString("label", "");
   try {
-    r.compiled = std::regex(r.label_regex.empty() ? ".*" : r.label_regex);
-  } catch (const std::regex_error& e) {
-    node.fail("label", fmt::format("not a valid regular expression: {}", e.what()));
+    r.label = LabelPattern(node.getString("label", ""));
+  } catch (const Error& e) {
+    node.fail("label", e.what());
   }
   r.direction = node.getEnum("direction", {"fwd", "bwd", "bwd_dgrad", "bwd_wgrad"}, "");
   r.role = node.getEnum("role", {"weight", "activation", "gradient"}, "");
@@ -105,20 +105,21 @@ Policy fromNode(const ConfigNode& root) {
 }  // namespace
 
 std::optional<Policy> standardPolicy(const std::string& name) {
-  // F[>T1][+B[_SR][>T2|<T2]]
-  static const std::regex kName(R"(^F(>([0-9.eE+-]+))?(\+B(_SR)?(([<>])([0-9.eE+-]+))?)?$)");
-  std::smatch m;
-  if (!std::regex_match(name, m, kName)) return std::nullopt;
+  // F[>T1][+B[_SR][>T2|<T2]]; every group that takes part in a match is non-empty.
+  static const RE2 kName(R"(F(?:>([0-9.eE+-]+))?(\+B(_SR)?(?:([<>])([0-9.eE+-]+))?)?)");
+  std::string forward_threshold, backward, sr, comparison, backward_threshold;
+  if (!RE2::FullMatch(name, kName, &forward_threshold, &backward, &sr, &comparison, &backward_threshold))
+    return std::nullopt;
   Policy p;
   p.name = name;
   p.forward.quantize = true;
-  if (m[2].matched && !parseNumber(m[2].str(), p.forward.threshold)) return std::nullopt;
-  if (m[3].matched) {
+  if (!forward_threshold.empty() && !parseNumber(forward_threshold, p.forward.threshold)) return std::nullopt;
+  if (!backward.empty()) {
     p.backward.quantize = true;
-    if (m[4].matched) p.backward.gradient_rounding = "sr";
-    if (m[5].matched) {
-      if (!parseNumber(m[7].str(), p.backward.threshold)) return std::nullopt;
-      p.backward.invert = m[6].str() == "<";
+    if (!sr.empty()) p.backward.gradient_rounding = "sr";
+    if (!comparison.empty()) {
+      if (!parseNumber(backward_threshold, p.backward.threshold)) return std::nullopt;
+      p.backward.invert = comparison == "<";
       if (p.backward.invert && p.backward.threshold <= 0) return std::nullopt;
     }
   }
@@ -136,7 +137,7 @@ Policy loadPolicy(const std::string& spec) {
     throw Error(fmt::format("policy '{}' is neither a standard policy (F, F+B, F+B_SR, F+B_SR>T, F+B_SR<T, "
                             "F>T1+B_SR>T2) nor an existing file",
                             spec));
-  return fromNode(ConfigNode::loadFile(spec));
+  return fromNode(ConfigNode::loadFile(spec, InputKind::kPolicy));
 }
 
 }  // namespace pgq

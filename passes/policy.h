@@ -13,9 +13,10 @@
 //   F>T1+B_SR>T2 separate forward and backward thresholds
 // or a YAML file (see recipes/policies/*.yaml for examples).
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
+
+#include "passes/label_pattern.h"
 
 namespace pgq {
 
@@ -31,7 +32,7 @@ struct DirectionPolicy {
 
 // A rule forces a decision for the GEMMs it matches; the first matching rule wins.
 struct PolicyRule {
-  std::string label_regex;  // matches the whole label; empty matches all
+  LabelPattern label;       // matches the whole label; empty matches all
   std::string direction;    // fwd | bwd_dgrad | bwd_wgrad | bwd | empty
   std::string role;         // a GEMM with an operand of this role; empty matches all
   int64_t layer_min = -1;   // inclusive layer range; -1 / -1 matches all
@@ -40,7 +41,6 @@ struct PolicyRule {
   std::string lhs_format;   // quantize: formats to use instead of the policy's
   std::string rhs_format;
   double smooth = 0;        // quantize: SmoothQuant alpha (0: off)
-  std::regex compiled;
 
   std::string describe() const;
 };

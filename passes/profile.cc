@@ -284,7 +284,7 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   return p;
 }
 
-Profile loadProfile(const std::string& path) { return parseProfile(readTextFile(path), path); }
+Profile loadProfile(const std::string& path) { return parseProfile(readTextFile(path, InputKind::kProfile), path); }
 
 void checkProfileModel(const Profile& profile, const std::string& model_name, const std::string& model_yaml,
                        const std::string& model_source) {

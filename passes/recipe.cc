@@ -54,7 +54,7 @@ std::string recipeToYaml(const Recipe& r) {
   for (const RecipeEntry& e : r.entries) {
     out << YAML::BeginMap;
     if (!e.label.empty()) out << YAML::Key << "label" << YAML::Value << e.label;
-    else out << YAML::Key << "match" << YAML::Value << e.match;
+    else out << YAML::Key << "match" << YAML::Value << e.match.text();
     if (!e.direction.empty()) out << YAML::Key << "direction" << YAML::Value << e.direction;
     if (!e.role.empty()) out << YAML::Key << "role" << YAML::Value << e.role;
     out << YAML::Key << "decision" << YAML::Value << e.decision;
@@ -90,15 +90,12 @@ RecipeEntry readEntry(const ConfigNode& node) {
   RecipeEntry e;
   e.line = node.yaml().Mark().line + 1;
   e.label = node.getString("label", "");
-  e.match = node.getString("match", "");
-  if (e.label.empty() == e.match.empty()) node.failHere("give exactly one of `label` (exact) or `match` (regex)");
-  if (!e.match.empty()) {
-    try {
-      std::regex check(e.match);
-    } catch (const std::regex_error& err) {
-      node.fail("match", fmt::format("not a valid regular expression: {}", err.what()));
-    }
+  try {
+    e.match = LabelPattern(node.getString("match", ""));
+  } catch (const Error& err) {
+    node.fail("match", err.what());
   }
+  if (e.label.empty() == e.match.empty()) node.failHere("give exactly one of `label` (exact) or `match` (regex)");
   e.direction = node.getEnum("direction", {"fwd", "bwd", "bwd_dgrad", "bwd_wgrad"}, "");
   e.role = node.getEnum("role", {"weight", "activation", "gradient"}, "");
   if (!e.label.empty() && (!e.direction.empty() || !e.role.empty()))
@@ -188,7 +185,7 @@ Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
   return r;
 }
 
-Recipe loadRecipe(const std::string& path) { return parseRecipe(readTextFile(path), path); }
+Recipe loadRecipe(const std::string& path) { return parseRecipe(readTextFile(path, InputKind::kRecipe), path); }
 
 void checkRecipeModel(const Recipe& recipe, const std::string& model, const std::string& model_source) {
   if (recipe.model.empty() || recipe.model == model) return;
@@ -237,7 +234,7 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     for (size_t i = 0; i < recipe.entries.size(); ++i) {
       const RecipeEntry& e = recipe.entries[i];
       bool hit = !e.label.empty() ? e.label == g.label
-                                  : std::regex_match(g.label, std::regex(e.match)) &&
+                                  : e.match.matches(g.label) &&
                                         directionMatches(e.direction, g.direction) &&
                                         (e.role.empty() || std::find(g.roles.begin(), g.roles.end(), e.role) != g.roles.end());
       if (!hit) continue;
@@ -256,8 +253,8 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     const RecipeEntry& e = recipe.entries[i];
     if (!e.match.empty()) {
       // A regex shadowed by earlier entries is fine; one that matches no GEMM is a typo.
-      bool any = std::any_of(gemms.begin(), gemms.end(), [&](const Gemm& g) { return std::regex_match(g.label, std::regex(e.match)); });
-      if (!any) throw Error(fmt::format("{}: `match: {}` matches no GEMM of model {}", where(e), e.match, graph.name()));
+      bool any = std::any_of(gemms.begin(), gemms.end(), [&](const Gemm& g) { return e.match.matches(g.label); });
+      if (!any) throw Error(fmt::format("{}: `match: {}` matches no GEMM of model {}", where(e), e.match.text(), graph.name()));
       continue;
     }
     bool exists = std::any_of(gemms.begin(), gemms.end(), [&](const Gemm& g) { return g.label == e.label; });

@@ -9,7 +9,7 @@
 //       rhs_format: int7:channel:rtn
 //       smooth: 0.5                      # optional: SmoothQuant with this alpha
 //       reason: "fwd, min SQNR 3.1e+04 > 20, est. 1.64x faster: int8"
-//     - match: "layer[0-9]+/mlp/.*"       # ... or a regular expression over labels
+//     - match: "layer[0-9]+/mlp/.*"       # ... or a regular expression (RE2) over labels
 //       direction: bwd_wgrad             # optional filters: direction, role
 //       decision: keep
 //
@@ -20,18 +20,18 @@
 // number of entries, to detect a file cut short at an entry boundary, which is still
 // valid YAML). Both are optional in a hand-written recipe and checked when present.
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "ir/graph.h"
 #include "passes/hardware.h"
+#include "passes/label_pattern.h"
 
 namespace pgq {
 
 struct RecipeEntry {
   std::string label;      // exact label ...
-  std::string match;      // ... or a regex (exactly one of the two is set)
+  LabelPattern match;     // ... or a pattern (exactly one of the two is set)
   std::string direction;  // filter for match entries: fwd | bwd | bwd_dgrad | bwd_wgrad
   std::string role;       // filter for match entries: weight | activation | gradient
   std::string decision;   // int8 | keep

@@ -40,7 +40,7 @@ double sqnrOf(const OperandProfile& o, const std::string& fmt_text, int bits, co
 }
 
 bool ruleMatches(const PolicyRule& r, const GemmProfile& g) {
-  if (!std::regex_match(g.label, r.compiled)) return false;
+  if (!r.label.matches(g.label)) return false;
   if (!r.direction.empty() &&
       !(r.direction == g.direction || (r.direction == "bwd" && g.direction.starts_with("bwd"))))
     return false;

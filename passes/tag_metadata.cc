@@ -1,15 +1,33 @@
 #include "passes/tag_metadata.h"
 
-#include <regex>
+#include <charconv>
+#include <string_view>
 #include <unordered_set>
+
+#include <fmt/format.h>
 
 #include "ir/analysis.h"
 #include "ir/dot_dims.h"
+#include "ir/errors.h"
 
 namespace pgq {
 namespace {
 
 bool isGemm(const Node& node) { return node.op() == Op::kMatMul || node.op() == Op::kQMatMul; }
+
+// N of a label that starts "layer<N>/", else -1.
+int64_t layerOf(std::string_view label) {
+  constexpr std::string_view kPrefix = "layer";
+  if (!label.starts_with(kPrefix)) return -1;
+  std::string_view rest = label.substr(kPrefix.size());
+  size_t digits = rest.find_first_not_of("0123456789");
+  if (digits == 0 || digits == std::string_view::npos || rest[digits] != '/') return -1;
+  int64_t layer = -1;
+  auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, layer);
+  if (ec != std::errc())
+    throw Error(fmt::format("GEMM label '{}': layer number {} does not fit in 64 bits", label, rest.substr(0, digits)));
+  return layer;
+}
 
 bool isGradientSource(Op op) {
   return op == Op::kCrossEntropyGrad || op == Op::kSoftmaxGrad || op == Op::kGeluGrad ||
@@ -73,7 +91,6 @@ int splitIndex(const std::string& kind, const std::string& direction, const std:
 
 bool TagMetadata::run(Graph& graph, PassContext& ctx) {
   std::unordered_set<const Node*> grads = gradientValues(graph);
-  static const std::regex kLayer("^layer([0-9]+)/");
   bool changed = false;
   for (Node* node : graph.postOrder()) {
     if (!isGemm(*node)) continue;
@@ -90,8 +107,7 @@ bool TagMetadata::run(Graph& graph, PassContext& ctx) {
       }
       a.set(AttrKey::kRoles, roles);
     }
-    std::smatch match;
-    a.set(AttrKey::kLayer, std::regex_search(label, match, kLayer) ? std::stoll(match[1].str()) : int64_t{-1});
+    a.set(AttrKey::kLayer, layerOf(label));
 
     const Node& lhs = *node->operand(0);
     const Node& rhs = *node->operand(1);

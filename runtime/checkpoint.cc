@@ -1,7 +1,5 @@
 #include "runtime/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +7,6 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -17,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 
 namespace pgq {
 namespace {
@@ -101,28 +99,17 @@ void serializeBody(Sink& sink, const Checkpoint& checkpoint) {
   }
 }
 
-// The temporary file a checkpoint is written to, removed unless commit() renamed it
-// over the destination.
-class AtomicFileWriter {
+// The checkpoint file being written (see OutputFile for what a path means), buffered,
+// with the running CRC of everything put so far.
+class CheckpointWriter {
  public:
-  explicit AtomicFileWriter(std::string path)
-      : path_(std::move(path)), tmp_(fmt::format("{}.tmp-{}", path_, ::getpid())) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(fmt::format("cannot create the temporary file {}", tmp_), errno);
-    buffer_.reserve(kBufferBytes);
-  }
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-  ~AtomicFileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
+  explicit CheckpointWriter(const std::string& path) : out_(path) { buffer_.reserve(kBufferBytes); }
 
   void put(const void* data, size_t n) {
     crc_ = crc32(data, n, crc_);
     if (buffer_.size() + n > kBufferBytes) flush();
     if (n >= kBufferBytes) {
-      writeAll(data, n);
+      out_.write(data, n);
     } else {
       const uint8_t* bytes = static_cast<const uint8_t*>(data);
       buffer_.insert(buffer_.end(), bytes, bytes + n);
@@ -131,59 +118,23 @@ class AtomicFileWriter {
 
   uint32_t crc() const { return crc_; }
 
-  // Makes the file durable, then atomically replaces `path` with it.
+  // Makes the file durable, then atomically replaces the previous checkpoint with it.
   void commit() {
     flush();
-    if (::fsync(fd_) != 0) fail(fmt::format("cannot fsync {}", tmp_), errno);
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail(fmt::format("cannot close {}", tmp_), errno);
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-      fail(fmt::format("cannot rename {} to {}", tmp_, path_), errno);
-    committed_ = true;
-    // The rename itself is durable only once the directory entry is on disk.
-    std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-    std::string dir = parent.empty() ? std::string(".") : parent.string();
-    int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = dir_fd < 0 ? -1 : ::fsync(dir_fd);
-    int err = errno;
-    if (dir_fd >= 0) ::close(dir_fd);
-    // Some file systems cannot fsync a directory (EINVAL); the rename is then as durable
-    // as they allow.
-    if (rc != 0 && err != EINVAL)
-      throw Error(fmt::format("checkpoint {}: written, but its directory {} could not be "
-                              "synced, so it may not survive a crash: {}",
-                              path_, dir, std::strerror(err)));
+    out_.commit();
   }
+
+  bool committed() const { return out_.committed(); }
 
  private:
   static constexpr size_t kBufferBytes = size_t{1} << 20;
 
   void flush() {
-    writeAll(buffer_.data(), buffer_.size());
+    out_.write(buffer_.data(), buffer_.size());
     buffer_.clear();
   }
 
-  void writeAll(const void* data, size_t n) {
-    const uint8_t* p = static_cast<const uint8_t*>(data);
-    while (n > 0) {
-      ssize_t written = ::write(fd_, p, n);
-      if (written < 0 && errno == EINTR) continue;
-      if (written < 0) fail(fmt::format("cannot write the temporary file {}", tmp_), errno);
-      p += written;
-      n -= static_cast<size_t>(written);
-    }
-  }
-
-  [[noreturn]] void fail(std::string_view what, int err) const {
-    throw Error(fmt::format("checkpoint {}: {}: {}; any previous checkpoint is unchanged",
-                            path_, what, std::strerror(err)));
-  }
-
-  std::string path_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
+  OutputFile out_;
   uint32_t crc_ = 0;
   std::vector<uint8_t> buffer_;
 };
@@ -193,29 +144,20 @@ class AtomicFileWriter {
 class FileReader {
  public:
   explicit FileReader(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0 && errno == ENOENT)
-      throw Error(fmt::format("checkpoint {}: no such file", path));
-    if (fd_ < 0)
-      throw Error(fmt::format("checkpoint {}: cannot open: {}", path, std::strerror(errno)));
-    struct stat st;
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw Error(fmt::format("checkpoint {}: not a regular file", path));
+    try {
+      file_ = openInputFile(path, InputKind::kCheckpoint);
+    } catch (const Error& e) {
+      throw Error(fmt::format("checkpoint {}", e.what()));
     }
-    size_ = static_cast<uint64_t>(st.st_size);
   }
-  FileReader(const FileReader&) = delete;
-  FileReader& operator=(const FileReader&) = delete;
-  ~FileReader() { ::close(fd_); }
 
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return file_.size; }
 
   // Reads exactly n bytes at `offset`; the caller has checked that they lie in the file.
   void readAt(uint64_t offset, void* dst, size_t n) const {
     uint8_t* p = static_cast<uint8_t*>(dst);
     while (n > 0) {
-      ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
+      ssize_t got = ::pread(file_.fd.get(), p, n, static_cast<off_t>(offset));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0)
         throw Error(fmt::format("checkpoint {}: cannot read at byte offset {}: {}", path_, offset,
@@ -243,8 +185,7 @@ class FileReader {
 
  private:
   std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
+  InputFile file_;
 };
 
 // Reads the body field by field from the header up to `limit`, never past it. When the
@@ -423,12 +364,18 @@ void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
   uint32_t header_crc = crc32(header.data(), kHeaderCrcOffset);
   std::memcpy(header.data() + kHeaderCrcOffset, &header_crc, 4);
 
-  AtomicFileWriter out(path);
-  out.put(header.data(), header.size());
-  serializeBody(out, checkpoint);
-  uint32_t crc = out.crc();
-  out.put(&crc, sizeof crc);
-  out.commit();
+  std::optional<CheckpointWriter> out;
+  try {
+    out.emplace(path);
+    out->put(header.data(), header.size());
+    serializeBody(*out, checkpoint);
+    uint32_t crc = out->crc();
+    out->put(&crc, sizeof crc);
+    out->commit();
+  } catch (const Error& e) {
+    if (out && out->committed()) throw Error(fmt::format("checkpoint {}", e.what()));
+    throw Error(fmt::format("checkpoint {}; any previous checkpoint is unchanged", e.what()));
+  }
 }
 
 Checkpoint loadCheckpoint(const std::string& path) {

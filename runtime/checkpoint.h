@@ -50,10 +50,11 @@ struct Checkpoint {
   std::vector<std::pair<std::string, Tensor>> tensors;
 };
 
-// Writes `checkpoint` to `path` atomically: to `path.tmp-<pid>` in the same directory,
-// fsync, rename over `path`, fsync the directory. On any failure (unwritable directory,
-// disk full, ...) throws pgq::Error, removes the temporary file and leaves a previous
-// file at `path` untouched.
+// Writes `checkpoint` to `path` by OutputFile's rule (ir/file_io.h): atomically for a
+// regular file (to `.NAME.tmp-<pid>` in the same directory, fsync, rename over `path`,
+// fsync the directory), through a symlink to its target. On any failure (unwritable
+// directory, disk full, ...) throws pgq::Error, removes the temporary file and leaves a
+// previous file at `path` untouched.
 void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint);
 
 // Reads and verifies a checkpoint (see the format above). Throws pgq::Error naming the

@@ -1,11 +1,6 @@
 #include "runtime/corpus.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -13,41 +8,32 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 
 namespace pgq {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The whole content of a regular file. `what` names the corpus in messages when the
-// file is one of a directory's.
-std::vector<uint8_t> readFile(const std::string& file, const std::string& what) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw Error(fmt::format("corpus {}: cannot open {}: {}", what, file, std::strerror(errno)));
-  std::vector<uint8_t> bytes;
-  uint8_t buffer[1 << 16];
-  for (;;) {
-    ssize_t got = ::read(fd, buffer, sizeof buffer);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      int err = errno;
-      ::close(fd);
-      throw Error(fmt::format("corpus {}: cannot read {} at byte offset {}: {}", what, file,
-                              bytes.size(), std::strerror(err)));
-    }
-    if (got == 0) break;
-    bytes.insert(bytes.end(), buffer, buffer + got);
+// Appends the content of the regular file `file` to `text`, which, with what it already
+// holds, must stay within the corpus limit (ir/file_io.h). `what` names the corpus in
+// messages when the file is one of a directory's.
+void appendFile(const std::string& file, const std::string& what, std::vector<uint8_t>& text) {
+  try {
+    InputFile in = openInputFile(file, InputKind::kCorpus);
+    if (in.size > in.limit - std::min<uint64_t>(text.size(), in.limit))
+      throw Error(fmt::format("{}: its text files add up to more than {}", what, in.limit_text));
+    readRest(in, text);
+  } catch (const Error& e) {
+    throw Error(fmt::format("corpus {}", e.what()));
   }
-  ::close(fd);
-  return bytes;
 }
 
-std::optional<size_t> firstNul(const std::vector<uint8_t>& bytes) {
-  if (bytes.empty()) return std::nullopt;
-  const void* nul = std::memchr(bytes.data(), 0, bytes.size());
+std::optional<size_t> firstNul(const uint8_t* bytes, size_t size) {
+  if (size == 0) return std::nullopt;
+  const void* nul = std::memchr(bytes, 0, size);
   if (!nul) return std::nullopt;
-  return static_cast<size_t>(static_cast<const uint8_t*>(nul) - bytes.data());
+  return static_cast<size_t>(static_cast<const uint8_t*>(nul) - bytes);
 }
 
 // The text files of a directory, concatenated in sorted name order (see corpus.h).
@@ -65,9 +51,12 @@ std::vector<uint8_t> readDirectory(const std::string& dir, int64_t& files) {
 
   std::vector<uint8_t> text;
   for (const std::string& name : names) {
-    std::vector<uint8_t> bytes = readFile((fs::path(dir) / name).string(), dir);
-    if (firstNul(bytes)) continue;  // A binary file such as fortune's *.dat index.
-    text.insert(text.end(), bytes.begin(), bytes.end());
+    size_t start = text.size();
+    appendFile((fs::path(dir) / name).string(), dir, text);
+    if (firstNul(text.data() + start, text.size() - start)) {
+      text.resize(start);  // A binary file such as fortune's *.dat index.
+      continue;
+    }
     ++files;
   }
   if (files == 0)
@@ -102,16 +91,14 @@ Corpus loadCorpus(const std::string& path, double val_fraction) {
   std::vector<uint8_t> text;
   if (fs::is_directory(status)) {
     text = readDirectory(path, corpus.files);
-  } else if (fs::is_regular_file(status)) {
-    text = readFile(path, path);
-    if (std::optional<size_t> nul = firstNul(text))
+  } else {
+    appendFile(path, path, text);  // refuses anything but a regular file
+    if (std::optional<size_t> nul = firstNul(text.data(), text.size()))
       throw Error(fmt::format(
           "corpus {}: byte offset {} is a NUL byte; expected a text file (is this a binary "
           "file?)",
           path, *nul));
     corpus.files = 1;
-  } else {
-    throw Error(fmt::format("corpus {}: not a regular file or a directory", path));
   }
   if (text.empty()) throw Error(fmt::format("corpus {}: the corpus is empty", path));
 

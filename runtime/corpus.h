@@ -25,9 +25,12 @@ struct Corpus {
   uint64_t fingerprint = 0;  // FNV-1a 64 of all bytes (train then val)
 };
 
-// Reads `path` (a text file or a directory, see above). Throws pgq::Error naming the
-// path for a missing or unreadable path, a file with a NUL byte, a directory with no
-// text file, an empty corpus, or val_fraction outside (0, 1).
+// Reads `path` (a text file or a directory, see above) through pgq's one file reader
+// (ir/file_io.h). Throws pgq::Error naming the path for a missing or unreadable path, a
+// path that is neither a regular file nor a directory (a FIFO, /dev/zero), more text
+// than a corpus may have (4 GiB, and no more than the memory available), a file with a
+// NUL byte, a directory with no text file, an empty corpus, or val_fraction outside
+// (0, 1).
 Corpus loadCorpus(const std::string& path, double val_fraction = 0.1);
 
 // Throws pgq::Error when the training or the validation part cannot hold one window of

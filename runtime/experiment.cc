@@ -146,7 +146,7 @@ void Experiment::recordOptions() const {
       o_.granularity, o_.backward_rounding);
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
   if (fs::exists(path)) {
-    if (readTextFile(path) != text)
+    if (readTextFile(path, InputKind::kExperimentOptions) != text)
       throw Error(fmt::format("{} was made with other options (see experiment.yaml there); use the same options to "
                               "resume it, or another --out",
                               o_.out_dir));

@@ -39,7 +39,7 @@ const RunSummary* findRun(const std::vector<RunSummary>& runs, const std::string
 }  // namespace
 
 std::vector<RunStep> readMetrics(const std::string& path) {
-  std::istringstream in(readTextFile(path));
+  std::istringstream in(readTextFile(path, InputKind::kMetrics));
   std::string line;
   if (!std::getline(in, line)) throw Error(fmt::format("{}: empty metrics file", path));
   std::vector<std::string> columns = splitCsv(line);
@@ -109,7 +109,7 @@ void writeRunSummary(const std::string& path, const RunSummary& s) {
 }
 
 RunSummary loadRunSummary(const std::string& path) {
-  ConfigNode n = ConfigNode::loadFile(path);
+  ConfigNode n = ConfigNode::loadFile(path, InputKind::kRunSummary);
   n.allowOnly({"name", "policy", "recipe", "first_step", "last_step", "step_ms", "mean_loss", "final_val_loss",
                "fwd_int8", "fwd_total", "bwd_int8", "bwd_total"});
   RunSummary s;

@@ -1,6 +1,7 @@
 #include "runtime/metrics.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 
 namespace pgq {
 namespace {
@@ -25,27 +27,6 @@ void writeAll(int fd, std::string_view text, const std::string& path, std::strin
     if (written < 0 && errno == EINTR) continue;
     if (written < 0) ioError(path, fmt::format("cannot write {}", file), errno);
     text.remove_prefix(static_cast<size_t>(written));
-  }
-}
-
-// Replaces `path` with `content` through a temporary file and a rename, so a crash
-// leaves either the old rows or the new ones.
-void replaceFile(const std::string& path, std::string_view content) {
-  std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) ioError(path, fmt::format("cannot create {}", tmp), errno);
-  try {
-    writeAll(fd, content, path, tmp);
-    if (::fsync(fd) != 0) ioError(path, fmt::format("cannot fsync {}", tmp), errno);
-    int closing = fd;
-    fd = -1;
-    if (::close(closing) != 0) ioError(path, fmt::format("cannot close {}", tmp), errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      ioError(path, fmt::format("cannot rename {} to it", tmp), errno);
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
   }
 }
 
@@ -72,21 +53,13 @@ std::string keptRows(const std::string& path, const std::vector<std::string>& co
   PGQ_ASSERT(step_column != columns.end(), "resuming metrics needs a 'step' column");
   size_t step_index = static_cast<size_t>(step_column - columns.begin());
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return header;
-  if (fd < 0) ioError(path, "cannot open the file to resume it", errno);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return header;
   std::string content;
-  char chunk[1 << 16];
-  for (;;) {
-    ssize_t got = ::read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      int err = errno;
-      ::close(fd);
-      if (got < 0) ioError(path, "cannot read the file to resume it", err);
-      break;
-    }
-    content.append(chunk, static_cast<size_t>(got));
+  try {
+    content = readTextFile(path, InputKind::kMetrics);
+  } catch (const Error& e) {
+    throw Error(fmt::format("metrics {}; cannot resume it", e.what()));
   }
   if (content.empty()) return header;
 
@@ -152,8 +125,16 @@ MetricsWriter::MetricsWriter(std::string path, std::vector<std::string> columns,
     PGQ_ASSERT(!column.empty() && column.find_first_of(",\"\r\n") == std::string::npos,
                "metrics column name '{}' must be plain text", column);
   std::string header = fmt::format("{}\n", fmt::join(columns_, ","));
-  replaceFile(path_, resume_step ? keptRows(path_, columns_, header, *resume_step) : header);
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  // The header (and kept rows) replace the file atomically, so a crash leaves either
+  // the old rows or the new ones; rows are then appended to whatever file that left at
+  // the path (its symlink's target, or a FIFO written in place).
+  std::string start = resume_step ? keptRows(path_, columns_, header, *resume_step) : header;
+  try {
+    writeFileAtomically(path_, start);
+  } catch (const Error& e) {
+    throw Error(fmt::format("metrics {}", e.what()));
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY);
   if (fd_ < 0) ioError(path_, "cannot open the file to append rows", errno);
 }
 

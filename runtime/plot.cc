@@ -3,13 +3,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "ir/errors.h"
+#include "ir/file_io.h"
 
 namespace pgq {
 
@@ -23,7 +25,9 @@ void renderPlot(const std::string& script, const std::vector<std::pair<std::stri
   else throw Error(fmt::format("{}: plots are written as .svg or .png, not '{}'", output, ext));
 
   char pattern[] = "/tmp/pgq-plot-XXXXXX";
-  if (!::mkdtemp(pattern)) throw Error("cannot create a scratch directory for gnuplot");
+  if (!::mkdtemp(pattern))
+    throw Error(fmt::format("{}: cannot create a scratch directory for gnuplot in /tmp: {}", output,
+                            std::strerror(errno)));
   fs::path dir(pattern);
   struct Cleanup {
     fs::path dir;
@@ -32,15 +36,15 @@ void renderPlot(const std::string& script, const std::vector<std::pair<std::stri
       fs::remove_all(dir, ec);
     }
   } cleanup{dir};
-  for (const auto& [name, content] : data) std::ofstream(dir / name) << content;
+  for (const auto& [name, content] : data) writeFileAtomically((dir / name).string(), content);
   fs::path image = dir / ("plot" + ext);
   // noenhanced: labels are names like F+B_SR or get_logits, not markup.
-  std::ofstream(dir / "plot.gp") << fmt::format("set terminal {}\nset termoption noenhanced\nset output '{}'\n{}\n"
-                                                 "unset output\n",
-                                                 terminal, image.string(), script);
+  writeFileAtomically((dir / "plot.gp").string(),
+                      fmt::format("set terminal {}\nset termoption noenhanced\nset output '{}'\n{}\nunset output\n",
+                                  terminal, image.string(), script));
   std::string cmd = fmt::format("cd '{}' && gnuplot plot.gp 2>&1", dir.string());
   FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw Error("cannot run gnuplot");
+  if (!pipe) throw Error(fmt::format("{}: cannot run gnuplot: {}", output, std::strerror(errno)));
   std::string messages;
   char buf[512];
   while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) messages.append(buf, n);
@@ -49,15 +53,12 @@ void renderPlot(const std::string& script, const std::vector<std::pair<std::stri
     throw Error("gnuplot is not installed (Debian package gnuplot-nox; scripts/setup.sh installs it)");
   if (WEXITSTATUS(status) != 0 || !fs::exists(image))
     throw Error(fmt::format("gnuplot failed to draw {}:\n{}", output, messages));
-  // Same-filesystem rename is atomic; across filesystems copy to a temporary beside the
-  // output first.
-  fs::path tmp = fs::path(output).parent_path() / fmt::format(".{}.tmp-{}", fs::path(output).filename().string(), ::getpid());
-  std::error_code ec;
-  fs::copy_file(image, tmp, fs::copy_options::overwrite_existing, ec);
-  if (!ec) fs::rename(tmp, output, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(fmt::format("{}: cannot write the plot: {}", output, ec.message()));
+  // The image is copied (the scratch directory may be on another file system) by the
+  // rule every output follows; its errors name the real errno.
+  try {
+    writeFileAtomically(output, readTextFile(image.string(), InputKind::kPlotImage));
+  } catch (const Error& e) {
+    throw Error(fmt::format("cannot write the plot: {}", e.what()));
   }
 }
 

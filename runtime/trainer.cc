@@ -552,7 +552,7 @@ TrainResult TrainLoop::run() {
                             "--out directory",
                             checkpoint_path_));
 
-  if (!o_.recipe_path.empty()) recipe_text_ = readTextFile(o_.recipe_path);
+  if (!o_.recipe_path.empty()) recipe_text_ = readTextFile(o_.recipe_path, InputKind::kRecipe);
   if (o_.resume && !o_.init_from.empty())
     throw Error("--resume continues this run, --init-from starts a new one from another run: give one of them");
   session_ = std::make_unique<TrainingSession>(o_);

@@ -1,5 +1,8 @@
 // Runs the pgq binary the way a user does and checks exit codes and messages.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -22,8 +25,8 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result pgq(const std::string& args) {
-  std::string cmd = std::string(PGQ_BINARY_DIR) + "/pgq " + args + " 2>&1";
+// Runs a shell command line and collects what it prints to standard output.
+Result shell(const std::string& cmd) {
   FILE* pipe = popen(cmd.c_str(), "r");
   Result r{-1, ""};
   std::array<char, 4096> buf;
@@ -33,6 +36,14 @@ Result pgq(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+const std::string kPgq = std::string(PGQ_BINARY_DIR) + "/pgq";
+
+Result pgq(const std::string& args) { return shell(kPgq + " " + args + " 2>&1"); }
+
+// For inputs that could hang pgq (a FIFO nobody writes): `timeout` turns a hang into
+// exit code 124 and a failed test instead of a stuck suite.
+Result pgqWithin20s(const std::string& args) { return shell("timeout 20 " + kPgq + " " + args + " 2>&1"); }
 
 class Cli : public ::testing::Test {
  protected:
@@ -304,6 +315,14 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_NE(missing.out.find("was not profiled in int4:channel:rtn"), std::string::npos) << missing.out;
   Result bad_plot = pgq("sqnr-table " + profile + " --plot " + (dir_ / "x.gif").string());
   EXPECT_EQ(bad_plot.code, 2);
+  // A plot that cannot be written says why (it once said "Success").
+  Result unwritable = pgq("sqnr-table " + profile + " --plot " + (dir_ / "no/such/dir/sqnr.svg").string());
+  EXPECT_EQ(unwritable.code, 2);
+  EXPECT_NE(unwritable.out.find("cannot write the plot: " + (dir_ / "no/such/dir/sqnr.svg").string() +
+                                ": cannot create a temporary file in " + (dir_ / "no/such/dir").string() +
+                                ": No such file or directory"),
+            std::string::npos)
+      << unwritable.out;
   Result bad = pgq("sqnr-table " + write("bad.yaml", "version: 1\nrun: {}\n"));
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("bad.yaml"), std::string::npos) << bad.out;
@@ -403,6 +422,65 @@ TEST_F(Cli, StageTwoBadInputs) {
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }
+}
+
+TEST_F(Cli, FifosDevicesDirectoriesAndHugeFilesAreRefused) {
+  std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string huge = (dir_ / "huge.yaml").string();
+  int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t{65} << 20), 0);  // sparse: 65 MiB that take no disk
+  ::close(fd);
+  std::string out = " --steps 1 --no-progress --out " + (dir_ / "run").string();
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"ir print " + fifo, fifo + ": is a FIFO, expected a regular file"},
+      {"train --model " + fifo + out, fifo + ": is a FIFO, expected a regular file"},
+      {"train --model tiny --recipe " + fifo + out, fifo + ": is a FIFO, expected a regular file"},
+      {"train --model tiny --corpus " + fifo + out, "corpus " + fifo + ": is a FIFO, expected a regular file"},
+      {"ir print /dev/zero", "/dev/zero: is a character device, expected a regular file"},
+      {"train --model tiny --corpus /dev/zero" + out, "corpus /dev/zero: is a character device, expected a regular file"},
+      {"ir print " + dir_.string(), dir_.string() + ": is a directory, expected a regular file"},
+      {"train --model " + huge + out, huge + ": 65 MiB is more than the 64 MiB a model config may have"},
+      {"ir print - < /dev/zero", "standard input: grew past the 64 MiB an IR text file may have while it was read"},
+  };
+  for (const Case& c : cases) {
+    Result r = pgqWithin20s(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+TEST_F(Cli, LostStandardOutputIsAnError) {
+  // stderr to the pipe, stdout to a device that takes nothing.
+  for (const char* args : {"--help", "ir demo"}) {
+    Result r = shell(kPgq + " " + args + " 2>&1 >/dev/full");
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("pgq: error: cannot write standard output: No space left on device"), std::string::npos)
+        << args << "\n" << r.out;
+  }
+}
+
+TEST_F(Cli, OutputsFollowSymlinksAndWriteDevicesInPlace) {
+  std::string real = write("real.yaml", "old\n"), link = (dir_ / "link.yaml").string();
+  fs::create_symlink(real, link);
+  Result r = pgq("hwprobe --seconds 0.05 --name linked -o " + link);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_symlink(link));
+  std::ifstream in(real);
+  std::string written(std::istreambuf_iterator<char>(in), {});
+  EXPECT_NE(written.find("name: linked"), std::string::npos) << written;
+  // /dev/stdout is this process's standard output, not a file to replace: the model is
+  // written through it (here into the test's pipe).
+  Result through = pgq("hwprobe --seconds 0.05 --name piped -o /dev/stdout");
+  EXPECT_EQ(through.code, 0) << through.out;
+  EXPECT_NE(through.out.find("name: piped"), std::string::npos) << through.out;
+  Result full = pgq("hwprobe --seconds 0.05 -o /dev/full");
+  EXPECT_EQ(full.code, 2) << full.out;
+  EXPECT_NE(full.out.find("/dev/full: cannot write: No space left on device"), std::string::npos) << full.out;
 }
 
 TEST_F(Cli, HwprobeWritesALoadableModel) {

@@ -2,6 +2,7 @@
 
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
+#include "ir/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "passes/tag_metadata.h"
@@ -36,6 +37,27 @@ TEST(TagMetadata, TagsAHandWrittenGraphFromItsStructure) {
 )");
   // Running again changes nothing.
   EXPECT_FALSE(TagMetadata().run(*g, ctx));
+}
+
+TEST(TagMetadata, LayerComesFromALayerPrefix) {
+  auto layerOf = [](const std::string& label) {
+    auto g = parseGraph(R"(graph @g {
+  %x = input() : f32[8,16]
+  %w = parameter() : f32[16,32]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label=")" + label + R"("} : f32[8,32]
+  return %h
+}
+)");
+    PassContext ctx;
+    TagMetadata().run(*g, ctx);
+    return g->find("h")->attrs().getInt(AttrKey::kLayer);
+  };
+  EXPECT_EQ(layerOf("layer12/mlp/up"), 12);
+  EXPECT_EQ(layerOf("layer/mlp/up"), -1);
+  EXPECT_EQ(layerOf("layer3"), -1);
+  EXPECT_EQ(layerOf("xlayer3/mlp/up"), -1);
+  // A layer number no int64 holds is the label's fault: an error, not a crash.
+  EXPECT_THROW(layerOf("layer99999999999999999999/mlp/up"), Error);
 }
 
 TEST(TagMetadata, MegatronShardingOfTheTransformer) {

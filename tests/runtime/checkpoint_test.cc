@@ -182,9 +182,9 @@ TEST_F(CheckpointTest, FailedRenameLeavesNoTempFile) {
   fs::create_directory(dir_ / "run.ckpt");
   fs::create_directory(dir_ / "run.ckpt" / "occupied");
   std::string error = errorOf([&] { saveCheckpoint(path_, sampleCheckpoint()); });
-  EXPECT_TRUE(contains(error, "cannot rename")) << error;
+  EXPECT_TRUE(contains(error, "is a directory, expected a file")) << error;
   EXPECT_TRUE(strayFiles().empty());
-  EXPECT_TRUE(contains(errorOf([&] { loadCheckpoint(path_); }), "not a regular file"));
+  EXPECT_TRUE(contains(errorOf([&] { loadCheckpoint(path_); }), "is a directory, expected a regular file"));
   EXPECT_TRUE(contains(errorOf([&] { saveCheckpoint((dir_ / "no/such/dir").string(), {}); }),
                        "no/such/dir"));
 }
@@ -256,7 +256,8 @@ TEST_F(CheckpointTest, WrongMagicVersionAndMissingFile) {
   EXPECT_EQ(errorOf([&] { loadCheckpoint(path_); }),
             "checkpoint " + path_ + ": format version 2 is not supported; this pgq reads version 1");
   std::string missing = (dir_ / "missing.ckpt").string();
-  EXPECT_EQ(errorOf([&] { loadCheckpoint(missing); }), "checkpoint " + missing + ": no such file");
+  EXPECT_EQ(errorOf([&] { loadCheckpoint(missing); }),
+            "checkpoint " + missing + ": cannot open: No such file or directory");
 }
 
 // Corrupt lengths behind a valid checksum (a crafted file, or corruption the CRC

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <iterator>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "ir/errors.h"
-#include "ir/file_io.h"
 #include "runtime/experiment.h"
 #include "runtime/experiment_report.h"
 
@@ -57,7 +57,10 @@ class ExperimentTest : public ::testing::Test {
     o.progress = false;
     return o;
   }
-  std::string read(const fs::path& p) const { return readTextFile(p.string()); }
+  std::string read(const fs::path& p) const {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
 
   fs::path dir_;
 };
