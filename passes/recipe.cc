@@ -174,7 +174,7 @@ Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
     if (recorded != static_cast<int64_t>(r.entries.size())) {
       std::string last = r.entries.empty() ? std::string("there are none")
                                            : fmt::format("the last is '{}', line {}",
-                                                         r.entries.back().label.empty() ? r.entries.back().match
+                                                         r.entries.back().label.empty() ? r.entries.back().match.text()
                                                                                         : r.entries.back().label,
                                                          r.entries.back().line);
       root.fail("entry_count", fmt::format("the recipe records {} entries but lists {} ({}): the file was cut short, or "
@@ -203,7 +203,7 @@ void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw) {
     throw Error(fmt::format("{}:{}: {}: {} x {} cannot run exactly on hardware '{}' ({}; a wider pair saturates "
                             "silently): narrow one operand's format",
                             recipe.source, e.line,
-                            e.label.empty() ? fmt::format("entry `match: {}`", e.match) : fmt::format("GEMM '{}'", e.label),
+                            e.label.empty() ? fmt::format("entry `match: {}`", e.match.text()) : fmt::format("GEMM '{}'", e.label),
                             e.lhs_format, e.rhs_format, hw.name, hw.int8Limits()));
   }
 }
