@@ -103,6 +103,7 @@ TEST_F(RunDirLockTest, TrainingAndExperimentsRefuseALockedDirectory) {
   TrainOptions o;
   o.model = loadModelConfig("tiny");
   o.steps = 2;
+  o.optimizer.warmup = 1;
   o.eval_batches = 1;
   o.out_dir = run_;
   o.progress = false;
