@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
     if (c.passed()) continue;
     ++failed;
     fmt::print(stderr,
-               "perf smoke: the {} ratio fell to {:.2f}x (bound {} {:.2f}x): a performance regression. "
+               "perf smoke: the {} ratio is {:.2f}x, outside its bound ({} {:.2f}x): a performance regression. "
                "Measure it with {} and see docs/PERFORMANCE.md.\n",
                c.name, c.value, c.at_least ? ">=" : "<=", c.bound, c.full_benchmark);
   }
