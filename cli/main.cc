@@ -1,5 +1,10 @@
 // pgq: profile-guided quantization of transformer training.
+#include <omp.h>
+
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -13,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "ir/errors.h"
+#include "kernels/cpu_isa.h"
 #include "pgq_version.h"
 
 namespace {
@@ -22,8 +28,28 @@ constexpr int kExitInternal = 3;  // a bug in pgq
 
 std::string versionText() {
   const dnnl_version_t* v = dnnl_version();
-  return fmt::format("pgq {} (oneDNN {}.{}.{}, CPU ISA {})", PGQ_VERSION_STRING, v->major,
-                     v->minor, v->patch, static_cast<int>(dnnl::get_effective_cpu_isa()));
+  return fmt::format("pgq {} (oneDNN {}.{}.{}, CPU {})", PGQ_VERSION_STRING, v->major, v->minor, v->patch,
+                     pgq::kernels::int8Caps().describe());
+}
+
+// OMP_NUM_THREADS is a number a user gives, like --threads, and gets the same range:
+// libgomp aborts when it cannot create the threads asked for (100000), and more threads
+// than processors only slow OpenMP down here. Returns an error message, or "".
+std::string checkOmpNumThreads() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return "";
+  // libgomp reads a list ("4,2": nested levels); the first entry is what pgq's parallel
+  // regions get.
+  std::string_view text(env);
+  std::string_view first = text.substr(0, text.find(','));
+  int64_t threads = 0;
+  auto [end, ec] = std::from_chars(first.data(), first.data() + first.size(), threads);
+  const int procs = omp_get_num_procs();
+  if (ec != std::errc() || end != first.data() + first.size() || threads < 1 || threads > procs)
+    return fmt::format("OMP_NUM_THREADS={}: expected an integer in [1, {}] (this machine's processors; more "
+                       "threads than processors only slow OpenMP down)",
+                       env, procs);
+  return "";
 }
 
 // Output that never reached standard output (`pgq sqnr-table p.yaml > /dev/full`) is
@@ -75,6 +101,11 @@ int main(int argc, char** argv) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
     std::fputs("pgq: error: this CPU lacks AVX2/FMA, which this build of pgq requires\n", stderr);
+    return kExitUsage;
+  }
+
+  if (std::string error = checkOmpNumThreads(); !error.empty()) {
+    fmt::print(stderr, "pgq: error: {}\n", error);
     return kExitUsage;
   }
 

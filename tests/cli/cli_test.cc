@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+
+#include <fmt/format.h>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -462,6 +464,18 @@ TEST_F(Cli, LostStandardOutputIsAnError) {
     EXPECT_NE(r.out.find("pgq: error: cannot write standard output: No space left on device"), std::string::npos)
         << args << "\n" << r.out;
   }
+}
+
+TEST_F(Cli, OmpNumThreadsOutOfRangeIsRefusedBeforeOpenMpStarts) {
+  // libgomp aborts when it cannot create 100000 threads; pgq refuses the number first.
+  for (const char* value : {"100000", "0", "-1", "two", "99999999999999999999", "100000,2"}) {
+    Result r = shell(fmt::format("OMP_NUM_THREADS={} {} train --model tiny --steps 1 2>&1", value, kPgq));
+    EXPECT_EQ(r.code, 2) << value << "\n" << r.out;
+    EXPECT_NE(r.out.find(fmt::format("pgq: error: OMP_NUM_THREADS={}: expected an integer in [1, ", value)),
+              std::string::npos)
+        << value << "\n" << r.out;
+  }
+  EXPECT_EQ(shell("OMP_NUM_THREADS=1 " + kPgq + " --version").code, 0);
 }
 
 TEST_F(Cli, OutputsFollowSymlinksAndWriteDevicesInPlace) {
