@@ -3,7 +3,7 @@
 #   1. scripts/setup.sh: install missing Debian packages, Release build in ./build
 #   2. ctest on that build: unit tests, golden IR files, gradient checks, parity with
 #      PyTorch, training runs, the installed-package example
-#   3. the performance smoke: three speed ratios measured in one process (bench/perf_smoke.cc)
+#   3. the performance smoke: four speed ratios measured in one process (bench/perf_smoke.cc)
 #   4. the IR, pass and kernel tests again under AddressSanitizer + UBSan (./build-asan)
 #   5. the IR parser under libFuzzer for FUZZ_SECONDS (default 60) (./build-fuzz)
 set -euo pipefail
