@@ -232,10 +232,17 @@ void Autodiff::backprop(Node* node, Node* dy) {
     case Op::kMatMul: matmulGrad(node, dy); return;
     case Op::kReluGrad: case Op::kGeluGrad: case Op::kSoftmaxGrad: case Op::kRmsNormGrad:
     case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
+      throw Error(fmt::format("autodiff: no gradient rule for {} (%{}); second derivatives are not "
+                              "supported",
+                              opName(node->op()), node->name()));
+    // Quantization ops are inserted after autodiff (stage iii) and statistics nodes
+    // observe values without feeding the loss: a graph reaching them here is misbuilt.
+    case Op::kQuantStats: case Op::kSmoothScales: case Op::kQuantParams: case Op::kQuantize:
+    case Op::kQMatMul:
       break;
   }
-  throw Error(fmt::format("autodiff: no gradient rule for {} (%{}); second derivatives are not "
-                          "supported",
+  throw Error(fmt::format("autodiff: no gradient rule for {} (%{}): differentiate the graph before "
+                          "quantization passes rewrite it",
                           opName(node->op()), node->name()));
 }
 

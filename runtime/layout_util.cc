@@ -1,16 +1,9 @@
 #include "runtime/layout_util.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace pgq {
 namespace {
-
-std::vector<int64_t> range(int64_t from, int64_t to) {
-  std::vector<int64_t> v(static_cast<size_t>(std::max<int64_t>(0, to - from)));
-  std::iota(v.begin(), v.end(), from);
-  return v;
-}
 
 std::vector<int64_t> concat(std::initializer_list<std::vector<int64_t>> parts) {
   std::vector<int64_t> out;
