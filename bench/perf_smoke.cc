@@ -34,9 +34,9 @@
 
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
-#include "passes/hardware.h"
-#include "passes/policy.h"
-#include "passes/recipe_generator.h"
+#include "plan/hardware.h"
+#include "plan/policy.h"
+#include "plan/recipe_generator.h"
 #include "runtime/trainer.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Validates the roofline estimator (passes/hardware.h) against measured times: for
+// Validates the roofline estimator (plan/hardware.h) against measured times: for
 // every GEMM shape of the `small` model (forward, dgrad, wgrad), the f32 GEMM and the
 // int8 GEMM with dynamic quantization of both operands and the rescale, as the
 // quantize_gemms rewrite runs them. The hardware model is probed on this machine first
@@ -17,8 +17,8 @@
 
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
-#include "passes/hardware.h"
-#include "runtime/hwprobe.h"
+#include "plan/hardware.h"
+#include "app/hwprobe.h"
 #include "runtime/tensor.h"
 
 namespace {

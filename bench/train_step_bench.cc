@@ -20,10 +20,10 @@
 #include <map>
 
 #include "ir/analysis.h"
-#include "passes/hardware.h"
-#include "passes/policy.h"
-#include "passes/profile.h"
-#include "passes/recipe_generator.h"
+#include "plan/hardware.h"
+#include "plan/policy.h"
+#include "plan/profile.h"
+#include "plan/recipe_generator.h"
 #include "runtime/trainer.h"
 
 namespace {

@@ -8,8 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/number_flags.h"
-#include "ir/errors.h"
-#include "runtime/experiment.h"
+#include "support/errors.h"
+#include "app/experiment.h"
 
 namespace pgq::cli {
 

@@ -3,8 +3,8 @@
 
 #include "cli/commands.h"
 #include "cli/number_flags.h"
-#include "ir/file_io.h"
-#include "runtime/hwprobe.h"
+#include "support/file_io.h"
+#include "app/hwprobe.h"
 
 namespace pgq::cli {
 

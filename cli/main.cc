@@ -17,7 +17,7 @@
 #include <yaml-cpp/exceptions.h>
 
 #include "cli/commands.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "kernels/cpu_isa.h"
 #include "pgq_version.h"
 

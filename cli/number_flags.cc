@@ -4,7 +4,7 @@
 
 #include <charconv>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq::cli {
 

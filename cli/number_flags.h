@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "runtime/option_ranges.h"
+#include "support/option_ranges.h"
 
 namespace pgq::cli {
 

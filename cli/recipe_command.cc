@@ -4,10 +4,10 @@
 
 #include "cli/commands.h"
 #include "frontend/model_config.h"
-#include "passes/hardware.h"
-#include "passes/policy.h"
-#include "passes/profile.h"
-#include "passes/recipe_generator.h"
+#include "plan/hardware.h"
+#include "plan/policy.h"
+#include "plan/profile.h"
+#include "plan/recipe_generator.h"
 
 namespace pgq::cli {
 

@@ -2,10 +2,10 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "ir/errors.h"
-#include "passes/profile.h"
-#include "passes/sqnr_table.h"
-#include "runtime/sqnr_plot.h"
+#include "support/errors.h"
+#include "plan/profile.h"
+#include "plan/sqnr_table.h"
+#include "app/sqnr_plot.h"
 
 namespace pgq::cli {
 

@@ -10,7 +10,7 @@
 #include "ir/analysis.h"
 #include "ir/builder.h"
 #include "ir/dot_dims.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -1,6 +1,6 @@
 #include "ir/builder.h"
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 

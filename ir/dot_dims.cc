@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

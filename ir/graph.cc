@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/infer.h"
 
 namespace pgq {

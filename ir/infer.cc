@@ -7,7 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "ir/dot_dims.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/quant.h"
 
 namespace pgq {

@@ -5,22 +5,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ir/errors.h"
-#include "kernels/kernel_error.h"
-#include "kernels/quant_format.h"
+#include "support/errors.h"
+#include "support/quant_format.h"
 
 namespace pgq {
-namespace {
-
-kernels::QuantFormat parseFormat(const std::string& text) {
-  try {
-    return kernels::QuantFormat::parse(text);
-  } catch (const kernels::KernelError& e) {
-    throw Error(fmt::format("bad quantization format \"{}\": {}", text, e.what()));
-  }
-}
-
-}  // namespace
 
 QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_t>& contract_dims,
                                     const std::vector<int64_t>& batch_dims) {
@@ -41,14 +29,13 @@ QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_
 }
 
 int64_t quantParamCount(const QuantOperandShape& operand, const std::string& format) {
-  kernels::OperandView view{operand.batch, operand.channels, operand.contract, true};
-  return kernels::quantParamCount(view, parseFormat(format));
+  return pgq::quantParamCount(QuantFormat::parse(format), operand.batch, operand.channels, operand.contract);
 }
 
-int quantFormatBits(const std::string& format) { return parseFormat(format).bits; }
+int quantFormatBits(const std::string& format) { return QuantFormat::parse(format).bits; }
 
 bool quantFormatIsStochastic(const std::string& format) {
-  return parseFormat(format).rounding == kernels::Rounding::kStochastic;
+  return QuantFormat::parse(format).rounding == Rounding::kStochastic;
 }
 
 }  // namespace pgq

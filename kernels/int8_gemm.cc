@@ -114,8 +114,8 @@ void runInt8(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFor
              std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
              std::span<const float> pb, void* c_out, size_t c_size, const char* what) {
   shape.validate();
-  fa.validate();
-  fb.validate();
+  checkFormat(fa);
+  checkFormat(fb);
   auto check = [&](const char* name, size_t actual, int64_t expected) {
     if (int64_t(actual) != expected) {
       throw KernelError::format("{}: {} has {} elements, shape batch={} m={} n={} k={} needs {}",

@@ -1,58 +1,27 @@
 #pragma once
-// How a GEMM operand is quantized: bits, scale granularity, rounding, zero point and
-// clipping. The IR, profiles and recipes store a format as its text form
-// (`int8:channel:rtn`, `int7:channel:sr`, `int8:block64:rtn:clip=mse`), so that form is
-// part of the file formats: toString() and parse() round-trip and stay stable.
-//
-// Text grammar:  int<bits>:<granularity>:<rounding>[:asym][:clip=mse|clip=p<percent>]
-//   bits         2..8
-//   granularity  tensor | channel | block<N>   (N = block length along the contracting dim)
-//   rounding     rtn (round to nearest, ties to even) | sr (stochastic rounding)
-//   asym         asymmetric grid with a zero point (default: symmetric, no zero point)
-//   clip=p99.9   clip at the 99.9th percentile of |x| (of x per tail when asymmetric)
-//   clip=mse     clip at the ratio of the range that minimizes the quantization MSE
-// toString() writes the optional fields in that order; parse() accepts them in any
-// order but each at most once.
+// The kernels' side of a quantization format (support/quant_format.h): the integer grid,
+// how quantized values are stored, and the sizes of the parameter buffers.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "kernels/gemm_shape.h"
+#include "support/quant_format.h"
 
 namespace pgq::kernels {
 
-enum class Granularity { kPerTensor, kPerChannel, kPerBlock };
-enum class Rounding { kNearest, kStochastic };
-enum class Clipping { kNone, kPercentile, kMse };
+using pgq::Clipping;
+using pgq::Granularity;
+using pgq::QuantFormat;
+using pgq::Rounding;
+using pgq::granularityName;
+using pgq::perBlockFormat;
+using pgq::perChannelFormat;
+using pgq::perTensorFormat;
+using pgq::roundingName;
 
-struct QuantFormat {
-  int bits = 8;
-  // One scale for the whole tensor, one per channel (non-contracting index, per batch),
-  // or one per block of `block` elements of a channel along the contracting dimension.
-  Granularity granularity = Granularity::kPerChannel;
-  // Block length for kPerBlock (>= 1; the last block of a channel may be shorter);
-  // must be 0 otherwise.
-  int block = 0;
-  Rounding rounding = Rounding::kNearest;
-  bool asymmetric = false;
-  Clipping clipping = Clipping::kNone;
-  // For kPercentile: in (0, 100]; 100 means no clipping. Ignored otherwise.
-  double percentile = 100.0;
-
-  // Throws KernelError naming the bad field and what was expected.
-  void validate() const;
-  std::string toString() const;
-  // Throws KernelError on malformed text or an invalid format.
-  static QuantFormat parse(std::string_view text);
-
-  // Equal when the text forms are equal (fields a format ignores do not count).
-  bool operator==(const QuantFormat& other) const;
-};
-
-// Common formats.
-QuantFormat perChannelFormat(int bits, Rounding rounding = Rounding::kNearest);
-QuantFormat perTensorFormat(int bits, Rounding rounding = Rounding::kNearest);
-QuantFormat perBlockFormat(int bits, int block, Rounding rounding = Rounding::kNearest);
+// format.validate(), with a KernelError (the kernels' one exception) for a bad format.
+void checkFormat(const QuantFormat& format);
 
 // The integer grid a format rounds onto, independent of the storage side:
 // symmetric [-(2^(bits-1)-1), 2^(bits-1)-1] (zero exactly representable, no zero point),
@@ -83,7 +52,5 @@ int64_t blockCount(const OperandView& view, const QuantFormat& format);
 int64_t quantGroupCount(const OperandView& view, const QuantFormat& format);
 int64_t quantParamCount(const OperandView& view, const QuantFormat& format);
 
-const char* granularityName(Granularity granularity);
-const char* roundingName(Rounding rounding);
 
 }  // namespace pgq::kernels

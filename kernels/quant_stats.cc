@@ -201,7 +201,7 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
 QuantStats quantStats(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                       SrStream sr) {
   view.validate();
-  format.validate();
+  checkFormat(format);
   std::vector<float> params(quantParamCount(view, format));
   computeQuantParams(x, view, format, params);
   return quantStatsWithParams(x, view, format, params, sr);

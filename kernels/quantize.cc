@@ -53,7 +53,7 @@ void checkParamValues(const char* what, const QuantFormat& format, std::span<con
 void checkQuantArgs(const char* what, int64_t x_size, const OperandView& view,
                     const QuantFormat& format, int64_t params_size) {
   view.validate();
-  format.validate();
+  checkFormat(format);
   if (x_size != view.elements()) {
     throw KernelError::format("{}: buffer has {} elements, the view {}x{}x{} needs {}", what,
                               x_size, view.batch, view.rows, view.cols, view.elements());

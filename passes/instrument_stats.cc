@@ -4,7 +4,7 @@
 #include <map>
 
 #include "ir/builder.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/registry.h"

@@ -7,8 +7,8 @@
 
 #include "ir/builder.h"
 #include "ir/dot_dims.h"
-#include "ir/errors.h"
-#include "passes/recipe.h"
+#include "support/errors.h"
+#include "plan/recipe.h"
 #include "passes/roofline_filter.h"
 
 namespace pgq {

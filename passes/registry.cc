@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "passes/bf16_gemms.h"
 #include "passes/cse.h"
 #include "passes/dce.h"

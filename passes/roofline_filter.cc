@@ -1,7 +1,7 @@
 #include "passes/roofline_filter.h"
 
-#include "ir/errors.h"
-#include "passes/hardware.h"
+#include "support/errors.h"
+#include "plan/hardware.h"
 
 namespace pgq {
 

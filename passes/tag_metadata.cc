@@ -8,7 +8,7 @@
 
 #include "ir/analysis.h"
 #include "ir/dot_dims.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

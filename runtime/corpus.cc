@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "ir/errors.h"
-#include "ir/file_io.h"
+#include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq {
 namespace {

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "ir/dot_dims.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "kernels/convert.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "kernels/philox.h"
 
 namespace pgq {

@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ir/analysis.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "runtime/memory_plan.h"
 
 namespace pgq {

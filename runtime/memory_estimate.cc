@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

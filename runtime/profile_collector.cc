@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/quant.h"
 
 namespace pgq {

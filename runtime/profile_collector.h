@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "passes/profile.h"
+#include "plan/profile.h"
 #include "runtime/executor.h"
 
 namespace pgq {

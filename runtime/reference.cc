@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "ir/dot_dims.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

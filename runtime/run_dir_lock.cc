@@ -14,7 +14,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

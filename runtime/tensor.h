@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/node.h"
 
 namespace pgq {

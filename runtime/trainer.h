@@ -11,7 +11,7 @@
 
 #include "frontend/model_config.h"
 #include "frontend/transformer.h"
-#include "passes/profile.h"
+#include "plan/profile.h"
 #include "runtime/corpus.h"
 #include "runtime/executor.h"
 

@@ -8,7 +8,7 @@
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
 #include "ir/builder.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/verifier.h"
 #include "runtime/reference.h"
 

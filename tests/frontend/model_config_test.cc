@@ -2,7 +2,7 @@
 
 #include "frontend/model_config.h"
 #include "frontend/transformer.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/verifier.h"
 
 namespace pgq {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"

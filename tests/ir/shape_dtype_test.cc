@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/dtype.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/shape.h"
 
 namespace pgq {

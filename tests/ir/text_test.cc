@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"

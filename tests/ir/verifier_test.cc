@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/verifier.h"
 
 namespace pgq {

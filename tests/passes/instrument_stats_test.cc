@@ -2,7 +2,7 @@
 
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "passes/instrument_stats.h"

@@ -2,14 +2,14 @@
 
 #include <gtest/gtest.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
 #include "passes/pipeline.h"
 #include "passes/quantize_gemms.h"
-#include "passes/recipe.h"
+#include "plan/recipe.h"
 #include "runtime/executor.h"
 #include "runtime/reference.h"
 

@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "runtime/trainer.h"
 
 namespace pgq {

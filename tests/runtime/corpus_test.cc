@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/trainer.h"
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <iterator>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "runtime/progress.h"
 
 namespace pgq {

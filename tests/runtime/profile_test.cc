@@ -3,13 +3,13 @@
 
 #include <gtest/gtest.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/quant.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
-#include "passes/profile.h"
+#include "plan/profile.h"
 #include "runtime/checkpoint.h"
 #include "runtime/executor.h"
 #include "runtime/reference.h"

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "ir/builder.h"
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "ir/parser.h"
 
 namespace pgq {

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "ir/errors.h"
-#include "runtime/experiment.h"
+#include "support/errors.h"
+#include "app/experiment.h"
 #include "runtime/trainer.h"
 
 namespace pgq {

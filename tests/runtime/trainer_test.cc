@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ir/errors.h"
+#include "support/errors.h"
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 

@@ -1,0 +1,408 @@
+#include "app/experiment.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "support/errors.h"
+#include "support/file_io.h"
+#include "ir/quant.h"
+#include "support/config_file.h"
+#include "plan/hardware.h"
+#include "plan/policy.h"
+#include "plan/profile.h"
+#include "plan/recipe_generator.h"
+#include "runtime/checkpoint.h"
+#include "app/experiment_report.h"
+#include "runtime/memory_estimate.h"
+#include "support/option_ranges.h"
+#include "runtime/run_dir_lock.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kF32 = "f32";
+
+std::string durationText(double seconds) {
+  int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
+  return s >= 60 ? fmt::format("{}m{:02d}s", s / 60, s % 60) : fmt::format("{}s", s);
+}
+
+// The min-input SQNR of every GEMM `p` quantizes, forward and backward, each lowest
+// first: the thresholds between them are the ones that change a recipe.
+struct CandidateSqnrs {
+  std::vector<double> fwd, bwd;
+};
+CandidateSqnrs candidateSqnrs(const Profile& profile, const HardwareModel& hw, const Policy& p) {
+  Recipe all = generateRecipe(profile, hw, p, "profile.yaml");
+  CandidateSqnrs c;
+  for (const RecipeEntry& e : all.entries)
+    if (e.decision == "int8") (e.label.find(':') == std::string::npos ? c.fwd : c.bwd).push_back(e.min_sqnr);
+  std::sort(c.fwd.begin(), c.fwd.end());
+  std::sort(c.bwd.begin(), c.bwd.end());
+  return c;
+}
+
+// A recipe to fine-tune with. An adversarial one (a policy with an inverted
+// threshold) quantizes the lowest-SQNR GEMMs on purpose: a check of the metric, never a
+// candidate.
+struct RecipeRun {
+  std::string name, path;
+  bool adversarial = false;
+};
+
+class Experiment {
+ public:
+  explicit Experiment(const ExperimentOptions& o) : o_(o), start_(Clock::now()) {}
+  ExperimentResult run();
+
+ private:
+  void validate() const;
+  void recordOptions() const;
+  // Phase 1: the f32 baseline up to its checkpoint, with the profile of its last steps.
+  void baseline();
+  // The profile of phase 1, checked to be of this experiment's model.
+  Profile profile() const;
+  // Phase 2: the recipes to compare.
+  std::vector<RecipeRun> makeRecipes();
+  // Phase 3: one fine-tuning run; `recipe` empty for the f32 continuation.
+  RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps,
+                      bool adversarial = false);
+  void search(const Profile& profile, const HardwareModel& hw);
+
+  TrainOptions trainOptions(const std::string& dir) const;
+  // A policy by name or file, with the experiment's bits and granularity.
+  Policy policy(const std::string& spec) const {
+    Policy p = loadPolicy(spec);
+    p.bits = o_.bits;
+    p.granularity = o_.granularity;
+    return p;
+  }
+  void phase(const std::string& what, int64_t steps);
+
+  const ExperimentOptions& o_;
+  Clock::time_point start_;
+  std::string baseline_checkpoint_;
+  int64_t baseline_step_ = 0;
+  double step_ms_estimate_ = 0;
+  int64_t steps_left_ = 0;
+  int phase_ = 0, phases_ = 0;
+};
+
+void Experiment::validate() const {
+  using namespace ranges;
+  if (o_.from_checkpoint.empty()) {
+    kBaselineSteps.check(o_.baseline_steps);
+    kExperimentProfileSteps.check(o_.profile_steps, o_.baseline_steps);
+  } else {
+    kExperimentProfileSteps.check(o_.profile_steps);  // the checkpoint's step bounds nothing
+  }
+  kFinetuneSteps.check(o_.finetune_steps);
+  kTrialSteps.check(o_.trial_steps);
+  kExperimentEvalBatches.check(o_.eval_batches);
+  kBits.check(o_.bits);
+  kLossBudget.check(o_.loss_budget);
+  validateOptimizerConfig(o_.optimizer);
+  for (double f : o_.fractions) kFraction.check(f);
+  // Bounded so that the steps of all recipes together stay far inside int64.
+  if (static_cast<int64_t>(o_.fractions.size() + o_.extra_policies.size()) > kMaxExtraRecipes)
+    throw Error(fmt::format("--fractions and --policy: {} recipes besides the standard ones, at most {}",
+                            o_.fractions.size() + o_.extra_policies.size(), kMaxExtraRecipes));
+  if (o_.backward_rounding != "sr" && o_.backward_rounding != "rtn")
+    throw Error(fmt::format("--backward-rounding must be sr or rtn, got '{}'", o_.backward_rounding));
+  try {
+    quantFormatBits(fmt::format("int8:{}:rtn", o_.granularity));
+  } catch (const Error&) {
+    throw Error(fmt::format("--granularity: expected tensor, channel or block<N>, got '{}'", o_.granularity));
+  }
+  for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
+  loadHardwareModel(o_.hardware);
+}
+
+// The folder remembers the options that shape its results; running again with other
+// ones would mix incomparable runs.
+void Experiment::recordOptions() const {
+  // The model config, indented as a YAML block.
+  std::string model;
+  for (char c : o_.model.toYaml()) model += c == '\n' ? std::string("\n  ") : std::string(1, c);
+  std::string text = fmt::format(
+      "# pgq experiment: the options its results depend on\nmodel: |\n  {}\ncorpus: {}\nbaseline: {}\n"
+      "profile_steps: {}\nfinetune_steps: {}\nlr: {}\nwarmup: {}\nthreads: {}\nbits: {}\ngranularity: {}\n"
+      "backward_rounding: {}\n",
+      model, o_.corpus, o_.from_checkpoint.empty() ? std::to_string(o_.baseline_steps) : o_.from_checkpoint,
+      o_.profile_steps, o_.finetune_steps, o_.optimizer.lr, o_.optimizer.warmup, omp_get_max_threads(), o_.bits,
+      o_.granularity, o_.backward_rounding);
+  std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
+  if (fs::exists(path)) {
+    if (readTextFile(path, InputKind::kExperimentOptions) != text)
+      throw Error(fmt::format("{} was made with other options (see experiment.yaml there); use the same options to "
+                              "resume it, or another --out",
+                              o_.out_dir));
+    return;
+  }
+  writeFileAtomically(path, text);
+}
+
+TrainOptions Experiment::trainOptions(const std::string& dir) const {
+  TrainOptions t;
+  t.model = o_.model;
+  t.corpus = o_.corpus;
+  t.optimizer = o_.optimizer;
+  t.eval_every = 0;
+  t.eval_batches = o_.eval_batches;
+  t.checkpoint_every = 50;
+  t.out_dir = dir;
+  t.progress = o_.progress;
+  t.log_every = 100;
+  t.resume = fs::exists(fs::path(dir) / "checkpoint.pgqckpt");
+  return t;
+}
+
+void Experiment::phase(const std::string& what, int64_t steps) {
+  double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  std::string eta = step_ms_estimate_ > 0
+                        ? fmt::format(", ETA {}", durationText(static_cast<double>(steps_left_) * step_ms_estimate_ / 1e3))
+                        : "";
+  fmt::print(stderr, "\n[{}/{}] {} ({} steps) | elapsed {}{}\n", ++phase_, phases_, what, steps, durationText(elapsed),
+             eta);
+  steps_left_ = std::max<int64_t>(0, steps_left_ - steps);
+}
+
+void Experiment::baseline() {
+  std::string dir = (fs::path(o_.out_dir) / "baseline").string();
+  std::string profile = (fs::path(o_.out_dir) / "profile.yaml").string();
+  if (!o_.from_checkpoint.empty()) {
+    baseline_checkpoint_ = o_.from_checkpoint;
+    baseline_step_ = loadCheckpoint(o_.from_checkpoint).step;
+  } else {
+    baseline_checkpoint_ = (fs::path(dir) / "checkpoint.pgqckpt").string();
+    baseline_step_ = o_.baseline_steps;
+  }
+  // A given checkpoint is the baseline by definition (its step was read above); our own
+  // is done once it reached the baseline's steps.
+  if (fs::exists(profile) && fs::exists(baseline_checkpoint_) &&
+      (!o_.from_checkpoint.empty() || loadCheckpoint(baseline_checkpoint_).step >= baseline_step_)) {
+    phase("baseline f32 training and profile: already done", 0);
+    return;
+  }
+  TrainOptions t = trainOptions(dir);
+  // Every run plans the same schedule: baseline then fine-tuning, so a fine-tune run
+  // continues exactly where the baseline stopped.
+  t.steps = baseline_step_ + o_.finetune_steps;
+  if (o_.from_checkpoint.empty()) {
+    int64_t at = t.resume ? loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step : 0;
+    t.stop_after = o_.baseline_steps - at;
+    t.profile_warmup = o_.baseline_steps - o_.profile_steps;
+    if (t.resume && at > t.profile_warmup) {
+      // Interrupted inside the profile window: the profile steps are redone from the
+      // checkpoint before them, which the next rule keeps.
+      throw Error(fmt::format("{}: the baseline stopped inside its profile window; remove {} to redo it", dir, dir));
+    }
+  } else {
+    // Profile steps after the given checkpoint; the fine-tunes start from the checkpoint.
+    t.resume = false;
+    t.init_from = o_.from_checkpoint;
+    t.stop_after = o_.profile_steps;
+    t.profile_warmup = baseline_step_;
+    fs::remove_all(dir);
+  }
+  t.profile_steps = o_.profile_steps;
+  t.profile_out = profile;
+  t.profile_bits = o_.bits;
+  t.profile_granularity = o_.granularity;
+  phase(o_.from_checkpoint.empty() ? "baseline f32 training, profiling its last steps" : "profiling from the checkpoint",
+        t.stop_after);
+  TrainResult r = train(t);
+  if (!r.history.empty()) {
+    double ms = 0;
+    for (size_t i = 1; i < r.history.size(); ++i) ms += r.history[i].step_ms;
+    if (r.history.size() > 1) step_ms_estimate_ = ms / static_cast<double>(r.history.size() - 1);
+  }
+}
+
+Profile Experiment::profile() const {
+  Profile p = loadProfile((fs::path(o_.out_dir) / "profile.yaml").string());
+  checkProfileModel(p, o_.model.name, o_.model.toYaml(), o_.model.source);
+  return p;
+}
+
+std::vector<RecipeRun> Experiment::makeRecipes() {
+  Profile profile = this->profile();
+  HardwareModel hw = loadHardwareModel(o_.hardware);
+  // The backward candidates' SQNR in the formats the thresholded recipes would run,
+  // lowest first.
+  std::vector<double> sqnr =
+      candidateSqnrs(profile, hw, policy(o_.backward_rounding == "sr" ? "F+B_SR" : "F+B")).bwd;
+  std::vector<std::string> policies = {"F", "F+B", "F+B_SR"};
+  for (double f : o_.fractions) {
+    if (sqnr.empty()) break;
+    size_t n = std::clamp<size_t>(static_cast<size_t>(std::lround(f * static_cast<double>(sqnr.size()))), 1,
+                                  sqnr.size() - 1);
+    // Quantize the n highest (min SQNR > the (count-n)th lowest) or the n lowest.
+    double high = sqnr[sqnr.size() - n - 1], low = sqnr[n];
+    std::string b = o_.backward_rounding == "sr" ? "F+B_SR" : "F+B";
+    policies.push_back(fmt::format("{}>{:.6g}", b, high));
+    policies.push_back(fmt::format("{}<{:.6g}", b, low));
+  }
+  for (const std::string& p : o_.extra_policies) policies.push_back(p);
+  fs::create_directories(fs::path(o_.out_dir) / "recipes");
+  std::vector<RecipeRun> out;
+  for (const std::string& p : policies) {
+    Policy pol = policy(p);
+    Recipe recipe = generateRecipe(profile, hw, pol, "../profile.yaml");
+    std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug(pol.name) + ".yaml")).string();
+    writeRecipe(path, recipe);
+    out.push_back({pol.name, path, pol.forward.invert || pol.backward.invert});
+  }
+  return out;
+}
+
+RunSummary Experiment::finetune(const std::string& name, const std::string& policy, const std::string& recipe,
+                                int64_t steps, bool adversarial) {
+  std::string dir = (fs::path(o_.out_dir) / "runs" / runSlug(name)).string();
+  std::string result = (fs::path(dir) / "result.yaml").string();
+  if (fs::exists(result)) {
+    phase(fmt::format("fine-tune {}: already done", name), steps);
+    RunSummary s = loadRunSummary(result);
+    s.adversarial = adversarial;
+    return s;
+  }
+  TrainOptions t = trainOptions(dir);
+  t.steps = baseline_step_ + o_.finetune_steps;
+  t.stop_after = 0;
+  if (steps < o_.finetune_steps) t.stop_after = steps;  // a search trial
+  if (!t.resume) t.init_from = baseline_checkpoint_;
+  t.recipe_path = recipe;
+  phase(fmt::format("fine-tune {}", name), steps);
+  // A run that finished training but not its summary (interrupted in between) only
+  // needs the summary.
+  int64_t target = t.stop_after > 0 ? baseline_step_ + t.stop_after : t.steps;
+  if (!t.resume || loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step < target) train(t);
+  RunSummary s = summarizeRun(name, policy, recipe, readMetrics((fs::path(dir) / "metrics.csv").string()));
+  s.adversarial = adversarial;
+  if (!recipe.empty()) {
+    Recipe r = loadRecipe(recipe);
+    s.fwd_int8 = r.summary.fwd_int8;
+    s.bwd_int8 = r.summary.bwd_int8;
+    s.fwd_total = r.summary.fwd_total;
+    s.bwd_total = r.summary.bwd_total;
+  }
+  writeRunSummary(result, s);
+  if (s.step_ms > 0 && step_ms_estimate_ <= 0) step_ms_estimate_ = s.step_ms;
+  return s;
+}
+
+void Experiment::search(const Profile& profile, const HardwareModel& hw) {
+  std::vector<RunSummary> trials;
+  RunSummary base = finetune("trial f32", kF32, "", o_.trial_steps);
+  base.name = kF32;
+  auto trial = [&](double tf, double tb) {
+    std::string policy = fmt::format("F>{:.6g}+B_SR>{:.6g}", tf, tb);
+    for (const RunSummary& t : trials)
+      if (t.policy == policy) return t;
+    Recipe recipe = generateRecipe(profile, hw, this->policy(policy), "../profile.yaml");
+    std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug("trial " + policy) + ".yaml")).string();
+    fs::create_directories(fs::path(path).parent_path());
+    writeRecipe(path, recipe);
+    RunSummary s = finetune("trial " + policy, policy, path, o_.trial_steps);
+    s.within_budget = s.mean_loss <= base.mean_loss * (1 + o_.loss_budget);
+    trials.push_back(s);
+    return s;
+  };
+  // The distinct min-input SQNRs of each direction's candidates (thresholds between
+  // them change the recipe), with 0 (quantize all).
+  CandidateSqnrs all = candidateSqnrs(profile, hw, policy("F+B_SR"));
+  std::vector<double> fwd = std::move(all.fwd), bwd = std::move(all.bwd);
+  for (auto* v : {&fwd, &bwd}) {
+    v->insert(v->begin(), 0.0);  // SQNRs are >= 0, so the list stays sorted
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  // Bisect one direction: the lowest threshold (most GEMMs in int8) within budget,
+  // assuming a higher threshold never increases the loss. Starts at the prior.
+  auto bisect = [&](std::vector<double>& values, double prior, auto make) {
+    size_t lo = 0, hi = values.size();  // thresholds values[i]: i == size keeps all
+    size_t start = static_cast<size_t>(std::lower_bound(values.begin(), values.end(), prior) - values.begin());
+    start = std::min(start, values.size() - 1);
+    // The prior first, then halve the interval on the side it points to.
+    size_t probe = start;
+    size_t best = values.size();
+    while (lo < hi) {
+      RunSummary s = make(values[probe]);
+      if (s.within_budget) {
+        best = probe;
+        hi = probe;
+      } else {
+        lo = probe + 1;
+      }
+      probe = lo + (hi - lo) / 2;
+    }
+    return best < values.size() ? values[best] : values.back() * 2 + 1;
+  };
+  double tb = bisect(bwd, 1.0, [&](double t) { return trial(20.0, t); });
+  double tf = bisect(fwd, 20.0, [&](double t) { return trial(t, tb); });
+  RunSummary best = trial(tf, tb);
+  trials.insert(trials.begin(), base);
+  writeSearchReport(o_.out_dir, trials, best, o_.loss_budget);
+}
+
+ExperimentResult Experiment::run() {
+  validate();
+  // The baseline profiles, so it holds the instrumented training graph as well.
+  checkTrainingMemory(o_.model, estimateTrainingMemory(o_.model, o_.eval_batches, true), availableMemoryBytes());
+  std::error_code ec;
+  fs::create_directories(o_.out_dir, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create the results folder: {}", o_.out_dir, ec.message()));
+  // Held for the whole experiment; its training runs lock their own subdirectories.
+  RunDirLock lock(o_.out_dir);
+  recordOptions();
+  int n_recipes = 3 + 2 * static_cast<int>(o_.fractions.size()) + static_cast<int>(o_.extra_policies.size());
+  phases_ = 1 + (o_.search ? 8 : 1 + n_recipes);
+  steps_left_ = (o_.from_checkpoint.empty() ? o_.baseline_steps : o_.profile_steps) +
+                (o_.search ? 8 * o_.trial_steps : (1 + n_recipes) * o_.finetune_steps);
+  baseline();
+  ExperimentResult result;
+  if (o_.search) {
+    search(profile(), loadHardwareModel(o_.hardware));
+    result.report_path = (fs::path(o_.out_dir) / "SEARCH.md").string();
+    return result;
+  }
+  std::vector<RecipeRun> recipes = makeRecipes();
+  phases_ = phase_ + 1 + static_cast<int>(recipes.size());
+  std::vector<RunSummary> runs;
+  runs.push_back(finetune(kF32, kF32, "", o_.finetune_steps));
+  for (const RecipeRun& r : recipes) runs.push_back(finetune(r.name, r.name, r.path, o_.finetune_steps, r.adversarial));
+  ReportInputs in;
+  in.out_dir = o_.out_dir;
+  in.model = o_.model;
+  in.corpus = o_.corpus;
+  in.hardware = o_.hardware;
+  in.baseline_steps = baseline_step_;
+  in.finetune_steps = o_.finetune_steps;
+  in.profile_steps = o_.profile_steps;
+  in.threads = omp_get_max_threads();
+  in.fractions = o_.fractions;
+  in.sqnr_format = fmt::format("int{}:{}:rtn", o_.bits, o_.granularity);
+  in.runs = runs;
+  result = writeExperimentReport(in);
+  double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  fmt::print(stderr, "\nexperiment done in {}\n", durationText(elapsed));
+  return result;
+}
+
+}  // namespace
+
+ExperimentResult runExperiment(const ExperimentOptions& options) { return Experiment(options).run(); }
+
+}  // namespace pgq

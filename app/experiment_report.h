@@ -1,0 +1,69 @@
+#pragma once
+// The files an experiment leaves behind and the report written from them: per-run
+// summaries (runs/<name>/result.yaml, from the run's own metrics.csv), Table I
+// (table.md, table.csv), the loss curves (loss_curves.png, Fig. 4), speedup vs loss
+// (speedup_vs_loss.png, Fig. 5), the SQNR table and plot, and REPORT.md.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "frontend/model_config.h"
+#include "app/experiment.h"
+
+namespace pgq {
+
+struct RunStep {
+  int64_t step = 0;
+  double loss = 0;
+  double step_ms = 0;
+  std::optional<double> val_loss;
+};
+
+// Reads a run's metrics.csv (the trainer's columns).
+std::vector<RunStep> readMetrics(const std::string& path);
+
+struct RunSummary {
+  std::string name;    // f32, or the policy name
+  std::string policy;
+  std::string recipe;  // recipe file, empty for f32
+  int64_t first_step = 0;
+  int64_t last_step = 0;
+  double step_ms = 0;    // median step time, the run's first step excluded
+  double mean_loss = 0;  // mean training loss over the last half of the run
+  double final_val_loss = 0;
+  int fwd_int8 = 0, fwd_total = 0, bwd_int8 = 0, bwd_total = 0;
+  bool within_budget = false;  // search trials
+  // A policy with an inverted threshold (F+B_SR<t): it quantizes the lowest-SQNR GEMMs
+  // to check that the metric is informative, so the report never recommends it.
+  bool adversarial = false;
+};
+
+// A file-name-safe form of a run name: "F+B_SR>1.5" -> "F+B_SR_gt_1.5".
+std::string runSlug(const std::string& name);
+RunSummary summarizeRun(const std::string& name, const std::string& policy, const std::string& recipe,
+                        const std::vector<RunStep>& steps);
+void writeRunSummary(const std::string& path, const RunSummary& summary);
+RunSummary loadRunSummary(const std::string& path);
+
+struct ReportInputs {
+  std::string out_dir;
+  ModelConfig model;
+  std::string corpus;
+  std::string hardware;
+  int64_t baseline_steps = 0;
+  int64_t finetune_steps = 0;
+  int64_t profile_steps = 0;
+  int threads = 0;
+  std::vector<double> fractions;
+  // The format whose SQNR the report shows: the experiment's bits and granularity,
+  // round to nearest (every GEMM operand is profiled in it).
+  std::string sqnr_format = "int8:channel:rtn";
+  std::vector<RunSummary> runs;  // f32 first
+};
+
+ExperimentResult writeExperimentReport(const ReportInputs& in);
+void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>& trials, const RunSummary& best,
+                       double loss_budget);
+
+}  // namespace pgq

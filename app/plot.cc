@@ -1,0 +1,65 @@
+#include "app/plot.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "support/errors.h"
+#include "support/file_io.h"
+
+namespace pgq {
+
+void renderPlot(const std::string& script, const std::vector<std::pair<std::string, std::string>>& data,
+                const std::string& output, int width, int height) {
+  namespace fs = std::filesystem;
+  std::string ext = fs::path(output).extension().string();
+  std::string terminal;
+  if (ext == ".svg") terminal = fmt::format("svg size {},{} dynamic background rgb 'white'", width, height);
+  else if (ext == ".png") terminal = fmt::format("pngcairo size {},{}", width, height);
+  else throw Error(fmt::format("{}: plots are written as .svg or .png, not '{}'", output, ext));
+
+  char pattern[] = "/tmp/pgq-plot-XXXXXX";
+  if (!::mkdtemp(pattern))
+    throw Error(fmt::format("{}: cannot create a scratch directory for gnuplot in /tmp: {}", output,
+                            std::strerror(errno)));
+  fs::path dir(pattern);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  for (const auto& [name, content] : data) writeFileAtomically((dir / name).string(), content);
+  fs::path image = dir / ("plot" + ext);
+  // noenhanced: labels are names like F+B_SR or get_logits, not markup.
+  writeFileAtomically((dir / "plot.gp").string(),
+                      fmt::format("set terminal {}\nset termoption noenhanced\nset output '{}'\n{}\nunset output\n",
+                                  terminal, image.string(), script));
+  std::string cmd = fmt::format("cd '{}' && gnuplot plot.gp 2>&1", dir.string());
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) throw Error(fmt::format("{}: cannot run gnuplot: {}", output, std::strerror(errno)));
+  std::string messages;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) messages.append(buf, n);
+  int status = ::pclose(pipe);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) == 127)
+    throw Error("gnuplot is not installed (Debian package gnuplot-nox; scripts/setup.sh installs it)");
+  if (WEXITSTATUS(status) != 0 || !fs::exists(image))
+    throw Error(fmt::format("gnuplot failed to draw {}:\n{}", output, messages));
+  // The image is copied (the scratch directory may be on another file system) by the
+  // rule every output follows; its errors name the real errno.
+  try {
+    writeFileAtomically(output, readTextFile(image.string(), InputKind::kPlotImage));
+  } catch (const Error& e) {
+    throw Error(fmt::format("cannot write the plot: {}", e.what()));
+  }
+}
+
+}  // namespace pgq

@@ -1,0 +1,155 @@
+#include "plan/hardware.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "support/errors.h"
+#include "support/config_file.h"
+#include "pgq_hardware_presets.h"
+
+namespace pgq {
+
+double HardwareModel::peak(DType dtype) const {
+  return dtype == DType::kBF16 ? peak_bf16 : isFloat(dtype) ? peak_f32 : peak_int8;
+}
+
+double HardwareModel::gemmRate(DType dtype) const {
+  return dtype == DType::kBF16 ? gemm_bf16 : isFloat(dtype) ? gemm_f32 : gemm_int8;
+}
+
+double HardwareModel::ridge(DType dtype) const { return peak(dtype) / bandwidth_gbs; }
+
+bool HardwareModel::runsExactly(int lhs_bits, int rhs_bits) const {
+  return std::max(lhs_bits, rhs_bits) <= max_bits_one && std::min(lhs_bits, rhs_bits) <= max_bits_both;
+}
+
+std::string HardwareModel::int8Limits() const {
+  return fmt::format("{}: exact up to {} x {} bits", vnni ? "VNNI" : "no VNNI", max_bits_one, max_bits_both);
+}
+
+namespace {
+
+constexpr double kMaxRate = 1e9;  // GFLOP/s or GB/s: anything above is a typo
+
+double rate(const ConfigNode& map, std::string_view key) {
+  return map.getDouble(key, 1e-6, kMaxRate);
+}
+
+HardwareModel fromNode(const ConfigNode& root) {
+  root.allowOnly({"name", "source", "threads", "peak_gflops", "gemm_gflops", "memory_bandwidth_gbs",
+                  "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8"});
+  HardwareModel hw;
+  hw.name = root.getString("name");
+  hw.source = root.getString("source", "");
+  hw.threads = root.getInt("threads", 1, 1 << 20);
+  ConfigNode peak = root.child("peak_gflops");
+  peak.allowOnly({"f32", "bf16", "int8"});
+  hw.peak_f32 = rate(peak, "f32");
+  hw.peak_bf16 = rate(peak, "bf16");
+  hw.peak_int8 = rate(peak, "int8");
+  ConfigNode gemm = root.child("gemm_gflops");
+  gemm.allowOnly({"f32", "bf16", "int8"});
+  hw.gemm_f32 = rate(gemm, "f32");
+  hw.gemm_bf16 = rate(gemm, "bf16");
+  hw.gemm_int8 = rate(gemm, "int8");
+  if (hw.gemm_f32 > hw.peak_f32 * 1.05 || hw.gemm_bf16 > hw.peak_bf16 * 1.05 || hw.gemm_int8 > hw.peak_int8 * 1.05)
+    root.fail("gemm_gflops", "achieved GEMM rates cannot exceed the peak rates");
+  hw.bandwidth_gbs = root.getDouble("memory_bandwidth_gbs", 1e-6, kMaxRate);
+  if (root.has("ridge_flop_per_byte")) {
+    ConfigNode ridge = root.child("ridge_flop_per_byte");
+    ridge.allowOnly({"f32", "bf16", "int8"});
+    for (auto [key, dtype] : {std::pair{"f32", DType::kF32}, {"bf16", DType::kBF16}, {"int8", DType::kS8}}) {
+      if (!ridge.has(key)) continue;
+      double given = ridge.getDouble(key, 1e-9, kMaxRate);
+      double derived = hw.ridge(dtype);
+      if (std::abs(given - derived) > 0.05 * derived)
+        ridge.fail(key, fmt::format("{} flop/byte does not match peak / bandwidth = {:.3g}", given, derived));
+    }
+  }
+  ConfigNode quant = root.child("quantize_gbs");
+  quant.allowOnly({"rtn", "sr"});
+  hw.quantize_rtn_gbs = rate(quant, "rtn");
+  hw.quantize_sr_gbs = rate(quant, "sr");
+  hw.call_overhead_us = root.getDouble("call_overhead_us", 0.0, 0.0, 1e6);
+  ConfigNode int8 = root.child("int8");
+  int8.allowOnly({"vnni", "max_bits_one", "max_bits_both"});
+  hw.vnni = int8.getBool("vnni");
+  hw.max_bits_one = static_cast<int>(int8.getInt("max_bits_one", 2, 8));
+  hw.max_bits_both = static_cast<int>(int8.getInt("max_bits_both", 2, 8));
+  if (hw.max_bits_both > hw.max_bits_one)
+    int8.fail("max_bits_both", fmt::format("cannot exceed max_bits_one = {}", hw.max_bits_one));
+  if (!hw.vnni && hw.max_bits_both > 7)
+    int8.fail("max_bits_both", "without VNNI an 8 x 8 bit GEMM saturates (HARDWARE.md): at most 7");
+  return hw;
+}
+
+}  // namespace
+
+HardwareModel parseHardwareModel(const std::string& yaml_text, const std::string& source) {
+  return fromNode(ConfigNode::loadString(yaml_text, source));
+}
+
+std::vector<std::string> hardwarePresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : kHardwarePresets) names.emplace_back(name);
+  return names;
+}
+
+HardwareModel loadHardwareModel(const std::string& spec) {
+  for (const auto& [name, text] : kHardwarePresets)
+    if (spec == name) return parseHardwareModel(std::string(text), fmt::format("<hardware preset {}>", name));
+  std::error_code ec;
+  if (!std::filesystem::exists(spec, ec))
+    throw Error(fmt::format("hardware '{}' is neither a preset ({}) nor an existing file", spec,
+                            fmt::join(hardwarePresetNames(), ", ")));
+  return fromNode(ConfigNode::loadFile(spec, InputKind::kHardwareModel));
+}
+
+std::string hardwareToYaml(const HardwareModel& hw) {
+  return fmt::format(
+      "# pgq hardware model. Rates in GFLOP/s (int8: GOP/s) and GB/s.\n"
+      "name: {}\nsource: \"{}\"\nthreads: {}\n"
+      "peak_gflops: {{f32: {:.6g}, bf16: {:.6g}, int8: {:.6g}}}\n"
+      "gemm_gflops: {{f32: {:.6g}, bf16: {:.6g}, int8: {:.6g}}}\n"
+      "memory_bandwidth_gbs: {:.6g}\n"
+      "# Derived: peak / bandwidth.\n"
+      "ridge_flop_per_byte: {{f32: {:.4g}, bf16: {:.4g}, int8: {:.4g}}}\n"
+      "quantize_gbs: {{rtn: {:.6g}, sr: {:.6g}}}\n"
+      "call_overhead_us: {:.6g}\n"
+      "int8: {{vnni: {}, max_bits_one: {}, max_bits_both: {}}}\n",
+      hw.name, hw.source, hw.threads, hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.gemm_f32, hw.gemm_bf16,
+      hw.gemm_int8, hw.bandwidth_gbs, hw.ridge(DType::kF32), hw.ridge(DType::kBF16), hw.ridge(DType::kS8),
+      hw.quantize_rtn_gbs, hw.quantize_sr_gbs, hw.call_overhead_us, hw.vnni ? "true" : "false", hw.max_bits_one,
+      hw.max_bits_both);
+}
+
+GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype, bool lhs_sr,
+                          bool rhs_sr) {
+  PGQ_ASSERT(shape.size() == 4, "gemm shape must be [batch, M, K, N]");
+  const double b = static_cast<double>(shape[0]), m = static_cast<double>(shape[1]),
+               k = static_cast<double>(shape[2]), n = static_cast<double>(shape[3]);
+  const double flops = 2.0 * b * m * k * n;
+  const double a_elems = b * m * k, b_elems = b * k * n, c_elems = b * m * n;
+  const double bw = hw.bandwidth_gbs * 1e3;  // bytes per microsecond
+  auto roofline = [&](double rate_gflops, double bytes) {
+    return std::max(flops / (rate_gflops * 1e3), bytes / bw) + hw.call_overhead_us;
+  };
+  GemmEstimate e;
+  double elem = static_cast<double>(dtypeSize(dtype));
+  e.high_precision_us = roofline(hw.gemmRate(dtype), elem * (a_elems + b_elems) + 4.0 * c_elems);
+  e.int8_gemm_us = roofline(hw.gemm_int8, a_elems + b_elems + 4.0 * c_elems);
+  // Quantizing an operand reads its f32 values and writes one byte each.
+  auto quantize = [&](double elems, bool sr) {
+    double gbs = sr ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;
+    return 5.0 * elems / (gbs * 1e3) + hw.call_overhead_us;
+  };
+  // The rescale reads the s32 result and writes f32 in place.
+  e.quantization_us = quantize(a_elems, lhs_sr) + quantize(b_elems, rhs_sr) + 8.0 * c_elems / bw;
+  return e;
+}
+
+}  // namespace pgq

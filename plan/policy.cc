@@ -1,0 +1,143 @@
+#include "plan/policy.h"
+
+#include <charconv>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <re2/re2.h>
+
+#include "support/errors.h"
+#include "ir/quant.h"
+#include "support/config_file.h"
+
+namespace pgq {
+
+std::string PolicyRule::describe() const {
+  std::vector<std::string> parts;
+  if (!label.empty()) parts.push_back(fmt::format("label ~ {}", label.text()));
+  if (!direction.empty()) parts.push_back(fmt::format("direction {}", direction));
+  if (!role.empty()) parts.push_back(fmt::format("role {}", role));
+  if (layer_min >= 0 || layer_max >= 0) parts.push_back(fmt::format("layers {}..{}", layer_min, layer_max));
+  return parts.empty() ? std::string("every GEMM") : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+namespace {
+
+bool parseNumber(const std::string& text, double& out) {
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && ptr == text.data() + text.size() && out >= 0;
+}
+
+// Checks that `granularity` (and an optional refinement) makes a valid format.
+void checkGranularity(const ConfigNode& node, std::string_view key, const std::string& text) {
+  try {
+    quantFormatBits(fmt::format("int8:{}:rtn", text));
+  } catch (const Error& e) {
+    node.fail(key, fmt::format("expected tensor, channel or block<N> (optionally with :asym, :clip=mse or "
+                               ":clip=p<pct>), got '{}'",
+                               text));
+  }
+}
+
+DirectionPolicy readDirection(const ConfigNode& node) {
+  node.allowOnly({"quantize", "threshold", "invert", "rounding", "gradient_rounding"});
+  DirectionPolicy d;
+  d.quantize = node.getBool("quantize");
+  d.threshold = node.getDouble("threshold", 0.0, 0.0, 1e12);
+  d.invert = node.getBool("invert", false);
+  if (d.invert && d.threshold <= 0) node.fail("invert", "needs a threshold > 0");
+  d.rounding = node.getEnum("rounding", {"rtn", "sr"}, "rtn");
+  d.gradient_rounding = node.getEnum("gradient_rounding", {"rtn", "sr"}, d.rounding);
+  return d;
+}
+
+PolicyRule readRule(const ConfigNode& node) {
+  node.allowOnly({"label", "direction", "role", "layers", "action", "lhs_format", "rhs_format", "smooth"});
+  PolicyRule r;
+  try {
+    r.label = LabelPattern(node.getString("label", ""));
+  } catch (const Error& e) {
+    node.fail("label", e.what());
+  }
+  r.direction = node.getEnum("direction", {"fwd", "bwd", "bwd_dgrad", "bwd_wgrad"}, "");
+  r.role = node.getEnum("role", {"weight", "activation", "gradient"}, "");
+  if (node.has("layers")) {
+    std::vector<ConfigNode> range = node.child("layers").items();
+    if (range.size() != 2) node.fail("layers", "expected [first, last]");
+    r.layer_min = range[0].asInt();
+    r.layer_max = range[1].asInt();
+    if (r.layer_min < 0 || r.layer_max < r.layer_min) node.fail("layers", "expected 0 <= first <= last");
+  }
+  r.action = node.getEnum("action", {"quantize", "keep"});
+  for (auto [key, field] : {std::pair{"lhs_format", &r.lhs_format}, {"rhs_format", &r.rhs_format}}) {
+    *field = node.getString(key, "");
+    if (field->empty()) continue;
+    if (r.action != "quantize") node.fail(key, "only a quantize rule can name formats");
+    try {
+      quantFormatBits(*field);
+    } catch (const Error& e) {
+      node.fail(key, e.what());
+    }
+  }
+  if (r.lhs_format.empty() != r.rhs_format.empty()) node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
+  r.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
+  if (r.smooth > 0 && r.action != "quantize") node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
+  return r;
+}
+
+Policy fromNode(const ConfigNode& root) {
+  root.allowOnly({"name", "forward", "backward", "bits", "granularity", "min_speedup", "low_sqnr", "rules"});
+  Policy p;
+  p.name = root.getString("name", root.file());
+  p.forward = readDirection(root.child("forward"));
+  p.backward = readDirection(root.child("backward"));
+  p.bits = static_cast<int>(root.getInt("bits", 8, 2, 8));
+  p.granularity = root.getString("granularity", "channel");
+  checkGranularity(root, "granularity", p.granularity);
+  p.min_speedup = root.getDouble("min_speedup", 1.05, 0.0, 100.0);
+  p.low_sqnr = root.getString("low_sqnr", "keep");
+  if (p.low_sqnr != "keep") checkGranularity(root, "low_sqnr", p.low_sqnr);
+  if (root.has("rules"))
+    for (const ConfigNode& rule : root.child("rules").items()) p.rules.push_back(readRule(rule));
+  return p;
+}
+
+}  // namespace
+
+std::optional<Policy> standardPolicy(const std::string& name) {
+  // F[>T1][+B[_SR][>T2|<T2]]; every group that takes part in a match is non-empty.
+  static const RE2 kName(R"(F(?:>([0-9.eE+-]+))?(\+B(_SR)?(?:([<>])([0-9.eE+-]+))?)?)");
+  std::string forward_threshold, backward, sr, comparison, backward_threshold;
+  if (!RE2::FullMatch(name, kName, &forward_threshold, &backward, &sr, &comparison, &backward_threshold))
+    return std::nullopt;
+  Policy p;
+  p.name = name;
+  p.forward.quantize = true;
+  if (!forward_threshold.empty() && !parseNumber(forward_threshold, p.forward.threshold)) return std::nullopt;
+  if (!backward.empty()) {
+    p.backward.quantize = true;
+    if (!sr.empty()) p.backward.gradient_rounding = "sr";
+    if (!comparison.empty()) {
+      if (!parseNumber(backward_threshold, p.backward.threshold)) return std::nullopt;
+      p.backward.invert = comparison == "<";
+      if (p.backward.invert && p.backward.threshold <= 0) return std::nullopt;
+    }
+  }
+  return p;
+}
+
+Policy parsePolicy(const std::string& yaml_text, const std::string& source) {
+  return fromNode(ConfigNode::loadString(yaml_text, source));
+}
+
+Policy loadPolicy(const std::string& spec) {
+  if (std::optional<Policy> p = standardPolicy(spec)) return *p;
+  std::error_code ec;
+  if (!std::filesystem::exists(spec, ec))
+    throw Error(fmt::format("policy '{}' is neither a standard policy (F, F+B, F+B_SR, F+B_SR>T, F+B_SR<T, "
+                            "F>T1+B_SR>T2) nor an existing file",
+                            spec));
+  return fromNode(ConfigNode::loadFile(spec, InputKind::kPolicy));
+}
+
+}  // namespace pgq

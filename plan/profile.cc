@@ -1,0 +1,312 @@
+#include "plan/profile.h"
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "support/errors.h"
+#include "ir/quant.h"
+#include "support/config_file.h"
+
+namespace pgq {
+
+const FormatStats* OperandProfile::find(const std::string& format) const {
+  for (const FormatStats& f : formats)
+    if (f.format == format) return &f;
+  return nullptr;
+}
+
+const GemmProfile* Profile::find(const std::string& label) const {
+  for (const GemmProfile& g : gemms)
+    if (g.label == label) return &g;
+  return nullptr;
+}
+
+namespace {
+
+YAML::Emitter& flowList(YAML::Emitter& out, const std::vector<int64_t>& values) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (int64_t v : values) out << v;
+  return out << YAML::EndSeq;
+}
+
+YAML::Emitter& flowList(YAML::Emitter& out, const std::vector<std::string>& values) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& v : values) out << v;
+  return out << YAML::EndSeq;
+}
+
+void emitOperand(YAML::Emitter& out, const OperandProfile& o) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "side" << YAML::Value << o.side;
+  out << YAML::Key << "role" << YAML::Value << o.role;
+  out << YAML::Key << "tensor" << YAML::Value << o.tensor;
+  out << YAML::Key << "shape" << YAML::Value;
+  flowList(out, o.shape);
+  out << YAML::Key << "contract_dims" << YAML::Value;
+  flowList(out, o.contract_dims);
+  out << YAML::Key << "batch_dims" << YAML::Value;
+  flowList(out, o.batch_dims);
+  out << YAML::Key << "absmax" << YAML::Value << o.absmax;
+  out << YAML::Key << "absmax_mean" << YAML::Value << o.absmax_mean;
+  out << YAML::Key << "rms" << YAML::Value << o.rms;
+  out << YAML::Key << "zero_fraction" << YAML::Value << o.zero_fraction;
+  out << YAML::Key << "nonfinite_fraction" << YAML::Value << o.nonfinite_fraction;
+  out << YAML::Key << "formats" << YAML::Value << YAML::BeginSeq;
+  for (const FormatStats& f : o.formats) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "format" << YAML::Value << f.format;
+    out << YAML::Key << "sqnr_mean" << YAML::Value << f.sqnr_mean;
+    out << YAML::Key << "sqnr_min" << YAML::Value << f.sqnr_min;
+    out << YAML::Key << "sqnr_max" << YAML::Value << f.sqnr_max;
+    out << YAML::Key << "mse" << YAML::Value << f.mse;
+    out << YAML::Key << "underflow_fraction" << YAML::Value << f.underflow_fraction;
+    out << YAML::Key << "clipped_fraction" << YAML::Value << f.clipped_fraction;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+}
+
+std::vector<int64_t> intList(const ConfigNode& node, std::string_view key, size_t exact_size = 0) {
+  ConfigNode list = node.child(key);
+  std::vector<int64_t> out;
+  for (const ConfigNode& item : list.items()) out.push_back(item.asInt());
+  if (exact_size && out.size() != exact_size)
+    node.fail(key, fmt::format("expected a list of {} integers, got {}", exact_size, out.size()));
+  return out;
+}
+
+std::vector<std::string> stringList(const ConfigNode& node, std::string_view key) {
+  std::vector<std::string> out;
+  for (const ConfigNode& item : node.child(key).items()) out.push_back(item.asString());
+  return out;
+}
+
+void checkFormat(const ConfigNode& node, std::string_view key, const std::string& format) {
+  try {
+    quantFormatBits(format);
+  } catch (const Error& e) {
+    node.fail(key, e.what());
+  }
+}
+
+FormatStats readFormat(const ConfigNode& node) {
+  node.allowOnly({"format", "sqnr_mean", "sqnr_min", "sqnr_max", "mse", "underflow_fraction", "clipped_fraction"});
+  FormatStats f;
+  f.format = node.getString("format");
+  checkFormat(node, "format", f.format);
+  f.sqnr_mean = node.getDouble("sqnr_mean", 0.0, 1e300);
+  f.sqnr_min = node.getDouble("sqnr_min", 0.0, 1e300);
+  f.sqnr_max = node.getDouble("sqnr_max", 0.0, 1e300);
+  if (!(f.sqnr_min <= f.sqnr_mean * (1 + 1e-9) && f.sqnr_mean <= f.sqnr_max * (1 + 1e-9)))
+    node.fail("sqnr_mean", fmt::format("expected sqnr_min <= sqnr_mean <= sqnr_max, got {} {} {}", f.sqnr_min,
+                                       f.sqnr_mean, f.sqnr_max));
+  f.mse = node.getDouble("mse", 0.0, 1e300);
+  f.underflow_fraction = node.getDouble("underflow_fraction", 0.0, 1.0);
+  f.clipped_fraction = node.getDouble("clipped_fraction", 0.0, 1.0);
+  return f;
+}
+
+OperandProfile readOperand(const ConfigNode& node) {
+  node.allowOnly({"side", "role", "tensor", "shape", "contract_dims", "batch_dims", "absmax", "absmax_mean", "rms",
+                  "zero_fraction", "nonfinite_fraction", "formats"});
+  OperandProfile o;
+  o.side = node.getEnum("side", {"lhs", "rhs", "out"});
+  o.role = node.getEnum("role", {"weight", "activation", "gradient", "output"});
+  o.tensor = node.getString("tensor");
+  o.shape = intList(node, "shape");
+  o.contract_dims = intList(node, "contract_dims");
+  o.batch_dims = intList(node, "batch_dims");
+  for (int64_t d : o.shape)
+    if (d < 1) node.fail("shape", "dims must be >= 1");
+  o.absmax = node.getDouble("absmax", 0.0, 1e300);
+  o.absmax_mean = node.getDouble("absmax_mean", 0.0, 1e300);
+  o.rms = node.getDouble("rms", 0.0, 1e300);
+  o.zero_fraction = node.getDouble("zero_fraction", 0.0, 1.0);
+  o.nonfinite_fraction = node.getDouble("nonfinite_fraction", 0.0, 1.0);
+  for (const ConfigNode& f : node.child("formats").items()) o.formats.push_back(readFormat(f));
+  if (o.formats.empty()) node.fail("formats", "expected at least one format");
+  return o;
+}
+
+GemmProfile readGemm(const ConfigNode& node) {
+  node.allowOnly({"label", "direction", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
+                  "device_shape", "operands"});
+  GemmProfile g;
+  g.label = node.getString("label");
+  g.direction = node.getEnum("direction", {"fwd", "bwd_dgrad", "bwd_wgrad"});
+  g.layer = node.getInt("layer", -1, 1 << 20);
+  g.gemm_shape = intList(node, "gemm_shape", 4);
+  g.flops = node.getInt("flops", 0);
+  g.bytes = node.getInt("bytes", 1);
+  g.sharding = node.getEnum("sharding", {"column", "row", "heads", "replicated"});
+  g.devices = node.getInt("devices", 1, 1 << 20);
+  g.device_shape = intList(node, "device_shape", 4);
+  for (const ConfigNode& o : node.child("operands").items()) g.operands.push_back(readOperand(o));
+  if (g.operands.size() < 2 || g.operands[0].side != "lhs" || g.operands[1].side != "rhs")
+    node.fail("operands", "expected the lhs operand, then the rhs operand (then optionally out)");
+  return g;
+}
+
+}  // namespace
+
+std::string profileToYaml(const Profile& profile) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(9);
+  out << YAML::Comment("pgq profile (stage i): statistics of every GEMM operand. SQNR = E[x^2] / E[(Q(x)-x)^2] "
+                       "as a ratio, per quantization format, over the logged steps.");
+  out << YAML::BeginMap;
+  out << YAML::Key << "version" << YAML::Value << kProfileVersion;
+  const ProfileRun& r = profile.run;
+  out << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "model" << YAML::Value << r.model;
+  out << YAML::Key << "model_config" << YAML::Value << YAML::Literal << r.model_config;
+  out << YAML::Key << "corpus" << YAML::Value << r.corpus;
+  out << YAML::Key << "corpus_fingerprint" << YAML::Value << r.corpus_fingerprint;
+  out << YAML::Key << "seed" << YAML::Value << r.seed;
+  out << YAML::Key << "warmup_steps" << YAML::Value << r.warmup_steps;
+  out << YAML::Key << "profile_steps" << YAML::Value << r.profile_steps;
+  out << YAML::Key << "threads" << YAML::Value << r.threads;
+  out << YAML::Key << "precision" << YAML::Value << r.precision;
+  out << YAML::Key << "pgq_version" << YAML::Value << r.pgq_version;
+  out << YAML::Key << "cpu_isa" << YAML::Value << r.cpu_isa;
+  out << YAML::Key << "vnni" << YAML::Value << r.vnni;
+  out << YAML::Key << "formats" << YAML::Value;
+  flowList(out, r.formats);
+  out << YAML::Key << "gradient_formats" << YAML::Value;
+  flowList(out, r.gradient_formats);
+  out << YAML::Key << "step_ms" << YAML::Value << r.step_ms;
+  out << YAML::EndMap;
+  // Before the list, so that a file cut short after any GEMM still disagrees with it.
+  out << YAML::Key << "gemm_count" << YAML::Value << profile.gemms.size();
+  out << YAML::Key << "gemms" << YAML::Value << YAML::BeginSeq;
+  for (const GemmProfile& g : profile.gemms) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "label" << YAML::Value << g.label;
+    out << YAML::Key << "direction" << YAML::Value << g.direction;
+    out << YAML::Key << "layer" << YAML::Value << g.layer;
+    out << YAML::Key << "gemm_shape" << YAML::Value;
+    flowList(out, g.gemm_shape);
+    out << YAML::Key << "flops" << YAML::Value << g.flops;
+    out << YAML::Key << "bytes" << YAML::Value << g.bytes;
+    out << YAML::Key << "sharding" << YAML::Value << g.sharding;
+    out << YAML::Key << "devices" << YAML::Value << g.devices;
+    out << YAML::Key << "device_shape" << YAML::Value;
+    flowList(out, g.device_shape);
+    out << YAML::Key << "operands" << YAML::Value << YAML::BeginSeq;
+    for (const OperandProfile& o : g.operands) emitOperand(out, o);
+    out << YAML::EndSeq << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string profileToCsv(const Profile& profile) {
+  std::string csv =
+      "label,direction,layer,batch,m,k,n,flops,bytes,intensity,side,role,tensor,absmax,rms,zero_fraction,"
+      "format,sqnr_mean,sqnr_min,sqnr_max,sqnr_min_db,underflow_fraction,clipped_fraction\n";
+  for (const GemmProfile& g : profile.gemms)
+    for (const OperandProfile& o : g.operands)
+      for (const FormatStats& f : o.formats)
+        csv += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.9g},{:.9g},{:.9g},{},{:.9g},{:.9g},{:.9g},{:.4f},{:.9g},{:.9g}\n",
+                           g.label, g.direction, g.layer, g.gemm_shape[0], g.gemm_shape[1], g.gemm_shape[2],
+                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.side, o.role, o.tensor, o.absmax,
+                           o.rms, o.zero_fraction, f.format, f.sqnr_mean, f.sqnr_min, f.sqnr_max,
+                           10.0 * std::log10(std::max(f.sqnr_min, 1e-30)), f.underflow_fraction,
+                           f.clipped_fraction);
+  return csv;
+}
+
+std::string writeProfile(const std::string& path, const Profile& profile) {
+  std::string csv_path = std::filesystem::path(path).replace_extension(".csv").string();
+  if (csv_path == path) csv_path += ".csv";
+  std::string yaml = profileToYaml(profile);
+  std::string csv = profileToCsv(profile);
+  writeFileAtomically(path, yaml);
+  writeFileAtomically(csv_path, csv);
+  return csv_path;
+}
+
+Profile parseProfile(const std::string& yaml_text, const std::string& source) {
+  ConfigNode root = ConfigNode::loadString(yaml_text, source);
+  root.allowOnly({"version", "run", "gemm_count", "gemms"});
+  int64_t version = root.getInt("version", 1, 1000000);
+  if (version != kProfileVersion)
+    root.fail("version", fmt::format("this pgq reads profile version {}, the file is version {}", kProfileVersion,
+                                     version));
+  Profile p;
+  p.source = source;
+  ConfigNode run = root.child("run");
+  run.allowOnly({"model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
+                 "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms"});
+  ProfileRun& r = p.run;
+  r.model = run.getString("model");
+  p.model_line = run.child("model").yaml().Mark().line + 1;
+  r.model_config = run.getString("model_config");
+  r.corpus = run.getString("corpus");
+  r.corpus_fingerprint = run.getString("corpus_fingerprint");
+  r.seed = static_cast<uint64_t>(run.getInt("seed", 0));
+  r.warmup_steps = run.getInt("warmup_steps", 0);
+  r.profile_steps = run.getInt("profile_steps", 1);
+  r.threads = run.getInt("threads", 0);
+  r.precision = run.getEnum("precision", {"f32", "bf16"});
+  r.pgq_version = run.getString("pgq_version");
+  r.cpu_isa = run.getString("cpu_isa");
+  r.vnni = run.getBool("vnni");
+  r.formats = stringList(run, "formats");
+  r.gradient_formats = stringList(run, "gradient_formats");
+  r.step_ms = run.getDouble("step_ms", 0.0, 0.0, 1e12);
+  for (const std::string& f : r.formats) checkFormat(run, "formats", f);
+  for (const std::string& f : r.gradient_formats) checkFormat(run, "gradient_formats", f);
+  ConfigNode gemms = root.child("gemms");
+  for (const ConfigNode& g : gemms.items()) {
+    p.gemms.push_back(readGemm(g));
+    for (size_t i = 0; i + 1 < p.gemms.size(); ++i)
+      if (p.gemms[i].label == p.gemms.back().label)
+        g.fail("label", fmt::format("GEMM '{}' appears twice", p.gemms.back().label));
+  }
+  if (p.gemms.empty()) gemms.failHere("expected at least one GEMM");
+  if (!root.has("gemm_count"))
+    root.fail("gemm_count", fmt::format("is missing; pgq writes it before `gemms:` to detect a file cut short (a "
+                                        "profile from an older pgq lacks it: add `gemm_count: {}` if all its GEMMs "
+                                        "are there)",
+                                        p.gemms.size()));
+  int64_t count = root.getInt("gemm_count", 1, INT32_MAX);
+  if (count != static_cast<int64_t>(p.gemms.size()))
+    root.fail("gemm_count", fmt::format("the profile records {} GEMMs but lists {} (the last is '{}'): the file was "
+                                        "cut short or edited",
+                                        count, p.gemms.size(), p.gemms.back().label));
+  return p;
+}
+
+Profile loadProfile(const std::string& path) { return parseProfile(readTextFile(path, InputKind::kProfile), path); }
+
+void checkProfileModel(const Profile& profile, const std::string& model_name, const std::string& model_yaml,
+                       const std::string& model_source) {
+  std::string where = profile.model_line ? fmt::format("{}:{}", profile.source, profile.model_line) : profile.source;
+  if (profile.run.model != model_name)
+    throw Error(fmt::format("{}: field 'run.model': the profile was made with model '{}', not with model '{}' ({})",
+                            where, profile.run.model, model_name, model_source));
+  if (profile.run.model_config == model_yaml) return;
+  // Same name, other sizes: show the first line that differs.
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  std::vector<std::string> theirs = lines(profile.run.model_config), ours = lines(model_yaml);
+  size_t i = 0;
+  while (i < theirs.size() && i < ours.size() && theirs[i] == ours[i]) ++i;
+  auto at = [&](const std::vector<std::string>& v) { return i < v.size() ? fmt::format("'{}'", v[i]) : "nothing"; };
+  throw Error(fmt::format("{}: field 'run.model_config': the profile was made with another config of model '{}' than "
+                          "{}: {} in the profile, {} in {}",
+                          where, model_name, model_source, at(theirs), at(ours), model_source));
+}
+
+}  // namespace pgq

@@ -1,0 +1,273 @@
+#include "plan/recipe.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "ir/analysis.h"
+#include "support/errors.h"
+#include "ir/quant.h"
+#include "support/config_file.h"
+
+namespace pgq {
+
+double RecipeSummary::estimatedStepSpeedup() const {
+  if (est_gemm_int8_ms <= 0) return 1.0;
+  if (measured_step_ms <= 0) return est_gemm_ms / est_gemm_int8_ms;
+  // The non-GEMM part of the step does not change.
+  double other = std::max(0.0, measured_step_ms - est_gemm_ms);
+  return measured_step_ms / (other + est_gemm_int8_ms);
+}
+
+std::string recipeToYaml(const Recipe& r) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(6);
+  out << YAML::Comment(
+      "pgq recipe (stage ii): one entry per GEMM, first match wins; edit freely.\n"
+      "decision: int8 | keep. An entry may use `match: REGEX` (with optional direction/role\n"
+      "filters) instead of `label:`. GEMMs no entry matches stay in high precision.\n"
+      "entry_count detects a file cut short: update or delete it when you add or remove entries.");
+  out << YAML::BeginMap;
+  out << YAML::Key << "version" << YAML::Value << 1;
+  out << YAML::Key << "name" << YAML::Value << r.name;
+  out << YAML::Key << "policy" << YAML::Value << r.policy;
+  out << YAML::Key << "model" << YAML::Value << r.model;
+  out << YAML::Key << "hardware" << YAML::Value << r.hardware;
+  out << YAML::Key << "profile" << YAML::Value << r.profile;
+  const RecipeSummary& s = r.summary;
+  out << YAML::Key << "summary" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "fwd_int8" << YAML::Value << fmt::format("{}/{}", s.fwd_int8, s.fwd_total);
+  out << YAML::Key << "bwd_int8" << YAML::Value << fmt::format("{}/{}", s.bwd_int8, s.bwd_total);
+  out << YAML::Key << "est_gemm_ms" << YAML::Value << s.est_gemm_ms;
+  out << YAML::Key << "est_gemm_int8_ms" << YAML::Value << s.est_gemm_int8_ms;
+  out << YAML::Key << "measured_step_ms" << YAML::Value << s.measured_step_ms;
+  out << YAML::Key << "est_step_speedup" << YAML::Value << s.estimatedStepSpeedup();
+  out << YAML::EndMap;
+  // Before the list, so that a file cut short after any entry still disagrees with it.
+  out << YAML::Key << "entry_count" << YAML::Value << r.entries.size();
+  out << YAML::Key << "gemms" << YAML::Value << YAML::BeginSeq;
+  for (const RecipeEntry& e : r.entries) {
+    out << YAML::BeginMap;
+    if (!e.label.empty()) out << YAML::Key << "label" << YAML::Value << e.label;
+    else out << YAML::Key << "match" << YAML::Value << e.match.text();
+    if (!e.direction.empty()) out << YAML::Key << "direction" << YAML::Value << e.direction;
+    if (!e.role.empty()) out << YAML::Key << "role" << YAML::Value << e.role;
+    out << YAML::Key << "decision" << YAML::Value << e.decision;
+    if (e.decision == "int8") {
+      out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
+      out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
+      if (e.smooth > 0) out << YAML::Key << "smooth" << YAML::Value << e.smooth;
+    }
+    if (!e.reason.empty()) out << YAML::Key << "reason" << YAML::Value << e.reason;
+    if (e.min_sqnr > 0) out << YAML::Key << "min_sqnr" << YAML::Value << e.min_sqnr;
+    if (e.est_speedup > 0) out << YAML::Key << "est_speedup" << YAML::Value << e.est_speedup;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+void writeRecipe(const std::string& path, const Recipe& recipe) { writeFileAtomically(path, recipeToYaml(recipe)); }
+
+namespace {
+
+void checkFormat(const ConfigNode& node, std::string_view key, const std::string& format) {
+  try {
+    quantFormatBits(format);
+  } catch (const Error& e) {
+    node.fail(key, e.what());
+  }
+}
+
+RecipeEntry readEntry(const ConfigNode& node) {
+  node.allowOnly({"label", "match", "direction", "role", "decision", "lhs_format", "rhs_format", "smooth",
+                  "reason", "min_sqnr", "est_speedup"});
+  RecipeEntry e;
+  e.line = node.yaml().Mark().line + 1;
+  e.label = node.getString("label", "");
+  try {
+    e.match = LabelPattern(node.getString("match", ""));
+  } catch (const Error& err) {
+    node.fail("match", err.what());
+  }
+  if (e.label.empty() == e.match.empty()) node.failHere("give exactly one of `label` (exact) or `match` (regex)");
+  e.direction = node.getEnum("direction", {"fwd", "bwd", "bwd_dgrad", "bwd_wgrad"}, "");
+  e.role = node.getEnum("role", {"weight", "activation", "gradient"}, "");
+  if (!e.label.empty() && (!e.direction.empty() || !e.role.empty()))
+    node.failHere("direction/role filters go with `match`, not with an exact `label`");
+  e.decision = node.getEnum("decision", {"int8", "keep"});
+  if (e.decision == "int8") {
+    e.lhs_format = node.getString("lhs_format");
+    e.rhs_format = node.getString("rhs_format");
+    checkFormat(node, "lhs_format", e.lhs_format);
+    checkFormat(node, "rhs_format", e.rhs_format);
+    e.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
+  } else if (node.has("lhs_format") || node.has("rhs_format") || node.has("smooth")) {
+    node.failHere("a `keep` decision takes no formats or smoothing");
+  }
+  e.reason = node.getString("reason", "");
+  e.min_sqnr = node.getDouble("min_sqnr", 0.0, 0.0, 1e300);
+  e.est_speedup = node.getDouble("est_speedup", 0.0, 0.0, 1e6);
+  return e;
+}
+
+// A small edit distance, to suggest the label a user probably meant.
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+bool directionMatches(const std::string& filter, const std::string& direction) {
+  return filter.empty() || filter == direction || (filter == "bwd" && direction.starts_with("bwd"));
+}
+
+}  // namespace
+
+Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
+  ConfigNode root = ConfigNode::loadString(yaml_text, source);
+  root.allowOnly({"version", "name", "policy", "model", "hardware", "profile", "summary", "entry_count", "gemms"});
+  if (root.getInt("version", 1, 1, 1000) != 1) root.fail("version", "this pgq reads recipe version 1");
+  Recipe r;
+  r.source = source;
+  r.name = root.getString("name", source);
+  r.policy = root.getString("policy", "");
+  r.model = root.getString("model", "");
+  if (root.has("model")) r.model_line = root.child("model").yaml().Mark().line + 1;
+  r.hardware = root.getString("hardware", "");
+  r.profile = root.getString("profile", "");
+  if (root.has("summary")) {
+    ConfigNode s = root.child("summary");
+    s.allowOnly({"fwd_int8", "bwd_int8", "est_gemm_ms", "est_gemm_int8_ms", "measured_step_ms", "est_step_speedup"});
+    r.summary.est_gemm_ms = s.getDouble("est_gemm_ms", 0.0, 0.0, 1e12);
+    r.summary.est_gemm_int8_ms = s.getDouble("est_gemm_int8_ms", 0.0, 0.0, 1e12);
+    r.summary.measured_step_ms = s.getDouble("measured_step_ms", 0.0, 0.0, 1e12);
+    // "quantized/total" counts.
+    for (auto [key, quantized, total] : {std::tuple{"fwd_int8", &r.summary.fwd_int8, &r.summary.fwd_total},
+                                         std::tuple{"bwd_int8", &r.summary.bwd_int8, &r.summary.bwd_total}}) {
+      if (!s.has(key)) continue;
+      std::string text = s.getString(key);
+      if (std::sscanf(text.c_str(), "%d/%d", quantized, total) != 2 || *quantized < 0 || *quantized > *total)
+        s.fail(key, fmt::format("expected 'quantized/total', got '{}'", text));
+    }
+  }
+  for (const ConfigNode& entry : root.child("gemms").items()) {
+    r.entries.push_back(readEntry(entry));
+    const RecipeEntry& added = r.entries.back();
+    for (size_t i = 0; i + 1 < r.entries.size() && !added.label.empty(); ++i)
+      if (r.entries[i].label == added.label)
+        entry.fail("label", fmt::format("GEMM '{}' is listed twice (line {})", added.label, r.entries[i].line));
+  }
+  if (root.has("entry_count")) {
+    int64_t recorded = root.getInt("entry_count", 0, INT32_MAX);
+    if (recorded != static_cast<int64_t>(r.entries.size())) {
+      std::string last = r.entries.empty() ? std::string("there are none")
+                                           : fmt::format("the last is '{}', line {}",
+                                                         r.entries.back().label.empty() ? r.entries.back().match.text()
+                                                                                        : r.entries.back().label,
+                                                         r.entries.back().line);
+      root.fail("entry_count", fmt::format("the recipe records {} entries but lists {} ({}): the file was cut short, or "
+                                           "entries were added or removed by hand; then update entry_count or delete it",
+                                           recorded, r.entries.size(), last));
+    }
+  }
+  return r;
+}
+
+Recipe loadRecipe(const std::string& path) { return parseRecipe(readTextFile(path, InputKind::kRecipe), path); }
+
+void checkRecipeModel(const Recipe& recipe, const std::string& model, const std::string& model_source) {
+  if (recipe.model.empty() || recipe.model == model) return;
+  std::string where = recipe.model_line ? fmt::format("{}:{}", recipe.source, recipe.model_line) : recipe.source;
+  throw Error(fmt::format("{}: field 'model': the recipe was made for model '{}', not for model '{}'{}; make a recipe "
+                          "from a profile of '{}'",
+                          where, recipe.model, model,
+                          model_source.empty() ? std::string() : fmt::format(" ({})", model_source), model));
+}
+
+void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw) {
+  for (const RecipeEntry& e : recipe.entries) {
+    if (e.decision != "int8" || hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
+      continue;
+    throw Error(fmt::format("{}:{}: {}: {} x {} cannot run exactly on hardware '{}' ({}; a wider pair saturates "
+                            "silently): narrow one operand's format",
+                            recipe.source, e.line,
+                            e.label.empty() ? fmt::format("entry `match: {}`", e.match.text()) : fmt::format("GEMM '{}'", e.label),
+                            e.lhs_format, e.rhs_format, hw.name, hw.int8Limits()));
+  }
+}
+
+std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& recipe, const Graph& graph) {
+  // A recipe for another model would otherwise fail on its first unknown label, which
+  // says less about the mistake.
+  checkRecipeModel(recipe, graph.name(), "");
+  struct Gemm {
+    std::string label, direction;
+    std::vector<std::string> roles;
+  };
+  std::vector<Gemm> gemms;
+  std::unordered_set<const Node*> live = liveNodes(graph);
+  for (const Node* node : graph.postOrder()) {
+    if (node->op() != Op::kMatMul || !live.count(node)) continue;
+    const Attrs& a = node->attrs();
+    PGQ_ASSERT(a.has(AttrKey::kLabel) && a.has(AttrKey::kDirection) && a.has(AttrKey::kRoles),
+               "resolveRecipe needs tag_metadata (matmul %{})", node->name());
+    gemms.push_back({a.getString(AttrKey::kLabel), a.getString(AttrKey::kDirection), a.getStrings(AttrKey::kRoles)});
+  }
+  auto where = [&](const RecipeEntry& e) { return fmt::format("{}:{}", recipe.source, e.line); };
+  std::vector<bool> used(recipe.entries.size(), false);
+  std::vector<std::pair<std::string, GemmDecision>> out;
+  for (const Gemm& g : gemms) {
+    GemmDecision d;
+    d.reason = "no recipe entry: kept in high precision";
+    for (size_t i = 0; i < recipe.entries.size(); ++i) {
+      const RecipeEntry& e = recipe.entries[i];
+      bool hit = !e.label.empty() ? e.label == g.label
+                                  : e.match.matches(g.label) &&
+                                        directionMatches(e.direction, g.direction) &&
+                                        (e.role.empty() || std::find(g.roles.begin(), g.roles.end(), e.role) != g.roles.end());
+      if (!hit) continue;
+      used[i] = true;
+      d.quantize = e.decision == "int8";
+      d.lhs_format = e.lhs_format;
+      d.rhs_format = e.rhs_format;
+      d.smooth = e.smooth;
+      d.reason = e.reason.empty() ? fmt::format("{} entry", where(e)) : e.reason;
+      break;
+    }
+    out.emplace_back(g.label, d);
+  }
+  for (size_t i = 0; i < recipe.entries.size(); ++i) {
+    if (used[i]) continue;
+    const RecipeEntry& e = recipe.entries[i];
+    if (!e.match.empty()) {
+      // A regex shadowed by earlier entries is fine; one that matches no GEMM is a typo.
+      bool any = std::any_of(gemms.begin(), gemms.end(), [&](const Gemm& g) { return e.match.matches(g.label); });
+      if (!any) throw Error(fmt::format("{}: `match: {}` matches no GEMM of model {}", where(e), e.match.text(), graph.name()));
+      continue;
+    }
+    bool exists = std::any_of(gemms.begin(), gemms.end(), [&](const Gemm& g) { return g.label == e.label; });
+    if (exists) continue;
+    std::vector<std::pair<size_t, std::string>> close;
+    for (const Gemm& g : gemms) close.emplace_back(editDistance(e.label, g.label), g.label);
+    std::sort(close.begin(), close.end());
+    std::vector<std::string> names;
+    for (size_t k = 0; k < std::min<size_t>(3, close.size()); ++k) names.push_back(close[k].second);
+    throw Error(fmt::format("{}: GEMM '{}' is not in model {} (closest: {}); is the recipe for another model?",
+                            where(e), e.label, graph.name(), fmt::join(names, ", ")));
+  }
+  return out;
+}
+
+}  // namespace pgq

@@ -1,0 +1,100 @@
+#pragma once
+// A recipe: the per-GEMM decisions stage (iii) applies. Written by `pgq recipe` with a
+// human reason per GEMM, and meant to be read and edited:
+//
+//   gemms:
+//     - label: layer0/attn/q             # an exact GEMM label ...
+//       decision: int8                   # int8 | keep
+//       lhs_format: int8:channel:rtn
+//       rhs_format: int7:channel:rtn
+//       smooth: 0.5                      # optional: SmoothQuant with this alpha
+//       reason: "fwd, min SQNR 3.1e+04 > 20, est. 1.64x faster: int8"
+//     - match: "layer[0-9]+/mlp/.*"       # ... or a regular expression (RE2) over labels
+//       direction: bwd_wgrad             # optional filters: direction, role
+//       decision: keep
+//
+// The first entry that matches a GEMM decides it; a GEMM no entry matches stays in
+// high precision.
+//
+// pgq also writes `model:` (the model the recipe was made for) and `entry_count:` (the
+// number of entries, to detect a file cut short at an entry boundary, which is still
+// valid YAML). Both are optional in a hand-written recipe and checked when present.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "plan/hardware.h"
+#include "support/label_pattern.h"
+
+namespace pgq {
+
+struct RecipeEntry {
+  std::string label;      // exact label ...
+  LabelPattern match;     // ... or a pattern (exactly one of the two is set)
+  std::string direction;  // filter for match entries: fwd | bwd | bwd_dgrad | bwd_wgrad
+  std::string role;       // filter for match entries: weight | activation | gradient
+  std::string decision;   // int8 | keep
+  std::string lhs_format;
+  std::string rhs_format;
+  double smooth = 0;  // SmoothQuant alpha in (0, 1]; 0 = off
+  std::string reason;
+  // Informational, from generation: the lower input SQNR in the chosen formats and
+  // the roofline estimate of the int8 speedup (0 when unknown).
+  double min_sqnr = 0;
+  double est_speedup = 0;
+  int line = 0;  // in the file, for messages
+};
+
+struct RecipeSummary {
+  int fwd_total = 0, fwd_int8 = 0, bwd_total = 0, bwd_int8 = 0;
+  double est_gemm_ms = 0;        // roofline estimate of all GEMMs in high precision
+  double est_gemm_int8_ms = 0;   // ... with this recipe
+  double measured_step_ms = 0;   // the profiled run's plain step time (0 when unknown)
+  double estimatedStepSpeedup() const;
+};
+
+struct Recipe {
+  std::string name;      // usually the policy name
+  std::string policy;
+  std::string model;
+  int model_line = 0;    // of `model:` in the file, for messages
+  std::string hardware;
+  std::string profile;   // path of the profile it came from
+  RecipeSummary summary;
+  std::vector<RecipeEntry> entries;
+  std::string source;    // file it was loaded from
+};
+
+// The decision for one GEMM after resolving a recipe against a graph.
+struct GemmDecision {
+  bool quantize = false;
+  std::string lhs_format;
+  std::string rhs_format;
+  double smooth = 0;
+  std::string reason;
+};
+
+std::string recipeToYaml(const Recipe& recipe);
+void writeRecipe(const std::string& path, const Recipe& recipe);  // atomic
+Recipe loadRecipe(const std::string& path);
+Recipe parseRecipe(const std::string& yaml_text, const std::string& source);
+
+// Throws pgq::Error when the recipe records a `model:` other than `model`, naming both
+// models and both files (`model_source`, where the model config comes from, may be
+// empty when unknown).
+void checkRecipeModel(const Recipe& recipe, const std::string& model, const std::string& model_source);
+
+// Throws pgq::Error naming the recipe file, the entry's line and label, its formats and
+// the hardware for the first int8 entry whose operand widths `hw` cannot run exactly
+// (HARDWARE.md: without VNNI one operand must have at most 7 bits).
+void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw);
+
+// Decisions by GEMM label for the matmuls of `graph` (tag_metadata must have run).
+// Throws pgq::Error, naming the recipe file, when the recipe was made for another
+// model than the graph's (checkRecipeModel, first), and naming the line of an entry
+// whose exact label is not a GEMM of the graph (with the closest labels) or whose
+// regex matches none.
+std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& recipe, const Graph& graph);
+
+}  // namespace pgq

@@ -1,0 +1,99 @@
+#include "plan/sqnr_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "support/errors.h"
+
+namespace pgq {
+
+double SqnrInput::db() const { return 10.0 * std::log10(std::max(sqnr, 1e-30)); }
+double SqnrInput::ln1p() const { return std::log1p(sqnr); }
+
+std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format) {
+  std::vector<SqnrRow> rows;
+  for (const GemmProfile& g : profile.gemms) {
+    SqnrRow row{g.label, g.direction, g.gemm_shape, g.intensity(), {}, {}};
+    for (int side = 0; side < 2; ++side) {
+      const OperandProfile& o = g.operands[static_cast<size_t>(side)];
+      const FormatStats* f = o.find(format);
+      if (!f) {
+        std::vector<std::string> have;
+        for (const FormatStats& s : o.formats) have.push_back(s.format);
+        throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.side, format,
+                                fmt::join(have, ", ")));
+      }
+      (side == 0 ? row.lhs : row.rhs) = {o.role, f->sqnr_mean};
+    }
+    rows.push_back(std::move(row));
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const SqnrRow& a, const SqnrRow& b) { return a.minSqnr() < b.minSqnr(); });
+  return rows;
+}
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s) {
+  return s[0] > 1 ? fmt::format("{}x{},{},{}", s[0], s[1], s[2], s[3]) : fmt::format("{},{},{}", s[1], s[2], s[3]);
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::string& format) {
+  std::string out = fmt::format(
+      "SQNR of GEMM inputs in {} (ratio E[x^2]/E[(Q(x)-x)^2], mean over the logged steps), lowest first\n\n"
+      "| # | GEMM | direction | roles (lhs, rhs) | M,K,N | flop/B | lhs SQNR | lhs dB | lhs ln(1+SQNR) | rhs SQNR | "
+      "rhs dB | rhs ln(1+SQNR) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      format);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SqnrRow& r = rows[i];
+    out += fmt::format("| {} | {} | {} | {}, {} | {} | {:.1f} | {:.4g} | {:.1f} | {:.2f} | {:.4g} | {:.1f} | {:.2f} |\n", i + 1,
+                       r.label, r.direction, r.lhs.role, r.rhs.role, shapeText(r.gemm_shape), r.intensity, r.lhs.sqnr,
+                       r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(), r.rhs.ln1p());
+  }
+  return out;
+}
+
+std::string sqnrTableCsv(const std::vector<SqnrRow>& rows) {
+  std::string out =
+      "rank,label,direction,lhs_role,rhs_role,batch,m,k,n,intensity,lhs_sqnr,lhs_db,lhs_ln1p,rhs_sqnr,rhs_db,rhs_ln1p,"
+      "min_sqnr\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SqnrRow& r = rows[i];
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g}\n", i + 1,
+                       r.label, r.direction, r.lhs.role, r.rhs.role, r.gemm_shape[0], r.gemm_shape[1], r.gemm_shape[2],
+                       r.gemm_shape[3], r.intensity, r.lhs.sqnr, r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(),
+                       r.rhs.ln1p(), r.minSqnr());
+  }
+  return out;
+}
+
+std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format) {
+  std::string out = fmt::format("{{\"format\": {}, \"rows\": [", jsonString(format));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SqnrRow& r = rows[i];
+    auto input = [](const SqnrInput& in) {
+      return fmt::format("{{\"role\": {}, \"sqnr\": {:.9g}, \"db\": {:.6g}, \"ln1p\": {:.6g}}}", jsonString(in.role),
+                         in.sqnr, in.db(), in.ln1p());
+    };
+    out += fmt::format(
+        "{}\n  {{\"rank\": {}, \"label\": {}, \"direction\": {}, \"gemm_shape\": [{},{},{},{}], \"intensity\": {:.6g}, "
+        "\"lhs\": {}, \"rhs\": {}}}",
+        i ? "," : "", i + 1, jsonString(r.label), jsonString(r.direction), r.gemm_shape[0], r.gemm_shape[1],
+        r.gemm_shape[2], r.gemm_shape[3], r.intensity, input(r.lhs), input(r.rhs));
+  }
+  return out + "\n]}\n";
+}
+
+}  // namespace pgq

@@ -1,0 +1,236 @@
+#include "support/config_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "support/errors.h"
+#include "support/file_io.h"
+
+namespace pgq {
+
+ConfigNode ConfigNode::loadFile(const std::string& path, InputKind kind) {
+  return loadString(readTextFile(path, kind), path);
+}
+
+ConfigNode ConfigNode::loadString(const std::string& text, const std::string& name) {
+  if (text.find('\0') != std::string::npos)
+    throw Error(fmt::format("{}: contains NUL bytes; expected a YAML text file", name));
+  try {
+    YAML::Node node = YAML::Load(text);
+    if (!node.IsDefined() || node.IsNull()) throw Error(fmt::format("{}: is empty", name));
+    return ConfigNode(node, name, "");
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1,
+                            e.mark.column + 1, e.msg));
+  }
+}
+
+int ConfigNode::lineOf(const YAML::Node& node) const {
+  return node.IsDefined() && node.Mark().line >= 0 ? node.Mark().line + 1 : 0;
+}
+
+std::string ConfigNode::fieldPath(std::string_view key) const {
+  if (path_.empty()) return std::string(key);
+  if (key.empty()) return path_;
+  return fmt::format("{}.{}", path_, key);
+}
+
+void ConfigNode::fail(std::string_view key, const std::string& what) const {
+  int line = 0;
+  if (!key.empty() && node_.IsMap() && node_[std::string(key)]) line = lineOf(node_[std::string(key)]);
+  if (line == 0) line = lineOf(node_);
+  std::string where = line ? fmt::format("{}:{}", file_, line) : file_;
+  std::string field = fieldPath(key);
+  if (field.empty()) throw Error(fmt::format("{}: {}", where, what));
+  throw Error(fmt::format("{}: field '{}': {}", where, field, what));
+}
+
+void ConfigNode::failHere(const std::string& what) const { fail("", what); }
+
+void ConfigNode::requireMap() const {
+  if (!node_.IsMap()) failHere("expected a mapping of 'key: value' lines");
+}
+
+bool ConfigNode::has(std::string_view key) const {
+  return node_.IsMap() && node_[std::string(key)].IsDefined() && !node_[std::string(key)].IsNull();
+}
+
+YAML::Node ConfigNode::at(std::string_view key) const {
+  requireMap();
+  YAML::Node value = node_[std::string(key)];
+  if (!value.IsDefined() || value.IsNull()) fail(key, "is missing");
+  return value;
+}
+
+void ConfigNode::allowOnly(std::initializer_list<std::string_view> known) const {
+  allowOnly(std::vector<std::string>(known.begin(), known.end()));
+}
+
+void ConfigNode::allowOnly(const std::vector<std::string>& known) const {
+  requireMap();
+  std::vector<std::string> seen;
+  for (const auto& entry : node_) {
+    if (!entry.first.IsScalar()) failHere("has a key that is not a plain name");
+    std::string key = entry.first.as<std::string>();
+    // yaml-cpp keeps the first of two equal keys silently; a user editing a file
+    // would not expect the second line to be ignored.
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      int line = lineOf(entry.first);
+      throw Error(fmt::format("{}{}: field '{}' is given twice", file_,
+                              line ? fmt::format(":{}", line) : "", fieldPath(key)));
+    }
+    seen.push_back(key);
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      int line = lineOf(entry.first);
+      throw Error(fmt::format("{}{}: unknown field '{}' (known fields: {})", file_,
+                              line ? fmt::format(":{}", line) : "", fieldPath(key),
+                              fmt::join(known, ", ")));
+    }
+  }
+}
+
+ConfigNode ConfigNode::child(std::string_view key) const {
+  return ConfigNode(at(key), file_, fieldPath(key));
+}
+
+std::vector<ConfigNode> ConfigNode::items() const {
+  if (!node_.IsSequence()) failHere("expected a list");
+  std::vector<ConfigNode> out;
+  for (size_t i = 0; i < node_.size(); ++i)
+    out.emplace_back(node_[i], file_, fmt::format("{}[{}]", path_, i));
+  return out;
+}
+
+std::vector<std::pair<std::string, ConfigNode>> ConfigNode::entries() const {
+  requireMap();
+  std::vector<std::pair<std::string, ConfigNode>> out;
+  for (const auto& entry : node_) {
+    std::string key = entry.first.as<std::string>();
+    out.emplace_back(key, ConfigNode(entry.second, file_, fieldPath(key)));
+  }
+  return out;
+}
+
+namespace {
+
+template <typename T>
+bool convert(const YAML::Node& node, T& out) {
+  if (!node.IsScalar()) return false;
+  try {
+    out = node.as<T>();
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+std::string describeRange(double min, double max) {
+  if (min > -1e300 && max < 1e300) return fmt::format(" in [{}, {}]", min, max);
+  if (min > -1e300) return fmt::format(" >= {}", min);
+  if (max < 1e300) return fmt::format(" <= {}", max);
+  return "";
+}
+
+std::string scalarText(const YAML::Node& node) {
+  if (node.IsScalar()) return fmt::format("'{}'", node.Scalar());
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+}  // namespace
+
+int64_t ConfigNode::getInt(std::string_view key, int64_t min, int64_t max) const {
+  YAML::Node value = at(key);
+  std::string range;
+  if (min != INT64_MIN && max != INT64_MAX) range = fmt::format(" in [{}, {}]", min, max);
+  else if (min != INT64_MIN) range = fmt::format(" >= {}", min);
+  else if (max != INT64_MAX) range = fmt::format(" <= {}", max);
+  int64_t out = 0;
+  if (!convert(value, out)) fail(key, fmt::format("expected an integer{}, got {}", range, scalarText(value)));
+  if (out < min || out > max) fail(key, fmt::format("expected an integer{}, got {}", range, out));
+  return out;
+}
+
+double ConfigNode::getDouble(std::string_view key, double min, double max) const {
+  YAML::Node value = at(key);
+  double out = 0;
+  if (!convert(value, out) || !std::isfinite(out))
+    fail(key, fmt::format("expected a number{}, got {}", describeRange(min, max), scalarText(value)));
+  if (out < min || out > max)
+    fail(key, fmt::format("expected a number{}, got {}", describeRange(min, max), out));
+  return out;
+}
+
+bool ConfigNode::getBool(std::string_view key) const {
+  YAML::Node value = at(key);
+  bool out = false;
+  if (!convert(value, out)) fail(key, fmt::format("expected true or false, got {}", scalarText(value)));
+  return out;
+}
+
+std::string ConfigNode::getString(std::string_view key) const {
+  YAML::Node value = at(key);
+  if (!value.IsScalar()) fail(key, fmt::format("expected a string, got {}", scalarText(value)));
+  return value.Scalar();
+}
+
+std::string ConfigNode::getEnum(std::string_view key,
+                                std::initializer_list<std::string_view> choices) const {
+  std::string value = getString(key);
+  for (std::string_view c : choices)
+    if (c == value) return value;
+  fail(key, fmt::format("expected one of {}, got '{}'", fmt::join(choices, ", "), value));
+}
+
+int64_t ConfigNode::getInt(std::string_view key, int64_t fallback, int64_t min, int64_t max) const {
+  return has(key) ? getInt(key, min, max) : fallback;
+}
+
+double ConfigNode::getDouble(std::string_view key, double fallback, double min, double max) const {
+  return has(key) ? getDouble(key, min, max) : fallback;
+}
+
+bool ConfigNode::getBool(std::string_view key, bool fallback) const {
+  return has(key) ? getBool(key) : fallback;
+}
+
+std::string ConfigNode::getString(std::string_view key, const std::string& fallback) const {
+  return has(key) ? getString(key) : fallback;
+}
+
+std::string ConfigNode::getEnum(std::string_view key, std::initializer_list<std::string_view> choices,
+                                std::string_view fallback) const {
+  return has(key) ? getEnum(key, choices) : std::string(fallback);
+}
+
+std::string ConfigNode::asString() const {
+  if (!node_.IsScalar()) failHere(fmt::format("expected a string, got {}", scalarText(node_)));
+  return node_.Scalar();
+}
+
+double ConfigNode::asDouble() const {
+  double out = 0;
+  if (!convert(node_, out) || !std::isfinite(out))
+    failHere(fmt::format("expected a number, got {}", scalarText(node_)));
+  return out;
+}
+
+int64_t ConfigNode::asInt() const {
+  int64_t out = 0;
+  if (!convert(node_, out)) failHere(fmt::format("expected an integer, got {}", scalarText(node_)));
+  return out;
+}
+
+}  // namespace pgq

@@ -1,0 +1,400 @@
+#include "support/file_io.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "support/errors.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+struct KindInfo {
+  const char* what;  // "a recipe": completes "the 64 MiB ... may have"
+  uint64_t limit;
+};
+
+KindInfo kindInfo(InputKind kind) {
+  switch (kind) {
+    case InputKind::kModelConfig: return {"a model config", 64 * kMiB};
+    case InputKind::kRecipe: return {"a recipe", 64 * kMiB};
+    case InputKind::kPolicy: return {"a policy", 64 * kMiB};
+    case InputKind::kProfile: return {"a profile", 64 * kMiB};
+    case InputKind::kHardwareModel: return {"a hardware model", 64 * kMiB};
+    case InputKind::kIrText: return {"an IR text file", 64 * kMiB};
+    case InputKind::kRunSummary: return {"a run summary", 64 * kMiB};
+    case InputKind::kExperimentOptions: return {"an experiment's options file", 64 * kMiB};
+    case InputKind::kPlotImage: return {"a plot image", 64 * kMiB};
+    // A long run logs one short row per step: a million steps is ~100 MB.
+    case InputKind::kMetrics: return {"a metrics file", kGiB};
+    case InputKind::kCorpus: return {"a corpus", 4 * kGiB};
+    case InputKind::kCheckpoint: return {"a checkpoint", UINT64_MAX};
+  }
+  throw InternalError(fmt::format("unknown input kind {}", static_cast<int>(kind)));
+}
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+// "a FIFO" for the file types pgq refuses to read or must write in place.
+const char* fileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+[[noreturn]] void notRegular(const std::string& path, mode_t mode) {
+  throw Error(fmt::format("{}: is {}, expected a regular file", path, fileTypeName(mode)));
+}
+
+// MemAvailable from /proc/meminfo in bytes, or nothing where it cannot be read.
+std::optional<uint64_t> memAvailable() {
+  FileDescriptor fd(::open("/proc/meminfo", O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return std::nullopt;
+  InputFile file{"/proc/meminfo", std::move(fd), 0, kMiB, "1 MiB"};
+  std::string text;
+  try {
+    readRest(file, text);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  constexpr std::string_view kKey = "MemAvailable:";
+  size_t at = text.find(kKey);
+  if (at == std::string::npos) return std::nullopt;
+  at = text.find_first_not_of(' ', at + kKey.size());
+  if (at == std::string::npos) return std::nullopt;
+  uint64_t kib = 0;
+  auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), kib);
+  if (ec != std::errc() || kib > UINT64_MAX / 1024) return std::nullopt;
+  return kib * 1024;
+}
+
+// The limit of `kind` and how messages name it.
+std::pair<uint64_t, std::string> limitOf(InputKind kind) {
+  KindInfo info = kindInfo(kind);
+  if (info.limit == UINT64_MAX) return {UINT64_MAX, fmt::format("the size {} may have", info.what)};
+  if (kind == InputKind::kCorpus) {
+    // The corpus is held in memory whole; reading more than there is room for would
+    // push the machine into swap or the OOM killer instead of giving a message.
+    std::optional<uint64_t> available = memAvailable();
+    if (available && *available < info.limit)
+      return {*available, fmt::format("the {} of memory available now (MemAvailable in /proc/meminfo)",
+                                      byteSizeText(*available))};
+  }
+  return {info.limit, fmt::format("the {} {} may have", byteSizeText(info.limit), info.what)};
+}
+
+std::string tooLarge(const InputFile& file, uint64_t size) {
+  std::string shown = byteSizeText(size);
+  // A size just over the limit rounds to the limit's own text; give the bytes then.
+  if (shown == byteSizeText(file.limit)) shown = fmt::format("{} bytes", size);
+  return fmt::format("{}: {} is more than {}", file.path, shown, file.limit_text);
+}
+
+template <typename Buffer>
+void readRestInto(InputFile& file, Buffer& out) {
+  PGQ_ASSERT(out.size() <= file.limit, "{}: the buffer is already past the limit", file.path);
+  const size_t start = out.size();
+  uint64_t expected_end = std::min(file.limit, start + file.size);
+  // Geometric growth, so that a corpus read file by file is not copied once per file.
+  if (expected_end > out.capacity())
+    out.reserve(static_cast<size_t>(std::max(expected_end, std::min<uint64_t>(file.limit, 2 * out.capacity()))));
+  char probe[1 << 16];
+  for (;;) {
+    // Reads into `out` up to the size fstat reported, then through a small buffer, so
+    // that the read which finds the end of the file does not grow `out`'s capacity.
+    // Direct reads are cut into 64 MiB pieces, each zero-filled once by resize().
+    bool direct = out.size() < expected_end;
+    size_t old_size = out.size();
+    size_t want = direct ? static_cast<size_t>(std::min(expected_end - old_size, 64 * kMiB)) : sizeof probe;
+    if (direct) out.resize(old_size + want);
+    char* dst = direct ? reinterpret_cast<char*>(out.data()) + old_size : probe;
+    ssize_t got = ::read(file.fd.get(), dst, want);
+    int err = errno;
+    if (direct) out.resize(old_size + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+    if (got < 0 && err == EINTR) continue;
+    if (got < 0)
+      throw Error(fmt::format("{}: cannot read at byte offset {}: {}", file.path, old_size - start, errnoText(err)));
+    if (got == 0) return;
+    if (!direct) {
+      if (static_cast<uint64_t>(got) > file.limit - old_size)
+        throw Error(fmt::format("{}: grew past {} while it was read", file.path, file.limit_text));
+      out.insert(out.end(), probe, probe + got);
+    }
+  }
+}
+
+}  // namespace
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) {
+    close();
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+FileDescriptor::~FileDescriptor() { close(); }
+
+int FileDescriptor::close() {
+  if (fd_ < 0) return 0;
+  return ::close(std::exchange(fd_, -1));
+}
+
+std::string byteSizeText(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  double value = static_cast<double>(bytes) / 1024;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  std::string number = fmt::format("{:.1f}", value);
+  if (number.ends_with(".0")) number.resize(number.size() - 2);
+  return fmt::format("{} {}", number, units[unit]);
+}
+
+InputFile openInputFile(const std::string& path, InputKind kind) {
+  KindInfo info = kindInfo(kind);
+  InputFile file;
+  std::tie(file.limit, file.limit_text) = limitOf(kind);
+  if (path == "-") {
+    if (kind != InputKind::kIrText)
+      throw Error(fmt::format("-: {} is read from a file, not from standard input", info.what));
+    file.path = "standard input";
+    // A duplicate, so that closing the InputFile leaves standard input open.
+    file.fd = FileDescriptor(::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0));
+    if (file.fd.get() < 0) throw Error(fmt::format("standard input: cannot read: {}", errnoText(errno)));
+    struct stat st;
+    if (::fstat(file.fd.get(), &st) == 0 && S_ISREG(st.st_mode)) {
+      file.size = static_cast<uint64_t>(st.st_size);
+      if (file.size > file.limit) throw Error(tooLarge(file, file.size));
+    }
+    return file;
+  }
+  file.path = path;
+  // stat first, so that a device is refused without being opened (opening some has
+  // side effects); fstat after the open is what counts.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(fmt::format("{}: cannot open: {}", path, errnoText(errno)));
+  if (!S_ISREG(st.st_mode)) notRegular(path, st.st_mode);
+  file.fd = FileDescriptor(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (file.fd.get() < 0) throw Error(fmt::format("{}: cannot open: {}", path, errnoText(errno)));
+  if (::fstat(file.fd.get(), &st) != 0) throw Error(fmt::format("{}: cannot stat: {}", path, errnoText(errno)));
+  if (!S_ISREG(st.st_mode)) notRegular(path, st.st_mode);
+  file.size = static_cast<uint64_t>(st.st_size);
+  if (file.size > file.limit) throw Error(tooLarge(file, file.size));
+  int flags = ::fcntl(file.fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(file.fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw Error(fmt::format("{}: cannot clear O_NONBLOCK: {}", path, errnoText(errno)));
+  return file;
+}
+
+void readRest(InputFile& file, std::string& out) { readRestInto(file, out); }
+void readRest(InputFile& file, std::vector<uint8_t>& out) { readRestInto(file, out); }
+
+std::string readTextFile(const std::string& path, InputKind kind) {
+  InputFile file = openInputFile(path, kind);
+  std::string text;
+  readRest(file, text);
+  return text;
+}
+
+// ---- Writing ----
+
+namespace {
+
+// True for the file systems whose entries are the kernel's, not files: a path there
+// (such as /dev/stdout, a link to /proc/self/fd/1) is written in place, never replaced
+// by a rename. Devices elsewhere in /dev are written in place for their type.
+bool underKernelFileSystem(const fs::path& p) {
+  const std::string& s = p.native();
+  return s.starts_with("/proc/") || s.starts_with("/sys/");
+}
+
+// N when `p` is /proc/<our pid>/fd/N (what /dev/stdout, /dev/fd/N and /proc/self/fd/N
+// resolve to): one of this process's own descriptors.
+std::optional<int> ownDescriptor(const fs::path& p) {
+  if (p.parent_path() != fs::path("/proc") / std::to_string(::getpid()) / "fd") return std::nullopt;
+  std::string name = p.filename().string();
+  int fd = -1;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), fd);
+  if (ec != std::errc() || end != name.data() + name.size() || fd < 0) return std::nullopt;
+  return fd;
+}
+
+struct OutputTarget {
+  std::string path;  // the regular file to replace, or the path to open in place
+  bool in_place = false;
+  bool exists = false;
+  mode_t mode = 0;
+};
+
+// Follows `path` through symlinks to the file a write should end up in (see OutputFile).
+OutputTarget resolveOutput(const std::string& path) {
+  if (path.empty()) throw Error("an output path is empty");
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) throw Error(fmt::format("{}: cannot resolve the path: {}", path, ec.message()));
+  p = p.lexically_normal();
+  // Linux follows at most 40 links in one path; so does this.
+  for (int hop = 0; hop <= 40; ++hop) {
+    // The directory may itself be reached through links (/dev/fd is /proc/self/fd).
+    fs::path dir = fs::weakly_canonical(p.parent_path(), ec);
+    if (!ec && !p.filename().empty()) p = dir / p.filename();
+    if (underKernelFileSystem(p)) return {p.string(), true};
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) {
+      int err = errno;
+      if (err == ENOENT) return {p.string(), false};
+      throw Error(fmt::format("{}: cannot write: {}", path, errnoText(err)));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      std::string link(PATH_MAX, '\0');
+      ssize_t n = ::readlink(p.c_str(), link.data(), link.size());
+      int err = n < 0 ? errno : ENAMETOOLONG;
+      if (n < 0 || static_cast<size_t>(n) == link.size())
+        throw Error(fmt::format("{}: cannot read the symlink {}: {}", path, p.string(), errnoText(err)));
+      link.resize(static_cast<size_t>(n));
+      fs::path next(link);
+      p = (next.is_absolute() ? next : p.parent_path() / next).lexically_normal();
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) throw Error(fmt::format("{}: is a directory, expected a file", path));
+    if (S_ISREG(st.st_mode)) return {p.string(), false, true, st.st_mode & 07777};
+    return {p.string(), true};
+  }
+  throw Error(fmt::format("{}: cannot write: {}", path, errnoText(ELOOP)));
+}
+
+// Removes the temporary files of `target` left by writes that were killed: named
+// ".NAME.tmp-PID" (or "NAME.tmp-PID", as checkpoints and metrics once named them)
+// whose PID is our own or no longer alive. Best effort: a file that cannot be listed
+// or removed is left for the next write.
+void removeStaleTemporaries(const fs::path& target) {
+  std::string name = target.filename().string();
+  std::string dir = target.parent_path().string();
+  DIR* listing = ::opendir(dir.c_str());
+  if (!listing) return;
+  std::vector<std::string> stale;
+  for (struct dirent* entry; (entry = ::readdir(listing)) != nullptr;) {
+    std::string_view entry_name = entry->d_name;
+    for (std::string_view prefix : {fmt::format(".{}.tmp-", name), fmt::format("{}.tmp-", name)}) {
+      if (!entry_name.starts_with(prefix)) continue;
+      std::string_view digits = entry_name.substr(prefix.size());
+      pid_t pid = 0;
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+      if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+      if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) stale.emplace_back(entry_name);
+    }
+  }
+  ::closedir(listing);
+  for (const std::string& file : stale) ::unlink((target.parent_path() / file).c_str());
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const std::string& path) : path_(path) {
+  OutputTarget target = resolveOutput(path);
+  target_ = target.path;
+  if (target.in_place) {
+    if (std::optional<int> own = ownDescriptor(target_)) {
+      // Reopening /proc/self/fd/1 would start a new file offset (and O_TRUNC would wipe
+      // a file the shell redirected to); writing through the descriptor itself puts the
+      // output where the redirection points, after what this process printed so far.
+      std::fflush(nullptr);
+      fd_ = FileDescriptor(::fcntl(*own, F_DUPFD_CLOEXEC, 0));
+    } else {
+      fd_ = FileDescriptor(::open(target_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666));
+    }
+    if (fd_.get() < 0) fail("cannot open for writing", errno);
+    return;
+  }
+  fs::path final_path(target_);
+  removeStaleTemporaries(final_path);
+  tmp_ = (final_path.parent_path() / fmt::format(".{}.tmp-{}", final_path.filename().string(), ::getpid())).string();
+  fd_ = FileDescriptor(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+  if (fd_.get() < 0) {
+    int err = errno;
+    tmp_.clear();  // not ours to remove
+    fail(fmt::format("cannot create a temporary file in {}", final_path.parent_path().string()), err);
+  }
+  if (target.exists && ::fchmod(fd_.get(), target.mode) != 0) {
+    int err = errno;
+    ::unlink(tmp_.c_str());  // the destructor does not run for a throwing constructor
+    fail(fmt::format("cannot give the temporary file {} the permissions of {}", tmp_, target_), err);
+  }
+}
+
+OutputFile::~OutputFile() {
+  fd_.close();
+  if (atomic() && !committed_) ::unlink(tmp_.c_str());
+}
+
+void OutputFile::fail(const std::string& what, int err) const {
+  throw Error(fmt::format("{}: {}: {}", path_, what, errnoText(err)));
+}
+
+void OutputFile::write(const void* data, size_t size) {
+  PGQ_ASSERT(!committed_ && fd_.get() >= 0, "{}: write after commit", path_);
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_.get(), p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(atomic() ? fmt::format("cannot write the temporary file {}", tmp_) : std::string("cannot write"), errno);
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void OutputFile::commit() {
+  PGQ_ASSERT(!committed_ && fd_.get() >= 0, "{}: committed twice", path_);
+  if (!atomic()) {
+    // Devices and FIFOs cannot be fsynced (EINVAL); close reports a late write error.
+    if (fd_.close() != 0) fail("cannot close", errno);
+    committed_ = true;
+    return;
+  }
+  if (::fsync(fd_.get()) != 0) fail(fmt::format("cannot fsync the temporary file {}", tmp_), errno);
+  if (fd_.close() != 0) fail(fmt::format("cannot close the temporary file {}", tmp_), errno);
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail(fmt::format("cannot rename {} to {}", tmp_, target_), errno);
+  committed_ = true;
+  // The rename itself is durable only once the directory entry is on disk.
+  std::string dir = fs::path(target_).parent_path().string();
+  FileDescriptor dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  int rc = dir_fd.get() < 0 ? -1 : ::fsync(dir_fd.get());
+  // Some file systems cannot fsync a directory (EINVAL); the rename is then as durable
+  // as they allow.
+  if (rc != 0 && errno != EINVAL)
+    fail(fmt::format("written, but its directory {} could not be synced, so it may not survive a crash", dir), errno);
+}
+
+void writeFileAtomically(const std::string& path, const std::string& text) {
+  OutputFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+}  // namespace pgq

@@ -1,0 +1,258 @@
+#include <csignal>
+#include <sys/resource.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <iterator>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "support/errors.h"
+#include "app/experiment.h"
+#include "app/experiment_report.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A machine on which even the tiny model's GEMMs are worth quantizing, so every
+// recipe of the protocol has something to choose.
+const char* kFastInt8 = R"(name: fast-int8
+threads: 2
+peak_gflops: {f32: 100, bf16: 100, int8: 10000}
+gemm_gflops: {f32: 100, bf16: 100, int8: 10000}
+memory_bandwidth_gbs: 10000
+quantize_gbs: {rtn: 100000, sr: 100000}
+call_overhead_us: 0
+int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
+)";
+
+class ExperimentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("pgq_experiment_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "hw.yaml") << kFastInt8;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ExperimentOptions options() const {
+    ExperimentOptions o;
+    o.model = loadModelConfig("tiny");
+    o.out_dir = (dir_ / "exp").string();
+    o.hardware = (dir_ / "hw.yaml").string();
+    o.baseline_steps = 40;
+    o.profile_steps = 3;
+    o.finetune_steps = 12;
+    o.fractions = {0.5};
+    o.optimizer.warmup = 5;
+    o.eval_batches = 1;
+    o.progress = false;
+    return o;
+  }
+  std::string read(const fs::path& p) const {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ExperimentTest, WritesEveryResultAndResumesWithoutRedoingWork) {
+  ExperimentOptions o = options();
+  ExperimentResult r = runExperiment(o);
+  fs::path out(o.out_dir);
+  for (const char* f : {"REPORT.md", "table.md", "table.csv", "loss_curves.png", "speedup_vs_loss.png", "sqnr.md",
+                        "sqnr.png", "profile.yaml", "experiment.yaml"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  // f32, F, F+B, F+B_SR and one SQNR-ordered / adversarial pair.
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(out / "runs")) runs.push_back(e.path().filename().string());
+  EXPECT_EQ(runs.size(), 6u);
+  std::string table = read(out / "table.md");
+  EXPECT_NE(table.find("| f32 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| F+B_SR>"), std::string::npos) << table;
+  bool higher = false, lower = false;
+  for (const std::string& run : runs) {
+    higher |= run.starts_with("F+B_SR_gt_");
+    lower |= run.starts_with("F+B_SR_lt_");
+    RunSummary s = loadRunSummary((out / "runs" / run / "result.yaml").string());
+    EXPECT_EQ(s.first_step, 41) << run;  // every run continues the baseline
+    EXPECT_EQ(s.last_step, 52) << run;
+    EXPECT_GT(s.step_ms, 0) << run;
+  }
+  EXPECT_TRUE(higher && lower);
+  // The SQNR-ordered and adversarial twins quantize the same number of backward GEMMs.
+  std::string report = read(out / "REPORT.md");
+  EXPECT_NE(report.find("### Is the SQNR ordering informative?"), std::string::npos);
+  EXPECT_NE(report.find("get_logits:dgrad"), std::string::npos);
+
+  // Running again redoes nothing and reproduces the same tables.
+  auto stamp = fs::last_write_time(out / "runs" / "F+B" / "metrics.csv");
+  runExperiment(o);
+  EXPECT_EQ(fs::last_write_time(out / "runs" / "F+B" / "metrics.csv"), stamp);
+  EXPECT_EQ(read(out / "table.md"), table);
+  // A run whose result is missing (interrupted) is redone, from its checkpoint.
+  fs::remove(out / "runs" / "F+B" / "result.yaml");
+  runExperiment(o);
+  EXPECT_TRUE(fs::exists(out / "runs" / "F+B" / "result.yaml"));
+  EXPECT_EQ(read(out / "table.md"), table);
+}
+
+TEST_F(ExperimentTest, ShowsTheSqnrOfTheFormatItQuantizesTo) {
+  ExperimentOptions o = options();
+  o.bits = 4;
+  o.granularity = "tensor";
+  o.fractions = {};
+  runExperiment(o);
+  fs::path out(o.out_dir);
+  std::string sqnr = read(out / "sqnr.md"), report = read(out / "REPORT.md");
+  EXPECT_NE(sqnr.find("int4:tensor:rtn"), std::string::npos) << sqnr;
+  EXPECT_EQ(sqnr.find("int8:channel"), std::string::npos) << sqnr;
+  EXPECT_NE(report.find("Median SQNR in int4:tensor:rtn"), std::string::npos) << report;
+  // The recipes quantize to the same format.
+  std::string recipe = read(out / "recipes" / "F+B.yaml");
+  EXPECT_NE(recipe.find("int4:tensor"), std::string::npos);
+}
+
+TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
+  ExperimentOptions o = options();
+  runExperiment(o);
+  ExperimentOptions other = o;
+  other.finetune_steps = 20;
+  EXPECT_THROW(runExperiment(other), Error);
+  ExperimentOptions bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.fractions = {1.5};
+  EXPECT_THROW(runExperiment(bad), Error);
+  bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.extra_policies = {"F+Z"};
+  EXPECT_THROW(runExperiment(bad), Error);
+  bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.search = true;
+  bad.loss_budget = 0;
+  EXPECT_THROW(runExperiment(bad), Error);
+  bad = options();
+  bad.out_dir = (dir_ / "bad").string();
+  bad.profile_steps = 100;  // more than the baseline
+  EXPECT_THROW(runExperiment(bad), Error);
+}
+
+TEST_F(ExperimentTest, OptionsOutOfRangeFailBeforeWritingAnything) {
+  const double nan = std::nan("");
+  struct Case {
+    std::string name;  // the message starts with it
+    std::function<void(ExperimentOptions&)> set;
+  };
+  std::vector<Case> cases = {
+      {"--baseline-steps", [](ExperimentOptions& o) { o.baseline_steps = 0; }},
+      {"--profile-steps", [](ExperimentOptions& o) { o.profile_steps = 0; }},
+      {"--profile-steps", [](ExperimentOptions& o) { o.profile_steps = 41; }},  // past the 40 baseline steps
+      {"--finetune-steps", [](ExperimentOptions& o) { o.finetune_steps = 1; }},
+      {"--trial-steps", [](ExperimentOptions& o) { o.trial_steps = std::numeric_limits<int64_t>::max(); }},
+      {"eval_batches", [](ExperimentOptions& o) { o.eval_batches = 0; }},
+      {"--bits", [](ExperimentOptions& o) { o.bits = 9; }},
+      {"--fractions", [&](ExperimentOptions& o) { o.fractions = {0.5, nan}; }},
+      {"--fractions", [](ExperimentOptions& o) { o.fractions.assign(101, 0.5); }},
+      {"--loss-budget", [&](ExperimentOptions& o) {
+         o.search = true;
+         o.loss_budget = nan;
+       }},
+      {"--lr", [&](ExperimentOptions& o) { o.optimizer.lr = nan; }},
+      {"--warmup", [](ExperimentOptions& o) { o.optimizer.warmup = -1; }},
+      {"model huge.yaml: training needs about", [](ExperimentOptions& o) {
+         o.model = parseModelConfig(
+             "d_model: 65536\nn_layers: 48\nn_heads: 16\nd_ff: 262144\nseq_len: 4096\nbatch: 64\n", "huge.yaml");
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ExperimentOptions o = options();
+    c.set(o);
+    try {
+      runExperiment(o);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with(c.name)) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(o.out_dir));
+  }
+}
+
+TEST_F(ExperimentTest, AFullDiskStopsWithAnErrorAndKeepsEarlierResults) {
+  ExperimentOptions o = options();
+  runExperiment(o);
+  std::string table = read(fs::path(o.out_dir) / "table.md");
+  fs::remove(fs::path(o.out_dir) / "runs" / "F" / "result.yaml");
+  // A file size limit makes writes fail part-way, like a full disk.
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_THROW(runExperiment(o), Error);
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, handler);
+  EXPECT_EQ(read(fs::path(o.out_dir) / "table.md"), table);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "runs" / "F+B" / "result.yaml"));
+  runExperiment(o);  // and it finishes once there is room
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "runs" / "F" / "result.yaml"));
+}
+
+TEST_F(ExperimentTest, NeverRecommendsAnAdversarialRecipe) {
+  ExperimentOptions o = options();
+  runExperiment(o);
+  fs::path runs = fs::path(o.out_dir) / "runs";
+  RunSummary base = loadRunSummary((runs / "f32" / "result.yaml").string());
+  // The adversarial recipe becomes the fastest run, with the f32 loss; of the real
+  // recipes only F stays within 1% of it.
+  std::string adversarial;
+  for (const auto& e : fs::directory_iterator(runs)) {
+    std::string slug = e.path().filename().string(), path = (e.path() / "result.yaml").string();
+    if (slug == "f32") continue;
+    RunSummary s = loadRunSummary(path);
+    bool check = slug.starts_with("F+B_SR_lt_");
+    if (check) adversarial = s.name;
+    s.step_ms = base.step_ms / (check ? 10 : slug == "F" ? 2 : 3);
+    s.mean_loss = check || slug == "F" ? base.mean_loss : base.mean_loss * 1.5;
+    writeRunSummary(path, s);
+  }
+  ASSERT_FALSE(adversarial.empty());
+  runExperiment(o);  // every run is done: only the report is written again
+  std::string report = read(fs::path(o.out_dir) / "REPORT.md");
+  EXPECT_NE(report.find("The fastest recipe within 1% of the f32 loss is `F`: 2.00x faster per step"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("The adversarial recipes `" + adversarial +
+                        "` (10.00x, loss +0.00%) quantize the lowest-SQNR GEMMs on purpose: they are checks of the "
+                        "metric, not candidates."),
+            std::string::npos)
+      << report;
+  EXPECT_NE(read(fs::path(o.out_dir) / "table.md").find("| " + adversarial + " (adversarial) |"), std::string::npos);
+}
+
+TEST_F(ExperimentTest, SearchReportsEveryTrial) {
+  ExperimentOptions o = options();
+  o.search = true;
+  o.loss_budget = 0.5;  // generous: the search must then end up quantizing a lot
+  o.trial_steps = 6;
+  ExperimentResult r = runExperiment(o);
+  std::string search = read(r.report_path);
+  EXPECT_NE(search.find("# pgq threshold search"), std::string::npos);
+  EXPECT_NE(search.find("Result: `F>"), std::string::npos) << search;
+  std::string trials = read(fs::path(o.out_dir) / "trials.csv");
+  EXPECT_GE(std::count(trials.begin(), trials.end(), '\n'), 3);
+}
+
+}  // namespace
+}  // namespace pgq

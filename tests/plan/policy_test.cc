@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include "support/errors.h"
+#include "plan/policy.h"
+
+namespace pgq {
+namespace {
+
+TEST(Policy, StandardNames) {
+  Policy f = loadPolicy("F");
+  EXPECT_TRUE(f.forward.quantize);
+  EXPECT_FALSE(f.backward.quantize);
+  Policy fb = loadPolicy("F+B");
+  EXPECT_TRUE(fb.backward.quantize);
+  EXPECT_EQ(fb.backward.gradient_rounding, "rtn");
+  Policy sr = loadPolicy("F+B_SR");
+  EXPECT_EQ(sr.backward.gradient_rounding, "sr");
+  EXPECT_EQ(sr.backward.rounding, "rtn");
+  Policy t = loadPolicy("F+B_SR>1.5");
+  EXPECT_DOUBLE_EQ(t.backward.threshold, 1.5);
+  EXPECT_FALSE(t.backward.invert);
+  Policy adv = loadPolicy("F+B_SR<100");
+  EXPECT_TRUE(adv.backward.invert);
+  EXPECT_DOUBLE_EQ(adv.backward.threshold, 100);
+  Policy both = loadPolicy("F>20+B_SR>1");
+  EXPECT_DOUBLE_EQ(both.forward.threshold, 20);
+  EXPECT_DOUBLE_EQ(both.backward.threshold, 1);
+  Policy rtn = loadPolicy("F+B<5");
+  EXPECT_TRUE(rtn.backward.invert);
+  EXPECT_EQ(rtn.backward.gradient_rounding, "rtn");
+  for (const char* bad : {"G", "F+B_SR>x", "F+B_SR<0", "F+", "f+b", "F+B>"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(loadPolicy(bad), Error);
+  }
+}
+
+TEST(Policy, YamlWithRules) {
+  Policy p = parsePolicy(R"(name: custom
+forward: {quantize: true, threshold: 20}
+backward: {quantize: true, threshold: 1, gradient_rounding: sr}
+bits: 8
+granularity: channel
+min_speedup: 1.2
+low_sqnr: block64
+rules:
+  - {label: "get_logits.*", action: keep}
+  - {direction: bwd_wgrad, layers: [0, 1], action: quantize, lhs_format: "int8:block32:rtn", rhs_format: "int7:block32:sr"}
+)",
+                         "p.yaml");
+  EXPECT_EQ(p.rules.size(), 2u);
+  EXPECT_EQ(p.low_sqnr, "block64");
+  EXPECT_DOUBLE_EQ(p.min_speedup, 1.2);
+  EXPECT_EQ(p.rules[1].layer_max, 1);
+}
+
+TEST(Policy, BadYamlNamesTheField) {
+  auto errorOf = [](const std::string& yaml) {
+    try {
+      parsePolicy(yaml, "p.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string dirs = "forward: {quantize: true}\nbackward: {quantize: false}\n";
+  EXPECT_EQ(errorOf(dirs), "no error");
+  EXPECT_NE(errorOf("forward: {quantize: true}\n").find("field 'backward': is missing"), std::string::npos);
+  EXPECT_NE(errorOf(dirs + "bits: 9\n").find("field 'bits'"), std::string::npos);
+  EXPECT_NE(errorOf(dirs + "granularity: rows\n").find("field 'granularity'"), std::string::npos);
+  EXPECT_NE(errorOf("forward: {quantize: true, threshold: -1}\nbackward: {quantize: false}\n").find("threshold"),
+            std::string::npos);
+  EXPECT_NE(errorOf("forward: {quantize: true, invert: true}\nbackward: {quantize: false}\n").find("needs a threshold"),
+            std::string::npos);
+  EXPECT_NE(errorOf(dirs + "rules:\n  - {label: \"(\", action: keep}\n").find("not a valid regular expression"),
+            std::string::npos);
+  EXPECT_NE(errorOf(dirs + "rules:\n  - {action: maybe}\n").find("expected one of quantize, keep"), std::string::npos);
+  EXPECT_NE(errorOf(dirs + "rules:\n  - {action: keep, lhs_format: int8:channel:rtn}\n").find("only a quantize rule"),
+            std::string::npos);
+  EXPECT_NE(errorOf(dirs + "rules:\n  - {action: quantize, lhs_format: int8:channel:rtn}\n").find("give both"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace pgq

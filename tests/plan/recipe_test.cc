@@ -1,0 +1,333 @@
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "support/errors.h"
+#include "ir/parser.h"
+#include "plan/hardware.h"
+#include "plan/policy.h"
+#include "plan/recipe.h"
+#include "plan/recipe_generator.h"
+#include "passes/tag_metadata.h"
+
+namespace pgq {
+namespace {
+
+const char* kHardware = R"(name: test-cpu
+threads: 2
+peak_gflops: {f32: 200, bf16: 200, int8: 400}
+gemm_gflops: {f32: 180, bf16: 170, int8: 340}
+memory_bandwidth_gbs: 40
+quantize_gbs: {rtn: 30, sr: 15}
+call_overhead_us: 3
+int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
+)";
+
+OperandProfile operand(const std::string& side, const std::string& role, double sqnr8) {
+  OperandProfile o;
+  o.side = side;
+  o.role = role;
+  o.tensor = side + "_tensor";
+  auto add = [&](const std::string& f, double s) { o.formats.push_back({f, s, s * 0.9, s * 1.1, 1.0 / s, 0, 0}); };
+  add("int8:channel:rtn", sqnr8);
+  add("int7:channel:rtn", sqnr8 / 4);
+  if (role == "gradient") {
+    add("int8:channel:sr", sqnr8 / 2);
+    add("int7:channel:sr", sqnr8 / 8);
+  }
+  return o;
+}
+
+GemmProfile gemm(const std::string& label, const std::string& direction, std::vector<int64_t> shape,
+                 const std::string& lhs_role, double lhs_sqnr, const std::string& rhs_role, double rhs_sqnr) {
+  GemmProfile g;
+  g.label = label;
+  g.direction = direction;
+  g.layer = 0;
+  g.gemm_shape = shape;
+  g.device_shape = shape;
+  g.flops = 2 * shape[0] * shape[1] * shape[2] * shape[3];
+  g.bytes = 4 * shape[0] * (shape[1] * shape[2] + shape[2] * shape[3] + shape[1] * shape[3]);
+  g.sharding = "replicated";
+  g.operands = {operand("lhs", lhs_role, lhs_sqnr), operand("rhs", rhs_role, rhs_sqnr)};
+  return g;
+}
+
+Profile testProfile() {
+  Profile p;
+  p.run.model = "test";
+  p.run.step_ms = 100;
+  p.gemms = {
+      gemm("layer0/mlp/up", "fwd", {1, 2048, 256, 1024}, "activation", 3e4, "weight", 5e4),
+      gemm("layer0/mlp/up:dgrad", "bwd_dgrad", {1, 2048, 1024, 256}, "gradient", 50, "weight", 5e4),
+      gemm("layer0/mlp/up:wgrad", "bwd_wgrad", {1, 256, 2048, 1024}, "activation", 3e4, "gradient", 2e3),
+      gemm("get_logits:dgrad", "bwd_dgrad", {1, 2048, 256, 256}, "gradient", 0.5, "weight", 4e4),
+      gemm("tiny", "fwd", {1, 16, 16, 16}, "activation", 3e4, "weight", 3e4),
+  };
+  return p;
+}
+
+const RecipeEntry& entry(const Recipe& r, const std::string& label) {
+  for (const RecipeEntry& e : r.entries)
+    if (e.label == label) return e;
+  throw std::runtime_error("no entry " + label);
+}
+
+TEST(RecipeGenerator, ForwardOnlyAndRoofline) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Recipe r = generateRecipe(testProfile(), hw, loadPolicy("F"), "p.yaml");
+  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, "int8");
+  EXPECT_EQ(entry(r, "layer0/mlp/up:dgrad").decision, "keep");
+  EXPECT_NE(entry(r, "layer0/mlp/up:dgrad").reason.find("does not quantize backward GEMMs"), std::string::npos);
+  EXPECT_EQ(entry(r, "tiny").decision, "keep");
+  EXPECT_NE(entry(r, "tiny").reason.find("not worth it"), std::string::npos) << entry(r, "tiny").reason;
+  EXPECT_EQ(r.summary.fwd_int8, 1);
+  EXPECT_EQ(r.summary.fwd_total, 2);
+  EXPECT_LT(r.summary.est_gemm_int8_ms, r.summary.est_gemm_ms);
+  EXPECT_GT(r.summary.estimatedStepSpeedup(), 1.0);
+}
+
+TEST(RecipeGenerator, NarrowsTheHigherSqnrSideWithoutVnni) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Recipe r = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR"), "p.yaml");
+  const RecipeEntry& up = entry(r, "layer0/mlp/up");  // weight (5e4) > activation (3e4)
+  EXPECT_EQ(up.lhs_format, "int8:channel:rtn");
+  EXPECT_EQ(up.rhs_format, "int7:channel:rtn");
+  const RecipeEntry& wgrad = entry(r, "layer0/mlp/up:wgrad");  // activation (3e4) > gradient (2e3)
+  EXPECT_EQ(wgrad.lhs_format, "int7:channel:rtn");
+  EXPECT_EQ(wgrad.rhs_format, "int8:channel:sr");  // gradients: stochastic rounding
+  // On a VNNI CPU both sides stay 8-bit.
+  std::string vnni = kHardware;
+  vnni.replace(vnni.find("vnni: false, max_bits_one: 8, max_bits_both: 7"), 46, "vnni: true, max_bits_one: 8, max_bits_both: 8");
+  Recipe rv = generateRecipe(testProfile(), parseHardwareModel(vnni, "hw"), loadPolicy("F+B_SR"), "p.yaml");
+  EXPECT_EQ(entry(rv, "layer0/mlp/up").rhs_format, "int8:channel:rtn");
+}
+
+TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Recipe t = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
+  EXPECT_EQ(entry(t, "layer0/mlp/up:dgrad").decision, "int8");  // min SQNR 25 (SR) > 10
+  EXPECT_EQ(entry(t, "get_logits:dgrad").decision, "keep");     // 0.25 <= 10
+  EXPECT_NE(entry(t, "get_logits:dgrad").reason.find("min SQNR 0.25 <= 10: kept f32"), std::string::npos)
+      << entry(t, "get_logits:dgrad").reason;
+  Recipe adv = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR<10"), "p.yaml");
+  EXPECT_EQ(entry(adv, "layer0/mlp/up:dgrad").decision, "keep");
+  EXPECT_EQ(entry(adv, "get_logits:dgrad").decision, "int8");
+  EXPECT_NE(entry(adv, "get_logits:dgrad").reason.find("(adversarial)"), std::string::npos);
+  // Forward GEMMs are quantized either way.
+  EXPECT_EQ(entry(adv, "layer0/mlp/up").decision, "int8");
+}
+
+TEST(RecipeGenerator, RulesAndRefinements) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Policy p = parsePolicy(R"(forward: {quantize: true}
+backward: {quantize: true, threshold: 10, gradient_rounding: sr}
+low_sqnr: block64
+rules:
+  - {label: "layer0/mlp/up", action: keep}
+  - {direction: bwd, label: "layer0/.*", action: quantize, lhs_format: "int8:block32:rtn", rhs_format: "int7:block32:rtn"}
+)",
+                         "policy.yaml");
+  Recipe r = generateRecipe(testProfile(), hw, p, "p.yaml");
+  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, "keep");
+  EXPECT_NE(entry(r, "layer0/mlp/up").reason.find("policy rule"), std::string::npos);
+  EXPECT_EQ(entry(r, "layer0/mlp/up:wgrad").lhs_format, "int8:block32:rtn");
+  // get_logits:dgrad fails the threshold and is refined to block scales.
+  const RecipeEntry& logits = entry(r, "get_logits:dgrad");
+  EXPECT_EQ(logits.decision, "int8");
+  EXPECT_EQ(logits.lhs_format, "int8:block64:sr");
+  EXPECT_NE(logits.reason.find("block64 scales instead"), std::string::npos) << logits.reason;
+}
+
+TEST(Recipe, YamlRoundTripAndEditing) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Recipe r = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
+  std::string yaml = recipeToYaml(r);
+  EXPECT_EQ(recipeToYaml(parseRecipe(yaml, "r.yaml")), yaml);
+  EXPECT_NE(explainRecipe(r).find("backward GEMMs:   2 of   3 in int8"), std::string::npos) << explainRecipe(r);
+}
+
+TEST(Recipe, ResolvesAgainstAGraphFirstMatchWins) {
+  auto g = parseGraph(R"(graph @m {
+  %x = input() : f32[8,16]
+  %w = parameter() : f32[16,32]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="layer0/mlp/up"} : f32[8,32]
+  %w2 = parameter() : f32[32,16]
+  %y = matmul(%h, %w2) {lhs_contract=[1], rhs_contract=[0], label="layer0/mlp/down"} : f32[8,16]
+  return %y
+}
+)");
+  PassContext ctx;
+  TagMetadata().run(*g, ctx);
+  Recipe r = parseRecipe(R"(version: 1
+gemms:
+  - {label: layer0/mlp/up, decision: keep, reason: hand-picked}
+  - {match: "layer0/mlp/.*", decision: int8, lhs_format: int8:channel:rtn, rhs_format: int7:channel:rtn}
+)",
+                         "r.yaml");
+  auto d = resolveRecipe(r, *g);
+  ASSERT_EQ(d.size(), 2u);
+  for (const auto& [label, decision] : d) {
+    if (label == "layer0/mlp/up") {
+      EXPECT_FALSE(decision.quantize);
+      EXPECT_EQ(decision.reason, "hand-picked");
+    } else {
+      EXPECT_TRUE(decision.quantize);
+    }
+  }
+  auto errorOf = [&](const std::string& yaml) {
+    try {
+      resolveRecipe(parseRecipe(yaml, "r.yaml"), *g);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(errorOf("gemms:\n  - {label: layer0/mlp/upp, decision: keep}\n")
+                .find("r.yaml:2: GEMM 'layer0/mlp/upp' is not in model m (closest: layer0/mlp/up"),
+            std::string::npos)
+      << errorOf("gemms:\n  - {label: layer0/mlp/upp, decision: keep}\n");
+  EXPECT_NE(errorOf("gemms:\n  - {match: \"layer9/.*\", decision: keep}\n").find("matches no GEMM"), std::string::npos);
+}
+
+TEST(Recipe, ForAnotherModelIsRefusedBeforeItsLabels) {
+  auto g = parseGraph(R"(graph @m {
+  %x = input() : f32[8,16]
+  %w = parameter() : f32[16,32]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="layer0/mlp/up"} : f32[8,32]
+  return %h
+}
+)");
+  PassContext ctx;
+  TagMetadata().run(*g, ctx);
+  // Its labels exist in both models; only `model:` tells them apart.
+  Recipe other = parseRecipe("version: 1\nmodel: small\ngemms:\n  - {label: layer0/mlp/up, decision: keep}\n", "r.yaml");
+  auto errorOf = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(errorOf([&] { resolveRecipe(other, *g); }),
+            "r.yaml:2: field 'model': the recipe was made for model 'small', not for model 'm'; make a recipe from a "
+            "profile of 'm'");
+  EXPECT_EQ(errorOf([&] { checkRecipeModel(other, "tiny", "models/tiny.yaml"); }),
+            "r.yaml:2: field 'model': the recipe was made for model 'small', not for model 'tiny' (models/tiny.yaml); "
+            "make a recipe from a profile of 'tiny'");
+  EXPECT_EQ(errorOf([&] { checkRecipeModel(other, "small", "<preset small>"); }), "no error");
+  // A hand-written recipe without `model:` is judged by its labels alone.
+  Recipe hand = parseRecipe("gemms:\n  - {label: layer0/mlp/up, decision: keep}\n", "r.yaml");
+  EXPECT_EQ(errorOf([&] { resolveRecipe(hand, *g); }), "no error");
+}
+
+TEST(Recipe, EntryCountCatchesAFileCutAtAnEntryBoundary) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  std::string yaml = recipeToYaml(generateRecipe(testProfile(), hw, loadPolicy("F+B_SR"), "p.yaml"));
+  ASSERT_NE(yaml.find("entry_count: 5\ngemms:\n"), std::string::npos) << yaml;
+  auto errorOf = [](const std::string& text) {
+    try {
+      parseRecipe(text, "r.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Cut before the last entry: still valid YAML, one entry short.
+  std::string cut = yaml.substr(0, yaml.rfind("\n  - ") + 1);
+  std::string error = errorOf(cut);
+  EXPECT_NE(error.find("field 'entry_count': the recipe records 5 entries but lists 4 (the last is 'get_logits:dgrad', "
+                       "line "),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("update entry_count or delete it"), std::string::npos) << error;
+  std::string header_only = yaml.substr(0, yaml.find("gemms:\n")) + "gemms: []\n";
+  EXPECT_NE(errorOf(header_only).find("records 5 entries but lists 0 (there are none)"), std::string::npos);
+  EXPECT_EQ(errorOf(yaml), "no error");
+  // Optional by hand: without it nothing is counted.
+  std::string uncounted = cut;
+  uncounted.erase(uncounted.find("entry_count: 5\n"), std::string("entry_count: 5\n").size());
+  EXPECT_EQ(errorOf(uncounted), "no error");
+  EXPECT_NE(errorOf("entry_count: -1\ngemms: []\n").find("field 'entry_count': expected an integer"),
+            std::string::npos);
+}
+
+TEST(Recipe, FormatsTheHardwareCannotRunExactlyAreRefused) {
+  HardwareModel no_vnni = parseHardwareModel(kHardware, "hw");
+  std::string vnni_text = kHardware;
+  vnni_text.replace(vnni_text.find("vnni: false, max_bits_one: 8, max_bits_both: 7"), 46,
+                    "vnni: true, max_bits_one: 8, max_bits_both: 8");
+  HardwareModel vnni = parseHardwareModel(vnni_text, "hw");
+  Recipe r = parseRecipe(R"(gemms:
+  - {label: a, decision: int8, lhs_format: int8:channel:rtn, rhs_format: int7:channel:rtn}
+  - {label: b, decision: keep}
+  - {label: c, decision: int8, lhs_format: int8:channel:sr, rhs_format: int8:block64:rtn}
+)",
+                         "r.yaml");
+  auto errorOf = [](const Recipe& recipe, const HardwareModel& hw) {
+    try {
+      checkRecipeRunsExactly(recipe, hw);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(errorOf(r, no_vnni),
+            "r.yaml:4: GEMM 'c': int8:channel:sr x int8:block64:rtn cannot run exactly on hardware 'test-cpu' (no VNNI: "
+            "exact up to 8 x 7 bits; a wider pair saturates silently): narrow one operand's format");
+  EXPECT_EQ(errorOf(r, vnni), "no error");
+  Recipe all = parseRecipe(
+      "gemms:\n  - {match: \".*\", decision: int8, lhs_format: int8:tensor:rtn, rhs_format: int8:tensor:rtn}\n",
+      "m.yaml");
+  EXPECT_NE(errorOf(all, no_vnni).find("m.yaml:2: entry `match: .*`: int8:tensor:rtn x int8:tensor:rtn"),
+            std::string::npos)
+      << errorOf(all, no_vnni);
+}
+
+// The generator fits its own formats to the hardware; a policy rule can force others.
+TEST(RecipeGenerator, RefusesARuleForcingFormatsTheHardwareCannotRun) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Policy p = parsePolicy(R"(name: forced
+forward: {quantize: true}
+backward: {quantize: false}
+rules:
+  - {label: "layer0/mlp/up", action: quantize, lhs_format: "int8:channel:rtn", rhs_format: "int8:channel:rtn"}
+)",
+                         "policy.yaml");
+  try {
+    generateRecipe(testProfile(), hw, p, "p.yaml");
+    FAIL() << "the recipe was made";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "policy forced, rule (label ~ layer0/mlp/up): forces int8:channel:rtn x int8:channel:rtn on GEMM "
+                 "'layer0/mlp/up', which hardware 'test-cpu' cannot run exactly (no VNNI: exact up to 8 x 7 bits; a "
+                 "wider pair saturates silently): narrow one of the rule's formats");
+  }
+}
+
+TEST(Recipe, BadFilesNameTheLineAndField) {
+  auto errorOf = [](const std::string& yaml) {
+    try {
+      parseRecipe(yaml, "r.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(errorOf("gemms:\n  - {label: a, decision: maybe}\n").find("r.yaml:2: field 'gemms[0].decision'"),
+            std::string::npos);
+  EXPECT_NE(errorOf("gemms:\n  - {label: a, decision: int8, lhs_format: int9:channel:rtn, rhs_format: int8:channel:rtn}\n")
+                .find("bad quantization format"),
+            std::string::npos);
+  EXPECT_NE(errorOf("gemms:\n  - {label: a, decision: int8}\n").find("lhs_format"), std::string::npos);
+  EXPECT_NE(errorOf("gemms:\n  - {decision: keep}\n").find("exactly one of"), std::string::npos);
+  EXPECT_NE(errorOf("gemms:\n  - {label: a, decision: keep}\n  - {label: a, decision: keep}\n").find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(errorOf("gemms:\n  - {match: \"[\", decision: keep}\n").find("regular expression"), std::string::npos);
+  EXPECT_NE(errorOf("version: 2\ngemms: []\n").find("version 1"), std::string::npos);
+  EXPECT_NE(errorOf("gems: []\n").find("unknown field 'gems'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pgq

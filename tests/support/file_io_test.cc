@@ -1,0 +1,215 @@
+// The one reader and the one writer of files (ir/file_io.h), against the paths a user
+// can give: FIFOs, devices, directories, huge sparse files, symlinks, a full device.
+#include "support/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/errors.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class FileIoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "pgq_file_io_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ / name, std::ios::binary) << text;
+    return path(name);
+  }
+  static std::string content(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // A file of `size` bytes that takes no disk space.
+  std::string sparse(const std::string& name, uint64_t size) const {
+    std::string file = path(name);
+    int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0) << std::strerror(errno);
+    ::close(fd);
+    return file;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(FileIoTest, ReadsARegularFile) {
+  std::string file = write("r.yaml", "gemms: []\n");
+  EXPECT_EQ(readTextFile(file, InputKind::kRecipe), "gemms: []\n");
+  EXPECT_EQ(readTextFile(write("empty.yaml", ""), InputKind::kRecipe), "");
+}
+
+TEST_F(FileIoTest, RefusesAFifoWithoutBlocking) {
+  std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // No writer ever opens the FIFO: a blocking open would hang here.
+  EXPECT_EQ(errorOf([&] { readTextFile(fifo, InputKind::kRecipe); }), fifo + ": is a FIFO, expected a regular file");
+  EXPECT_EQ(errorOf([&] { openInputFile(fifo, InputKind::kCorpus); }), fifo + ": is a FIFO, expected a regular file");
+}
+
+TEST_F(FileIoTest, RefusesDevicesAndDirectories) {
+  EXPECT_EQ(errorOf([&] { readTextFile("/dev/zero", InputKind::kModelConfig); }),
+            "/dev/zero: is a character device, expected a regular file");
+  EXPECT_EQ(errorOf([&] { readTextFile(dir_.string(), InputKind::kIrText); }),
+            dir_.string() + ": is a directory, expected a regular file");
+  EXPECT_EQ(errorOf([&] { openInputFile("/dev/null", InputKind::kCheckpoint); }),
+            "/dev/null: is a character device, expected a regular file");
+  std::string missing = path("missing.yaml");
+  EXPECT_EQ(errorOf([&] { readTextFile(missing, InputKind::kPolicy); }),
+            missing + ": cannot open: No such file or directory");
+}
+
+TEST_F(FileIoTest, RefusesAFileLargerThanItsKindAllows) {
+  std::string huge = sparse("huge.yaml", uint64_t{3328599654});  // 3.1 GiB
+  EXPECT_EQ(errorOf([&] { readTextFile(huge, InputKind::kRecipe); }),
+            huge + ": 3.1 GiB is more than the 64 MiB a recipe may have");
+  // Just past the limit: the size is given in bytes, where "64.0 MiB" would read as equal.
+  std::string over = sparse("over.pgq", (uint64_t{64} << 20) + 1);
+  EXPECT_EQ(errorOf([&] { readTextFile(over, InputKind::kIrText); }),
+            over + ": 67108865 bytes is more than the 64 MiB an IR text file may have");
+  // A corpus may be larger, but not past 4 GiB nor past the memory available.
+  std::string corpus = sparse("corpus.txt", uint64_t{5} << 30);
+  std::string error = errorOf([&] { openInputFile(corpus, InputKind::kCorpus); });
+  EXPECT_TRUE(error.starts_with(corpus + ": 5 GiB is more than the ")) << error;
+  EXPECT_TRUE(error.ends_with("a corpus may have") || error.ends_with("(MemAvailable in /proc/meminfo)")) << error;
+  // A checkpoint has no size limit of its own: its reader checks its header's sizes.
+  EXPECT_EQ(openInputFile(huge, InputKind::kCheckpoint).size, uint64_t{3328599654});
+}
+
+TEST_F(FileIoTest, ReadingStopsAtTheLimit) {
+  // A file that grew after it was opened (or a pipe that never ends) is cut off.
+  std::string file = write("grows.txt", std::string(100, 'x'));
+  InputFile in = openInputFile(file, InputKind::kRecipe);
+  in.size = 10;
+  in.limit = 40;
+  in.limit_text = "the 40 bytes of this test";
+  std::string text;
+  EXPECT_EQ(errorOf([&] { readRest(in, text); }), file + ": grew past the 40 bytes of this test while it was read");
+  EXPECT_LE(text.size(), 40u);
+}
+
+TEST_F(FileIoTest, StandardInputIsForIrTextOnly) {
+  EXPECT_EQ(errorOf([&] { readTextFile("-", InputKind::kRecipe); }),
+            "-: a recipe is read from a file, not from standard input");
+}
+
+TEST(ByteSizeText, RoundsToOneDecimal) {
+  EXPECT_EQ(byteSizeText(512), "512 bytes");
+  EXPECT_EQ(byteSizeText(uint64_t{64} << 20), "64 MiB");
+  EXPECT_EQ(byteSizeText(1536), "1.5 KiB");
+  EXPECT_EQ(byteSizeText(uint64_t{4} << 30), "4 GiB");
+}
+
+TEST_F(FileIoTest, ReplacesARegularFileAtomicallyKeepingItsMode) {
+  std::string file = write("out.yaml", "old\n");
+  ASSERT_EQ(::chmod(file.c_str(), 0600), 0);
+  writeFileAtomically(file, "new\n");
+  EXPECT_EQ(content(file), "new\n");
+  EXPECT_EQ(fs::status(file).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(FileIoTest, WritesASymlinksTargetAndKeepsTheLink) {
+  fs::create_directory(dir_ / "real");
+  std::string target = write("real/r.yaml", "old\n");
+  fs::create_symlink("real/r.yaml", dir_ / "link.yaml");
+  writeFileAtomically(path("link.yaml"), "new\n");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.yaml"));
+  EXPECT_EQ(content(target), "new\n");
+  // The temporary file went beside the target, and is gone.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "real"), fs::directory_iterator()), 1);
+  // A chain of links, and a dangling one (its target is created).
+  fs::create_symlink("link.yaml", dir_ / "link2.yaml");
+  writeFileAtomically(path("link2.yaml"), "newer\n");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link2.yaml"));
+  EXPECT_EQ(content(target), "newer\n");
+  fs::create_symlink("real/created.yaml", dir_ / "dangling.yaml");
+  writeFileAtomically(path("dangling.yaml"), "made\n");
+  EXPECT_TRUE(fs::is_symlink(dir_ / "dangling.yaml"));
+  EXPECT_EQ(content(path("real/created.yaml")), "made\n");
+}
+
+TEST_F(FileIoTest, WritesThroughAFifoWithAReader) {
+  std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    received.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  writeFileAtomically(fifo, "through the pipe\n");
+  reader.join();
+  EXPECT_EQ(received, "through the pipe\n");
+  struct stat st;
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));  // still a FIFO, not a file renamed over it
+}
+
+TEST_F(FileIoTest, AFullDeviceIsAnError) {
+  EXPECT_EQ(errorOf([&] { writeFileAtomically("/dev/full", "lost\n"); }),
+            std::string("/dev/full: cannot write: ") + std::strerror(ENOSPC));
+  writeFileAtomically("/dev/null", "discarded\n");
+}
+
+TEST_F(FileIoTest, RefusesADirectoryAndNamesAMissingOne) {
+  EXPECT_EQ(errorOf([&] { writeFileAtomically(dir_.string(), "x"); }),
+            dir_.string() + ": is a directory, expected a file");
+  std::string nowhere = path("no/such/dir/out.yaml");
+  EXPECT_TRUE(errorOf([&] { writeFileAtomically(nowhere, "x"); }).starts_with(nowhere + ": cannot create a temporary file"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
+}
+
+TEST_F(FileIoTest, RemovesStaleTemporaryFilesOfDeadWriters) {
+  // A PID that is certainly dead: a child that has exited and been reaped.
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  std::string dead = std::to_string(child), own = std::to_string(::getpid());
+  write(".out.yaml.tmp-" + dead, "killed writeFileAtomically");
+  write("out.yaml.tmp-" + dead, "killed checkpoint writer");
+  write(".out.yaml.tmp-" + own, "our own, from an earlier failure");
+  write(".out.yaml.tmp-1", "a live process's write in progress");
+  write(".other.yaml.tmp-" + dead, "another target's");
+  writeFileAtomically(path("out.yaml"), "fresh\n");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".other.yaml.tmp-" + dead, ".out.yaml.tmp-1", "out.yaml"}));
+}
+
+}  // namespace
+}  // namespace pgq
