@@ -157,7 +157,7 @@ HardwareModel probeHardware(const ProbeOptions& o) {
   double int8_s = bestTime(o.seconds_per_test, [&] { kernels::int8Gemm(shape, qa, formats.lhs, pa, qb, formats.rhs, pb, cs); });
   hw.gemm_int8 = shape.flops() / int8_s / 1e9;
 
-  // bf16 runs as exactly emulated f32 GEMMs here (HARDWARE.md); a CPU with bf16
+  // bf16 runs as exactly emulated f32 GEMMs here (kernels/convert.h); a CPU with bf16
   // hardware would need its own kernels measured.
   // The achieved rates are measured; keep the peaks at least as high as them (on a
   // busy machine the short FMA loop can come out below what oneDNN achieved).

@@ -3,7 +3,7 @@
 // byte vocab 256), at 1 and 2 threads (the benchmark argument).
 //
 // Bytes processed count each buffer read or written once per call, so the figure is
-// comparable with memory bandwidth (~24 GB/s single thread, HARDWARE.md); note that
+// comparable with memory bandwidth (~24 GB/s single thread on the development machine, docs/PERFORMANCE.md); note that
 // most of these buffers (<= 8 MiB) fit in the 32 MiB L3. Times are wall-clock
 // (UseRealTime) because the work runs on OpenMP threads.
 //

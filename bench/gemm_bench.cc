@@ -1,6 +1,6 @@
 // f32 vs int8 GEMMs on the shapes of the `small` transformer (tokens M = 2048 = batch 16
-// x seq 128, d_model 256, d_ff 1024, vocab 256) and of HARDWARE.md, at 1 and 2 threads
-// (the benchmark argument):
+// x seq 128, d_model 256, d_ff 1024, vocab 256) and four reference shapes (`hw.*`), at 1
+// and 2 threads (the benchmark argument):
 //   f32        gemmF32
 //   int8_raw   int8Gemm on operands quantized beforehand (GEMM + zero point + rescale)
 //   int8_quant quantizeDynamic (scales + quantize) of both operands every call, then

@@ -57,12 +57,6 @@ void Graph::addOutput(Node* node) {
   outputs_.push_back(node);
 }
 
-void Graph::setOutput(size_t index, Node* node) {
-  PGQ_ASSERT(index < outputs_.size(), "output index {} out of range", index);
-  PGQ_ASSERT(node && find(node->name()) == node, "output is not a node of graph @{}", name_);
-  outputs_[index] = node;
-}
-
 void Graph::setOutputs(std::vector<Node*> nodes) {
   for (Node* node : nodes)
     PGQ_ASSERT(node && find(node->name()) == node, "output is not a node of graph @{}", name_);

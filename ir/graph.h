@@ -40,7 +40,6 @@ class Graph {
   // The values the graph computes (a training graph: loss, gradients, statistics).
   std::span<Node* const> outputs() const { return outputs_; }
   void addOutput(Node* node);
-  void setOutput(size_t index, Node* node);
   void setOutputs(std::vector<Node*> nodes);
 
   // Every node, operands before users. Roots are taken in creation order, so a graph

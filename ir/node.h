@@ -48,7 +48,6 @@ class Node {
   const Attrs& attrs() const { return attrs_; }
   Attrs& attrs() { return attrs_; }
 
-  bool isLeaf() const { return operands_.empty(); }
 
  private:
   friend class Graph;

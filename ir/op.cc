@@ -37,7 +37,6 @@ const OpInfo& info(Op op) { return kOpInfo[static_cast<size_t>(op)]; }
 std::string_view opName(Op op) { return info(op).name; }
 int opArity(Op op) { return info(op).arity; }
 TypeRule opTypeRule(Op op) { return info(op).rule; }
-std::span<const AttrKey> opAllowedAttrs(Op op) { return info(op).attrs; }
 
 bool opAllowsAttr(Op op, AttrKey key) {
   const auto& attrs = info(op).attrs;

@@ -21,7 +21,6 @@ std::string_view opName(Op op);
 std::optional<Op> parseOp(std::string_view text);
 int opArity(Op op);
 TypeRule opTypeRule(Op op);
-std::span<const AttrKey> opAllowedAttrs(Op op);
 bool opAllowsAttr(Op op, AttrKey key);
 
 }  // namespace pgq

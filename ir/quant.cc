@@ -34,8 +34,4 @@ int64_t quantParamCount(const QuantOperandShape& operand, const std::string& for
 
 int quantFormatBits(const std::string& format) { return QuantFormat::parse(format).bits; }
 
-bool quantFormatIsStochastic(const std::string& format) {
-  return QuantFormat::parse(format).rounding == Rounding::kStochastic;
-}
-
 }  // namespace pgq

@@ -39,6 +39,5 @@ QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_
 int64_t quantParamCount(const QuantOperandShape& operand, const std::string& format);
 // Throws pgq::Error for a malformed format; returns its bits.
 int quantFormatBits(const std::string& format);
-bool quantFormatIsStochastic(const std::string& format);
 
 }  // namespace pgq

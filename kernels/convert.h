@@ -1,5 +1,5 @@
 #pragma once
-// bf16 conversions. This CPU has no bf16 arithmetic (HARDWARE.md); bf16 is emulated by
+// bf16 conversions. AVX2 CPUs have no bf16 arithmetic; bf16 is emulated by
 // rounding f32 values to bf16 precision and running f32 kernels on them, which is
 // exact for GEMM products. Rounding is round-to-nearest-even on the bit pattern, so
 // denormals round like normals; values above the largest bf16 round to +-inf like

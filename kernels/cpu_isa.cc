@@ -26,7 +26,8 @@ const char* isaName(dnnl::cpu_isa isa) {
 }
 
 // Every ISA at or above one of these has an int8 dot product that accumulates into 32
-// bits. Compared by enumerator, never by raw value (HARDWARE.md).
+// bits. Compared by enumerator, never by raw value: the numeric order of
+// dnnl::cpu_isa is not an order of capability.
 bool hasVnni(dnnl::cpu_isa isa) {
   return isa == dnnl::cpu_isa::avx2_vnni || isa == dnnl::cpu_isa::avx512_core_vnni ||
          isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;

@@ -2,7 +2,7 @@
 // What the CPU's int8 GEMM can do exactly. Without VNNI, oneDNN's AVX2 int8 GEMM uses
 // vpmaddubsw, which adds two u8 x s8 products into a saturating 16-bit lane: with
 // full-range operands (u8 0..255 times s8 -128..127) results are silently wrong
-// (HARDWARE.md). The sum of two products stays in range when the u8 side is in
+// (tests/kernels/int8_gemm_test.cc, FullEightBitTrapOnThisCpu). The sum of two products stays in range when the u8 side is in
 // [0, 127] or the s8 side in [-64, 63], i.e. when one operand has at most 7 bits. With
 // VNNI (vpdpbusd accumulates into 32 bits) or AMX, full 8 x 8 bits are exact.
 #include <string>

@@ -28,8 +28,6 @@ void GemmShape::validate() const {
   checkedProduct(batch, m, n, "GEMM output C");
 }
 
-const char* sideName(GemmSide side) { return side == GemmSide::kLhs ? "lhs" : "rhs"; }
-
 void OperandView::validate() const {
   if (batch < 1 || rows < 1 || cols < 1) {
     throw KernelError::format("operand view batch={} rows={} cols={}: every dimension must be >= 1",
@@ -48,10 +46,6 @@ OperandView rhsView(const GemmShape& shape) {
   // B is [K,N] (K along the rows) unless stored transposed as [N,K].
   if (shape.trans_b) return {shape.batch, shape.n, shape.k, true};
   return {shape.batch, shape.k, shape.n, false};
-}
-
-OperandView viewOf(const GemmShape& shape, GemmSide side) {
-  return side == GemmSide::kLhs ? lhsView(shape) : rhsView(shape);
 }
 
 }  // namespace pgq::kernels

@@ -28,10 +28,8 @@ struct GemmShape {
 };
 
 // Which operand of a GEMM a tensor is. The lhs (A) is stored as u8 and the rhs (B) as s8
-// because oneDNN's AVX2 int8 GEMM is fastest for u8 x s8 (HARDWARE.md).
+// because oneDNN's AVX2 int8 GEMM is fastest for u8 x s8 (bench/gemm_bench.cc).
 enum class GemmSide { kLhs, kRhs };
-
-const char* sideName(GemmSide side);
 
 // A GEMM operand as stored in memory: `batch` contiguous row-major [rows, cols]
 // matrices. contract_along_cols says whether the contracting (K) dimension runs along
@@ -54,6 +52,5 @@ struct OperandView {
 // The stored layout of A and B for a GEMM shape.
 OperandView lhsView(const GemmShape& shape);
 OperandView rhsView(const GemmShape& shape);
-OperandView viewOf(const GemmShape& shape, GemmSide side);
 
 }  // namespace pgq::kernels

@@ -209,7 +209,8 @@ uint32_t srNoiseBits16(uint64_t seed, uint64_t offset, uint64_t index) {
 namespace {
 // The CPU features the noise kernels need, read once per process. CPUID traps to the
 // hypervisor in a virtual machine (microseconds a call): reading it on every SrNoise
-// construction, i.e. every quantize call, once cut the quantizer 8x (HARDWARE.md).
+// construction, i.e. every quantize call, once cut the quantizer 8x
+// (bench/perf_smoke.cc now trips on such a regression).
 struct NoiseCpuFeatures {
   bool aes = false;
   bool avx2 = false;

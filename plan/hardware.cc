@@ -83,7 +83,7 @@ HardwareModel fromNode(const ConfigNode& root) {
   if (hw.max_bits_both > hw.max_bits_one)
     int8.fail("max_bits_both", fmt::format("cannot exceed max_bits_one = {}", hw.max_bits_one));
   if (!hw.vnni && hw.max_bits_both > 7)
-    int8.fail("max_bits_both", "without VNNI an 8 x 8 bit GEMM saturates (HARDWARE.md): at most 7");
+    int8.fail("max_bits_both", "without VNNI an 8 x 8 bit int8 GEMM saturates its 16-bit pair sums: at most 7");
   return hw;
 }
 

@@ -26,7 +26,7 @@ struct HardwareModel {
   double quantize_rtn_gbs = 0;  // scales + quantize, bytes in + out per second
   double quantize_sr_gbs = 0;
   double call_overhead_us = 0;
-  // int8 operand formats that run exactly (HARDWARE.md: without VNNI one side is 7-bit).
+  // int8 operand formats that run exactly (without VNNI one side is 7-bit: kernels/cpu_isa.h).
   bool vnni = false;
   int max_bits_one = 8;
   int max_bits_both = 7;

@@ -87,7 +87,7 @@ void checkRecipeModel(const Recipe& recipe, const std::string& model, const std:
 
 // Throws pgq::Error naming the recipe file, the entry's line and label, its formats and
 // the hardware for the first int8 entry whose operand widths `hw` cannot run exactly
-// (HARDWARE.md: without VNNI one operand must have at most 7 bits).
+// (without VNNI one operand must have at most 7 bits: kernels/cpu_isa.h).
 void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw);
 
 // Decisions by GEMM label for the matmuls of `graph` (tag_metadata must have run).

@@ -52,8 +52,6 @@ class BatchSampler {
   BatchSampler(std::span<const uint8_t> data, int64_t batch_size, int64_t seq_len,
                uint64_t seed, Split split = Split::kTrain);
 
-  int64_t batchSize() const { return batch_size_; }
-  int64_t seqLen() const { return seq_len_; }
   // s32[B,T], the type of the tokens and targets tensors.
   TensorType batchType() const;
 

@@ -60,7 +60,6 @@ class Executor {
   // Runs every kernel once. `step` feeds step-dependent kernels (stochastic rounding).
   void run(int64_t step = 0);
 
-  size_t numOutputs() const { return graph_.outputs().size(); }
   const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
   const void* outputData(size_t i) const;
   template <typename T>
@@ -75,7 +74,6 @@ class Executor {
   // Per-node kernel times since construction or the last resetProfile().
   std::vector<NodeProfile> profile() const;
   void resetProfile();
-  size_t numKernels() const { return steps_.size(); }
 
  private:
   enum class SlotKind { kExternal, kPersistent, kArena };

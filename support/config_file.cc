@@ -220,13 +220,6 @@ std::string ConfigNode::asString() const {
   return node_.Scalar();
 }
 
-double ConfigNode::asDouble() const {
-  double out = 0;
-  if (!convert(node_, out) || !std::isfinite(out))
-    failHere(fmt::format("expected a number, got {}", scalarText(node_)));
-  return out;
-}
-
 int64_t ConfigNode::asInt() const {
   int64_t out = 0;
   if (!convert(node_, out)) failHere(fmt::format("expected an integer, got {}", scalarText(node_)));

@@ -29,8 +29,6 @@ class ConfigNode {
   const std::string& file() const { return file_; }
   const YAML::Node& yaml() const { return node_; }
   bool has(std::string_view key) const;
-  bool isMap() const { return node_.IsMap(); }
-  bool isSequence() const { return node_.IsSequence(); }
 
   // Throws unless this node is a map whose keys are all in `known`.
   void allowOnly(std::initializer_list<std::string_view> known) const;
@@ -57,7 +55,6 @@ class ConfigNode {
 
   // This node itself as a scalar.
   std::string asString() const;
-  double asDouble() const;
   int64_t asInt() const;
 
   // "FILE:LINE: field 'a.b': what" as a pgq::Error.

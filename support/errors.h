@@ -1,5 +1,5 @@
 #pragma once
-// Two kinds of failure (STYLE.md, habit 9). `Error` is something a user can cause: a
+// Two kinds of failure. `Error` is something a user can cause: a
 // malformed file, a bad flag, an inconsistent config; its message names the file,
 // the field and what was expected, and the CLI turns it into exit code 2.
 // `InternalError` is a broken invariant inside pgq (a programmer error); it is thrown

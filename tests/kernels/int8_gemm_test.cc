@@ -109,7 +109,7 @@ TEST(Int8Gemm, BitExactOnFullRangeInputs) {
 
 // Why the 7-bit restriction exists: oneDNN's u8 x s8 GEMM on full-range data, called
 // directly. Without VNNI the 16-bit pair sums of vpmaddubsw saturate and many outputs
-// are wrong (HARDWARE.md saw 4050 of 4096); with VNNI the result is exact.
+// are wrong (one measurement saw 4050 of 4096); with VNNI the result is exact.
 TEST(Int8Gemm, FullEightBitTrapOnThisCpu) {
   const int64_t m = 64, k = 256, n = 64;  // [M,K] x [K,N] -> [M,N]
   std::vector<uint8_t> a = qtest::randomInts<uint8_t>(m * k, 5, 0, 255);
