@@ -1,7 +1,10 @@
-// `pgq ir print | opt | demo`: read, transform and write the IR text form.
+// `pgq ir print | opt | model | demo`: read, transform and write the IR text form.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "frontend/autodiff.h"
@@ -11,6 +14,9 @@
 #include "ir/verifier.h"
 #include "passes/pipeline.h"
 #include "passes/registry.h"
+#include "plan/hardware.h"
+#include "plan/recipe.h"
+#include "runtime/trainer.h"
 
 namespace pgq::cli {
 namespace {
@@ -38,6 +44,24 @@ void runPipeline(Graph& graph, const std::string& passes) {
   parsePipeline(passes)->run(graph, ctx);
 }
 
+// Every registered pass with its options, for `pgq ir opt --help`.
+std::string passList() {
+  std::vector<PassHelp> passes = passHelp();
+  size_t width = 0;
+  for (const PassHelp& pass : passes)
+    for (const OptionHelp& option : pass.options) width = std::max(width, option.key.size() + 1 + option.syntax.size());
+  std::string text = "Passes (--passes 'name,name{key=value,...}', e.g. 'tag_metadata,quantize_gemms{recipe=r.yaml}'):\n";
+  for (const PassHelp& pass : passes) {
+    text += fmt::format("  {:<18} {}\n", pass.name, pass.summary);
+    for (const OptionHelp& option : pass.options)
+      text += fmt::format("      {:<{}}  {} ({})\n", option.key + "=" + option.syntax, width, option.help,
+                          option.required ? "required" : "default " + option.default_value);
+  }
+  text += fmt::format("Formats: int<bits>:<tensor|channel|block<N>>:<rtn|sr>[:asym][:clip=...]; hardware presets: {}\n",
+                      fmt::join(hardwarePresetNames(), ", "));
+  return text;
+}
+
 }  // namespace
 
 void addIrCommands(CLI::App& app) {
@@ -57,9 +81,10 @@ void addIrCommands(CLI::App& app) {
   static std::string opt_file;
   static std::string opt_passes;
   opt->add_option("FILE", opt_file, "IR text file, or - for standard input")->required();
-  opt->add_option("--passes", opt_passes, "Comma-separated pass names, e.g. cse,dce")->required();
+  opt->add_option("--passes", opt_passes, "Comma-separated passes with options in braces, e.g. cse,dce")->required();
+  opt->footer(passList());
   opt->callback([] {
-    auto pipeline = parsePipeline(opt_passes);  // a bad pass name fails before any I/O
+    auto pipeline = parsePipeline(opt_passes);  // a bad pass or option fails before the graph is read
     auto graph = parseGraphFile(opt_file);
     PassContext ctx;
     pipeline->run(*graph, ctx);
@@ -69,13 +94,46 @@ void addIrCommands(CLI::App& app) {
   auto* model = ir->add_subcommand("model", "Print the training graph (forward + backward) of a model config");
   static std::string model_spec = "tiny";
   static bool forward_only = false;
+  static bool compile = false;
+  static std::string model_precision = "f32";
+  static bool model_profile = false;
+  static std::string model_hardware;
+  static std::string model_recipe;
   model->add_option("--model", model_spec, "Preset name (tiny, small) or model YAML file")
       ->capture_default_str();
   model->add_flag("--forward-only", forward_only, "Print the forward graph only");
+  auto* compile_flag = model->add_flag(
+      "--compile", compile,
+      "Run the training pipeline pgq train runs (cse, dce, tag_metadata and what the flags below add)");
+  model->add_option("--precision", model_precision, "With --compile: GEMM precision, f32 or bf16 (adds bf16_gemms)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str()
+      ->needs(compile_flag);
+  model->add_flag("--profile", model_profile, "With --compile: add stage (i)'s statistics nodes (instrument_stats)")
+      ->needs(compile_flag);
+  model->add_option("--hardware", model_hardware,
+                    "With --compile: annotate roofline estimates on this hardware model (estimate_speedup)")
+      ->needs(compile_flag);
+  model->add_option("--recipe", model_recipe, "With --compile: rewrite the GEMMs this recipe chooses (quantize_gemms)")
+      ->needs(compile_flag);
   model->callback([] {
-    TransformerGraph t = buildTransformer(loadModelConfig(model_spec));
+    TrainOptions o;
+    o.model = loadModelConfig(model_spec);
+    o.precision = model_precision == "bf16" ? Precision::kBf16 : Precision::kF32;
+    // Read both files before building anything, so a bad one fails first.
+    std::optional<HardwareModel> hardware;
+    std::optional<Recipe> recipe;
+    if (!model_hardware.empty()) hardware = loadHardwareModel(model_hardware);
+    if (!model_recipe.empty()) recipe = loadRecipe(model_recipe);
+    TransformerGraph t = buildTransformer(o.model);
     if (!forward_only) appendBackward(*t.graph, t.loss, t.params);
     verify(*t.graph);
+    if (compile) {
+      PassContext ctx;
+      buildTrainingPipeline(trainingPipelineOptions(o, model_profile, recipe ? &*recipe : nullptr,
+                                                    hardware ? &*hardware : nullptr))
+          ->run(*t.graph, ctx);
+    }
     fmt::print("{}", printGraph(*t.graph));
   });
 

@@ -100,7 +100,8 @@ void addTrainCommand(CLI::App& app) {
                   "Also profile this scale granularity: tensor, channel or block<N>")
       ->capture_default_str();
   cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
-  cmd->add_option("--hardware", o.hardware, "Hardware model for roofline checks of the recipe (preset or YAML)");
+  cmd->add_option("--hardware", o.hardware,
+                  "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   cmd->callback([] {
     TrainOptions& o = args.options;

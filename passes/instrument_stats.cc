@@ -16,7 +16,7 @@ void addAll(std::vector<std::string>& into, const std::vector<std::string>& more
 
 }  // namespace
 
-bool InstrumentStats::run(Graph& graph, PassContext& ctx) {
+bool InstrumentStats::run(Graph& graph, PassContext&) {
   for (const Node* node : graph.nodes())
     if (node->op() == Op::kQuantStats) return false;  // already instrumented
   // First gather, per (tensor, contracting dims, batch dims), the formats and uses;
@@ -35,8 +35,8 @@ bool InstrumentStats::run(Graph& graph, PassContext& ctx) {
       return r.value == value && r.contract == contract && r.batch == batch;
     });
     if (it == requests.end()) it = requests.insert(requests.end(), {value, contract, batch, {}, {}});
-    addAll(it->formats, ctx.stat_formats);
-    if (gradient) addAll(it->formats, ctx.gradient_stat_formats);
+    addAll(it->formats, options_.formats);
+    if (gradient) addAll(it->formats, options_.gradient_formats);
     it->uses.push_back(use);
   };
 
@@ -52,7 +52,7 @@ bool InstrumentStats::run(Graph& graph, PassContext& ctx) {
             label + ":lhs", roles[0] == "gradient");
     request(node->operand(1), a.getInts(AttrKey::kRhsContract), a.getIntsOr(AttrKey::kRhsBatch, {}),
             label + ":rhs", roles[1] == "gradient");
-    if (ctx.stats_on_outputs) {
+    if (options_.outputs) {
       // A result has no contracting dim of its own; take its last dim, so each row gets
       // a scale like an activation entering the next GEMM.
       size_t nb = a.getIntsOr(AttrKey::kLhsBatch, {}).size();
@@ -64,7 +64,7 @@ bool InstrumentStats::run(Graph& graph, PassContext& ctx) {
   }
   if (requests.empty()) return false;
   Builder b(graph);
-  int64_t seed = ctx.stats_seed;
+  int64_t seed = options_.seed;
   for (Request& r : requests) {
     Attrs a;
     a.set(AttrKey::kFormats, r.formats);

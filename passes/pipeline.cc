@@ -5,6 +5,7 @@
 #include "support/errors.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/pass_options.h"
 #include "passes/registry.h"
 
 namespace pgq {
@@ -31,17 +32,17 @@ bool Pipeline::run(Graph& graph, PassContext& ctx) {
   return any_change;
 }
 
+std::vector<std::string_view> Pipeline::passNames() const {
+  std::vector<std::string_view> names;
+  for (const auto& pass : passes_) names.push_back(pass->name());
+  return names;
+}
+
 std::unique_ptr<Pipeline> parsePipeline(std::string_view spec) {
   auto pipeline = std::make_unique<Pipeline>();
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t comma = spec.find(',', start);
-    std::string_view name = spec.substr(start, comma == std::string_view::npos ? spec.size() - start
-                                                                               : comma - start);
-    if (name.empty()) throw Error(fmt::format("empty pass name in pipeline '{}'", spec));
-    pipeline->add(createPass(name));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
+  for (std::string_view pass : splitOutsideBrackets(spec, "pipeline")) {
+    if (pass.empty()) throw Error(fmt::format("empty pass name in pipeline '{}'", spec));
+    pipeline->add(createPass(pass));
   }
   return pipeline;
 }

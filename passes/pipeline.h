@@ -18,6 +18,7 @@ class Pipeline : public Pass {
 
   void add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
   size_t size() const { return passes_.size(); }
+  std::vector<std::string_view> passNames() const;
 
   std::string_view name() const override { return name_; }
   bool run(Graph& graph, PassContext& ctx) override;
@@ -27,8 +28,11 @@ class Pipeline : public Pass {
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
-// Builds a pipeline from a comma-separated list of registered pass names
-// ("cse,dce"). Throws pgq::Error naming an unknown pass and listing the known ones.
+// Builds a pipeline from a comma-separated list of registered passes, each with its
+// options in braces: "tag_metadata,quantize_gemms{recipe=r.yaml,seed=3}" (a comma
+// inside braces or brackets belongs to the options; passes/pass_options.h). Throws
+// pgq::Error naming an unknown pass (listing the known ones) or a bad option (naming
+// the pass, the key and the pass's keys), before any pass runs.
 std::unique_ptr<Pipeline> parsePipeline(std::string_view spec);
 
 }  // namespace pgq

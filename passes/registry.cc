@@ -7,37 +7,72 @@
 #include "passes/bf16_gemms.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
+#include "passes/estimate_speedup.h"
 #include "passes/instrument_stats.h"
 #include "passes/quantize_gemms.h"
-#include "passes/roofline_filter.h"
 #include "passes/tag_metadata.h"
 
 namespace pgq {
 namespace {
 
+// A pass declares options by having an options struct and a table of them.
+template <class P>
+concept HasOptions = requires {
+  typename P::Options;
+  P::kOptions;
+};
+
+template <class P>
+std::unique_ptr<Pass> make(const PassSpec& spec) {
+  if constexpr (HasOptions<P>) {
+    return std::make_unique<P>(parsePassOptions<typename P::Options>(spec, P::kOptions));
+  } else {
+    option_detail::checkKeys(spec, {spec.name, {}, {}});  // refuses any option
+    return std::make_unique<P>();
+  }
+}
+
+template <class P>
+std::vector<OptionHelp> describe() {
+  if constexpr (HasOptions<P>) {
+    return describePassOptions<typename P::Options>(P::kOptions);
+  } else {
+    return {};
+  }
+}
+
 struct PassEntry {
   std::string_view name;
-  std::unique_ptr<Pass> (*make)();
+  std::string_view summary;
+  std::unique_ptr<Pass> (*make)(const PassSpec&);
+  std::vector<OptionHelp> (*describe)();
 };
 
 const PassEntry kPasses[] = {
-#define PASS(cls, text) {text, []() -> std::unique_ptr<Pass> { return std::make_unique<cls>(); }},
+#define PASS(cls, text, summary) {text, summary, make<cls>, describe<cls>},
 #include "passes/passes.def"
 #undef PASS
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> createPass(std::string_view name) {
+std::unique_ptr<Pass> createPass(std::string_view text) {
+  PassSpec spec = parsePassSpec(text);
   for (const PassEntry& entry : kPasses)
-    if (entry.name == name) return entry.make();
-  throw Error(fmt::format("unknown pass '{}' (known passes: {})", name, fmt::join(passNames(), ", ")));
+    if (entry.name == spec.name) return entry.make(spec);
+  throw Error(fmt::format("unknown pass '{}' (known passes: {})", spec.name, fmt::join(passNames(), ", ")));
 }
 
 std::vector<std::string_view> passNames() {
   std::vector<std::string_view> names;
   for (const PassEntry& entry : kPasses) names.push_back(entry.name);
   return names;
+}
+
+std::vector<PassHelp> passHelp() {
+  std::vector<PassHelp> help;
+  for (const PassEntry& entry : kPasses) help.push_back({entry.name, entry.summary, entry.describe()});
+  return help;
 }
 
 }  // namespace pgq

@@ -89,7 +89,7 @@ int splitIndex(const std::string& kind, const std::string& direction, const std:
 
 }  // namespace
 
-bool TagMetadata::run(Graph& graph, PassContext& ctx) {
+bool TagMetadata::run(Graph& graph, PassContext&) {
   std::unordered_set<const Node*> grads = gradientValues(graph);
   bool changed = false;
   for (Node* node : graph.postOrder()) {
@@ -121,7 +121,7 @@ bool TagMetadata::run(Graph& graph, PassContext& ctx) {
 
     std::string kind = shardingKind(label);
     int split = splitIndex(kind, a.getString(AttrKey::kDirection), a.getStrings(AttrKey::kRoles));
-    int64_t p = ctx.tensor_parallel;
+    int64_t p = options_.tensor_parallel;
     if (split < 0 || shape[static_cast<size_t>(split)] % p != 0) {
       kind = "replicated";
       split = -1;

@@ -19,7 +19,7 @@
 #include "ir/quant.h"
 #include "kernels/optim.h"
 #include "plan/hardware.h"
-#include "passes/pipeline.h"
+#include "passes/training_pipeline.h"
 #include "plan/recipe.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data_loader.h"
@@ -55,59 +55,50 @@ void validateOptimizerConfig(const OptimizerConfig& opt) {
   kAdamEps.check(opt.eps);
 }
 
-namespace {
-
-constexpr const char* kCheckpointFile = "checkpoint.pgqckpt";
-constexpr const char* kMetricsFile = "metrics.csv";
-
-// The formats stage (i) profiles on this CPU: the int8 per-channel formats that run
-// exactly (the 7-bit variant too without VNNI), plus the same for the requested bits
-// and granularity; round-to-nearest for every operand and stochastic rounding for
-// gradients.
-void setStatFormats(PassContext& ctx, const TrainOptions& o) {
-  ctx.stat_formats.clear();
-  ctx.gradient_stat_formats.clear();
+ProfileFormats profileFormats(const TrainOptions& o) {
+  ProfileFormats p;
   const kernels::Int8Caps& caps = kernels::int8Caps();
   auto add = [&](int bits, const std::string& granularity) {
     std::vector<int> widths{std::min(bits, caps.max_bits_one)};
     if (widths[0] > caps.max_bits_both) widths.push_back(caps.max_bits_both);
     for (int b : widths) {
       std::string rtn = fmt::format("int{}:{}:rtn", b, granularity), sr = fmt::format("int{}:{}:sr", b, granularity);
-      if (std::find(ctx.stat_formats.begin(), ctx.stat_formats.end(), rtn) == ctx.stat_formats.end()) {
-        ctx.stat_formats.push_back(rtn);
-        ctx.gradient_stat_formats.push_back(sr);
+      if (std::find(p.formats.begin(), p.formats.end(), rtn) == p.formats.end()) {
+        p.formats.push_back(rtn);
+        p.gradient_formats.push_back(sr);
       }
     }
   };
   add(8, "channel");
   add(o.profile_bits, o.profile_granularity);
+  p.outputs = o.profile_outputs;
+  return p;
 }
 
-// The passes every training graph goes through; `instrument` adds stage (i)'s
-// statistics nodes, a recipe stage (iii)'s int8 rewrite.
-void runPasses(Graph& graph, const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
-               const HardwareModel* hardware = nullptr) {
-  std::string passes = "cse,dce,tag_metadata";
-  if (options.precision == Precision::kBf16) passes = "bf16_gemms," + passes;
-  if (instrument) passes += ",instrument_stats";
-  if (hardware) passes += ",roofline_filter";
-  if (recipe) passes += ",quantize_gemms,cse,dce";
-  PassContext ctx;
-  ctx.recipe = recipe;
-  ctx.hardware = hardware;
-  ctx.sr_seed = static_cast<int64_t>(options.model.seed) * 7919 + 17;
-  ctx.tensor_parallel = options.model.tensor_parallel;
-  setStatFormats(ctx, options);
-  ctx.stats_on_outputs = options.profile_outputs;
-  ctx.stats_seed = static_cast<int64_t>(options.model.seed);
-  parsePipeline(passes)->run(graph, ctx);
+TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& o, bool instrument, const Recipe* recipe,
+                                                const HardwareModel* hardware) {
+  TrainingPipelineOptions p;
+  p.precision = o.precision;
+  p.tensor_parallel = o.model.tensor_parallel;
+  if (instrument) p.profile = profileFormats(o);
+  if (hardware) p.hardware = *hardware;
+  if (recipe) p.recipe = *recipe;
+  p.seed = o.model.seed;
+  return p;
 }
 
+namespace {
+
+constexpr const char* kCheckpointFile = "checkpoint.pgqckpt";
+constexpr const char* kMetricsFile = "metrics.csv";
+
+// Forward, backward and the training pipeline of trainingPipelineOptions().
 TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
                                     const HardwareModel* hardware = nullptr) {
   TransformerGraph t = buildTransformer(options.model);
   appendBackward(*t.graph, t.loss, t.params);
-  runPasses(*t.graph, options, instrument, recipe, hardware);
+  PassContext ctx;
+  buildTrainingPipeline(trainingPipelineOptions(options, instrument, recipe, hardware))->run(*t.graph, ctx);
   return t;
 }
 
@@ -209,7 +200,8 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   }
   train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
   eval = buildTransformer(o.model);
-  runPasses(*eval.graph, o, false);
+  PassContext ctx;
+  buildTrainingPipeline(trainingPipelineOptions(o, false))->run(*eval.graph, ctx);
   // The parameters, their AdamW moments and the batch, allocated after the executors.
   auto bytes = [](const Node* n) {
     return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
@@ -298,10 +290,9 @@ Profile TrainingSession::profile(double plain_step_ms) const {
   run.pgq_version = PGQ_VERSION_STRING;
   run.cpu_isa = kernels::int8Caps().isa_name;
   run.vnni = kernels::int8Caps().vnni;
-  PassContext ctx;
-  setStatFormats(ctx, s.o);
-  run.formats = ctx.stat_formats;
-  run.gradient_formats = ctx.gradient_stat_formats;
+  ProfileFormats formats = profileFormats(s.o);
+  run.formats = formats.formats;
+  run.gradient_formats = formats.gradient_formats;
   run.step_ms = plain_step_ms;
   return s.collector->profile(std::move(run));
 }

@@ -11,6 +11,7 @@
 
 #include "frontend/model_config.h"
 #include "frontend/transformer.h"
+#include "passes/training_pipeline.h"
 #include "plan/profile.h"
 #include "runtime/corpus.h"
 #include "runtime/executor.h"
@@ -18,8 +19,6 @@
 namespace pgq {
 
 inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
-
-enum class Precision { kF32, kBf16 };
 
 struct OptimizerConfig {
   double lr = 1e-3;            // peak learning rate
@@ -72,9 +71,10 @@ struct TrainOptions {
   int profile_bits = 8;
   std::string profile_granularity = "channel";
 
-  // Stage (iii): train with the GEMMs the recipe chooses in int8. The hardware model
-  // (optional) annotates GEMMs with roofline estimates and warns about recipe choices
-  // it does not expect to pay off. Evaluation runs the weights in high precision.
+  // Stage (iii): train with the GEMMs the recipe chooses in int8, as the recipe says.
+  // The hardware model (optional) is checked to run the recipe's formats exactly and
+  // annotates GEMMs with roofline estimates. Evaluation runs the weights in high
+  // precision.
   std::string recipe_path;
   std::string hardware;
 };
@@ -108,6 +108,19 @@ struct TrainResult {
   std::string profile_path;      // set when a profile was written
   double profile_write_ms = 0;
 };
+
+// The formats stage (i) profiles on this CPU: the int8 per-channel formats that run
+// exactly (the 7-bit variant too without VNNI), plus the same for the requested bits
+// and granularity; round-to-nearest for every operand and stochastic rounding for
+// gradients.
+ProfileFormats profileFormats(const TrainOptions& options);
+
+// The training pipeline (passes/training_pipeline.h) of a run with `options`:
+// `instrument` adds stage (i)'s statistics nodes in profileFormats(options), a recipe
+// stage (iii)'s int8 rewrite, a hardware model the roofline estimates.
+TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& options, bool instrument,
+                                                const Recipe* recipe = nullptr,
+                                                const HardwareModel* hardware = nullptr);
 
 // The state of a training run that is not about bookkeeping: the corpus, the
 // training and evaluation graphs with their executors, parameters and AdamW moments.

@@ -87,6 +87,90 @@ TEST_F(Cli, OptShrinksADuplicatedSubexpression) {
   EXPECT_NE(before.out.find("after cse,dce (10 -> 7 nodes)"), std::string::npos) << before.out;
 }
 
+const char* kMlp = R"(graph @mlp {
+  %x = input() : f32[64,32]
+  %w = parameter() : f32[32,48]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="up"} : f32[64,48]
+  %w2 = parameter() : f32[48,32]
+  %y = matmul(%h, %w2) {lhs_contract=[1], rhs_contract=[0], label="down"} : f32[64,32]
+  return %y
+}
+)";
+
+const char* kUpInInt8 = R"(gemms:
+  - {label: up, decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"}
+  - {label: down, decision: keep}
+)";
+
+TEST_F(Cli, OptRunsAnyPassWithItsOptions) {
+  std::string mlp = write("mlp.pgq", kMlp);
+  std::string recipe = write("r.yaml", kUpInInt8);
+  Result r = pgq("ir opt --passes 'tag_metadata,quantize_gemms{recipe=" + recipe + "},dce' " + mlp);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("%h.int8 = qmatmul(%h.lhs_q, %h.rhs_q, %h.lhs_scales, %h.rhs_scales)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("%y = matmul(%h.int8, %w2)"), std::string::npos) << r.out;  // down stays f32
+  Result stats = pgq("ir opt --passes 'tag_metadata,instrument_stats{formats=[int8:channel:rtn,int4:tensor:rtn],seed=9}' " + mlp);
+  EXPECT_EQ(stats.code, 0) << stats.out;
+  EXPECT_NE(stats.out.find(R"(formats=["int8:channel:rtn","int4:tensor:rtn"], contract_dims=[1], uses=["up:lhs"], seed=9})"),
+            std::string::npos)
+      << stats.out;
+  Result help = pgq("ir opt --help");
+  EXPECT_EQ(help.code, 0);
+  for (const char* listed : {"quantize_gemms", "recipe=<recipe.yaml>", "estimate_speedup", "hardware=<preset|hardware.yaml>",
+                             "formats=[<format>,...]"})
+    EXPECT_NE(help.out.find(listed), std::string::npos) << listed << "\n" << help.out;
+}
+
+// Bad pass options exit 2 with one line naming the pass, the key and the known keys.
+TEST_F(Cli, OptRefusesBadPassOptionsWithOneLine) {
+  std::string mlp = write("mlp.pgq", kMlp);
+  std::string recipe = write("r.yaml", kUpInInt8);
+  struct Case {
+    std::string passes;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {"tag_metadata,quantize_gemms{recpie=" + recipe + "}",
+       "pass 'quantize_gemms': unknown option 'recpie' (options of quantize_gemms: recipe, seed)"},
+      {"tag_metadata,quantize_gemms", "pass 'quantize_gemms': missing required option 'recipe'"},
+      {"tag_metadata,quantize_gemms{recipe=" + recipe + ",seed=1,seed=2}", "option 'seed' given twice"},
+      {"tag_metadata,quantize_gemms{recipe=" + recipe + ",seed=x}",
+       "pass 'quantize_gemms': option 'seed': expected a 64-bit integer, got 'x'"},
+      {"tag_metadata,quantize_gemms{recipe=" + (dir_ / "none.yaml").string() + "}",
+       "pass 'quantize_gemms': option 'recipe': " + (dir_ / "none.yaml").string() + ": cannot open"},
+      {"estimate_speedup{hardware=no-such-cpu}", "pass 'estimate_speedup': option 'hardware': "},
+      {"instrument_stats{formats=[int9:channel:rtn]}", "option 'formats': format 'int9:channel:rtn'"},
+      {"cse{", "missing '}'"},
+      {"cse{x=1}", "pass 'cse': unknown option 'x' (cse takes no options)"},
+      {"nope{x=1}", "unknown pass 'nope'"},
+  };
+  for (const Case& c : cases) {
+    Result r = pgq("ir opt --passes '" + c.passes + "' " + mlp);
+    EXPECT_EQ(r.code, 2) << c.passes << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.passes << "\n" << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << c.passes << "\n" << r.out;
+  }
+}
+
+// `pgq ir model --compile` prints the graph as `pgq train` compiles it.
+TEST_F(Cli, ModelCompilesWithTheTrainingPipeline) {
+  std::string recipe = write("r.yaml", "gemms:\n  - {match: \"layer0/.*\", decision: int8, lhs_format: "
+                                       "\"int8:channel:rtn\", rhs_format: \"int7:channel:rtn\"}\n");
+  Result plain = pgq("ir model --model tiny");
+  EXPECT_EQ(plain.code, 0);
+  EXPECT_EQ(plain.out.find("device_shape="), std::string::npos);  // tag_metadata has not run
+  Result compiled = pgq("ir model --model tiny --compile --precision bf16 --hardware epyc-zen3-2c --recipe " + recipe);
+  EXPECT_EQ(compiled.code, 0) << compiled.out;
+  for (const char* seen : {"device_shape=", "est_speedup=", "qmatmul(", ".bf16 = convert("})
+    EXPECT_NE(compiled.out.find(seen), std::string::npos) << seen;
+  Result profiled = pgq("ir model --model tiny --compile --profile");
+  EXPECT_NE(profiled.out.find("quant_stats("), std::string::npos);
+  Result needs = pgq("ir model --model tiny --recipe " + recipe);
+  EXPECT_EQ(needs.code, 2);
+  EXPECT_NE(needs.out.find("--recipe requires --compile"), std::string::npos) << needs.out;
+}
+
 TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
   struct Case {
     std::string args;

@@ -7,6 +7,7 @@
 #include "ir/printer.h"
 #include "passes/instrument_stats.h"
 #include "passes/pipeline.h"
+#include "passes/tag_metadata.h"
 
 namespace pgq {
 namespace {
@@ -23,9 +24,8 @@ TEST(InstrumentStats, OneNodePerDistinctInputWithEveryUse) {
 }
 )");
   PassContext ctx;
-  ctx.stat_formats = {"int8:channel:rtn"};
-  ctx.gradient_stat_formats = {"int8:channel:sr"};
-  EXPECT_TRUE(InstrumentStats().run(*g, ctx));
+  InstrumentStats pass({.formats = {"int8:channel:rtn"}, .gradient_formats = {"int8:channel:sr"}});
+  EXPECT_TRUE(pass.run(*g, ctx));
   std::string text = printGraph(*g);
   EXPECT_NE(text.find(R"(%x.stats = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], uses=["q:lhs","k:lhs"], seed=0} : f32[1,8])"),
             std::string::npos) << text;
@@ -39,7 +39,7 @@ TEST(InstrumentStats, OneNodePerDistinctInputWithEveryUse) {
   for (const Node* n : g->outputs()) stats += n->op() == Op::kQuantStats;
   EXPECT_EQ(stats, 5);  // x (rows), wq, wk, x (cols), q
   EXPECT_EQ(g->outputs().size(), 7u);
-  EXPECT_FALSE(InstrumentStats().run(*g, ctx));  // already instrumented: no change
+  EXPECT_FALSE(pass.run(*g, ctx));  // already instrumented: no change
 }
 
 TEST(InstrumentStats, NeedsTagsAndRejectsBadFormats) {
@@ -52,9 +52,12 @@ TEST(InstrumentStats, NeedsTagsAndRejectsBadFormats) {
 )");
   PassContext ctx;
   EXPECT_THROW(InstrumentStats().run(*g, ctx), Error);
-  PassContext bad;
-  bad.stat_formats = {"int9:channel:rtn"};
-  EXPECT_THROW(parsePipeline("tag_metadata,instrument_stats")->run(*g, bad), Error);
+  // From C++ a bad format fails when the graph is verified; from text, when parsed.
+  Pipeline bad;
+  bad.add(std::make_unique<TagMetadata>());
+  bad.add(std::make_unique<InstrumentStats>(InstrumentStatsOptions{.formats = {"int9:channel:rtn"}}));
+  EXPECT_THROW(bad.run(*g, ctx), Error);
+  EXPECT_THROW(parsePipeline("tag_metadata,instrument_stats{formats=[int9:channel:rtn]}"), Error);
 }
 
 TEST(InstrumentStats, CoversEveryGemmOfTheTrainingGraph) {

@@ -7,8 +7,11 @@
 #include "ir/printer.h"
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
+#include "passes/dce.h"
+#include "passes/estimate_speedup.h"
 #include "passes/pipeline.h"
 #include "passes/quantize_gemms.h"
+#include "passes/tag_metadata.h"
 #include "plan/recipe.h"
 #include "runtime/executor.h"
 #include "runtime/reference.h"
@@ -36,9 +39,12 @@ Recipe upOnly() {
 
 std::unique_ptr<Graph> rewritten(const char* text, const Recipe& recipe, bool* changed = nullptr) {
   auto g = parseGraph(text);
+  Pipeline pipeline;
+  pipeline.add(std::make_unique<TagMetadata>());
+  pipeline.add(std::make_unique<QuantizeGemms>(QuantizeGemmsOptions{.recipe = recipe}));
+  pipeline.add(std::make_unique<DeadCodeElimination>());
   PassContext ctx;
-  ctx.recipe = &recipe;
-  bool c = parsePipeline("tag_metadata,quantize_gemms,dce")->run(*g, ctx);
+  bool c = pipeline.run(*g, ctx);
   if (changed) *changed = c;
   return g;
 }
@@ -71,13 +77,25 @@ TEST(QuantizeGemms, NoChangeWithARecipeThatKeepsEverything) {
   Recipe keep = parseRecipe("gemms:\n  - {match: \".*\", decision: keep}\n", "r.yaml");
   auto g = parseGraph(kMlp);
   PassContext ctx;
-  ctx.recipe = &keep;
-  parsePipeline("tag_metadata")->run(*g, ctx);
+  TagMetadata().run(*g, ctx);
   std::string before = printGraph(*g);
-  EXPECT_FALSE(QuantizeGemms().run(*g, ctx));
+  EXPECT_FALSE(QuantizeGemms({.recipe = keep}).run(*g, ctx));
   EXPECT_EQ(printGraph(*g), before);
-  PassContext none;
-  EXPECT_THROW(QuantizeGemms().run(*g, none), Error);  // no recipe at all is a user error
+  EXPECT_THROW(QuantizeGemms({}).run(*g, ctx), Error);  // no recipe at all is a user error
+}
+
+// Whether int8 pays off is decided when the recipe is made; the rewrite applies the
+// recipe as written, even where the roofline estimates int8 slower.
+TEST(QuantizeGemms, AppliesTheRecipeWhateverTheEstimate) {
+  HardwareModel slow_int8 = loadHardwareModel("epyc-zen3-2c");
+  slow_int8.gemm_int8 = slow_int8.gemm_f32 / 100;
+  auto g = parseGraph(kMlp);
+  PassContext ctx;
+  TagMetadata().run(*g, ctx);
+  EstimateSpeedup({.hardware = slow_int8}).run(*g, ctx);
+  ASSERT_LT(g->find("h")->attrs().getFloat(AttrKey::kEstSpeedup), 1.0);
+  EXPECT_TRUE(QuantizeGemms({.recipe = upOnly()}).run(*g, ctx));
+  EXPECT_NE(g->find("h.int8"), nullptr);
 }
 
 // The rewritten GEMM's error against the f32 one is what the operands' SQNRs predict:

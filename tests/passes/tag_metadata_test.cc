@@ -65,8 +65,7 @@ TEST(TagMetadata, MegatronShardingOfTheTransformer) {
   TransformerGraph t = buildTransformer(c);
   appendBackward(*t.graph, t.loss, t.params);
   PassContext ctx;
-  ctx.tensor_parallel = 2;
-  EXPECT_TRUE(TagMetadata().run(*t.graph, ctx));
+  EXPECT_TRUE(TagMetadata({.tensor_parallel = 2}).run(*t.graph, ctx));
   std::map<std::string, const Node*> by_label;
   for (const Node* n : t.graph->nodes())
     if (n->op() == Op::kMatMul) by_label[n->attrs().getString(AttrKey::kLabel)] = n;
@@ -108,8 +107,7 @@ TEST(TagMetadata, UnevenSplitsStayReplicated) {
 }
 )");
   PassContext ctx;
-  ctx.tensor_parallel = 2;
-  TagMetadata().run(*g, ctx);
+  TagMetadata({.tensor_parallel = 2}).run(*g, ctx);
   EXPECT_EQ(g->find("h")->attrs().getString(AttrKey::kSharding), "replicated");
   EXPECT_EQ(g->find("h")->attrs().getInts(AttrKey::kDeviceShape), (std::vector<int64_t>{1, 8, 16, 5}));
 }

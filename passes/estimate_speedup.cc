@@ -1,26 +1,26 @@
-#include "passes/roofline_filter.h"
+#include "passes/estimate_speedup.h"
 
 #include "support/errors.h"
 #include "plan/hardware.h"
 
 namespace pgq {
 
-bool rooflineRejects(const Node& gemm, double min_speedup) {
-  return gemm.attrs().has(AttrKey::kEstSpeedup) && gemm.attrs().getFloat(AttrKey::kEstSpeedup) < min_speedup;
+EstimateSpeedup::EstimateSpeedup(Options options) {
+  if (!options.hardware) throw Error("estimate_speedup needs a hardware model (estimate_speedup{hardware=...})");
+  hardware_ = std::move(*options.hardware);
 }
 
-bool RooflineFilter::run(Graph& graph, PassContext& ctx) {
-  if (!ctx.hardware) return false;
+bool EstimateSpeedup::run(Graph& graph, PassContext&) {
   bool changed = false;
   for (Node* node : graph.postOrder()) {
     if (node->op() != Op::kMatMul && node->op() != Op::kQMatMul) continue;
     Attrs& a = node->attrs();
     if (!a.has(AttrKey::kDeviceShape))
-      throw Error(fmt::format("roofline_filter: GEMM %{} has no device_shape; run tag_metadata first", node->name()));
+      throw Error(fmt::format("estimate_speedup: GEMM %{} has no device_shape; run tag_metadata first", node->name()));
     // Gradient operands are quantized with stochastic rounding, the slower quantizer.
     const auto& roles = a.getStrings(AttrKey::kRoles);
     DType dtype = node->op() == Op::kMatMul ? node->operand(0)->dtype() : DType::kF32;
-    double speedup = estimateGemm(*ctx.hardware, a.getInts(AttrKey::kDeviceShape), dtype, roles[0] == "gradient",
+    double speedup = estimateGemm(hardware_, a.getInts(AttrKey::kDeviceShape), dtype, roles[0] == "gradient",
                                   roles[1] == "gradient")
                          .speedup();
     if (a.has(AttrKey::kEstSpeedup) && a.getFloat(AttrKey::kEstSpeedup) == speedup) continue;

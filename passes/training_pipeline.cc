@@ -1,0 +1,40 @@
+#include "passes/training_pipeline.h"
+
+#include "passes/bf16_gemms.h"
+#include "passes/cse.h"
+#include "passes/dce.h"
+#include "passes/estimate_speedup.h"
+#include "passes/instrument_stats.h"
+#include "passes/quantize_gemms.h"
+#include "passes/tag_metadata.h"
+
+namespace pgq {
+
+std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& options) {
+  auto pipeline = std::make_unique<Pipeline>("training");
+  if (options.precision == Precision::kBf16) pipeline->add(std::make_unique<Bf16Gemms>());
+  pipeline->add(std::make_unique<CommonSubexpressionElimination>());
+  pipeline->add(std::make_unique<DeadCodeElimination>());
+  pipeline->add(std::make_unique<TagMetadata>(TagMetadataOptions{.tensor_parallel = options.tensor_parallel}));
+  const auto seed = static_cast<int64_t>(options.seed);
+  if (options.profile) {
+    pipeline->add(std::make_unique<InstrumentStats>(InstrumentStatsOptions{
+        .formats = options.profile->formats,
+        .gradient_formats = options.profile->gradient_formats,
+        .outputs = options.profile->outputs,
+        .seed = seed,
+    }));
+  }
+  if (options.hardware) pipeline->add(std::make_unique<EstimateSpeedup>(EstimateSpeedupOptions{options.hardware}));
+  if (options.recipe) {
+    // The stochastic-rounding streams start at seed * 7919 + 17, apart from the
+    // statistics nodes' seeds (seed, seed + 1, ...).
+    pipeline->add(
+        std::make_unique<QuantizeGemms>(QuantizeGemmsOptions{.recipe = options.recipe, .seed = seed * 7919 + 17}));
+    pipeline->add(std::make_unique<CommonSubexpressionElimination>());
+    pipeline->add(std::make_unique<DeadCodeElimination>());
+  }
+  return pipeline;
+}
+
+}  // namespace pgq

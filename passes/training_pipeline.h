@@ -1,0 +1,45 @@
+#pragma once
+// The pipeline every training graph goes through, built from typed options:
+//
+//   [bf16_gemms,] cse, dce, tag_metadata [, instrument_stats] [, estimate_speedup]
+//   [, quantize_gemms, cse, dce]
+//
+// bf16_gemms when GEMMs run in bf16; instrument_stats for stage (i)'s statistics nodes;
+// estimate_speedup with a hardware model; quantize_gemms with a recipe (stage iii),
+// then cse and dce to merge and drop what the rewrite leaves behind. The seeds of the
+// statistics nodes and of the stochastic-rounding streams derive from the model's
+// seed here, and only here.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "passes/pipeline.h"
+#include "plan/hardware.h"
+#include "plan/recipe.h"
+
+namespace pgq {
+
+// The precision GEMMs run in before any int8 rewrite.
+enum class Precision { kF32, kBf16 };
+
+// What stage (i) profiles (instrument_stats).
+struct ProfileFormats {
+  std::vector<std::string> formats;           // every GEMM operand
+  std::vector<std::string> gradient_formats;  // gradient operands, besides `formats`
+  bool outputs = false;                       // also each GEMM's result
+};
+
+struct TrainingPipelineOptions {
+  Precision precision = Precision::kF32;
+  int64_t tensor_parallel = 1;            // the degree tag_metadata's sharding assumes
+  std::optional<ProfileFormats> profile;  // stage (i): add statistics nodes
+  std::optional<HardwareModel> hardware;  // annotate roofline speedup estimates
+  std::optional<Recipe> recipe;           // stage (iii): rewrite to int8 GEMMs
+  uint64_t seed = 0;                      // the model's seed
+};
+
+std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& options);
+
+}  // namespace pgq

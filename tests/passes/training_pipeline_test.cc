@@ -1,0 +1,70 @@
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "frontend/autodiff.h"
+#include "frontend/transformer.h"
+#include "ir/printer.h"
+#include "passes/training_pipeline.h"
+
+namespace pgq {
+namespace {
+
+using Names = std::vector<std::string_view>;
+
+Recipe everyGemmInInt8() {
+  return parseRecipe(R"(gemms:
+  - {match: ".*", decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"}
+)",
+                     "r.yaml");
+}
+
+TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {
+  TrainingPipelineOptions o;
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"cse", "dce", "tag_metadata"}));
+  o.precision = Precision::kBf16;
+  o.profile = ProfileFormats{{"int8:channel:rtn"}, {"int8:channel:sr"}, false};
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"bf16_gemms", "cse", "dce", "tag_metadata", "instrument_stats"}));
+  o.precision = Precision::kF32;
+  o.profile.reset();
+  o.hardware = loadHardwareModel("epyc-zen3-2c");
+  o.recipe = everyGemmInInt8();
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(),
+            (Names{"cse", "dce", "tag_metadata", "estimate_speedup", "quantize_gemms", "cse", "dce"}));
+}
+
+// The seeds derive from the model's: statistics nodes count up from it, the
+// stochastic-rounding streams from seed * 7919 + 17.
+TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
+  auto seedsOf = [](const Graph& g, Op op) {
+    std::vector<int64_t> seeds;
+    for (const Node* n : g.nodes())
+      if (n->op() == op) seeds.push_back(n->attrs().getInt(AttrKey::kSeed));
+    std::sort(seeds.begin(), seeds.end());
+    return seeds;
+  };
+  TrainingPipelineOptions o;
+  o.seed = 5;
+  PassContext ctx;
+
+  TransformerGraph profiled = buildTransformer(loadModelConfig("tiny"));
+  appendBackward(*profiled.graph, profiled.loss, profiled.params);
+  o.profile = ProfileFormats{{"int8:channel:rtn"}, {"int8:channel:sr"}, false};
+  buildTrainingPipeline(o)->run(*profiled.graph, ctx);
+  std::vector<int64_t> stats = seedsOf(*profiled.graph, Op::kQuantStats);
+  ASSERT_FALSE(stats.empty());
+  EXPECT_EQ(stats.front(), 5);
+  EXPECT_EQ(stats.back(), 5 + static_cast<int64_t>(stats.size()) - 1);
+
+  TransformerGraph quantized = buildTransformer(loadModelConfig("tiny"));
+  appendBackward(*quantized.graph, quantized.loss, quantized.params);
+  o.profile.reset();
+  o.recipe = everyGemmInInt8();
+  buildTrainingPipeline(o)->run(*quantized.graph, ctx);
+  std::vector<int64_t> sr = seedsOf(*quantized.graph, Op::kQuantize);
+  ASSERT_FALSE(sr.empty());
+  EXPECT_EQ(sr.front(), 5 * 7919 + 17);
+}
+
+}  // namespace
+}  // namespace pgq
