@@ -40,6 +40,7 @@ TypeRule opTypeRule(Op op) { return info(op).rule; }
 std::span<const AttrKey> opAllowedAttrs(Op op) { return info(op).attrs; }
 
 bool opAllowsAttr(Op op, AttrKey key) {
+  if (key == AttrKey::kSplit) return true;  // a property of any value, not of an op
   const auto& attrs = info(op).attrs;
   return std::find(attrs.begin(), attrs.end(), key) != attrs.end();
 }

@@ -21,6 +21,7 @@ std::string_view opName(Op op);
 std::optional<Op> parseOp(std::string_view text);
 int opArity(Op op);
 TypeRule opTypeRule(Op op);
+// The keys ops.def lists for `op`; opAllowsAttr() also allows `split` on every op.
 std::span<const AttrKey> opAllowedAttrs(Op op);
 bool opAllowsAttr(Op op, AttrKey key);
 

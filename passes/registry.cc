@@ -8,6 +8,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/instrument_stats.h"
+#include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"
 #include "passes/roofline_filter.h"
 #include "passes/tag_metadata.h"

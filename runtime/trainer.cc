@@ -87,7 +87,7 @@ void setStatFormats(PassContext& ctx, const TrainOptions& o) {
 // statistics nodes, a recipe stage (iii)'s int8 rewrite.
 void runPasses(Graph& graph, const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
                const HardwareModel* hardware = nullptr) {
-  std::string passes = "cse,dce,tag_metadata";
+  std::string passes = "cse,dce,propagate_sharding,tag_metadata";
   if (options.precision == Precision::kBf16) passes = "bf16_gemms," + passes;
   if (instrument) passes += ",instrument_stats";
   if (hardware) passes += ",roofline_filter";
