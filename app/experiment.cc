@@ -48,8 +48,12 @@ struct CandidateSqnrs {
 CandidateSqnrs candidateSqnrs(const Profile& profile, const HardwareModel& hw, const Policy& p) {
   Recipe all = generateRecipe(profile, hw, p, "profile.yaml");
   CandidateSqnrs c;
-  for (const RecipeEntry& e : all.entries)
-    if (e.decision == "int8") (e.label.find(':') == std::string::npos ? c.fwd : c.bwd).push_back(e.min_sqnr);
+  for (const RecipeEntry& e : all.entries) {
+    if (e.decision != Decision::kInt8) continue;
+    const GemmProfile* g = profile.find(e.label);
+    PGQ_ASSERT(g != nullptr, "recipe entry '{}' is not a GEMM of its profile", e.label);
+    (g->direction == GemmDirection::kFwd ? c.fwd : c.bwd).push_back(e.min_sqnr);
+  }
   std::sort(c.fwd.begin(), c.fwd.end());
   std::sort(c.bwd.begin(), c.bwd.end());
   return c;

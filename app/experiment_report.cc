@@ -260,10 +260,10 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
     findings += fmt::format("{}. `{}` ({}): {} input, SQNR {:.3g} ({:.1f} dB)\n", i + 1, r.label, r.direction, low.role,
                             low.sqnr, low.db());
   }
-  std::map<std::string, std::vector<double>> by_role;
+  std::map<std::string, std::vector<double>> by_role;  // by name: the report lists roles alphabetically
   for (const GemmProfile& g : profile.gemms)
     for (const OperandProfile& o : g.operands)
-      if (const FormatStats* f = o.find(in.sqnr_format)) by_role[o.role].push_back(f->sqnr_mean);
+      if (const FormatStats* f = o.find(in.sqnr_format)) by_role[std::string(o.roleName())].push_back(f->sqnr_mean);
   findings += fmt::format("\nMedian SQNR in {} by operand role:", in.sqnr_format);
   for (auto& [role, v] : by_role) findings += fmt::format(" {} {:.3g} ({} operands);", role, median(v), v.size());
   findings.back() = '.';

@@ -9,13 +9,13 @@ namespace pgq {
 void writeSqnrPlot(const std::vector<SqnrRow>& rows, const std::string& format, const std::string& output) {
   // One data file per (panel, role): x = rank of the GEMM in its panel, y = ln(1+SQNR).
   std::vector<std::pair<std::string, std::string>> data;
-  const char* roles[] = {"weight", "activation", "gradient"};
+  const OperandRole roles[] = {OperandRole::kWeight, OperandRole::kActivation, OperandRole::kGradient};
   int index = 0;
   for (const char* panel : {"fwd", "bwd"}) {
     std::string files[3];
     int rank = 0;
     for (const SqnrRow& r : rows) {
-      bool forward = r.direction == "fwd";
+      bool forward = r.direction == GemmDirection::kFwd;
       if (forward != (std::string(panel) == "fwd")) continue;
       ++rank;
       for (const SqnrInput* in : {&r.lhs, &r.rhs})

@@ -72,27 +72,30 @@ void Autodiff::matmulGrad(Node* node, Node* dy) {
   const int na = static_cast<int>(a_free.size());
   const int nbf = static_cast<int>(b_free.size());
   std::string label = node->attrs().getStringOr(AttrKey::kLabel, node->name());
+  const int64_t gemm_id = node->attrs().getInt(AttrKey::kGemmId);
   bool a_weight = isWeightValue(a), b_weight = isWeightValue(bop);
+  // The label suffix, for people: wgrad or dgrad, and the side when both operands are alike.
   auto suffix = [&](bool weight, bool other_weight, const char* side) {
     std::string kind = weight ? "wgrad" : "dgrad";
     return weight == other_weight ? fmt::format("{}_{}", kind, side) : kind;
   };
-  auto roleOf = [](const Node* n) { return isWeightValue(n) ? "weight" : "activation"; };
   // Positions of the batch, lhs-free and rhs-free dims in dy.
   std::vector<int64_t> dy_batch = iota(0, nb), dy_a = iota(nb, nb + na), dy_b = iota(nb + na, nb + na + nbf);
 
-  // Emits dot(lhs, rhs) whose result is the operand `target` up to a permutation
-  // `result_dims` (result dim i holds operand dim result_dims[i]), then transposes.
-  auto emit = [&](Node* lhs, Node* rhs, DotDims d, const std::vector<int64_t>& result_dims,
-                  Node* target, bool target_weight, bool other_weight, const char* side,
-                  std::vector<std::string> roles) {
+  // Emits dot(lhs, rhs) whose result is the gradient of operand `wrt` of the forward
+  // GEMM up to a permutation `result_dims` (result dim i holds operand dim
+  // result_dims[i]), then transposes. The new GEMM records which GEMM and operand it
+  // differentiates.
+  auto emit = [&](Node* lhs, Node* rhs, DotDims d, const std::vector<int64_t>& result_dims, GemmOperand wrt) {
+    Node* target = node->operand(static_cast<int>(indexOf(wrt)));
     if (!needs_grad_.count(target)) return;
-    std::string s = suffix(target_weight, other_weight, side);
+    bool lhs_side = wrt == GemmOperand::kLhs;
+    std::string s = suffix(lhs_side ? a_weight : b_weight, lhs_side ? b_weight : a_weight, lhs_side ? "lhs" : "rhs");
     Attrs attrs;
     d.toAttrs(attrs);
+    attrs.set(AttrKey::kGradOf, gemm_id);
+    attrs.set(AttrKey::kWrt, wrt);
     attrs.set(AttrKey::kLabel, fmt::format("{}:{}", label, s));
-    attrs.set(AttrKey::kDirection, std::string(target_weight ? "bwd_wgrad" : "bwd_dgrad"));
-    attrs.set(AttrKey::kRoles, std::move(roles));
     Node* g = b_.create(Op::kMatMul, {lhs, rhs}, std::move(attrs), std::nullopt,
                         fmt::format("{}.{}", node->name(), s));
     // result dim i is target dim result_dims[i]: transpose back with the inverse.
@@ -112,8 +115,7 @@ void Autodiff::matmulGrad(Node* node, Node* dy) {
       size_t i = std::find(dims.rhs_contract.begin(), dims.rhs_contract.end(), r) - dims.rhs_contract.begin();
       result_dims.push_back(dims.lhs_contract[i]);
     }
-    emit(dy, bop, {dy_b, b_free, dy_batch, dims.rhs_batch}, result_dims, a, a_weight, b_weight,
-         "lhs", {"gradient", roleOf(bop)});
+    emit(dy, bop, {dy_b, b_free, dy_batch, dims.rhs_batch}, result_dims, GemmOperand::kLhs);
   }
   // dB: two ways to order the product; pick the one whose result needs no transpose
   // (dot(A, dy) for a [K,N] weight, dot(dy, A) for attention's k).
@@ -134,11 +136,9 @@ void Autodiff::matmulGrad(Node* node, Node* dy) {
     second.insert(second.end(), b_free.begin(), b_free.end());
     second.insert(second.end(), contracted_in_b.begin(), contracted_in_b.end());
     if (isIdentity(first) || !isIdentity(second)) {
-      emit(a, dy, {a_free, dy_a, dims.lhs_batch, dy_batch}, first, bop, b_weight, a_weight, "rhs",
-           {roleOf(a), "gradient"});
+      emit(a, dy, {a_free, dy_a, dims.lhs_batch, dy_batch}, first, GemmOperand::kRhs);
     } else {
-      emit(dy, a, {dy_a, a_free, dy_batch, dims.lhs_batch}, second, bop, b_weight, a_weight, "rhs",
-           {"gradient", roleOf(a)});
+      emit(dy, a, {dy_a, a_free, dy_batch, dims.lhs_batch}, second, GemmOperand::kRhs);
     }
   }
 }
@@ -263,14 +263,14 @@ std::vector<Node*> Autodiff::run(Node* loss, std::span<Node* const> params) {
   for (Node* node : order)
     if (from_params.count(node) && to_loss.count(node)) needs_grad_.insert(node);
 
-  // Forward GEMMs get their direction and roles now, while weights are easy to see.
+  // Every forward GEMM gets an id, so that the GEMMs of its gradient can name it.
+  int64_t next_gemm_id = 0;
   for (Node* node : order)
-    if (node->op() == Op::kMatMul && !node->attrs().has(AttrKey::kDirection)) {
-      node->attrs().set(AttrKey::kDirection, std::string("fwd"));
-      node->attrs().set(AttrKey::kRoles,
-                        std::vector<std::string>{isWeightValue(node->operand(0)) ? "weight" : "activation",
-                                                 isWeightValue(node->operand(1)) ? "weight" : "activation"});
-    }
+    if (node->attrs().has(AttrKey::kGemmId))
+      next_gemm_id = std::max(next_gemm_id, node->attrs().getInt(AttrKey::kGemmId) + 1);
+  for (Node* node : order)
+    if (node->op() == Op::kMatMul && !node->attrs().has(AttrKey::kGemmId))
+      node->attrs().set(AttrKey::kGemmId, next_gemm_id++);
 
   Node* seed = b_.constant(1.0, loss->type(), gradName(loss));
   adjoint_[loss] = seed;

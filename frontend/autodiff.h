@@ -5,8 +5,11 @@
 // Each backward GEMM is its own matmul node, labelled after the forward GEMM and the
 // gradient it computes: "layer2/mlp/up:dgrad" (gradient of the activation input),
 // "layer2/mlp/up:wgrad" (gradient of the weight); when both inputs are activations
-// (attention) "layer0/attn/scores:dgrad_lhs" / ":dgrad_rhs". Backward GEMMs carry
-// `direction` and `roles` attributes; forward GEMMs get them too.
+// (attention) "layer0/attn/scores:dgrad_lhs" / ":dgrad_rhs". Labels are for people;
+// what a GEMM is, is recorded as structure: every forward GEMM gets an id (`gemm`), and
+// each backward GEMM names the forward GEMM it differentiates (`grad_of`) and the
+// operand whose gradient it computes (`wrt`: lhs or rhs). tag_metadata derives
+// directions and operand roles from these.
 #include <span>
 #include <vector>
 

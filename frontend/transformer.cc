@@ -23,6 +23,12 @@ class TransformerBuilder {
     params_.push_back(p);
     return p;
   }
+  // Megatron tensor parallelism: `p` is split along `dim` over the model's devices
+  // (with one device too, so that every GEMM's parallel kind is recorded).
+  Node* split(Node* p, int64_t dim) {
+    p->attrs().set(AttrKey::kSplit, std::vector<int64_t>{dim, c_.tensor_parallel});
+    return p;
+  }
   std::string normalInit(double std) const { return fmt::format("normal({})", std); }
 
   // norm(x) * g (+ b): the normalization without affine terms is one fused op.
@@ -40,9 +46,17 @@ class TransformerBuilder {
     return norm(x);
   }
 
+  // A GEMM of transformer layer `layer`.
+  Node* gemm(Node* lhs, Node* rhs, const DotDims& dims, std::string_view label, std::string_view name,
+             int layer) {
+    Node* g = b_.matmul(lhs, rhs, dims, label, name);
+    g->attrs().set(AttrKey::kLayer, int64_t{layer});
+    return g;
+  }
+
   // [N,D] x [D,F] -> [N,F]
-  Node* linear(Node* x, Node* w, std::string_view label) {
-    return b_.matmul(x, w, DotDims::matrix(), label, label.substr(label.rfind('/') + 1));
+  Node* linear(Node* x, Node* w, std::string_view label, int layer) {
+    return gemm(x, w, DotDims::matrix(), label, label.substr(label.rfind('/') + 1), layer);
   }
 
   // [N,D] -> [B,H,T,Dh]
@@ -66,33 +80,36 @@ Node* TransformerBuilder::attention(Node* x, int layer) {
   Shape dd{c_.d_model, c_.d_model};
   // GPT-2 scales the init of projections that write into the residual stream.
   double out_std = c_.init_std / std::sqrt(2.0 * static_cast<double>(c_.n_layers));
-  Node* wq = param("wq", dd, normalInit(c_.init_std));
-  Node* wk = param("wk", dd, normalInit(c_.init_std));
-  Node* wv = param("wv", dd, normalInit(c_.init_std));
-  Node* wo = param("wo", dd, normalInit(out_std));
-  Node* q = splitHeads(linear(x, wq, prefix + "q"));
-  Node* k = splitHeads(linear(x, wk, prefix + "k"));
-  Node* v = splitHeads(linear(x, wv, prefix + "v"));
+  // q, k and v are column-parallel (each device computes some heads), the output
+  // projection row-parallel: the weights split along their output and input dims.
+  Node* wq = split(param("wq", dd, normalInit(c_.init_std)), 1);
+  Node* wk = split(param("wk", dd, normalInit(c_.init_std)), 1);
+  Node* wv = split(param("wv", dd, normalInit(c_.init_std)), 1);
+  Node* wo = split(param("wo", dd, normalInit(out_std)), 0);
+  Node* q = splitHeads(linear(x, wq, prefix + "q", layer));
+  Node* k = splitHeads(linear(x, wk, prefix + "k", layer));
+  Node* v = splitHeads(linear(x, wv, prefix + "v", layer));
   // [B,H,T,Dh] x [B,H,T,Dh]^T -> [B,H,T,T]
-  Node* scores = b_.matmul(q, k, {{3}, {3}, {0, 1}, {0, 1}}, prefix + "scores", "scores");
+  Node* scores = gemm(q, k, {{3}, {3}, {0, 1}, {0, 1}}, prefix + "scores", "scores", layer);
   Node* scaled = b_.scale(scores, 1.0 / std::sqrt(static_cast<double>(c_.headDim())), "scaled");
   Node* masked = b_.causalMask(scaled, -std::numeric_limits<double>::infinity(), "masked");
   Node* probs = b_.softmax(masked, "probs");
   // [B,H,T,T] x [B,H,T,Dh] -> [B,H,T,Dh]
-  Node* av = b_.matmul(probs, v, {{3}, {2}, {0, 1}, {0, 1}}, prefix + "av", "av");
+  Node* av = gemm(probs, v, {{3}, {2}, {0, 1}, {0, 1}}, prefix + "av", "av", layer);
   Node* merged = b_.reshape(b_.transpose(av, {0, 2, 1, 3}), Shape{c_.tokens(), c_.d_model}, "merged");
-  return linear(merged, wo, prefix + "out");
+  return linear(merged, wo, prefix + "out", layer);
 }
 
 Node* TransformerBuilder::mlp(Node* x, int layer) {
   auto scope = b_.scope("mlp");
   std::string prefix = fmt::format("layer{}/mlp/", layer);
   double out_std = c_.init_std / std::sqrt(2.0 * static_cast<double>(c_.n_layers));
-  Node* w_up = param("w_up", Shape{c_.d_model, c_.d_ff}, normalInit(c_.init_std));
-  Node* w_down = param("w_down", Shape{c_.d_ff, c_.d_model}, normalInit(out_std));
-  Node* up = linear(x, w_up, prefix + "up");
+  // Column-parallel up, row-parallel down: the hidden activation stays split.
+  Node* w_up = split(param("w_up", Shape{c_.d_model, c_.d_ff}, normalInit(c_.init_std)), 1);
+  Node* w_down = split(param("w_down", Shape{c_.d_ff, c_.d_model}, normalInit(out_std)), 0);
+  Node* up = linear(x, w_up, prefix + "up", layer);
   Node* act = b_.unary(c_.activation == Activation::kGelu ? Op::kGelu : Op::kRelu, up, "act");
-  return linear(act, w_down, prefix + "down");
+  return linear(act, w_down, prefix + "down", layer);
 }
 
 TransformerGraph TransformerBuilder::build() {
@@ -103,7 +120,8 @@ TransformerGraph TransformerBuilder::build() {
   Node* x;
   {
     auto scope = b_.scope("embed");
-    Node* wte = param("wte", Shape{c_.vocab, c_.d_model}, normalInit(c_.init_std));
+    // Vocab-parallel: with tied embeddings the logits GEMM is column-parallel.
+    Node* wte = split(param("wte", Shape{c_.vocab, c_.d_model}, normalInit(c_.init_std)), 0);
     Node* wpe = param("wpe", Shape{c_.seq_len, c_.d_model}, normalInit(c_.init_std / 2));
     Shape btd{c_.batch, c_.seq_len, c_.d_model};
     Node* tok = b_.gather(wte, out.tokens, "tok");
@@ -121,7 +139,7 @@ TransformerGraph TransformerBuilder::build() {
     // [N,D] x [V,D]^T -> [N,V]
     logits = b_.matmul(h, params_.front(), {{1}, {1}, {}, {}}, "get_logits", "logits");
   } else {
-    Node* head = param("lm_head", Shape{c_.d_model, c_.vocab}, normalInit(c_.init_std));
+    Node* head = split(param("lm_head", Shape{c_.d_model, c_.vocab}, normalInit(c_.init_std)), 1);
     logits = b_.matmul(h, head, DotDims::matrix(), "get_logits", "logits");
   }
   Node* targets = b_.reshape(out.targets, Shape{c_.tokens()}, "targets_flat");

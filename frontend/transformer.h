@@ -7,8 +7,12 @@
 //   logits = norm(x) x wte^T (tied) or x lm_head            label "get_logits"
 //   loss = cross_entropy(logits, targets)
 //
-// Every GEMM carries a stable label: layer{l}/attn/{q,k,v,scores,av,out},
-// layer{l}/mlp/{up,down}, get_logits.
+// Every GEMM carries a stable label for people and recipes:
+// layer{l}/attn/{q,k,v,scores,av,out}, layer{l}/mlp/{up,down}, get_logits; the GEMMs of
+// layer l also carry `layer = l`. The weights carry Megatron tensor-parallel `split`
+// annotations over ModelConfig::tensor_parallel devices: wq, wk, wv and w_up along
+// their output dim (column-parallel), wo and w_down along their input dim
+// (row-parallel), the embedding and the logits weight along the vocabulary.
 #include <memory>
 #include <vector>
 

@@ -27,6 +27,22 @@ void hashCombine(size_t& seed, size_t value) {
   seed ^= value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
 }
 
+// Formats compare by their text form, so they hash it.
+void hashValue(size_t& seed, const QuantFormat& format) {
+  hashCombine(seed, std::hash<std::string>{}(format.toString()));
+}
+
+template <typename T>
+void hashValue(size_t& seed, const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    hashCombine(seed, static_cast<size_t>(value));
+  } else if constexpr (requires { value.begin(); } && !std::is_same_v<T, std::string>) {
+    for (const auto& element : value) hashValue(seed, element);
+  } else {
+    hashCombine(seed, std::hash<T>{}(value));
+  }
+}
+
 }  // namespace
 
 std::string_view attrName(AttrKey key) { return kAttrInfo[static_cast<size_t>(key)].name; }
@@ -40,6 +56,12 @@ std::string_view attrKindName(AttrKind kind) {
     case AttrKind::kString: return "string";
     case AttrKind::kInts: return "list of integers";
     case AttrKind::kStrings: return "list of strings";
+    case AttrKind::kDirection: return "GEMM direction";
+    case AttrKind::kRoles: return "pair of operand roles";
+    case AttrKind::kSharding: return "sharding kind";
+    case AttrKind::kOperand: return "GEMM operand";
+    case AttrKind::kFormat: return "quantization format";
+    case AttrKind::kFormats: return "list of quantization formats";
   }
   return "?";
 }
@@ -55,6 +77,9 @@ AttrKind kindOf(const AttrValue& value) { return static_cast<AttrKind>(value.ind
 void Attrs::set(AttrKey key, AttrValue value) {
   PGQ_ASSERT(kindOf(value) == attrKind(key), "attribute '{}' holds a {}, not a {}",
              attrName(key), attrKindName(attrKind(key)), attrKindName(kindOf(value)));
+  if (const auto* format = std::get_if<QuantFormat>(&value)) format->validate();
+  if (const auto* formats = std::get_if<std::vector<QuantFormat>>(&value))
+    for (const QuantFormat& format : *formats) format.validate();
   auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
                              [](const auto& entry, AttrKey k) { return entry.first < k; });
   if (it != entries_.end() && it->first == key)
@@ -93,6 +118,25 @@ const std::vector<std::string>& Attrs::getStrings(AttrKey key) const {
   return std::get<std::vector<std::string>>(get(key, AttrKind::kStrings));
 }
 
+GemmDirection Attrs::getDirection(AttrKey key) const {
+  return std::get<GemmDirection>(get(key, AttrKind::kDirection));
+}
+const OperandRoles& Attrs::getRoles(AttrKey key) const {
+  return std::get<OperandRoles>(get(key, AttrKind::kRoles));
+}
+ShardingKind Attrs::getSharding(AttrKey key) const {
+  return std::get<ShardingKind>(get(key, AttrKind::kSharding));
+}
+GemmOperand Attrs::getOperand(AttrKey key) const {
+  return std::get<GemmOperand>(get(key, AttrKind::kOperand));
+}
+const QuantFormat& Attrs::getFormat(AttrKey key) const {
+  return std::get<QuantFormat>(get(key, AttrKind::kFormat));
+}
+const std::vector<QuantFormat>& Attrs::getFormats(AttrKey key) const {
+  return std::get<std::vector<QuantFormat>>(get(key, AttrKind::kFormats));
+}
+
 std::vector<int64_t> Attrs::getIntsOr(AttrKey key, std::vector<int64_t> fallback) const {
   return has(key) ? getInts(key) : fallback;
 }
@@ -105,17 +149,7 @@ size_t Attrs::hash() const {
   size_t seed = entries_.size();
   for (const auto& [key, value] : entries_) {
     hashCombine(seed, static_cast<size_t>(key));
-    std::visit(
-        [&seed](const auto& v) {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
-                        std::is_same_v<T, std::vector<std::string>>) {
-            for (const auto& e : v) hashCombine(seed, std::hash<std::decay_t<decltype(e)>>{}(e));
-          } else {
-            hashCombine(seed, std::hash<T>{}(v));
-          }
-        },
-        value);
+    std::visit([&seed](const auto& v) { hashValue(seed, v); }, value);
   }
   return seed;
 }
@@ -142,6 +176,14 @@ std::string formatAttrValue(const AttrValue& value) {
   return std::visit(
       [](const auto& v) -> std::string {
         using T = std::decay_t<decltype(v)>;
+        auto list = [](const auto& items, auto text) {
+          std::string out = "[";
+          for (size_t i = 0; i < items.size(); ++i) {
+            if (i) out += ",";
+            out += quoteString(text(items[i]));
+          }
+          return out + "]";
+        };
         if constexpr (std::is_same_v<T, int64_t>) {
           return fmt::format("{}", v);
         } else if constexpr (std::is_same_v<T, double>) {
@@ -154,13 +196,16 @@ std::string formatAttrValue(const AttrValue& value) {
           return quoteString(v);
         } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
           return fmt::format("[{}]", fmt::join(v, ","));
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          return list(v, [](const std::string& e) { return e; });
+        } else if constexpr (std::is_same_v<T, OperandRoles>) {
+          return list(v, [](OperandRole r) { return nameOf(r); });
+        } else if constexpr (std::is_same_v<T, QuantFormat>) {
+          return quoteString(v.toString());
+        } else if constexpr (std::is_same_v<T, std::vector<QuantFormat>>) {
+          return list(v, [](const QuantFormat& f) { return f.toString(); });
         } else {
-          std::string out = "[";
-          for (size_t i = 0; i < v.size(); ++i) {
-            if (i) out += ",";
-            out += quoteString(v[i]);
-          }
-          return out + "]";
+          return quoteString(nameOf(v));
         }
       },
       value);

@@ -1,6 +1,9 @@
 #pragma once
 // Typed node attributes. A key (from attrs.def) has exactly one value kind, so an
 // attribute can never hold the wrong kind of value: setters and getters check it.
+// Besides numbers, strings and lists, a value may be GEMM metadata (ir/gemm_meta.h)
+// or a quantization format, held parsed: it was checked when it was made.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -10,6 +13,9 @@
 #include <variant>
 #include <vector>
 
+#include "ir/gemm_meta.h"
+#include "support/quant_format.h"
+
 namespace pgq {
 
 enum class AttrKey : uint8_t {
@@ -18,10 +24,14 @@ enum class AttrKey : uint8_t {
 #undef ATTR
 };
 
-enum class AttrKind : uint8_t { kInt, kFloat, kString, kInts, kStrings };
+// The value kinds, in the order of AttrValue's alternatives.
+enum class AttrKind : uint8_t {
+  kInt, kFloat, kString, kInts, kStrings, kDirection, kRoles, kSharding, kOperand, kFormat, kFormats,
+};
 
-using AttrValue =
-    std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>>;
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>,
+                               GemmDirection, OperandRoles, ShardingKind, GemmOperand, QuantFormat,
+                               std::vector<QuantFormat>>;
 
 std::string_view attrName(AttrKey key);
 AttrKind attrKind(AttrKey key);
@@ -45,6 +55,12 @@ class Attrs {
   const std::string& getString(AttrKey key) const;
   const std::vector<int64_t>& getInts(AttrKey key) const;
   const std::vector<std::string>& getStrings(AttrKey key) const;
+  GemmDirection getDirection(AttrKey key) const;
+  const OperandRoles& getRoles(AttrKey key) const;
+  ShardingKind getSharding(AttrKey key) const;
+  GemmOperand getOperand(AttrKey key) const;
+  const QuantFormat& getFormat(AttrKey key) const;
+  const std::vector<QuantFormat>& getFormats(AttrKey key) const;
   std::vector<int64_t> getIntsOr(AttrKey key, std::vector<int64_t> fallback) const;
   std::string getStringOr(AttrKey key, std::string fallback) const;
 
@@ -59,6 +75,8 @@ class Attrs {
 };
 
 // Text form of one value, as the IR printer writes it: 3, 0.5, "text", [1,2], ["a","b"].
+// Metadata and formats are written by name, like strings: "bwd_dgrad",
+// ["gradient","weight"], "int8:channel:rtn".
 std::string formatAttrValue(const AttrValue& value);
 // Quotes and escapes a string for the text form.
 std::string quoteString(std::string_view text);

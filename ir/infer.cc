@@ -94,8 +94,8 @@ class Rule {
   void gemmTags() const;
   // The operand of a quantization op seen as a matrix, per its contract/batch dims.
   QuantOperandShape quantShape(const Shape& shape, AttrKey contract, AttrKey batch) const;
-  std::string format(AttrKey key) const;
-  std::string side() const;
+  const QuantFormat& format(AttrKey key) const;
+  GemmOperand side() const;
 
   Op op_;
   std::span<const TensorType> operands_;
@@ -148,27 +148,11 @@ TensorType Rule::reduce() const {
 }
 
 void Rule::gemmTags() const {
-  if (attrs_.has(AttrKey::kDirection)) {
-    const std::string& d = attrs_.getString(AttrKey::kDirection);
-    if (d != "fwd" && d != "bwd_dgrad" && d != "bwd_wgrad")
-      fail(fmt::format("direction must be fwd, bwd_dgrad or bwd_wgrad, got '{}'", d));
-  }
-  if (attrs_.has(AttrKey::kRoles)) {
-    const auto& roles = attrs_.getStrings(AttrKey::kRoles);
-    bool ok = roles.size() == 2;
-    for (const auto& r : roles) ok = ok && (r == "weight" || r == "activation" || r == "gradient");
-    if (!ok)
-      fail(fmt::format("roles must be two of weight, activation, gradient, got [{}]",
-                       fmt::join(roles, ",")));
-  }
-  if (attrs_.has(AttrKey::kSharding)) {
-    const std::string& sh = attrs_.getString(AttrKey::kSharding);
-    if (sh != "column" && sh != "row" && sh != "heads" && sh != "replicated")
-      fail(fmt::format("sharding must be column, row, heads or replicated, got '{}'", sh));
-  }
   for (AttrKey key : {AttrKey::kGemmShape, AttrKey::kDeviceShape})
     if (attrs_.has(key) && attrs_.getInts(key).size() != 4)
       fail(fmt::format("{} must be [batch, M, K, N]", attrName(key)));
+  if (attrs_.has(AttrKey::kGradOf) != attrs_.has(AttrKey::kWrt))
+    fail("grad_of and wrt go together: the forward GEMM and which of its operands this GEMM differentiates");
 }
 
 TensorType Rule::matmul() const {
@@ -197,22 +181,14 @@ QuantOperandShape Rule::quantShape(const Shape& shape, AttrKey contract, AttrKey
   }
 }
 
-std::string Rule::format(AttrKey key) const {
+const QuantFormat& Rule::format(AttrKey key) const {
   requireAttr(key);
-  std::string f = attrs_.getString(key);
-  try {
-    quantFormatBits(f);
-  } catch (const Error& e) {
-    fail(fmt::format("{}: {}", attrName(key), e.what()));
-  }
-  return f;
+  return attrs_.getFormat(key);
 }
 
-std::string Rule::side() const {
+GemmOperand Rule::side() const {
   requireAttr(AttrKey::kSide);
-  std::string s = attrs_.getString(AttrKey::kSide);
-  if (s != "lhs" && s != "rhs") fail(fmt::format("side must be lhs or rhs, got '{}'", s));
-  return s;
+  return attrs_.getOperand(AttrKey::kSide);
 }
 
 TensorType Rule::qmatmul() const {
@@ -229,11 +205,12 @@ TensorType Rule::qmatmul() const {
   } catch (const Error& e) {
     fail(e.what());
   }
-  std::string lf = format(AttrKey::kLhsFormat), rf = format(AttrKey::kRhsFormat);
+  const QuantFormat& lf = format(AttrKey::kLhsFormat);
+  const QuantFormat& rf = format(AttrKey::kRhsFormat);
   int64_t lp = quantParamCount(quantShape(operand(0).shape, AttrKey::kLhsContract, AttrKey::kLhsBatch), lf);
   int64_t rp = quantParamCount(quantShape(operand(1).shape, AttrKey::kRhsContract, AttrKey::kRhsBatch), rf);
   if (operand(2).shape != Shape({lp}) || operand(3).shape != Shape({rp}))
-    fail(fmt::format("params must be f32[{}] and f32[{}] for formats {} and {}, got {} and {}", lp, rp, lf, rf,
+    fail(fmt::format("params must be f32[{}] and f32[{}] for formats {} and {}, got {} and {}", lp, rp, lf.toString(), rf.toString(),
                      operand(2).toString(), operand(3).toString()));
   return {DType::kF32, result};
 }
@@ -335,15 +312,8 @@ TensorType Rule::run() const {
     case Op::kQuantStats: {
       requireFloat(0);
       requireAttr(AttrKey::kFormats);
-      const auto& formats = attrs_.getStrings(AttrKey::kFormats);
+      const auto& formats = attrs_.getFormats(AttrKey::kFormats);
       if (formats.empty()) fail("formats must list at least one format");
-      for (const std::string& f : formats) {
-        try {
-          quantFormatBits(f);
-        } catch (const Error& e) {
-          fail(e.what());
-        }
-      }
       quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims);
       return {DType::kF32, Shape{static_cast<int64_t>(formats.size()), kStatFields}};
     }
@@ -373,12 +343,12 @@ TensorType Rule::run() const {
     case Op::kQuantize: {
       requireDType(0, DType::kF32);
       requireDType(1, DType::kF32);
-      std::string s = side();
+      GemmOperand s = side();
       int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
                                       format(AttrKey::kFormat));
       if (operand(1).shape != Shape({count}))
         fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
-      return {s == "lhs" ? DType::kU8 : DType::kS8, operand(0).shape};
+      return {s == GemmOperand::kLhs ? DType::kU8 : DType::kS8, operand(0).shape};
     }
   }
   fail("has no type rule");
@@ -395,6 +365,12 @@ TensorType inferType(Op op, std::span<const TensorType> operands, const Attrs& a
     if (!opAllowsAttr(op, key))
       throw Error(fmt::format("{}: has no attribute '{}'", opName(op), attrName(key)));
   TensorType result = Rule(op, operands, attrs, declared).run();
+  if (attrs.has(AttrKey::kSplit)) {
+    const std::vector<int64_t>& split = attrs.getInts(AttrKey::kSplit);
+    if (split.size() != 2 || split[0] < 0 || split[0] >= result.shape.rank() || split[1] < 1)
+      throw Error(fmt::format("{}: split must be [dim, devices] with a dim of {} and devices >= 1, got [{}]",
+                              opName(op), result.toString(), fmt::join(split, ",")));
+  }
   if (declared && !(result == *declared))
     throw Error(fmt::format("{}: result type is {}, but {} was written", opName(op),
                             result.toString(), declared->toString()));

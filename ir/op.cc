@@ -39,6 +39,7 @@ int opArity(Op op) { return info(op).arity; }
 TypeRule opTypeRule(Op op) { return info(op).rule; }
 
 bool opAllowsAttr(Op op, AttrKey key) {
+  if (key == AttrKey::kSplit) return true;  // a property of any value, not of an op
   const auto& attrs = info(op).attrs;
   return std::find(attrs.begin(), attrs.end(), key) != attrs.end();
 }

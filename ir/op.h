@@ -21,6 +21,7 @@ std::string_view opName(Op op);
 std::optional<Op> parseOp(std::string_view text);
 int opArity(Op op);
 TypeRule opTypeRule(Op op);
+// The keys ops.def lists for `op`, and `split` on every op.
 bool opAllowsAttr(Op op, AttrKey key);
 
 }  // namespace pgq

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "support/errors.h"
 #include "support/file_io.h"
@@ -328,6 +329,43 @@ class Parser {
         attrs.set(*key, std::move(list));
         break;
       }
+      case AttrKind::kDirection: attrs.set(*key, named<GemmDirection>(*key)); break;
+      case AttrKind::kSharding: attrs.set(*key, named<ShardingKind>(*key)); break;
+      case AttrKind::kOperand: attrs.set(*key, named<GemmOperand>(*key)); break;
+      case AttrKind::kRoles: {
+        Token open = tok_;
+        std::vector<OperandRole> list;
+        listOf([&] { list.push_back(named<OperandRole>(*key)); });
+        if (list.size() != 2)
+          fail(open, fmt::format("{} must name one role per operand, [lhs, rhs], got {}", attrName(*key), list.size()));
+        attrs.set(*key, OperandRoles{list[0], list[1]});
+        break;
+      }
+      case AttrKind::kFormat: attrs.set(*key, format()); break;
+      case AttrKind::kFormats: {
+        std::vector<QuantFormat> list;
+        listOf([&] { list.push_back(format()); });
+        attrs.set(*key, std::move(list));
+        break;
+      }
+    }
+  }
+
+  // A string naming a value of E (gemm_meta.def), e.g. "bwd_dgrad".
+  template <GemmMetaEnum E>
+  E named(AttrKey key) {
+    Token tok = expect(Tok::kString);
+    if (std::optional<E> value = parseName<E>(tok.text)) return *value;
+    fail(tok, fmt::format("{} must be one of {}, got \"{}\"", attrName(key), fmt::join(allNames<E>(), ", "), tok.text));
+  }
+
+  // A string holding a quantization format, e.g. "int8:channel:rtn".
+  QuantFormat format() {
+    Token tok = expect(Tok::kString);
+    try {
+      return QuantFormat::parse(tok.text);
+    } catch (const Error& e) {
+      fail(tok, e.what());
     }
   }
 

@@ -6,7 +6,6 @@
 #include <fmt/ranges.h>
 
 #include "support/errors.h"
-#include "support/quant_format.h"
 
 namespace pgq {
 
@@ -28,8 +27,8 @@ QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_
   return out;
 }
 
-int64_t quantParamCount(const QuantOperandShape& operand, const std::string& format) {
-  return pgq::quantParamCount(QuantFormat::parse(format), operand.batch, operand.channels, operand.contract);
+int64_t quantParamCount(const QuantOperandShape& operand, const QuantFormat& format) {
+  return pgq::quantParamCount(format, operand.batch, operand.channels, operand.contract);
 }
 
 int quantFormatBits(const std::string& format) { return QuantFormat::parse(format).bits; }

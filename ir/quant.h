@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/shape.h"
+#include "support/quant_format.h"
 
 namespace pgq {
 
@@ -34,9 +35,8 @@ struct QuantOperandShape {
 QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_t>& contract_dims,
                                     const std::vector<int64_t>& batch_dims);
 
-// Number of params floats (scales, then zero points) of `format` for such an operand;
-// throws pgq::Error naming a malformed format.
-int64_t quantParamCount(const QuantOperandShape& operand, const std::string& format);
+// Number of params floats (scales, then zero points) of `format` for such an operand.
+int64_t quantParamCount(const QuantOperandShape& operand, const QuantFormat& format);
 // Throws pgq::Error for a malformed format; returns its bits.
 int quantFormatBits(const std::string& format);
 

@@ -18,10 +18,10 @@ bool EstimateSpeedup::run(Graph& graph, PassContext&) {
     if (!a.has(AttrKey::kDeviceShape))
       throw Error(fmt::format("estimate_speedup: GEMM %{} has no device_shape; run tag_metadata first", node->name()));
     // Gradient operands are quantized with stochastic rounding, the slower quantizer.
-    const auto& roles = a.getStrings(AttrKey::kRoles);
+    const OperandRoles& roles = a.getRoles(AttrKey::kRoles);
     DType dtype = node->op() == Op::kMatMul ? node->operand(0)->dtype() : DType::kF32;
-    double speedup = estimateGemm(hardware_, a.getInts(AttrKey::kDeviceShape), dtype, roles[0] == "gradient",
-                                  roles[1] == "gradient")
+    double speedup = estimateGemm(hardware_, a.getInts(AttrKey::kDeviceShape), dtype,
+                                  roles[0] == OperandRole::kGradient, roles[1] == OperandRole::kGradient)
                          .speedup();
     if (a.has(AttrKey::kEstSpeedup) && a.getFloat(AttrKey::kEstSpeedup) == speedup) continue;
     a.set(AttrKey::kEstSpeedup, speedup);

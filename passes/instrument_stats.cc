@@ -9,9 +9,11 @@
 namespace pgq {
 namespace {
 
-void addAll(std::vector<std::string>& into, const std::vector<std::string>& more) {
-  for (const std::string& s : more)
-    if (std::find(into.begin(), into.end(), s) == into.end()) into.push_back(s);
+void addAll(std::vector<QuantFormat>& into, const std::vector<std::string>& more) {
+  for (const std::string& text : more) {
+    QuantFormat format = QuantFormat::parse(text);
+    if (std::find(into.begin(), into.end(), format) == into.end()) into.push_back(format);
+  }
 }
 
 }  // namespace
@@ -24,7 +26,8 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
   struct Request {
     Node* value;
     std::vector<int64_t> contract, batch;
-    std::vector<std::string> formats, uses;
+    std::vector<QuantFormat> formats;
+    std::vector<std::string> uses;
   };
   std::vector<Request> requests;
   auto request = [&](Node* value, std::vector<int64_t> contract, std::vector<int64_t> batch,
@@ -47,19 +50,19 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
       throw Error(fmt::format("instrument_stats: matmul %{} has no label/roles; run tag_metadata first",
                               node->name()));
     const std::string& label = a.getString(AttrKey::kLabel);
-    const auto& roles = a.getStrings(AttrKey::kRoles);
+    const OperandRoles& roles = a.getRoles(AttrKey::kRoles);
+    const bool lhs_gradient = roles[0] == OperandRole::kGradient, rhs_gradient = roles[1] == OperandRole::kGradient;
     request(node->operand(0), a.getInts(AttrKey::kLhsContract), a.getIntsOr(AttrKey::kLhsBatch, {}),
-            label + ":lhs", roles[0] == "gradient");
+            label + ":lhs", lhs_gradient);
     request(node->operand(1), a.getInts(AttrKey::kRhsContract), a.getIntsOr(AttrKey::kRhsBatch, {}),
-            label + ":rhs", roles[1] == "gradient");
+            label + ":rhs", rhs_gradient);
     if (options_.outputs) {
       // A result has no contracting dim of its own; take its last dim, so each row gets
       // a scale like an activation entering the next GEMM.
       size_t nb = a.getIntsOr(AttrKey::kLhsBatch, {}).size();
       std::vector<int64_t> batch(nb);
       for (size_t i = 0; i < nb; ++i) batch[i] = static_cast<int64_t>(i);
-      request(node, {node->shape().rank() - 1}, batch, label + ":out",
-              roles[0] == "gradient" || roles[1] == "gradient");
+      request(node, {node->shape().rank() - 1}, batch, label + ":out", lhs_gradient || rhs_gradient);
     }
   }
   if (requests.empty()) return false;

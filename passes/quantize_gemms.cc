@@ -26,11 +26,11 @@ class Rewriter {
   // The f32 value the GEMM reads as its `side` operand, in an order the int8 kernel can
   // read ([batch, free, contract] or [batch, contract, free]); `contract` and `batch`
   // are updated when a transpose is inserted.
-  Node* readable(Node* gemm, Node* value, const std::string& side, std::vector<int64_t>& contract,
+  Node* readable(Node* gemm, Node* value, GemmOperand side, std::vector<int64_t>& contract,
                  std::vector<int64_t>& batch);
   // SmoothQuant: a / s and b * s along the contracting dims.
   void smooth(Node* gemm, Node*& lhs, Node*& rhs, const DotDims& dims, double alpha);
-  QuantizedOperand quantize(Node* gemm, Node* value, const std::string& side, const std::string& format,
+  QuantizedOperand quantize(Node* gemm, Node* value, GemmOperand side, const QuantFormat& format,
                             const std::vector<int64_t>& contract, const std::vector<int64_t>& batch);
 
   Builder b_;
@@ -38,7 +38,7 @@ class Rewriter {
   int64_t next_seed_ = 0;
 };
 
-Node* Rewriter::readable(Node* gemm, Node* value, const std::string& side, std::vector<int64_t>& contract,
+Node* Rewriter::readable(Node* gemm, Node* value, GemmOperand side, std::vector<int64_t>& contract,
                          std::vector<int64_t>& batch) {
   // Quantize what the bf16 cast rounds, not the rounded value: int8 is the precision.
   if (value->op() == Op::kConvert && value->operand(0)->dtype() == DType::kF32) value = value->operand(0);
@@ -49,7 +49,7 @@ Node* Rewriter::readable(Node* gemm, Node* value, const std::string& side, std::
   std::vector<int64_t> perm = batch;
   perm.insert(perm.end(), free.begin(), free.end());
   perm.insert(perm.end(), contract.begin(), contract.end());
-  value = b_.transpose(value, perm, gemm->name() + "." + side + "_t");
+  value = b_.transpose(value, perm, fmt::format("{}.{}_t", gemm->name(), side));
   int64_t nb = static_cast<int64_t>(batch.size()), nf = static_cast<int64_t>(free.size());
   std::iota(batch.begin(), batch.end(), 0);
   std::iota(contract.begin(), contract.end(), nb + nf);
@@ -76,26 +76,26 @@ void Rewriter::smooth(Node* gemm, Node*& lhs, Node*& rhs, const DotDims& dims, d
   rhs = b_.mul(rhs, spread(rhs, dims.rhs_contract), gemm->name() + ".rhs_smoothed");
 }
 
-QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, const std::string& side, const std::string& format,
+QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, GemmOperand side, const QuantFormat& format,
                                     const std::vector<int64_t>& contract, const std::vector<int64_t>& batch) {
   Attrs a;
   a.set(AttrKey::kFormat, format);
   a.set(AttrKey::kSide, side);
   a.set(AttrKey::kContractDims, contract);
   if (!batch.empty()) a.set(AttrKey::kBatchDims, batch);
-  Node* params = b_.create(Op::kQuantParams, {value}, a, std::nullopt, gemm->name() + "." + side + "_scales");
+  Node* params = b_.create(Op::kQuantParams, {value}, a, std::nullopt, fmt::format("{}.{}_scales", gemm->name(), side));
   a.set(AttrKey::kSeed, seed_ + next_seed_++);
-  Node* q = b_.create(Op::kQuantize, {value, params}, a, std::nullopt, gemm->name() + "." + side + "_q");
+  Node* q = b_.create(Op::kQuantize, {value, params}, a, std::nullopt, fmt::format("{}.{}_q", gemm->name(), side));
   return {params, q};
 }
 
 void Rewriter::rewrite(Node* gemm, const GemmDecision& d) {
   DotDims dims = DotDims::fromAttrs(gemm->attrs());
-  Node* lhs = readable(gemm, gemm->operand(0), "lhs", dims.lhs_contract, dims.lhs_batch);
-  Node* rhs = readable(gemm, gemm->operand(1), "rhs", dims.rhs_contract, dims.rhs_batch);
+  Node* lhs = readable(gemm, gemm->operand(0), GemmOperand::kLhs, dims.lhs_contract, dims.lhs_batch);
+  Node* rhs = readable(gemm, gemm->operand(1), GemmOperand::kRhs, dims.rhs_contract, dims.rhs_batch);
   if (d.smooth > 0) smooth(gemm, lhs, rhs, dims, d.smooth);
-  QuantizedOperand ql = quantize(gemm, lhs, "lhs", d.lhs_format, dims.lhs_contract, dims.lhs_batch);
-  QuantizedOperand qr = quantize(gemm, rhs, "rhs", d.rhs_format, dims.rhs_contract, dims.rhs_batch);
+  QuantizedOperand ql = quantize(gemm, lhs, GemmOperand::kLhs, d.lhs_format, dims.lhs_contract, dims.lhs_batch);
+  QuantizedOperand qr = quantize(gemm, rhs, GemmOperand::kRhs, d.rhs_format, dims.rhs_contract, dims.rhs_batch);
   Attrs a = gemm->attrs();
   for (AttrKey k : {AttrKey::kLhsContract, AttrKey::kRhsContract, AttrKey::kLhsBatch, AttrKey::kRhsBatch}) a.erase(k);
   dims.toAttrs(a);
@@ -117,7 +117,7 @@ bool QuantizeGemms::run(Graph& graph, PassContext&) {
   for (Node* node : graph.postOrder()) {
     if (node->op() != Op::kMatMul) continue;
     auto it = decisions.find(node->attrs().getStringOr(AttrKey::kLabel, ""));
-    if (it == decisions.end() || !it->second.quantize) continue;
+    if (it == decisions.end() || it->second.decision != Decision::kInt8) continue;
     rewriter.rewrite(node, it->second);
     changed = true;
   }

@@ -9,6 +9,7 @@
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
 #include "passes/instrument_stats.h"
+#include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"
 #include "passes/tag_metadata.h"
 

@@ -1,13 +1,14 @@
 #include "passes/tag_metadata.h"
 
-#include <charconv>
-#include <string_view>
+#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "ir/analysis.h"
 #include "ir/dot_dims.h"
+#include "passes/propagate_sharding.h"
 #include "support/errors.h"
 
 namespace pgq {
@@ -15,124 +16,208 @@ namespace {
 
 bool isGemm(const Node& node) { return node.op() == Op::kMatMul || node.op() == Op::kQMatMul; }
 
-// N of a label that starts "layer<N>/", else -1.
-int64_t layerOf(std::string_view label) {
-  constexpr std::string_view kPrefix = "layer";
-  if (!label.starts_with(kPrefix)) return -1;
-  std::string_view rest = label.substr(kPrefix.size());
-  size_t digits = rest.find_first_not_of("0123456789");
-  if (digits == 0 || digits == std::string_view::npos || rest[digits] != '/') return -1;
-  int64_t layer = -1;
-  auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, layer);
-  if (ec != std::errc())
-    throw Error(fmt::format("GEMM label '{}': layer number {} does not fit in 64 bits", label, rest.substr(0, digits)));
-  return layer;
+bool isGradientOp(Op op) {
+  return op == Op::kCrossEntropyGrad || op == Op::kSoftmaxGrad || op == Op::kGeluGrad || op == Op::kReluGrad ||
+         op == Op::kRmsNormGrad || op == Op::kLayerNormGrad || op == Op::kScatterAdd;
 }
 
-bool isGradientSource(Op op) {
-  return op == Op::kCrossEntropyGrad || op == Op::kSoftmaxGrad || op == Op::kGeluGrad ||
-         op == Op::kReluGrad || op == Op::kRmsNormGrad || op == Op::kLayerNormGrad ||
-         op == Op::kScatterAdd;
+const Node* throughConverts(const Node* node) {
+  while (node->op() == Op::kConvert) node = node->operand(0);
+  return node;
 }
 
-// Values computed from a loss gradient: the gradient sources and everything after them.
-std::unordered_set<const Node*> gradientValues(const Graph& graph) {
+// The forward GEMMs of the graph by id. A rewrite (bf16_gemms) may leave a dead copy
+// until dce runs: the live GEMM wins.
+std::unordered_map<int64_t, const Node*> forwardGemms(const Graph& graph, const std::vector<Node*>& order) {
+  std::unordered_set<const Node*> live = liveNodes(graph);
+  std::unordered_map<int64_t, const Node*> by_id;
+  for (const Node* node : order) {
+    if (!isGemm(*node) || !node->attrs().has(AttrKey::kGemmId) || node->attrs().has(AttrKey::kGradOf)) continue;
+    auto [it, inserted] = by_id.try_emplace(node->attrs().getInt(AttrKey::kGemmId), node);
+    if (inserted || !live.count(node)) continue;
+    if (live.count(it->second))
+      throw Error(fmt::format("tag_metadata: matmuls %{} and %{} both have gemm={}", it->second->name(),
+                              node->name(), it->first));
+    it->second = node;
+  }
+  return by_id;
+}
+
+// The forward GEMM a backward GEMM differentiates (grad_of), or null for a forward GEMM.
+const Node* forwardOf(const Node& gemm, const std::unordered_map<int64_t, const Node*>& forward) {
+  if (!gemm.attrs().has(AttrKey::kGradOf)) return nullptr;
+  auto it = forward.find(gemm.attrs().getInt(AttrKey::kGradOf));
+  if (it == forward.end())
+    throw Error(fmt::format("tag_metadata: matmul %{} has grad_of={}, but no forward GEMM has that id",
+                            gemm.name(), gemm.attrs().getInt(AttrKey::kGradOf)));
+  return it->second;
+}
+
+// Values computed from the loss gradient: the fused gradient ops, the gradient a
+// backward GEMM receives (its operand other than the forward GEMM's operand it
+// multiplies by), and everything computed from those.
+std::unordered_set<const Node*> gradientValues(const std::vector<Node*>& order,
+                                               const std::unordered_map<int64_t, const Node*>& forward) {
   std::unordered_set<const Node*> grads;
-  for (const Node* node : graph.postOrder()) {
-    bool g = isGradientSource(node->op());
+  for (const Node* node : order) {
+    if (!isGemm(*node)) continue;
+    const Node* fwd = forwardOf(*node, forward);
+    if (!fwd) continue;
+    GemmOperand wrt = node->attrs().getOperand(AttrKey::kWrt);
+    const Node* kept = throughConverts(fwd->operand(static_cast<int>(indexOf(otherOperand(wrt)))));
+    for (const Node* operand : node->operands())
+      if (throughConverts(operand) != kept) grads.insert(operand);
+  }
+  for (const Node* node : order) {
+    bool g = isGradientOp(node->op());
     for (const Node* operand : node->operands()) g = g || grads.count(operand);
     if (g) grads.insert(node);
   }
   return grads;
 }
 
-std::string directionFromLabel(const std::string& label) {
-  size_t colon = label.rfind(':');
-  if (colon == std::string::npos) return "fwd";
-  std::string suffix = label.substr(colon + 1);
-  if (suffix.starts_with("wgrad")) return "bwd_wgrad";
-  if (suffix.starts_with("dgrad")) return "bwd_dgrad";
-  return "fwd";
+OperandRoles rolesOf(const Node& gemm, const std::unordered_set<const Node*>& grads) {
+  OperandRoles roles;
+  for (int i = 0; i < 2; ++i) {
+    const Node* operand = gemm.operand(i);
+    roles[static_cast<size_t>(i)] = isWeightValue(operand) ? OperandRole::kWeight
+                                    : grads.count(operand) ? OperandRole::kGradient
+                                                           : OperandRole::kActivation;
+  }
+  return roles;
 }
 
-// "layer2/mlp/up:dgrad" -> "up"
-std::string baseName(const std::string& label) {
-  std::string base = label.substr(0, label.rfind(':') == std::string::npos ? label.size() : label.rfind(':'));
-  return base.substr(base.rfind('/') == std::string::npos ? 0 : base.rfind('/') + 1);
-}
+// How a forward GEMM runs tensor-parallel, from the splits of its operands: a weight
+// split along its free (output) dim makes it column-parallel, along its contracting
+// (input) dim row-parallel; both operands split along the same batch dim split heads.
+struct Parallel {
+  ShardingKind kind = ShardingKind::kReplicated;
+  int64_t devices = 0;  // 0: no split reaches the GEMM
+};
 
-std::string shardingKind(const std::string& label) {
-  std::string base = baseName(label);
-  if (base == "q" || base == "k" || base == "v" || base == "up" || base == "get_logits") return "column";
-  if (base == "out" || base == "down") return "row";
-  if (base == "scores" || base == "av") return "heads";
-  return "replicated";
+Parallel parallelOf(const Node& gemm, const OperandRoles& roles) {
+  DotDims dims = DotDims::fromAttrs(gemm.attrs());
+  std::optional<ValueSplit> lhs = valueSplit(*gemm.operand(0)), rhs = valueSplit(*gemm.operand(1));
+  for (GemmOperand side : {GemmOperand::kLhs, GemmOperand::kRhs}) {
+    const std::optional<ValueSplit>& s = side == GemmOperand::kLhs ? lhs : rhs;
+    if (roles[indexOf(side)] != OperandRole::kWeight || !s) continue;
+    const auto& contract = side == GemmOperand::kLhs ? dims.lhs_contract : dims.rhs_contract;
+    const auto& batch = side == GemmOperand::kLhs ? dims.lhs_batch : dims.rhs_batch;
+    if (std::find(contract.begin(), contract.end(), s->dim) != contract.end()) return {ShardingKind::kRow, s->devices};
+    if (std::find(batch.begin(), batch.end(), s->dim) == batch.end()) return {ShardingKind::kColumn, s->devices};
+  }
+  if (lhs && rhs && lhs->devices == rhs->devices) {
+    auto l = std::find(dims.lhs_batch.begin(), dims.lhs_batch.end(), lhs->dim) - dims.lhs_batch.begin();
+    auto r = std::find(dims.rhs_batch.begin(), dims.rhs_batch.end(), rhs->dim) - dims.rhs_batch.begin();
+    if (l == r && l < static_cast<std::ptrdiff_t>(dims.lhs_batch.size())) return {ShardingKind::kHeads, lhs->devices};
+  }
+  return {};
 }
 
 // Which of [batch, M, K, N] a tensor-parallel split divides (see the header).
-int splitIndex(const std::string& kind, const std::string& direction, const std::vector<std::string>& roles) {
+int splitIndex(ShardingKind kind, GemmDirection direction, const OperandRoles& roles) {
   enum { kBatch = 0, kM = 1, kK = 2, kN = 3 };
-  auto freeDimOf = [&](const char* role) { return roles[0] == role ? kM : kN; };
-  if (kind == "heads") return kBatch;
-  if (kind == "column") {
-    if (direction == "fwd") return kN;
-    if (direction == "bwd_dgrad") return kK;
-    return freeDimOf("gradient");
-  }
-  if (kind == "row") {
-    if (direction == "fwd") return kK;
-    if (direction == "bwd_dgrad") return freeDimOf("weight");
-    return freeDimOf("activation");
+  auto freeDimOf = [&](OperandRole role) { return roles[0] == role ? kM : kN; };
+  switch (kind) {
+    case ShardingKind::kHeads: return kBatch;
+    case ShardingKind::kColumn:
+      if (direction == GemmDirection::kFwd) return kN;
+      if (direction == GemmDirection::kBwdDgrad) return kK;
+      return freeDimOf(OperandRole::kGradient);
+    case ShardingKind::kRow:
+      if (direction == GemmDirection::kFwd) return kK;
+      if (direction == GemmDirection::kBwdDgrad) return freeDimOf(OperandRole::kWeight);
+      return freeDimOf(OperandRole::kActivation);
+    case ShardingKind::kReplicated: return -1;
   }
   return -1;
+}
+
+// The tensor-parallel degree of the graph: the most devices any value is split over.
+// A GEMM no split reaches runs replicated on all of them.
+int64_t deviceCount(const std::vector<Node*>& order) {
+  int64_t devices = 1;
+  for (const Node* node : order)
+    if (std::optional<ValueSplit> s = valueSplit(*node)) devices = std::max(devices, s->devices);
+  return devices;
+}
+
+class Tagger {
+ public:
+  Tagger(const Graph& graph, const std::vector<Node*>& order)
+      : forward_(forwardGemms(graph, order)), grads_(gradientValues(order, forward_)), devices_(deviceCount(order)) {}
+
+  // Tags one GEMM; a backward GEMM after its forward GEMM.
+  void tag(Node& node);
+
+ private:
+  std::unordered_map<int64_t, const Node*> forward_;
+  std::unordered_set<const Node*> grads_;
+  int64_t devices_;
+  // Forward GEMMs' parallel kinds, which their backward GEMMs share.
+  std::unordered_map<const Node*, Parallel> parallel_;
+};
+
+void Tagger::tag(Node& node) {
+  Attrs& a = node.attrs();
+  if (!a.has(AttrKey::kLabel)) a.set(AttrKey::kLabel, node.name());
+  const Node* fwd = forwardOf(node, forward_);
+  if (!a.has(AttrKey::kRoles)) a.set(AttrKey::kRoles, rolesOf(node, grads_));
+  const OperandRoles roles = a.getRoles(AttrKey::kRoles);  // a copy: setting attributes moves them
+  if (!a.has(AttrKey::kDirection)) {
+    // A backward GEMM computes the gradient of a weight or of an activation.
+    GemmDirection d = GemmDirection::kFwd;
+    if (fwd) {
+      GemmOperand wrt = a.getOperand(AttrKey::kWrt);
+      d = fwd->attrs().getRoles(AttrKey::kRoles)[indexOf(wrt)] == OperandRole::kWeight ? GemmDirection::kBwdWgrad
+                                                                                       : GemmDirection::kBwdDgrad;
+    }
+    a.set(AttrKey::kDirection, d);
+  }
+  const GemmDirection direction = a.getDirection(AttrKey::kDirection);
+  if (!a.has(AttrKey::kLayer)) a.set(AttrKey::kLayer, fwd ? fwd->attrs().getInt(AttrKey::kLayer) : int64_t{-1});
+
+  const Node& lhs = *node.operand(0);
+  const Node& rhs = *node.operand(1);
+  GemmSizes g = gemmSizes(lhs.shape(), rhs.shape(), DotDims::fromAttrs(a));
+  std::vector<int64_t> shape{g.batch, g.m, g.k, g.n};
+  a.set(AttrKey::kGemmShape, shape);
+  a.set(AttrKey::kFlops, static_cast<int64_t>(g.flops()));
+  a.set(AttrKey::kBytes, static_cast<int64_t>(lhs.shape().numElements() * dtypeSize(lhs.dtype()) +
+                                              rhs.shape().numElements() * dtypeSize(rhs.dtype()) +
+                                              node.shape().numElements() * dtypeSize(node.dtype())));
+
+  Parallel p = fwd ? parallel_.at(fwd) : parallelOf(node, roles);
+  if (!fwd) parallel_[&node] = p;
+  int64_t devices = p.devices > 0 ? p.devices : devices_;
+  ShardingKind kind = p.kind;
+  int split = splitIndex(kind, direction, roles);
+  if (split < 0 || shape[static_cast<size_t>(split)] % devices != 0) {
+    kind = ShardingKind::kReplicated;
+    split = -1;
+  }
+  std::vector<int64_t> device = shape;
+  if (split >= 0) device[static_cast<size_t>(split)] /= devices;
+  a.set(AttrKey::kSharding, kind);
+  a.set(AttrKey::kDevices, devices);
+  a.set(AttrKey::kDeviceShape, device);
 }
 
 }  // namespace
 
 bool TagMetadata::run(Graph& graph, PassContext&) {
-  std::unordered_set<const Node*> grads = gradientValues(graph);
+  std::vector<Node*> order = graph.postOrder();
+  Tagger tagger(graph, order);
   bool changed = false;
-  for (Node* node : graph.postOrder()) {
-    if (!isGemm(*node)) continue;
-    Attrs before = node->attrs();
-    Attrs& a = node->attrs();
-    if (!a.has(AttrKey::kLabel)) a.set(AttrKey::kLabel, node->name());
-    const std::string label = a.getString(AttrKey::kLabel);
-    if (!a.has(AttrKey::kDirection)) a.set(AttrKey::kDirection, directionFromLabel(label));
-    if (!a.has(AttrKey::kRoles)) {
-      std::vector<std::string> roles;
-      for (int i = 0; i < 2; ++i) {
-        const Node* operand = node->operand(i);
-        roles.push_back(isWeightValue(operand) ? "weight" : grads.count(operand) ? "gradient" : "activation");
-      }
-      a.set(AttrKey::kRoles, roles);
+  // Forward GEMMs first: a backward GEMM takes its direction, layer and sharding from
+  // the forward GEMM it differentiates, which need not come before it in the graph.
+  for (bool backward : {false, true})
+    for (Node* node : order) {
+      if (!isGemm(*node) || node->attrs().has(AttrKey::kGradOf) != backward) continue;
+      Attrs before = node->attrs();
+      tagger.tag(*node);
+      changed |= !(before == node->attrs());
     }
-    a.set(AttrKey::kLayer, layerOf(label));
-
-    const Node& lhs = *node->operand(0);
-    const Node& rhs = *node->operand(1);
-    GemmSizes g = gemmSizes(lhs.shape(), rhs.shape(), DotDims::fromAttrs(a));
-    std::vector<int64_t> shape{g.batch, g.m, g.k, g.n};
-    a.set(AttrKey::kGemmShape, shape);
-    a.set(AttrKey::kFlops, static_cast<int64_t>(g.flops()));
-    a.set(AttrKey::kBytes, static_cast<int64_t>(lhs.shape().numElements() * dtypeSize(lhs.dtype()) +
-                                                rhs.shape().numElements() * dtypeSize(rhs.dtype()) +
-                                                node->shape().numElements() * dtypeSize(node->dtype())));
-
-    std::string kind = shardingKind(label);
-    int split = splitIndex(kind, a.getString(AttrKey::kDirection), a.getStrings(AttrKey::kRoles));
-    int64_t p = options_.tensor_parallel;
-    if (split < 0 || shape[static_cast<size_t>(split)] % p != 0) {
-      kind = "replicated";
-      split = -1;
-    }
-    std::vector<int64_t> device = shape;
-    if (split >= 0) device[static_cast<size_t>(split)] /= p;
-    a.set(AttrKey::kSharding, kind);
-    a.set(AttrKey::kDevices, p);
-    a.set(AttrKey::kDeviceShape, device);
-    changed |= !(before == a);
-  }
   return changed;
 }
 

@@ -5,6 +5,7 @@
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
 #include "passes/instrument_stats.h"
+#include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"
 #include "passes/tag_metadata.h"
 
@@ -15,7 +16,8 @@ std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& o
   if (options.precision == Precision::kBf16) pipeline->add(std::make_unique<Bf16Gemms>());
   pipeline->add(std::make_unique<CommonSubexpressionElimination>());
   pipeline->add(std::make_unique<DeadCodeElimination>());
-  pipeline->add(std::make_unique<TagMetadata>(TagMetadataOptions{.tensor_parallel = options.tensor_parallel}));
+  pipeline->add(std::make_unique<PropagateSharding>());
+  pipeline->add(std::make_unique<TagMetadata>());
   const auto seed = static_cast<int64_t>(options.seed);
   if (options.profile) {
     pipeline->add(std::make_unique<InstrumentStats>(InstrumentStatsOptions{

@@ -1,7 +1,8 @@
 #pragma once
 // The pipeline every training graph goes through, built from typed options:
 //
-//   [bf16_gemms,] cse, dce, tag_metadata [, instrument_stats] [, estimate_speedup]
+//   [bf16_gemms,] cse, dce, propagate_sharding, tag_metadata [, instrument_stats]
+//   [, estimate_speedup]
 //   [, quantize_gemms, cse, dce]
 //
 // bf16_gemms when GEMMs run in bf16; instrument_stats for stage (i)'s statistics nodes;
@@ -33,7 +34,6 @@ struct ProfileFormats {
 
 struct TrainingPipelineOptions {
   Precision precision = Precision::kF32;
-  int64_t tensor_parallel = 1;            // the degree tag_metadata's sharding assumes
   std::optional<ProfileFormats> profile;  // stage (i): add statistics nodes
   std::optional<HardwareModel> hardware;  // annotate roofline speedup estimates
   std::optional<Recipe> recipe;           // stage (iii): rewrite to int8 GEMMs

@@ -15,8 +15,8 @@ namespace pgq {
 std::string PolicyRule::describe() const {
   std::vector<std::string> parts;
   if (!label.empty()) parts.push_back(fmt::format("label ~ {}", label.text()));
-  if (!direction.empty()) parts.push_back(fmt::format("direction {}", direction));
-  if (!role.empty()) parts.push_back(fmt::format("role {}", role));
+  if (direction) parts.push_back(fmt::format("direction {}", direction->name()));
+  if (role) parts.push_back(fmt::format("role {}", *role));
   if (layer_min >= 0 || layer_max >= 0) parts.push_back(fmt::format("layers {}..{}", layer_min, layer_max));
   return parts.empty() ? std::string("every GEMM") : fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -59,8 +59,8 @@ PolicyRule readRule(const ConfigNode& node) {
   } catch (const Error& e) {
     node.fail("label", e.what());
   }
-  r.direction = node.getEnum("direction", {"fwd", "bwd", "bwd_dgrad", "bwd_wgrad"}, "");
-  r.role = node.getEnum("role", {"weight", "activation", "gradient"}, "");
+  if (node.has("direction")) r.direction = DirectionFilter::parse(node.getEnum("direction", DirectionFilter::names()));
+  if (node.has("role")) r.role = parseName<OperandRole>(node.getEnum("role", allNames<OperandRole>()));
   if (node.has("layers")) {
     std::vector<ConfigNode> range = node.child("layers").items();
     if (range.size() != 2) node.fail("layers", "expected [first, last]");
@@ -68,11 +68,11 @@ PolicyRule readRule(const ConfigNode& node) {
     r.layer_max = range[1].asInt();
     if (r.layer_min < 0 || r.layer_max < r.layer_min) node.fail("layers", "expected 0 <= first <= last");
   }
-  r.action = node.getEnum("action", {"quantize", "keep"});
+  r.action = node.getEnum("action", {"quantize", "keep"}) == "quantize" ? Decision::kInt8 : Decision::kKeep;
   for (auto [key, field] : {std::pair{"lhs_format", &r.lhs_format}, {"rhs_format", &r.rhs_format}}) {
     *field = node.getString(key, "");
     if (field->empty()) continue;
-    if (r.action != "quantize") node.fail(key, "only a quantize rule can name formats");
+    if (r.action != Decision::kInt8) node.fail(key, "only a quantize rule can name formats");
     try {
       quantFormatBits(*field);
     } catch (const Error& e) {
@@ -81,7 +81,7 @@ PolicyRule readRule(const ConfigNode& node) {
   }
   if (r.lhs_format.empty() != r.rhs_format.empty()) node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
   r.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
-  if (r.smooth > 0 && r.action != "quantize") node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
+  if (r.smooth > 0 && r.action != Decision::kInt8) node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
   return r;
 }
 

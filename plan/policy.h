@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/gemm_meta.h"
 #include "support/label_pattern.h"
 
 namespace pgq {
@@ -32,12 +33,12 @@ struct DirectionPolicy {
 
 // A rule forces a decision for the GEMMs it matches; the first matching rule wins.
 struct PolicyRule {
-  LabelPattern label;       // matches the whole label; empty matches all
-  std::string direction;    // fwd | bwd_dgrad | bwd_wgrad | bwd | empty
-  std::string role;         // a GEMM with an operand of this role; empty matches all
-  int64_t layer_min = -1;   // inclusive layer range; -1 / -1 matches all
+  LabelPattern label;                        // matches the whole label; empty matches all
+  std::optional<DirectionFilter> direction;  // fwd | bwd_dgrad | bwd_wgrad | bwd; absent matches all
+  std::optional<OperandRole> role;           // a GEMM with an operand of this role; absent matches all
+  int64_t layer_min = -1;                    // inclusive layer range; -1 / -1 matches all
   int64_t layer_max = -1;
-  std::string action;       // quantize | keep
+  Decision action = Decision::kKeep;         // `quantize` (int8) | `keep` in files
   std::string lhs_format;   // quantize: formats to use instead of the policy's
   std::string rhs_format;
   double smooth = 0;        // quantize: SmoothQuant alpha (0: off)

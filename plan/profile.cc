@@ -44,7 +44,7 @@ YAML::Emitter& flowList(YAML::Emitter& out, const std::vector<std::string>& valu
 void emitOperand(YAML::Emitter& out, const OperandProfile& o) {
   out << YAML::BeginMap;
   out << YAML::Key << "side" << YAML::Value << o.side;
-  out << YAML::Key << "role" << YAML::Value << o.role;
+  out << YAML::Key << "role" << YAML::Value << std::string(o.roleName());
   out << YAML::Key << "tensor" << YAML::Value << o.tensor;
   out << YAML::Key << "shape" << YAML::Value;
   flowList(out, o.shape);
@@ -117,7 +117,8 @@ OperandProfile readOperand(const ConfigNode& node) {
                   "zero_fraction", "nonfinite_fraction", "formats"});
   OperandProfile o;
   o.side = node.getEnum("side", {"lhs", "rhs", "out"});
-  o.role = node.getEnum("role", {"weight", "activation", "gradient", "output"});
+  // The GEMM's result has no operand role.
+  o.role = parseName<OperandRole>(node.getEnum("role", {"weight", "activation", "gradient", "output"}));
   o.tensor = node.getString("tensor");
   o.shape = intList(node, "shape");
   o.contract_dims = intList(node, "contract_dims");
@@ -139,17 +140,19 @@ GemmProfile readGemm(const ConfigNode& node) {
                   "device_shape", "operands"});
   GemmProfile g;
   g.label = node.getString("label");
-  g.direction = node.getEnum("direction", {"fwd", "bwd_dgrad", "bwd_wgrad"});
+  g.direction = *parseName<GemmDirection>(node.getEnum("direction", allNames<GemmDirection>()));
   g.layer = node.getInt("layer", -1, 1 << 20);
   g.gemm_shape = intList(node, "gemm_shape", 4);
   g.flops = node.getInt("flops", 0);
   g.bytes = node.getInt("bytes", 1);
-  g.sharding = node.getEnum("sharding", {"column", "row", "heads", "replicated"});
+  g.sharding = *parseName<ShardingKind>(node.getEnum("sharding", allNames<ShardingKind>()));
   g.devices = node.getInt("devices", 1, 1 << 20);
   g.device_shape = intList(node, "device_shape", 4);
   for (const ConfigNode& o : node.child("operands").items()) g.operands.push_back(readOperand(o));
   if (g.operands.size() < 2 || g.operands[0].side != "lhs" || g.operands[1].side != "rhs")
     node.fail("operands", "expected the lhs operand, then the rhs operand (then optionally out)");
+  if (!g.operands[0].role || !g.operands[1].role)
+    node.fail("operands", "the lhs and rhs operands need a role: weight, activation or gradient");
   return g;
 }
 
@@ -188,13 +191,13 @@ std::string profileToYaml(const Profile& profile) {
   for (const GemmProfile& g : profile.gemms) {
     out << YAML::BeginMap;
     out << YAML::Key << "label" << YAML::Value << g.label;
-    out << YAML::Key << "direction" << YAML::Value << g.direction;
+    out << YAML::Key << "direction" << YAML::Value << std::string(nameOf(g.direction));
     out << YAML::Key << "layer" << YAML::Value << g.layer;
     out << YAML::Key << "gemm_shape" << YAML::Value;
     flowList(out, g.gemm_shape);
     out << YAML::Key << "flops" << YAML::Value << g.flops;
     out << YAML::Key << "bytes" << YAML::Value << g.bytes;
-    out << YAML::Key << "sharding" << YAML::Value << g.sharding;
+    out << YAML::Key << "sharding" << YAML::Value << std::string(nameOf(g.sharding));
     out << YAML::Key << "devices" << YAML::Value << g.devices;
     out << YAML::Key << "device_shape" << YAML::Value;
     flowList(out, g.device_shape);
@@ -215,7 +218,7 @@ std::string profileToCsv(const Profile& profile) {
       for (const FormatStats& f : o.formats)
         csv += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.9g},{:.9g},{:.9g},{},{:.9g},{:.9g},{:.9g},{:.4f},{:.9g},{:.9g}\n",
                            g.label, g.direction, g.layer, g.gemm_shape[0], g.gemm_shape[1], g.gemm_shape[2],
-                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.side, o.role, o.tensor, o.absmax,
+                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.side, o.roleName(), o.tensor, o.absmax,
                            o.rms, o.zero_fraction, f.format, f.sqnr_mean, f.sqnr_min, f.sqnr_max,
                            10.0 * std::log10(std::max(f.sqnr_min, 1e-30)), f.underflow_fraction,
                            f.clipped_fraction);

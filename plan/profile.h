@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ir/gemm_meta.h"
+
 namespace pgq {
 
 struct FormatStats {
@@ -23,9 +25,9 @@ struct FormatStats {
 };
 
 struct OperandProfile {
-  std::string side;    // lhs | rhs | out
-  std::string role;    // weight | activation | gradient | output
-  std::string tensor;  // IR value name
+  std::string side;                 // lhs | rhs | out
+  std::optional<OperandRole> role;  // none for the GEMM's result ("output" in files)
+  std::string tensor;               // IR value name
   std::vector<int64_t> shape;
   std::vector<int64_t> contract_dims;
   std::vector<int64_t> batch_dims;
@@ -37,16 +39,18 @@ struct OperandProfile {
   std::vector<FormatStats> formats;
 
   const FormatStats* find(const std::string& format) const;
+  // weight | activation | gradient | output
+  std::string_view roleName() const { return role ? nameOf(*role) : "output"; }
 };
 
 struct GemmProfile {
   std::string label;
-  std::string direction;  // fwd | bwd_dgrad | bwd_wgrad
+  GemmDirection direction = GemmDirection::kFwd;
   int64_t layer = -1;
   std::vector<int64_t> gemm_shape;    // [batch, M, K, N]
   int64_t flops = 0;
   int64_t bytes = 0;
-  std::string sharding;
+  ShardingKind sharding = ShardingKind::kReplicated;
   int64_t devices = 1;
   std::vector<int64_t> device_shape;  // [batch, M, K, N] on one device
   std::vector<OperandProfile> operands;  // lhs, rhs, then optionally out

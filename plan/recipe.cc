@@ -55,10 +55,10 @@ std::string recipeToYaml(const Recipe& r) {
     out << YAML::BeginMap;
     if (!e.label.empty()) out << YAML::Key << "label" << YAML::Value << e.label;
     else out << YAML::Key << "match" << YAML::Value << e.match.text();
-    if (!e.direction.empty()) out << YAML::Key << "direction" << YAML::Value << e.direction;
-    if (!e.role.empty()) out << YAML::Key << "role" << YAML::Value << e.role;
-    out << YAML::Key << "decision" << YAML::Value << e.decision;
-    if (e.decision == "int8") {
+    if (e.direction) out << YAML::Key << "direction" << YAML::Value << std::string(e.direction->name());
+    if (e.role) out << YAML::Key << "role" << YAML::Value << std::string(nameOf(*e.role));
+    out << YAML::Key << "decision" << YAML::Value << std::string(nameOf(e.decision));
+    if (e.decision == Decision::kInt8) {
       out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
       out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
       if (e.smooth > 0) out << YAML::Key << "smooth" << YAML::Value << e.smooth;
@@ -96,12 +96,12 @@ RecipeEntry readEntry(const ConfigNode& node) {
     node.fail("match", err.what());
   }
   if (e.label.empty() == e.match.empty()) node.failHere("give exactly one of `label` (exact) or `match` (regex)");
-  e.direction = node.getEnum("direction", {"fwd", "bwd", "bwd_dgrad", "bwd_wgrad"}, "");
-  e.role = node.getEnum("role", {"weight", "activation", "gradient"}, "");
-  if (!e.label.empty() && (!e.direction.empty() || !e.role.empty()))
+  if (node.has("direction")) e.direction = DirectionFilter::parse(node.getEnum("direction", DirectionFilter::names()));
+  if (node.has("role")) e.role = parseName<OperandRole>(node.getEnum("role", allNames<OperandRole>()));
+  if (!e.label.empty() && (e.direction || e.role))
     node.failHere("direction/role filters go with `match`, not with an exact `label`");
-  e.decision = node.getEnum("decision", {"int8", "keep"});
-  if (e.decision == "int8") {
+  e.decision = *parseName<Decision>(node.getEnum("decision", allNames<Decision>()));
+  if (e.decision == Decision::kInt8) {
     e.lhs_format = node.getString("lhs_format");
     e.rhs_format = node.getString("rhs_format");
     checkFormat(node, "lhs_format", e.lhs_format);
@@ -127,10 +127,6 @@ size_t editDistance(const std::string& a, const std::string& b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
-}
-
-bool directionMatches(const std::string& filter, const std::string& direction) {
-  return filter.empty() || filter == direction || (filter == "bwd" && direction.starts_with("bwd"));
 }
 
 }  // namespace
@@ -198,7 +194,7 @@ void checkRecipeModel(const Recipe& recipe, const std::string& model, const std:
 
 void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw) {
   for (const RecipeEntry& e : recipe.entries) {
-    if (e.decision != "int8" || hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
+    if (e.decision != Decision::kInt8 || hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
       continue;
     throw Error(fmt::format("{}:{}: {}: {} x {} cannot run exactly on hardware '{}' ({}; a wider pair saturates "
                             "silently): narrow one operand's format",
@@ -213,8 +209,9 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
   // says less about the mistake.
   checkRecipeModel(recipe, graph.name(), "");
   struct Gemm {
-    std::string label, direction;
-    std::vector<std::string> roles;
+    std::string label;
+    GemmDirection direction;
+    OperandRoles roles;
   };
   std::vector<Gemm> gemms;
   std::unordered_set<const Node*> live = liveNodes(graph);
@@ -223,7 +220,7 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     const Attrs& a = node->attrs();
     PGQ_ASSERT(a.has(AttrKey::kLabel) && a.has(AttrKey::kDirection) && a.has(AttrKey::kRoles),
                "resolveRecipe needs tag_metadata (matmul %{})", node->name());
-    gemms.push_back({a.getString(AttrKey::kLabel), a.getString(AttrKey::kDirection), a.getStrings(AttrKey::kRoles)});
+    gemms.push_back({a.getString(AttrKey::kLabel), a.getDirection(AttrKey::kDirection), a.getRoles(AttrKey::kRoles)});
   }
   auto where = [&](const RecipeEntry& e) { return fmt::format("{}:{}", recipe.source, e.line); };
   std::vector<bool> used(recipe.entries.size(), false);
@@ -235,13 +232,15 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       const RecipeEntry& e = recipe.entries[i];
       bool hit = !e.label.empty() ? e.label == g.label
                                   : e.match.matches(g.label) &&
-                                        directionMatches(e.direction, g.direction) &&
-                                        (e.role.empty() || std::find(g.roles.begin(), g.roles.end(), e.role) != g.roles.end());
+                                        (!e.direction || e.direction->matches(g.direction)) &&
+                                        (!e.role || std::find(g.roles.begin(), g.roles.end(), *e.role) != g.roles.end());
       if (!hit) continue;
       used[i] = true;
-      d.quantize = e.decision == "int8";
-      d.lhs_format = e.lhs_format;
-      d.rhs_format = e.rhs_format;
+      d.decision = e.decision;
+      if (e.decision == Decision::kInt8) {
+        d.lhs_format = QuantFormat::parse(e.lhs_format);
+        d.rhs_format = QuantFormat::parse(e.rhs_format);
+      }
       d.smooth = e.smooth;
       d.reason = e.reason.empty() ? fmt::format("{} entry", where(e)) : e.reason;
       break;

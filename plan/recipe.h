@@ -23,18 +23,23 @@
 #include <string>
 #include <vector>
 
+#include "ir/gemm_meta.h"
 #include "ir/graph.h"
 #include "plan/hardware.h"
+#include "support/quant_format.h"
 #include "support/label_pattern.h"
 
 namespace pgq {
 
 struct RecipeEntry {
-  std::string label;      // exact label ...
-  LabelPattern match;     // ... or a pattern (exactly one of the two is set)
-  std::string direction;  // filter for match entries: fwd | bwd | bwd_dgrad | bwd_wgrad
-  std::string role;       // filter for match entries: weight | activation | gradient
-  std::string decision;   // int8 | keep
+  std::string label;   // exact label ...
+  LabelPattern match;  // ... or a pattern (exactly one of the two is set)
+  // Filters for match entries (absent: every GEMM): fwd | bwd | bwd_dgrad | bwd_wgrad,
+  // and a GEMM with an operand of this role.
+  std::optional<DirectionFilter> direction;
+  std::optional<OperandRole> role;
+  Decision decision = Decision::kKeep;
+  // int8: the formats as written in the file (checked when read).
   std::string lhs_format;
   std::string rhs_format;
   double smooth = 0;  // SmoothQuant alpha in (0, 1]; 0 = off
@@ -68,9 +73,9 @@ struct Recipe {
 
 // The decision for one GEMM after resolving a recipe against a graph.
 struct GemmDecision {
-  bool quantize = false;
-  std::string lhs_format;
-  std::string rhs_format;
+  Decision decision = Decision::kKeep;
+  QuantFormat lhs_format;  // int8 only
+  QuantFormat rhs_format;
   double smooth = 0;
   std::string reason;
 };

@@ -41,10 +41,8 @@ double sqnrOf(const OperandProfile& o, const std::string& fmt_text, int bits, co
 
 bool ruleMatches(const PolicyRule& r, const GemmProfile& g) {
   if (!r.label.matches(g.label)) return false;
-  if (!r.direction.empty() &&
-      !(r.direction == g.direction || (r.direction == "bwd" && g.direction.starts_with("bwd"))))
-    return false;
-  if (!r.role.empty() && g.lhs().role != r.role && g.rhs().role != r.role) return false;
+  if (r.direction && !r.direction->matches(g.direction)) return false;
+  if (r.role && g.lhs().role != r.role && g.rhs().role != r.role) return false;
   if (r.layer_min >= 0 && (g.layer < r.layer_min || g.layer > r.layer_max)) return false;
   return true;
 }
@@ -60,7 +58,9 @@ struct Choice {
 // cannot run both at the policy's bits.
 Choice chooseFormats(const GemmProfile& g, const HardwareModel& hw, const Policy& policy, const DirectionPolicy& dp,
                      const std::string& granularity) {
-  auto rounding = [&](const OperandProfile& o) { return o.role == "gradient" ? dp.gradient_rounding : dp.rounding; };
+  auto rounding = [&](const OperandProfile& o) {
+    return o.role == OperandRole::kGradient ? dp.gradient_rounding : dp.rounding;
+  };
   int bits_l = std::min(policy.bits, hw.max_bits_one), bits_r = bits_l;
   if (bits_l > hw.max_bits_both) {
     // Narrow the side with the higher SQNR: with independent errors
@@ -93,26 +93,28 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   sum.measured_step_ms = profile.run.step_ms;
 
   for (const GemmProfile& g : profile.gemms) {
-    bool forward = g.direction == "fwd";
+    bool forward = g.direction == GemmDirection::kFwd;
     const DirectionPolicy& dp = forward ? policy.forward : policy.backward;
     (forward ? sum.fwd_total : sum.bwd_total) += 1;
     RecipeEntry e;
     e.label = g.label;
     Choice c = chooseFormats(g, hw, policy, dp, policy.granularity);
-    GemmEstimate est = estimateGemm(hw, g.device_shape, DType::kF32, c.lhs.find(":sr") != std::string::npos,
-                                    c.rhs.find(":sr") != std::string::npos);
+    auto stochastic = [](const std::string& format) {
+      return QuantFormat::parse(format).rounding == Rounding::kStochastic;
+    };
+    GemmEstimate est = estimateGemm(hw, g.device_shape, DType::kF32, stochastic(c.lhs), stochastic(c.rhs));
     e.est_speedup = est.speedup();
     e.min_sqnr = c.minSqnr();
-    std::string sqnr_detail = fmt::format("{} {} {}, {} {} {}", g.lhs().role, c.lhs, sqnrText(c.sqnr_lhs), g.rhs().role,
+    std::string sqnr_detail = fmt::format("{} {} {}, {} {} {}", g.lhs().roleName(), c.lhs, sqnrText(c.sqnr_lhs), g.rhs().roleName(),
                                           c.rhs, sqnrText(c.sqnr_rhs));
     auto quantize = [&](const Choice& with, std::string reason) {
-      e.decision = "int8";
+      e.decision = Decision::kInt8;
       e.lhs_format = with.lhs;
       e.rhs_format = with.rhs;
       e.reason = std::move(reason);
     };
     auto keep = [&](std::string reason) {
-      e.decision = "keep";
+      e.decision = Decision::kKeep;
       e.reason = std::move(reason);
     };
 
@@ -123,7 +125,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
         break;
       }
     if (rule) {
-      if (rule->action == "keep") {
+      if (rule->action == Decision::kKeep) {
         keep(fmt::format("{}, policy rule ({}): kept f32", g.direction, rule->describe()));
       } else {
         Choice forced = c;
@@ -172,7 +174,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
                          sqnrText(t), est_note, sqnr_detail));
       }
     }
-    bool int8 = e.decision == "int8";
+    bool int8 = e.decision == Decision::kInt8;
     if (int8) (forward ? sum.fwd_int8 : sum.bwd_int8) += 1;
     sum.est_gemm_ms += est.high_precision_us / 1e3;
     sum.est_gemm_int8_ms += (int8 ? est.int8Us() : est.high_precision_us) / 1e3;
@@ -189,7 +191,7 @@ std::string explainRecipe(const Recipe& r) {
   // Why GEMMs were kept, grouped by the first words of their reason.
   std::map<std::string, int> kept;
   for (const RecipeEntry& e : r.entries) {
-    if (e.decision != "keep") continue;
+    if (e.decision != Decision::kKeep) continue;
     std::string why = e.reason.find("min SQNR") != std::string::npos   ? "failed the SQNR threshold"
                       : e.reason.find("not worth it") != std::string::npos ? "roofline: not faster in int8"
                       : e.reason.find("policy rule") != std::string::npos  ? "a policy rule"

@@ -25,7 +25,7 @@ std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format)
         throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.side, format,
                                 fmt::join(have, ", ")));
       }
-      (side == 0 ? row.lhs : row.rhs) = {o.role, f->sqnr_mean};
+      (side == 0 ? row.lhs : row.rhs) = {*o.role, f->sqnr_mean};
     }
     rows.push_back(std::move(row));
   }
@@ -39,7 +39,7 @@ std::string shapeText(const std::vector<int64_t>& s) {
   return s[0] > 1 ? fmt::format("{}x{},{},{}", s[0], s[1], s[2], s[3]) : fmt::format("{},{},{}", s[1], s[2], s[3]);
 }
 
-std::string jsonString(const std::string& s) {
+std::string jsonString(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';
@@ -84,13 +84,13 @@ std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& f
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
     auto input = [](const SqnrInput& in) {
-      return fmt::format("{{\"role\": {}, \"sqnr\": {:.9g}, \"db\": {:.6g}, \"ln1p\": {:.6g}}}", jsonString(in.role),
+      return fmt::format("{{\"role\": {}, \"sqnr\": {:.9g}, \"db\": {:.6g}, \"ln1p\": {:.6g}}}", jsonString(nameOf(in.role)),
                          in.sqnr, in.db(), in.ln1p());
     };
     out += fmt::format(
         "{}\n  {{\"rank\": {}, \"label\": {}, \"direction\": {}, \"gemm_shape\": [{},{},{},{}], \"intensity\": {:.6g}, "
         "\"lhs\": {}, \"rhs\": {}}}",
-        i ? "," : "", i + 1, jsonString(r.label), jsonString(r.direction), r.gemm_shape[0], r.gemm_shape[1],
+        i ? "," : "", i + 1, jsonString(r.label), jsonString(nameOf(r.direction)), r.gemm_shape[0], r.gemm_shape[1],
         r.gemm_shape[2], r.gemm_shape[3], r.intensity, input(r.lhs), input(r.rhs));
   }
   return out + "\n]}\n";

@@ -9,7 +9,7 @@
 namespace pgq {
 
 struct SqnrInput {
-  std::string role;
+  OperandRole role = OperandRole::kActivation;
   double sqnr = 0;  // mean over the logged steps
   double db() const;
   double ln1p() const;  // ln(1 + SQNR), the scale of the paper's plots
@@ -17,7 +17,7 @@ struct SqnrInput {
 
 struct SqnrRow {
   std::string label;
-  std::string direction;
+  GemmDirection direction = GemmDirection::kFwd;
   std::vector<int64_t> gemm_shape;  // [batch, M, K, N]
   double intensity = 0;             // flop per byte
   SqnrInput lhs, rhs;

@@ -148,8 +148,7 @@ bool CpuBackend::supports(const Node& node, std::string* why) const {
       GemmLayout layout = gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), dims);
       if (layout.lhs_perm || layout.rhs_perm) return no("int8 operands in an order the GEMM cannot read");
       try {
-        k::checkExactInt8Gemm(k::QuantFormat::parse(node.attrs().getString(AttrKey::kLhsFormat)),
-                              k::QuantFormat::parse(node.attrs().getString(AttrKey::kRhsFormat)));
+        k::checkExactInt8Gemm(node.attrs().getFormat(AttrKey::kLhsFormat), node.attrs().getFormat(AttrKey::kRhsFormat));
       } catch (const k::KernelError& e) {
         return no(e.what());
       }
@@ -299,8 +298,7 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
   const Node& in = *node.operand(0);
   QuantViewLayout layout = quantViewLayout(in.shape(), node.attrs().getInts(AttrKey::kContractDims),
                                            node.attrs().getIntsOr(AttrKey::kBatchDims, {}));
-  std::vector<k::QuantFormat> formats;
-  for (const std::string& f : node.attrs().getStrings(AttrKey::kFormats)) formats.push_back(k::QuantFormat::parse(f));
+  std::vector<k::QuantFormat> formats = node.attrs().getFormats(AttrKey::kFormats);
   const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
   const int64_t n = in.shape().numElements();
   int x = ctx.operand(0).slot, y = ctx.result();
@@ -334,7 +332,7 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
 
 Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   k::OperandView view = quantView(node);
-  k::QuantFormat format = k::QuantFormat::parse(node.attrs().getString(AttrKey::kFormat));
+  k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
   const size_t n = static_cast<size_t>(node.operand(0)->shape().numElements());
   int x = ctx.operand(0).slot, y = ctx.result();
   if (node.op() == Op::kQuantParams) {
@@ -361,8 +359,8 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
 Kernel CpuBackend::lowerQMatMul(const Node& node, LoweringContext& ctx) const {
   k::GemmShape shape =
       gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), DotDims::fromAttrs(node.attrs())).shape;
-  k::QuantFormat fa = k::QuantFormat::parse(node.attrs().getString(AttrKey::kLhsFormat));
-  k::QuantFormat fb = k::QuantFormat::parse(node.attrs().getString(AttrKey::kRhsFormat));
+  k::QuantFormat fa = node.attrs().getFormat(AttrKey::kLhsFormat);
+  k::QuantFormat fb = node.attrs().getFormat(AttrKey::kRhsFormat);
   int qa = ctx.operand(0).slot, qb = ctx.operand(1).slot, pa = ctx.operand(2).slot, pb = ctx.operand(3).slot;
   int y = ctx.result();
   size_t na = static_cast<size_t>(node.operand(2)->shape().numElements());

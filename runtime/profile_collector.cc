@@ -15,7 +15,7 @@ ProfileCollector::ProfileCollector(const Graph& graph) : graph_(graph) {
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const Node* node = graph.outputs()[i];
     if (node->op() != Op::kQuantStats) continue;
-    outputs_.push_back({i, node, std::vector<Accumulator>(node->attrs().getStrings(AttrKey::kFormats).size())});
+    outputs_.push_back({i, node, std::vector<Accumulator>(node->attrs().getFormats(AttrKey::kFormats).size())});
   }
   PGQ_ASSERT(!outputs_.empty(), "graph @{} has no statistics outputs (run instrument_stats)", graph.name());
 }
@@ -54,7 +54,7 @@ Profile ProfileCollector::profile(ProfileRun run) const {
   for (const StatsOutput& out : outputs_)
     for (const std::string& use : out.node->attrs().getStrings(AttrKey::kUses)) by_use[use] = &out;
 
-  auto operand = [&](const std::string& label, const std::string& side, const std::string& role) {
+  auto operand = [&](const std::string& label, const std::string& side, std::optional<OperandRole> role) {
     auto it = by_use.find(label + ":" + side);
     PGQ_ASSERT(it != by_use.end(), "no statistics for {}:{}", label, side);
     const StatsOutput& s = *it->second;
@@ -71,10 +71,10 @@ Profile ProfileCollector::profile(ProfileRun run) const {
     o.rms = s.rms_sum / n;
     o.zero_fraction = s.zero_sum / n;
     o.nonfinite_fraction = s.nonfinite_sum / n;
-    const auto& formats = s.node->attrs().getStrings(AttrKey::kFormats);
+    const auto& formats = s.node->attrs().getFormats(AttrKey::kFormats);
     for (size_t f = 0; f < formats.size(); ++f) {
       const Accumulator& a = s.per_format[f];
-      o.formats.push_back({formats[f], a.sqnr_sum / n, a.sqnr_min, a.sqnr_max, a.mse_sum / n,
+      o.formats.push_back({formats[f].toString(), a.sqnr_sum / n, a.sqnr_min, a.sqnr_max, a.mse_sum / n,
                            a.underflow_sum / n, a.clipped_sum / n});
     }
     return o;
@@ -90,18 +90,18 @@ Profile ProfileCollector::profile(ProfileRun run) const {
     const Attrs& a = node->attrs();
     GemmProfile g;
     g.label = a.getString(AttrKey::kLabel);
-    g.direction = a.getString(AttrKey::kDirection);
+    g.direction = a.getDirection(AttrKey::kDirection);
     g.layer = a.getInt(AttrKey::kLayer);
     g.gemm_shape = a.getInts(AttrKey::kGemmShape);
     g.flops = a.getInt(AttrKey::kFlops);
     g.bytes = a.getInt(AttrKey::kBytes);
-    g.sharding = a.getString(AttrKey::kSharding);
+    g.sharding = a.getSharding(AttrKey::kSharding);
     g.devices = a.getInt(AttrKey::kDevices);
     g.device_shape = a.getInts(AttrKey::kDeviceShape);
-    const auto& roles = a.getStrings(AttrKey::kRoles);
+    const OperandRoles& roles = a.getRoles(AttrKey::kRoles);
     g.operands.push_back(operand(g.label, "lhs", roles[0]));
     g.operands.push_back(operand(g.label, "rhs", roles[1]));
-    if (by_use.count(g.label + ":out")) g.operands.push_back(operand(g.label, "out", "output"));
+    if (by_use.count(g.label + ":out")) g.operands.push_back(operand(g.label, "out", std::nullopt));
     profile.gemms.push_back(std::move(g));
   }
   return profile;

@@ -79,7 +79,6 @@ TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& o, bool inst
                                                 const HardwareModel* hardware) {
   TrainingPipelineOptions p;
   p.precision = o.precision;
-  p.tensor_parallel = o.model.tensor_parallel;
   if (instrument) p.profile = profileFormats(o);
   if (hardware) p.hardware = *hardware;
   if (recipe) p.recipe = *recipe;

@@ -188,6 +188,10 @@ std::string ConfigNode::getString(std::string_view key) const {
 
 std::string ConfigNode::getEnum(std::string_view key,
                                 std::initializer_list<std::string_view> choices) const {
+  return getEnum(key, std::span<const std::string_view>(choices.begin(), choices.size()));
+}
+
+std::string ConfigNode::getEnum(std::string_view key, std::span<const std::string_view> choices) const {
   std::string value = getString(key);
   for (std::string_view c : choices)
     if (c == value) return value;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,7 @@ class ConfigNode {
   bool getBool(std::string_view key) const;
   std::string getString(std::string_view key) const;
   std::string getEnum(std::string_view key, std::initializer_list<std::string_view> choices) const;
+  std::string getEnum(std::string_view key, std::span<const std::string_view> choices) const;
   // Optional fields: the fallback when the key is absent (still validated when present).
   int64_t getInt(std::string_view key, int64_t fallback, int64_t min, int64_t max) const;
   double getDouble(std::string_view key, double fallback, double min, double max) const;

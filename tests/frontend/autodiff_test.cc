@@ -218,26 +218,38 @@ TEST(Autodiff, TinyTransformerAgainstFiniteDifferences) {
   }
 }
 
-TEST(Autodiff, LabelsAndRolesOfBackwardGemms) {
+TEST(Autodiff, BackwardGemmsNameTheGemmAndOperandTheyDifferentiate) {
   TransformerGraph t = buildTransformer(loadModelConfig("tiny"));
   appendBackward(*t.graph, t.loss, t.params);
   std::map<std::string, const Node*> by_label;
+  std::map<int64_t, const Node*> by_id;
   for (const Node* n : t.graph->nodes())
-    if (n->op() == Op::kMatMul) by_label[n->attrs().getString(AttrKey::kLabel)] = n;
-  auto roles = [&](const std::string& label) { return by_label.at(label)->attrs().getStrings(AttrKey::kRoles); };
-  auto direction = [&](const std::string& label) { return by_label.at(label)->attrs().getString(AttrKey::kDirection); };
-  EXPECT_EQ(direction("layer1/mlp/up"), "fwd");
-  EXPECT_EQ(roles("layer1/mlp/up"), (std::vector<std::string>{"activation", "weight"}));
-  EXPECT_EQ(direction("layer1/mlp/up:dgrad"), "bwd_dgrad");
-  EXPECT_EQ(roles("layer1/mlp/up:dgrad"), (std::vector<std::string>{"gradient", "weight"}));
-  EXPECT_EQ(direction("layer1/mlp/up:wgrad"), "bwd_wgrad");
-  EXPECT_EQ(roles("layer1/mlp/up:wgrad"), (std::vector<std::string>{"activation", "gradient"}));
-  EXPECT_EQ(direction("get_logits:dgrad"), "bwd_dgrad");
-  EXPECT_EQ(direction("get_logits:wgrad"), "bwd_wgrad");
-  EXPECT_EQ(direction("layer0/attn/scores:dgrad_lhs"), "bwd_dgrad");
-  EXPECT_EQ(direction("layer0/attn/scores:dgrad_rhs"), "bwd_dgrad");
-  // 2 layers x (8 forward + 16 backward) + logits (1 + 2)
+    if (n->op() == Op::kMatMul) {
+      by_label[n->attrs().getString(AttrKey::kLabel)] = n;
+      if (n->attrs().has(AttrKey::kGemmId)) {
+        EXPECT_TRUE(by_id.emplace(n->attrs().getInt(AttrKey::kGemmId), n).second);
+      }
+    }
+  // Which GEMM and operand a backward GEMM differentiates, as structure.
+  auto provenance = [&](const std::string& label) {
+    const Attrs& a = by_label.at(label)->attrs();
+    EXPECT_FALSE(a.has(AttrKey::kGemmId)) << label;
+    return std::pair{by_id.at(a.getInt(AttrKey::kGradOf)), a.getOperand(AttrKey::kWrt)};
+  };
+  EXPECT_EQ(provenance("layer1/mlp/up:dgrad"), std::pair(by_label.at("layer1/mlp/up"), GemmOperand::kLhs));
+  EXPECT_EQ(provenance("layer1/mlp/up:wgrad"), std::pair(by_label.at("layer1/mlp/up"), GemmOperand::kRhs));
+  EXPECT_EQ(provenance("get_logits:dgrad"), std::pair(by_label.at("get_logits"), GemmOperand::kLhs));
+  EXPECT_EQ(provenance("get_logits:wgrad"), std::pair(by_label.at("get_logits"), GemmOperand::kRhs));
+  EXPECT_EQ(provenance("layer0/attn/scores:dgrad_lhs"), std::pair(by_label.at("layer0/attn/scores"), GemmOperand::kLhs));
+  EXPECT_EQ(provenance("layer0/attn/scores:dgrad_rhs"), std::pair(by_label.at("layer0/attn/scores"), GemmOperand::kRhs));
+  // Autodiff records provenance only: directions and roles are tag_metadata's.
+  for (const auto& [label, node] : by_label) {
+    EXPECT_FALSE(node->attrs().has(AttrKey::kDirection)) << label;
+    EXPECT_FALSE(node->attrs().has(AttrKey::kRoles)) << label;
+  }
+  // 2 layers x (8 forward + 16 backward) + logits (1 + 2); every forward GEMM has an id.
   EXPECT_EQ(by_label.size(), 2u * 24u + 3u);
+  EXPECT_EQ(by_id.size(), 2u * 8u + 1u);
   // Outputs: loss, then one gradient per parameter.
   EXPECT_EQ(t.graph->outputs().size(), 1 + t.params.size());
 }

@@ -73,14 +73,13 @@ TEST_F(PassOptions, RunsQuantizeGemmsWithARecipeFileAndASeed) {
   EXPECT_NE(text.find("seed=4} : s8[32,48]"), std::string::npos) << text;
 }
 
-TEST_F(PassOptions, RunsInstrumentStatsWithFormatListsAndTagMetadataWithADegree) {
+TEST_F(PassOptions, RunsInstrumentStatsWithFormatLists) {
   auto g = parseGraph(kMlp);
   PassContext ctx;
-  parsePipeline("tag_metadata{tensor_parallel=2},"
+  parsePipeline("tag_metadata,"
                 "instrument_stats{formats=[int8:channel:rtn,int4:tensor:rtn],gradient_formats=[int8:channel:sr],"
                 "outputs=true,seed=-7}")
       ->run(*g, ctx);
-  EXPECT_EQ(g->find("h")->attrs().getInt(AttrKey::kDevices), 2);
   std::string text = printGraph(*g);
   EXPECT_NE(text.find(R"(%x.stats = quant_stats(%x) {formats=["int8:channel:rtn","int4:tensor:rtn"], contract_dims=[1], uses=["up:lhs"], seed=-7})"),
             std::string::npos) << text;
@@ -114,7 +113,7 @@ TEST_F(PassOptions, RefusesBadKeysNamingThePassTheKeyAndTheKnownKeys) {
        "pass 'quantize_gemms': missing required option 'recipe' (options of quantize_gemms: recipe, seed)"},
       {"quantize_gemms", "pass 'quantize_gemms': missing required option 'recipe'"},
       {"cse{x=1}", "pass 'cse': unknown option 'x' (cse takes no options)"},
-      {"tag_metadata,nope{a=1}", "unknown pass 'nope' (known passes: dce, cse, bf16_gemms, tag_metadata"},
+      {"tag_metadata,nope{a=1}", "unknown pass 'nope' (known passes: dce, cse, bf16_gemms, propagate_sharding, tag_metadata"},
   };
   for (const Case& c : cases) EXPECT_NE(errorOf(c.pipeline).find(c.message), std::string::npos) << errorOf(c.pipeline);
 }
@@ -131,7 +130,7 @@ TEST_F(PassOptions, RefusesMalformedValues) {
       {"quantize_gemms{" + recipe + ",seed=99999999999999999999}", "option 'seed': expected a 64-bit integer"},
       {"quantize_gemms{" + recipe + ",seed=3.5}", "option 'seed': expected a 64-bit integer, got '3.5'"},
       {"quantize_gemms{" + recipe + ",seed=}", "option 'seed': expected a 64-bit integer, got ''"},
-      {"tag_metadata{tensor_parallel=0}", "option 'tensor_parallel': expected an integer >= 1, got 0"},
+      {"tag_metadata{tensor_parallel=2}", "pass 'tag_metadata': unknown option 'tensor_parallel' (tag_metadata takes no options)"},
       {"instrument_stats{outputs=yes}", "option 'outputs': expected true or false, got 'yes'"},
       {"instrument_stats{formats=int8:channel:rtn}", "option 'formats': expected a list of formats in brackets"},
       {"instrument_stats{formats=[int9:channel:rtn]}", "option 'formats': format 'int9:channel:rtn':"},

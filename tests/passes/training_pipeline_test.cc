@@ -21,16 +21,16 @@ Recipe everyGemmInInt8() {
 
 TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {
   TrainingPipelineOptions o;
-  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"cse", "dce", "tag_metadata"}));
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"cse", "dce", "propagate_sharding", "tag_metadata"}));
   o.precision = Precision::kBf16;
   o.profile = ProfileFormats{{"int8:channel:rtn"}, {"int8:channel:sr"}, false};
-  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"bf16_gemms", "cse", "dce", "tag_metadata", "instrument_stats"}));
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"bf16_gemms", "cse", "dce", "propagate_sharding", "tag_metadata", "instrument_stats"}));
   o.precision = Precision::kF32;
   o.profile.reset();
   o.hardware = loadHardwareModel("epyc-zen3-2c");
   o.recipe = everyGemmInInt8();
   EXPECT_EQ(buildTrainingPipeline(o)->passNames(),
-            (Names{"cse", "dce", "tag_metadata", "estimate_speedup", "quantize_gemms", "cse", "dce"}));
+            (Names{"cse", "dce", "propagate_sharding", "tag_metadata", "estimate_speedup", "quantize_gemms", "cse", "dce"}));
 }
 
 // The seeds derive from the model's: statistics nodes count up from it, the

@@ -26,7 +26,7 @@ int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
 OperandProfile operand(const std::string& side, const std::string& role, double sqnr8) {
   OperandProfile o;
   o.side = side;
-  o.role = role;
+  o.role = parseName<OperandRole>(role);
   o.tensor = side + "_tensor";
   auto add = [&](const std::string& f, double s) { o.formats.push_back({f, s, s * 0.9, s * 1.1, 1.0 / s, 0, 0}); };
   add("int8:channel:rtn", sqnr8);
@@ -42,13 +42,13 @@ GemmProfile gemm(const std::string& label, const std::string& direction, std::ve
                  const std::string& lhs_role, double lhs_sqnr, const std::string& rhs_role, double rhs_sqnr) {
   GemmProfile g;
   g.label = label;
-  g.direction = direction;
+  g.direction = *parseName<GemmDirection>(direction);
   g.layer = 0;
   g.gemm_shape = shape;
   g.device_shape = shape;
   g.flops = 2 * shape[0] * shape[1] * shape[2] * shape[3];
   g.bytes = 4 * shape[0] * (shape[1] * shape[2] + shape[2] * shape[3] + shape[1] * shape[3]);
-  g.sharding = "replicated";
+  g.sharding = ShardingKind::kReplicated;
   g.operands = {operand("lhs", lhs_role, lhs_sqnr), operand("rhs", rhs_role, rhs_sqnr)};
   return g;
 }
@@ -76,10 +76,10 @@ const RecipeEntry& entry(const Recipe& r, const std::string& label) {
 TEST(RecipeGenerator, ForwardOnlyAndRoofline) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe r = generateRecipe(testProfile(), hw, loadPolicy("F"), "p.yaml");
-  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, "int8");
-  EXPECT_EQ(entry(r, "layer0/mlp/up:dgrad").decision, "keep");
+  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, Decision::kInt8);
+  EXPECT_EQ(entry(r, "layer0/mlp/up:dgrad").decision, Decision::kKeep);
   EXPECT_NE(entry(r, "layer0/mlp/up:dgrad").reason.find("does not quantize backward GEMMs"), std::string::npos);
-  EXPECT_EQ(entry(r, "tiny").decision, "keep");
+  EXPECT_EQ(entry(r, "tiny").decision, Decision::kKeep);
   EXPECT_NE(entry(r, "tiny").reason.find("not worth it"), std::string::npos) << entry(r, "tiny").reason;
   EXPECT_EQ(r.summary.fwd_int8, 1);
   EXPECT_EQ(r.summary.fwd_total, 2);
@@ -106,16 +106,16 @@ TEST(RecipeGenerator, NarrowsTheHigherSqnrSideWithoutVnni) {
 TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe t = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
-  EXPECT_EQ(entry(t, "layer0/mlp/up:dgrad").decision, "int8");  // min SQNR 25 (SR) > 10
-  EXPECT_EQ(entry(t, "get_logits:dgrad").decision, "keep");     // 0.25 <= 10
+  EXPECT_EQ(entry(t, "layer0/mlp/up:dgrad").decision, Decision::kInt8);  // min SQNR 25 (SR) > 10
+  EXPECT_EQ(entry(t, "get_logits:dgrad").decision, Decision::kKeep);     // 0.25 <= 10
   EXPECT_NE(entry(t, "get_logits:dgrad").reason.find("min SQNR 0.25 <= 10: kept f32"), std::string::npos)
       << entry(t, "get_logits:dgrad").reason;
   Recipe adv = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR<10"), "p.yaml");
-  EXPECT_EQ(entry(adv, "layer0/mlp/up:dgrad").decision, "keep");
-  EXPECT_EQ(entry(adv, "get_logits:dgrad").decision, "int8");
+  EXPECT_EQ(entry(adv, "layer0/mlp/up:dgrad").decision, Decision::kKeep);
+  EXPECT_EQ(entry(adv, "get_logits:dgrad").decision, Decision::kInt8);
   EXPECT_NE(entry(adv, "get_logits:dgrad").reason.find("(adversarial)"), std::string::npos);
   // Forward GEMMs are quantized either way.
-  EXPECT_EQ(entry(adv, "layer0/mlp/up").decision, "int8");
+  EXPECT_EQ(entry(adv, "layer0/mlp/up").decision, Decision::kInt8);
 }
 
 TEST(RecipeGenerator, RulesAndRefinements) {
@@ -129,12 +129,12 @@ rules:
 )",
                          "policy.yaml");
   Recipe r = generateRecipe(testProfile(), hw, p, "p.yaml");
-  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, "keep");
+  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, Decision::kKeep);
   EXPECT_NE(entry(r, "layer0/mlp/up").reason.find("policy rule"), std::string::npos);
   EXPECT_EQ(entry(r, "layer0/mlp/up:wgrad").lhs_format, "int8:block32:rtn");
   // get_logits:dgrad fails the threshold and is refined to block scales.
   const RecipeEntry& logits = entry(r, "get_logits:dgrad");
-  EXPECT_EQ(logits.decision, "int8");
+  EXPECT_EQ(logits.decision, Decision::kInt8);
   EXPECT_EQ(logits.lhs_format, "int8:block64:sr");
   EXPECT_NE(logits.reason.find("block64 scales instead"), std::string::npos) << logits.reason;
 }
@@ -169,10 +169,10 @@ gemms:
   ASSERT_EQ(d.size(), 2u);
   for (const auto& [label, decision] : d) {
     if (label == "layer0/mlp/up") {
-      EXPECT_FALSE(decision.quantize);
+      EXPECT_EQ(decision.decision, Decision::kKeep);
       EXPECT_EQ(decision.reason, "hand-picked");
     } else {
-      EXPECT_TRUE(decision.quantize);
+      EXPECT_EQ(decision.decision, Decision::kInt8);
     }
   }
   auto errorOf = [&](const std::string& yaml) {

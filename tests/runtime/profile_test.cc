@@ -91,7 +91,7 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
         EXPECT_LT(f7->sqnr_mean, f8->sqnr_mean);
         EXPECT_GT(f7->sqnr_mean, f8->sqnr_mean / 8);
       }
-      if (op.role == "gradient") {
+      if (op.role == OperandRole::kGradient) {
         EXPECT_NE(op.find("int8:channel:sr"), nullptr);
       }
     }
