@@ -13,19 +13,19 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "support/errors.h"
-#include "support/file_io.h"
+#include "app/experiment_report.h"
 #include "ir/quant.h"
-#include "support/config_file.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
 #include "plan/profile.h"
 #include "plan/recipe_generator.h"
 #include "runtime/checkpoint.h"
-#include "app/experiment_report.h"
 #include "runtime/memory_estimate.h"
-#include "support/option_ranges.h"
 #include "runtime/run_dir_lock.h"
+#include "support/config_file.h"
+#include "support/errors.h"
+#include "support/file_io.h"
+#include "support/option_ranges.h"
 
 namespace pgq {
 namespace {

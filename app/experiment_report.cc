@@ -8,14 +8,14 @@
 
 #include <fmt/format.h>
 
-#include "support/errors.h"
-#include "support/file_io.h"
-#include "support/config_file.h"
+#include "app/plot.h"
+#include "app/sqnr_plot.h"
 #include "plan/profile.h"
 #include "plan/sqnr_table.h"
 #include "runtime/metrics.h"
-#include "app/plot.h"
-#include "app/sqnr_plot.h"
+#include "support/config_file.h"
+#include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq {
 namespace {

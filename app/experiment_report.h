@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "frontend/model_config.h"
 #include "app/experiment.h"
+#include "frontend/model_config.h"
 
 namespace pgq {
 

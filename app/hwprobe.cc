@@ -12,8 +12,8 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
-#include "support/option_ranges.h"
 #include "runtime/tensor.h"
+#include "support/option_ranges.h"
 
 namespace pgq {
 namespace {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "app/hwprobe.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
 #include "plan/hardware.h"
-#include "app/hwprobe.h"
 #include "runtime/tensor.h"
 
 namespace {

@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/experiment.h"
 #include "cli/commands.h"
 #include "cli/number_flags.h"
 #include "support/errors.h"
-#include "app/experiment.h"
 
 namespace pgq::cli {
 

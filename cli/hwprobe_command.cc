@@ -1,10 +1,10 @@
 // `pgq hwprobe`: measure this machine's hardware model.
 #include <fmt/format.h>
 
+#include "app/hwprobe.h"
 #include "cli/commands.h"
 #include "cli/number_flags.h"
 #include "support/file_io.h"
-#include "app/hwprobe.h"
 
 namespace pgq::cli {
 

@@ -17,8 +17,8 @@
 #include <yaml-cpp/exceptions.h>
 
 #include "cli/commands.h"
-#include "support/errors.h"
 #include "kernels/cpu_isa.h"
+#include "support/errors.h"
 #include "pgq_version.h"
 
 namespace {

@@ -1,11 +1,11 @@
 // `pgq sqnr-table`: the table (and plot) a user inspects after profiling.
 #include <fmt/format.h>
 
+#include "app/sqnr_plot.h"
 #include "cli/commands.h"
-#include "support/errors.h"
 #include "plan/profile.h"
 #include "plan/sqnr_table.h"
-#include "app/sqnr_plot.h"
+#include "support/errors.h"
 
 namespace pgq::cli {
 

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "support/errors.h"
 #include "support/config_file.h"
+#include "support/errors.h"
 #include "pgq_model_presets.h"
 
 namespace pgq {

@@ -7,8 +7,8 @@
 #include <fmt/ranges.h>
 
 #include "ir/dot_dims.h"
-#include "support/errors.h"
 #include "ir/quant.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "support/errors.h"
-#include "support/file_io.h"
 #include "ir/infer.h"
 #include "ir/verifier.h"
+#include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "support/errors.h"
 #include "ir/infer.h"
+#include "support/errors.h"
 
 namespace pgq {
 

@@ -1,7 +1,7 @@
 #include "passes/estimate_speedup.h"
 
-#include "support/errors.h"
 #include "plan/hardware.h"
+#include "support/errors.h"
 
 namespace pgq {
 

@@ -2,11 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include "support/errors.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/pass_options.h"
 #include "passes/registry.h"
+#include "support/errors.h"
 
 namespace pgq {
 

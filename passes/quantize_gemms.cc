@@ -5,8 +5,8 @@
 
 #include "ir/builder.h"
 #include "ir/dot_dims.h"
-#include "support/errors.h"
 #include "plan/recipe.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "support/errors.h"
 #include "passes/bf16_gemms.h"
 #include "passes/cse.h"
 #include "passes/dce.h"
@@ -12,6 +11,7 @@
 #include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"
 #include "passes/tag_metadata.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "support/errors.h"
 #include "support/config_file.h"
+#include "support/errors.h"
 #include "pgq_hardware_presets.h"
 
 namespace pgq {

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 #include <re2/re2.h>
 
-#include "support/errors.h"
 #include "ir/quant.h"
 #include "support/config_file.h"
+#include "support/errors.h"
 
 namespace pgq {
 

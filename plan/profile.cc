@@ -9,9 +9,9 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
-#include "support/errors.h"
 #include "ir/quant.h"
 #include "support/config_file.h"
+#include "support/errors.h"
 
 namespace pgq {
 

@@ -10,9 +10,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ir/analysis.h"
-#include "support/errors.h"
 #include "ir/quant.h"
 #include "support/config_file.h"
+#include "support/errors.h"
 
 namespace pgq {
 

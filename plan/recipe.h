@@ -26,8 +26,8 @@
 #include "ir/gemm_meta.h"
 #include "ir/graph.h"
 #include "plan/hardware.h"
-#include "support/quant_format.h"
 #include "support/label_pattern.h"
+#include "support/quant_format.h"
 
 namespace pgq {
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "ir/dot_dims.h"
-#include "support/errors.h"
+#include "ir/quant.h"
 #include "kernels/convert.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
@@ -18,12 +18,12 @@
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
-#include "ir/quant.h"
 #include "kernels/reduce.h"
 #include "kernels/smooth_quant.h"
 #include "kernels/softmax.h"
 #include "runtime/backend.h"
 #include "runtime/layout_util.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

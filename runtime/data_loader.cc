@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "support/errors.h"
 #include "kernels/philox.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -8,8 +8,8 @@
 #include <spdlog/spdlog.h>
 
 #include "ir/analysis.h"
-#include "support/errors.h"
 #include "runtime/memory_plan.h"
+#include "support/errors.h"
 
 namespace pgq {
 

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "support/errors.h"
 #include "kernels/philox.h"
 #include "runtime/corpus.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "support/errors.h"
 #include "ir/quant.h"
+#include "support/errors.h"
 
 namespace pgq {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "support/errors.h"
 #include "ir/node.h"
+#include "support/errors.h"
 
 namespace pgq {
 

@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "app/experiment.h"
 #include "app/experiment_report.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -8,9 +8,9 @@
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
 #include "ir/builder.h"
-#include "support/errors.h"
 #include "ir/verifier.h"
 #include "runtime/reference.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

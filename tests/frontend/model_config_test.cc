@@ -2,8 +2,8 @@
 
 #include "frontend/model_config.h"
 #include "frontend/transformer.h"
-#include "support/errors.h"
 #include "ir/verifier.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

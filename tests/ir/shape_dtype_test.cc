@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "ir/dtype.h"
-#include "support/errors.h"
 #include "ir/shape.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.h"
-#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

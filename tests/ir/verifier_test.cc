@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.h"
-#include "support/errors.h"
 #include "ir/verifier.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "ir/parser.h"
-#include "ir/printer.h"
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "runtime/reference.h"
 

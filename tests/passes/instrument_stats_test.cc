@@ -2,12 +2,12 @@
 
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
-#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "passes/instrument_stats.h"
 #include "passes/pipeline.h"
 #include "passes/tag_metadata.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.h"
-#include "support/errors.h"
 #include "passes/pipeline.h"
 #include "passes/registry.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "kernels/quant_format.h"
@@ -15,6 +14,7 @@
 #include "plan/recipe.h"
 #include "runtime/executor.h"
 #include "runtime/reference.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

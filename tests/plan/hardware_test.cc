@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "plan/hardware.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

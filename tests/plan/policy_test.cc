@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "plan/policy.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

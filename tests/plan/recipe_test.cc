@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "ir/parser.h"
+#include "passes/tag_metadata.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
 #include "plan/recipe.h"
 #include "plan/recipe_generator.h"
-#include "passes/tag_metadata.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -17,8 +17,8 @@
 
 #include <fmt/format.h>
 
-#include "support/errors.h"
 #include "runtime/trainer.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

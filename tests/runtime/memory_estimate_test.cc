@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/trainer.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

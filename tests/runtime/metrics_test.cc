@@ -9,8 +9,8 @@
 #include <functional>
 #include <iterator>
 
-#include "support/errors.h"
 #include "runtime/progress.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "ir/parser.h"
 #include "ir/quant.h"
 #include "kernels/cpu_isa.h"
@@ -14,6 +13,7 @@
 #include "runtime/executor.h"
 #include "runtime/reference.h"
 #include "runtime/trainer.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "ir/builder.h"
-#include "support/errors.h"
 #include "ir/parser.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

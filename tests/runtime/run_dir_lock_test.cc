@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "app/experiment.h"
 #include "runtime/trainer.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {

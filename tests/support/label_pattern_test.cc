@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include "support/errors.h"
 #include "plan/policy.h"
 #include "plan/recipe.h"
+#include "support/errors.h"
 
 namespace pgq {
 namespace {
