@@ -12,6 +12,7 @@
 #include "passes/tag_metadata.h"
 #include "runtime/executor.h"
 #include "runtime/reference.h"
+#include "tests/passes/pass_test_util.h"
 
 namespace pgq {
 namespace {
@@ -100,14 +101,9 @@ TEST(Bf16Gemms, ComputesTheF32GemmWithinBf16Rounding) {
     e->bind("wk", wk);
     e->run();
   }
-  std::span<const float> ya = a.output<float>(0), yb = b.output<float>(0);
-  double err = 0, sig = 0;
-  for (size_t i = 0; i < ya.size(); ++i) {
-    err += (ya[i] - yb[i]) * (ya[i] - yb[i]);
-    sig += ya[i] * ya[i];
-  }
-  EXPECT_GT(err, 0.0);  // the operands were rounded
-  EXPECT_LT(std::sqrt(err / sig), 1e-2);
+  double error = testing::relativeSquaredError(a.output<float>(0), b.output<float>(0));
+  EXPECT_GT(error, 0.0);  // the operands were rounded
+  EXPECT_LT(std::sqrt(error), 1e-2);
 }
 
 }  // namespace

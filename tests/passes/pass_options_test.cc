@@ -10,19 +10,12 @@
 #include "passes/pipeline.h"
 #include "passes/registry.h"
 #include "support/errors.h"
+#include "tests/passes/pass_test_util.h"
 
 namespace pgq {
 namespace {
 
-const char* kMlp = R"(graph @mlp {
-  %x = input() : f32[64,32]
-  %w = parameter() : f32[32,48]
-  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="up"} : f32[64,48]
-  %w2 = parameter() : f32[48,32]
-  %y = matmul(%h, %w2) {lhs_contract=[1], rhs_contract=[0], label="down"} : f32[64,32]
-  return %y
-}
-)";
+using testing::kMlp;
 
 class PassOptions : public ::testing::Test {
  protected:

@@ -15,19 +15,12 @@
 #include "runtime/executor.h"
 #include "runtime/reference.h"
 #include "support/errors.h"
+#include "tests/passes/pass_test_util.h"
 
 namespace pgq {
 namespace {
 
-const char* kMlp = R"(graph @mlp {
-  %x = input() : f32[64,32]
-  %w = parameter() : f32[32,48]
-  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="up"} : f32[64,48]
-  %w2 = parameter() : f32[48,32]
-  %y = matmul(%h, %w2) {lhs_contract=[1], rhs_contract=[0], label="down"} : f32[64,32]
-  return %y
-}
-)";
+using testing::kMlp;
 
 Recipe upOnly() {
   return parseRecipe(R"(gemms:
@@ -120,18 +113,13 @@ TEST(QuantizeGemms, ErrorMatchesTheSqnrPrediction) {
       e->bind("w2", w2);
       e->run(5);
     }
-    std::span<const float> ya = a.output<float>(0), yb = b.output<float>(0);
-    double err = 0, sig = 0;
-    for (size_t i = 0; i < ya.size(); ++i) {
-      err += (ya[i] - yb[i]) * (ya[i] - yb[i]);
-      sig += ya[i] * ya[i];
-    }
+    double error = testing::relativeSquaredError(a.output<float>(0), b.output<float>(0));
     double sqnr_a = kernels::quantStats({x.data<float>(), 64 * 32}, {1, 64, 32, true}, kernels::QuantFormat::parse(lhs_fmt), {0, 5}).sqnr;
     double sqnr_b = kernels::quantStats({w.data<float>(), 32 * 48}, {1, 32, 48, false}, kernels::QuantFormat::parse("int7:channel:rtn")).sqnr;
     double predicted = 1 / sqnr_a + 1 / sqnr_b;
     // The second GEMM is exact in both, so the relative error of y is that of h.
-    EXPECT_GT(err / sig, 0.3 * predicted);
-    EXPECT_LT(err / sig, 3.0 * predicted);
+    EXPECT_GT(error, 0.3 * predicted);
+    EXPECT_LT(error, 3.0 * predicted);
   }
 }
 
@@ -188,13 +176,8 @@ TEST(QuantizeGemms, SmoothQuantCutsTheErrorOfOutlierChannels) {
       e->bind("w2", w2);
       e->run();
     }
-    std::span<const float> ya = a.output<float>(0), yb = b.output<float>(0);
-    double err = 0, sig = 0;
-    for (size_t i = 0; i < ya.size(); ++i) {
-      err += (ya[i] - yb[i]) * (ya[i] - yb[i]);
-      sig += ya[i] * ya[i];
-    }
-    return std::make_pair(err / sig, printGraph(*quantized));
+    return std::make_pair(testing::relativeSquaredError(a.output<float>(0), b.output<float>(0)),
+                          printGraph(*quantized));
   };
   auto [plain, plain_text] = run("");
   auto [smoothed, text] = run(", smooth: 0.5");
