@@ -54,6 +54,33 @@ TEST_F(PassOptions, SplitsNameAndOptions) {
             (std::vector<std::string_view>{"a", "b{c=1,d=[x,y]}", "e"}));
 }
 
+// An option table of a pass to come: an integer with a lower bound, and a required flag.
+struct BoundedOptions {
+  int64_t degree = 1;
+  bool on = false;
+};
+constexpr PassOption<BoundedOptions> kBoundedOptions[] = {
+    {.key = "degree", .member = &BoundedOptions::degree, .help = "a degree", .min = 1},
+    {.key = "on", .member = &BoundedOptions::on, .help = "a flag", .required = true},
+};
+
+TEST_F(PassOptions, IntegersKeepTheirLowerBound) {
+  auto parse = [](const char* text) {
+    return parsePassOptions<BoundedOptions>(parsePassSpec(text), kBoundedOptions);
+  };
+  BoundedOptions o = parse("bounded{degree=4,on=true}");
+  EXPECT_EQ(o.degree, 4);
+  EXPECT_TRUE(o.on);
+  EXPECT_EQ(parse("bounded{on=false}").degree, 1);  // the default
+  try {
+    parse("bounded{degree=0,on=true}");
+    FAIL() << "degree=0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 'bounded': option 'degree': expected an integer >= 1, got 0"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST_F(PassOptions, RunsQuantizeGemmsWithARecipeFileAndASeed) {
   auto pipeline = parsePipeline(fmt::format("tag_metadata, quantize_gemms{{recipe={},seed=3}},dce", recipe_));
   EXPECT_EQ(pipeline->passNames(), (std::vector<std::string_view>{"tag_metadata", "quantize_gemms", "dce"}));
