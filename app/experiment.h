@@ -61,7 +61,7 @@ struct ExperimentResult {
   std::string table_path;
 };
 
-// Throws pgq::Error for bad options (outside their ranges in runtime/option_ranges.h,
+// Throws pgq::Error for bad options (outside their ranges in support/option_ranges.h,
 // conflicting, unknown policies) or a model too large for this machine's memory,
 // before writing anything, or when the folder holds an experiment made with other
 // options.

@@ -1,5 +1,5 @@
 #pragma once
-// Measures the hardware model of this machine (passes/hardware.h): FMA and int8 peaks
+// Measures the hardware model of this machine (plan/hardware.h): FMA and int8 peaks
 // from tight register-only loops, memory bandwidth from a STREAM-like triad, and what
 // oneDNN's GEMMs and pgq's quantizers achieve, all at the current OpenMP thread count.
 #include "plan/hardware.h"

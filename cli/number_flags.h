@@ -1,6 +1,6 @@
 #pragma once
 // Every numeric flag of every subcommand is registered here, named after its range in
-// the library's table (runtime/option_ranges.h): its --help shows the range, and its
+// the library's table (support/option_ranges.h): its --help shows the range, and its
 // argument is parsed strictly (decimal, the whole argument, no silent saturation) and
 // checked against the range while the command line is parsed, before any work. The
 // library checks the same ranges again for callers that do not go through the CLI.

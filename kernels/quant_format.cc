@@ -30,8 +30,7 @@ int storageOffset(const QuantFormat& format, GemmSide side) {
 }
 
 int64_t blockCount(const OperandView& view, const QuantFormat& format) {
-  if (format.granularity != Granularity::kPerBlock) return 1;
-  return (view.contractLength() + format.block - 1) / format.block;
+  return quantBlockCount(format, view.contractLength());
 }
 
 int64_t quantGroupCount(const OperandView& view, const QuantFormat& format) {

@@ -15,7 +15,7 @@
 namespace pgq {
 
 struct FormatStats {
-  std::string format;  // kernels/quant_format.h text form
+  std::string format;  // support/quant_format.h text form
   double sqnr_mean = 0;
   double sqnr_min = 0;
   double sqnr_max = 0;

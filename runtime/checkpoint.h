@@ -50,7 +50,7 @@ struct Checkpoint {
   std::vector<std::pair<std::string, Tensor>> tensors;
 };
 
-// Writes `checkpoint` to `path` by OutputFile's rule (ir/file_io.h): atomically for a
+// Writes `checkpoint` to `path` by OutputFile's rule (support/file_io.h): atomically for a
 // regular file (to `.NAME.tmp-<pid>` in the same directory, fsync, rename over `path`,
 // fsync the directory), through a symlink to its target. On any failure (unwritable
 // directory, disk full, ...) throws pgq::Error, removes the temporary file and leaves a

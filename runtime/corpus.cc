@@ -16,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Appends the content of the regular file `file` to `text`, which, with what it already
-// holds, must stay within the corpus limit (ir/file_io.h). `what` names the corpus in
+// holds, must stay within the corpus limit (support/file_io.h). `what` names the corpus in
 // messages when the file is one of a directory's.
 void appendFile(const std::string& file, const std::string& what, std::vector<uint8_t>& text) {
   try {

@@ -26,7 +26,7 @@ struct Corpus {
 };
 
 // Reads `path` (a text file or a directory, see above) through pgq's one file reader
-// (ir/file_io.h). Throws pgq::Error naming the path for a missing or unreadable path, a
+// (support/file_io.h). Throws pgq::Error naming the path for a missing or unreadable path, a
 // path that is neither a regular file nor a directory (a FIFO, /dev/zero), more text
 // than a corpus may have (4 GiB, and no more than the memory available), a file with a
 // NUL byte, a directory with no text file, an empty corpus, or val_fraction outside

@@ -1,6 +1,6 @@
 #pragma once
 // Aggregates the quant_stats outputs of an instrumented graph over the logged steps
-// into a Profile (passes/profile.h): per GEMM operand and format, the mean, min and
+// into a Profile (plan/profile.h): per GEMM operand and format, the mean, min and
 // max SQNR; absmax, rms, zero/underflow/non-finite fractions.
 #include <cstdint>
 #include <vector>

@@ -115,7 +115,7 @@ HardwareModel thisCpu() {
   return cpu;
 }
 
-// Every numeric option within its range (runtime/option_ranges.h) and consistent with
+// Every numeric option within its range (support/option_ranges.h) and consistent with
 // the others. Reads and writes nothing, so train() and TrainingSession run it before
 // any work.
 void validateTrainOptions(const TrainOptions& o) {

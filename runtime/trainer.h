@@ -34,7 +34,7 @@ struct OptimizerConfig {
 // Learning rate of (0-based) step `step` of `total`.
 double learningRate(const OptimizerConfig& opt, int64_t step, int64_t total);
 
-// Throws pgq::Error for a value outside its range (runtime/option_ranges.h); train()
+// Throws pgq::Error for a value outside its range (support/option_ranges.h); train()
 // also checks the warmup against the run's steps.
 void validateOptimizerConfig(const OptimizerConfig& optimizer);
 
@@ -164,7 +164,7 @@ class TrainingSession {
 };
 
 // Throws pgq::Error for bad inputs (corpus, checkpoint, options outside their ranges in
-// runtime/option_ranges.h, a model too large for this machine's memory), before
+// support/option_ranges.h, a model too large for this machine's memory), before
 // writing anything, and when the loss becomes NaN/Inf (the message names the step;
 // the last good checkpoint is kept).
 TrainResult train(const TrainOptions& options);

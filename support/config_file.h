@@ -19,7 +19,7 @@ namespace pgq {
 
 class ConfigNode {
  public:
-  // Parses a file (read as a file of `kind`, see ir/file_io.h) / a string; a YAML
+  // Parses a file (read as a file of `kind`, see support/file_io.h) / a string; a YAML
   // syntax error becomes a pgq::Error with its line.
   static ConfigNode loadFile(const std::string& path, InputKind kind);
   static ConfigNode loadString(const std::string& text, const std::string& name);

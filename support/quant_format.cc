@@ -154,11 +154,16 @@ QuantFormat perBlockFormat(int bits, int block, Rounding rounding) {
   return format;
 }
 
+int64_t quantBlockCount(const QuantFormat& format, int64_t contract) {
+  if (format.granularity != Granularity::kPerBlock) return 1;
+  return (contract + format.block - 1) / format.block;
+}
+
 int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract) {
   switch (format.granularity) {
     case Granularity::kPerTensor: return 1;
     case Granularity::kPerChannel: return batch * channels;
-    case Granularity::kPerBlock: return batch * channels * ((contract + format.block - 1) / format.block);
+    case Granularity::kPerBlock: return batch * channels * quantBlockCount(format, contract);
   }
   return 1;
 }

@@ -56,6 +56,9 @@ QuantFormat perBlockFormat(int bits, int block, Rounding rounding = Rounding::kN
 // (non-contracting) by `contract` (contracting) elements: 1 per tensor, one per channel,
 // or one per block of a channel. quantParamCount() adds the zero points of asymmetric
 // formats (one float per group).
+// Blocks along a channel of `contract` elements: 1 unless per-block (the last block may
+// be shorter).
+int64_t quantBlockCount(const QuantFormat& format, int64_t contract);
 int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 

@@ -124,7 +124,7 @@ TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
   o.steps = 20;
   o.stop_after = 4;
   train(o);  // a healthy start, checkpointed at step 4
-  // The learning rate is at most 10 (runtime/option_ranges.h), too little to overflow
+  // The learning rate is at most 10 (support/option_ranges.h), too little to overflow
   // the tiny model in a few steps; a negative AdamW second moment, whose square root
   // is NaN, makes the weights NaN after the next step instead.
   std::string path = o.out_dir + "/checkpoint.pgqckpt";

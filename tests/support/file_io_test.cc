@@ -1,4 +1,4 @@
-// The one reader and the one writer of files (ir/file_io.h), against the paths a user
+// The one reader and the one writer of files (support/file_io.h), against the paths a user
 // can give: FIFOs, devices, directories, huge sparse files, symlinks, a full device.
 #include "support/file_io.h"
 
