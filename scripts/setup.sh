@@ -19,6 +19,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
   python3 python3-torch python3-yaml libopenblas0-pthread
   fortunes gnuplot-nox libomp-dev libre2-dev
+  libonnx-dev libprotobuf-dev libonnx-testdata
 )
 
 missing=()
