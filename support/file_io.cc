@@ -47,6 +47,7 @@ KindInfo kindInfo(InputKind kind) {
     // A long run logs one short row per step: a million steps is ~100 MB.
     case InputKind::kMetrics: return {"a metrics file", kGiB};
     case InputKind::kCorpus: return {"a corpus", 4 * kGiB};
+    case InputKind::kNpyArray: return {"a NumPy array", 4 * kGiB};
     case InputKind::kCheckpoint: return {"a checkpoint", UINT64_MAX};
   }
   throw InternalError(fmt::format("unknown input kind {}", static_cast<int>(kind)));
@@ -94,8 +95,8 @@ std::optional<uint64_t> memAvailable() {
 std::pair<uint64_t, std::string> limitOf(InputKind kind) {
   KindInfo info = kindInfo(kind);
   if (info.limit == UINT64_MAX) return {UINT64_MAX, fmt::format("the size {} may have", info.what)};
-  if (kind == InputKind::kCorpus) {
-    // The corpus is held in memory whole; reading more than there is room for would
+  if (kind == InputKind::kCorpus || kind == InputKind::kNpyArray) {
+    // The corpus (an array) is held in memory whole; reading more than there is room for would
     // push the machine into swap or the OOM killer instead of giving a message.
     std::optional<uint64_t> available = memAvailable();
     if (available && *available < info.limit)

@@ -14,7 +14,8 @@ namespace pgq {
 
 // What a file pgq reads is. It names the file in messages and sets how large it may be:
 // 64 MiB for the configs, IR text and a plot image, 1 GiB for a metrics CSV, 4 GiB and
-// at most the memory available now (MemAvailable in /proc/meminfo) for a corpus, and no
+// at most the memory available now (MemAvailable in /proc/meminfo) for a corpus or a
+// NumPy array, and no
 // limit for a checkpoint, whose reader checks every size in its header against the
 // file's real size instead.
 enum class InputKind {
@@ -29,6 +30,7 @@ enum class InputKind {
   kMetrics,
   kPlotImage,
   kCorpus,
+  kNpyArray,
   kCheckpoint,
 };
 

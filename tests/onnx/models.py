@@ -269,6 +269,11 @@ def build(arch, seed=0):
         for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+        # nn.Embedding's N(0, 1) makes GPT-2's tied logits so large that the loss is ~30
+        # and the softmax saturates; GPT-2 and BERT initialize embeddings with std 0.02.
+        for m in model.modules():
+            if isinstance(m, nn.Embedding):
+                m.weight.normal_(0.0, 0.02)
     model.eval()
     return model
 
