@@ -239,7 +239,7 @@ def export(module, example_inputs, path, opset=17, do_constant_folding=True, inp
 # ---------------------------------------------------------------- the CLI
 
 
-def _load_models():
+def load_models():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "onnx"))
     import models  # noqa: E402
     return models
@@ -276,7 +276,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
-    models = _load_models()
+    models = load_models()
     model = models.build(args.arch)
     input_ids, labels = models.make_inputs(args.arch)
     inputs = {"input_ids": input_ids, "labels": labels} if args.loss else {"input_ids": input_ids}
