@@ -36,8 +36,11 @@ How torch 1.13 exports, and why these settings:
     the module's own forward is "/blocks.0/attn/MatMul_1"; the top module's is "/MatMul".
     Values are named "<node name>_output_<i>".
   - Unfolded parameters keep their named_parameters() names ("blocks.0.attn.qkv.weight");
-    buffers used by the graph (a tril mask, inv_freq) are initializers under their
-    buffer names, or folded into "onnx::<Op>_<n>" constants.
+    buffers used by the graph are initializers under their buffer names: GPT-2's tril
+    mask "blocks.0.attn.mask" (f32 [1,1,T,T], then Slice, Equal, Where), or with folding
+    one bool "onnx::Where_<n>" per layer; LLaMA's "blocks.0.attn.rotary.inv_freq" stays
+    either way and cos/sin are computed (Einsum of positions and inv_freq, Concat,
+    Cos/Sin), as is its mask (ConstantOfShape, Trilu, Where).
 
 The params file, PATH.params.txt: one line per trainable parameter, in named_parameters()
 order (a tied parameter once), in one of these forms:
