@@ -158,6 +158,7 @@ std::string externalBytes(const TensorProto& t, const fs::path& model_dir, uint6
     else if (entry.key() == "length") length = number(entry.value());
   }
   if (location.empty()) ctx.fail("external data has no 'location'");
+  PGQ_ASSERT(!model_dir.empty(), "{}: external data read without the model's folder", ctx.what);
   fs::path relative = fs::path(location).lexically_normal();
   // The model names files beside it; a path out of its folder could read any file.
   if (relative.is_absolute() || relative.empty() || *relative.begin() == "..")
