@@ -49,7 +49,7 @@ double roundToDtype(int32_t dtype, double value);
 // The values of initializer or attribute tensor `t` of the model `model_file`, whose
 // external data files are looked up in `model_dir` (and may not lie outside it).
 // Supports FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, UINT8, UINT16,
-// UINT32 and BOOL; throws pgq::Error naming the file and the tensor otherwise, and
+// UINT32, UINT64 and BOOL; throws pgq::Error naming the file and the tensor otherwise, and
 // when the data does not match the dims.
 ConstTensor tensorFromProto(const onnx::TensorProto& t, const std::filesystem::path& model_dir,
                             const std::string& model_file);
