@@ -1,13 +1,14 @@
 # The layering rule, checked at build time: a folder's sources may include headers of
 # that folder and of the folders below it only (README, "Where the code lives").
 #   cmake -DFOLDER=<dir> -DALLOWED="support;ir" -DSTAMP=<file> -P pgqCheckLayers.cmake
-# FOLDER is scanned for *.h, *.cc and *.def; every `#include "a/b.h"` whose first path
-# part is a project folder must name a folder in ALLOWED (or FOLDER itself). Includes of
+# FOLDER and its subfolders (frontend/onnx/ is part of frontend/) are scanned for *.h,
+# *.cc and *.def; every `#include "a/b.h"` whose first path part is a project folder
+# must name a folder in ALLOWED (or FOLDER itself). Includes of
 # generated headers ("pgq_version.h") and of other projects (<...>) have no folder part
 # of ours and pass. Fails with one line per violation: file, line, include, rule.
 set(project_folders support kernels ir frontend plan passes runtime app cli)
 get_filename_component(folder_name "${FOLDER}" NAME)
-file(GLOB files "${FOLDER}/*.h" "${FOLDER}/*.cc" "${FOLDER}/*.def")
+file(GLOB_RECURSE files "${FOLDER}/*.h" "${FOLDER}/*.cc" "${FOLDER}/*.def")
 set(violations "")
 foreach(file ${files})
   file(STRINGS "${file}" lines)

@@ -49,6 +49,10 @@ KindInfo kindInfo(InputKind kind) {
     case InputKind::kCorpus: return {"a corpus", 4 * kGiB};
     case InputKind::kNpyArray: return {"a NumPy array", 4 * kGiB};
     case InputKind::kCheckpoint: return {"a checkpoint", UINT64_MAX};
+    // Protobuf cannot parse a message of 2 GiB or more; larger models keep their
+    // weights in external data files.
+    case InputKind::kOnnxModel: return {"an ONNX model", 2 * kGiB - 1};
+    case InputKind::kOnnxExternalData: return {"an ONNX external data file", UINT64_MAX};
   }
   throw InternalError(fmt::format("unknown input kind {}", static_cast<int>(kind)));
 }

@@ -13,10 +13,10 @@
 namespace pgq {
 
 // What a file pgq reads is. It names the file in messages and sets how large it may be:
-// 64 MiB for the configs, IR text and a plot image, 1 GiB for a metrics CSV, 4 GiB and
-// at most the memory available now (MemAvailable in /proc/meminfo) for a corpus or a
-// NumPy array, and no
-// limit for a checkpoint, whose reader checks every size in its header against the
+// 64 MiB for the configs, IR text and a plot image, 1 GiB for a metrics CSV, 2 GiB for
+// an ONNX model (protobuf's own limit), 4 GiB and at most the memory available now
+// (MemAvailable in /proc/meminfo) for a corpus or a NumPy array, and no limit for a
+// checkpoint or an ONNX external data file, whose readers check every size they read against the
 // file's real size instead.
 enum class InputKind {
   kModelConfig,
@@ -32,6 +32,8 @@ enum class InputKind {
   kCorpus,
   kNpyArray,
   kCheckpoint,
+  kOnnxModel,
+  kOnnxExternalData,
 };
 
 // An open file descriptor, closed when destroyed.

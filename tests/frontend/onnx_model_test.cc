@@ -1,0 +1,321 @@
+// Reading ONNX model files and their constant tensors (frontend/onnx/onnx_model.h):
+// every encoding of an initializer, external data, and the files that are not models.
+#include "frontend/onnx/onnx_model.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "support/errors.h"
+
+namespace pgq {
+namespace {
+
+namespace fs = std::filesystem;
+using onnx::TensorProto;
+
+const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class OnnxModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "pgq_onnx_model_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    return (dir_ / name).string();
+  }
+  ConstTensor read(const TensorProto& t) const { return tensorFromProto(t, dir_, "m.onnx"); }
+  std::string readError(const TensorProto& t) const {
+    return errorOf([&] { read(t); });
+  }
+
+  fs::path dir_;
+};
+
+std::string fileBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+template <typename T>
+std::string rawBytes(std::initializer_list<T> values) {
+  std::string out(values.size() * sizeof(T), '\0');
+  std::memcpy(out.data(), std::data(values), out.size());
+  return out;
+}
+
+TensorProto tensor(const std::string& name, int32_t dtype, std::initializer_list<int64_t> dims) {
+  TensorProto t;
+  t.set_name(name);
+  t.set_data_type(dtype);
+  for (int64_t d : dims) t.add_dims(d);
+  return t;
+}
+
+void setExternal(TensorProto& t, std::initializer_list<std::pair<std::string, std::string>> entries) {
+  t.set_data_location(TensorProto::EXTERNAL);
+  for (const auto& [key, value] : entries) {
+    onnx::StringStringEntryProto* e = t.add_external_data();
+    e->set_key(key);
+    e->set_value(value);
+  }
+}
+
+TEST_F(OnnxModelTest, ReadsARealModelAndItsOpset) {
+  onnx::ModelProto model = readOnnxModel((kNodeTests / "test_add" / "model.onnx").string());
+  EXPECT_EQ(model.graph().node(0).op_type(), "Add");
+  EXPECT_GE(defaultOpset(model), 7);
+}
+
+TEST_F(OnnxModelTest, RefusesATextFile) {
+  std::string file = write("notes.onnx", "this is a text file, not a model\n");
+  EXPECT_EQ(errorOf([&] { readOnnxModel(file); }),
+            file + ": not an ONNX model: it is not a valid ONNX protobuf or is truncated");
+}
+
+TEST_F(OnnxModelTest, RefusesATruncatedModel) {
+  std::string bytes = fileBytes(kNodeTests / "test_gather_0" / "model.onnx");
+  ASSERT_GT(bytes.size(), 100u);
+  std::string file = write("half.onnx", bytes.substr(0, bytes.size() / 2));
+  EXPECT_EQ(errorOf([&] { readOnnxModel(file); }),
+            file + ": not an ONNX model: it is not a valid ONNX protobuf or is truncated");
+}
+
+TEST_F(OnnxModelTest, RefusesAnEmptyFileAndAModelWithoutGraphOrOpset) {
+  std::string empty = write("empty.onnx", "");
+  EXPECT_EQ(errorOf([&] { readOnnxModel(empty); }),
+            empty + ": not an ONNX model: it has no graph (not a valid ONNX protobuf, or truncated)");
+  onnx::ModelProto model = readOnnxModel((kNodeTests / "test_add" / "model.onnx").string());
+  model.clear_opset_import();
+  model.add_opset_import()->set_domain("com.microsoft");
+  std::string no_opset = write("no_opset.onnx", model.SerializeAsString());
+  EXPECT_EQ(errorOf([&] { readOnnxModel(no_opset); }),
+            no_opset + ": the model imports no opset of the default ONNX domain (\"\" or \"ai.onnx\")");
+  model.add_opset_import()->set_domain("ai.onnx");
+  model.mutable_opset_import(1)->set_version(17);
+  EXPECT_EQ(defaultOpset(model), 17);
+}
+
+TEST_F(OnnxModelTest, RefusesAModelOver2GiB) {
+  std::string file = (dir_ / "huge.onnx").string();
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, (off_t{1} << 31) + 10), 0);  // sparse: takes no disk space
+  ::close(fd);
+  EXPECT_EQ(errorOf([&] { readOnnxModel(file); }), file + ": 2147483658 bytes is more than the 2 GiB an ONNX model may have");
+}
+
+TEST_F(OnnxModelTest, ParsesAModelOver64MiB) {
+  // Protobuf's default limit is 64 MiB; weights inside the model may take more.
+  onnx::ModelProto model = readOnnxModel((kNodeTests / "test_add" / "model.onnx").string());
+  TensorProto* w = model.mutable_graph()->add_initializer();
+  *w = tensor("w", TensorProto::FLOAT, {17 << 20});
+  w->mutable_raw_data()->assign(size_t{68} << 20, '\0');
+  std::string file = write("big.onnx", model.SerializeAsString());
+  onnx::ModelProto back = readOnnxModel(file);
+  ASSERT_EQ(back.graph().initializer_size(), 1);
+  EXPECT_EQ(back.graph().initializer(0).raw_data().size(), size_t{68} << 20);
+}
+
+TEST_F(OnnxModelTest, ReadsRawData) {
+  TensorProto f = tensor("f", TensorProto::FLOAT, {2, 2});
+  f.set_raw_data(rawBytes<float>({1.5f, -2, 0.1f, 4}));
+  ConstTensor t = read(f);
+  EXPECT_EQ(t.dtype, TensorProto::FLOAT);
+  EXPECT_EQ(t.dims, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(t.values, (std::vector<double>{1.5, -2, static_cast<double>(0.1f), 4}));
+  EXPECT_EQ(t.floats(), (std::vector<float>{1.5f, -2, 0.1f, 4}));
+  EXPECT_TRUE(t.isFloat());
+
+  TensorProto i = tensor("i", TensorProto::INT64, {3});
+  i.set_raw_data(rawBytes<int64_t>({-7, int64_t{1} << 53, std::numeric_limits<int64_t>::max()}));
+  ConstTensor ti = read(i);
+  EXPECT_TRUE(ti.isInteger());
+  EXPECT_EQ(ti.ints(), (std::vector<int64_t>{-7, int64_t{1} << 53, std::numeric_limits<int64_t>::max()}));
+
+  TensorProto b = tensor("b", TensorProto::BOOL, {3});
+  b.set_raw_data(std::string("\x01\x00\x02", 3));
+  EXPECT_EQ(read(b).values, (std::vector<double>{1, 0, 1}));
+
+  TensorProto h = tensor("h", TensorProto::FLOAT16, {2});
+  h.set_raw_data(rawBytes<uint16_t>({0x3c00, 0xc000}));  // 1.0, -2.0
+  EXPECT_EQ(read(h).values, (std::vector<double>{1, -2}));
+
+  TensorProto bf = tensor("bf", TensorProto::BFLOAT16, {1});
+  bf.set_raw_data(rawBytes<uint16_t>({0x3fc0}));  // 1.5
+  EXPECT_EQ(read(bf).values, (std::vector<double>{1.5}));
+
+  TensorProto u8 = tensor("u8", TensorProto::UINT8, {2});
+  u8.set_raw_data(std::string("\xff\x01", 2));
+  EXPECT_EQ(read(u8).values, (std::vector<double>{255, 1}));
+
+  TensorProto i8 = tensor("i8", TensorProto::INT8, {2});
+  i8.set_raw_data(std::string("\xff\x01", 2));
+  EXPECT_EQ(read(i8).values, (std::vector<double>{-1, 1}));
+}
+
+TEST_F(OnnxModelTest, ReadsTypedFields) {
+  TensorProto f = tensor("f", TensorProto::FLOAT, {2});
+  f.add_float_data(0.5f);
+  f.add_float_data(3);
+  EXPECT_EQ(read(f).values, (std::vector<double>{0.5, 3}));
+  TensorProto d = tensor("d", TensorProto::DOUBLE, {});
+  d.add_double_data(0.1);
+  ConstTensor td = read(d);
+  EXPECT_TRUE(td.dims.empty());
+  EXPECT_EQ(td.values, (std::vector<double>{0.1}));
+  TensorProto i = tensor("i", TensorProto::INT64, {2});
+  i.add_int64_data(-3);
+  i.add_int64_data(9);
+  EXPECT_EQ(read(i).ints(), (std::vector<int64_t>{-3, 9}));
+  TensorProto i32 = tensor("i32", TensorProto::INT32, {1});
+  i32.add_int32_data(-5);
+  EXPECT_EQ(read(i32).values, (std::vector<double>{-5}));
+  TensorProto h = tensor("h", TensorProto::FLOAT16, {1});
+  h.add_int32_data(0x3800);  // 0.5
+  EXPECT_EQ(read(h).values, (std::vector<double>{0.5}));
+  TensorProto b = tensor("b", TensorProto::BOOL, {2});
+  b.add_int32_data(1);
+  b.add_int32_data(0);
+  EXPECT_EQ(read(b).values, (std::vector<double>{1, 0}));
+}
+
+TEST_F(OnnxModelTest, RefusesBadInitializers) {
+  TensorProto s = tensor("names", TensorProto::STRING, {1});
+  s.add_string_data("a");
+  EXPECT_EQ(readError(s), "m.onnx: initializer 'names': dtype STRING is not supported");
+  TensorProto c = tensor("z", TensorProto::COMPLEX64, {1});
+  EXPECT_EQ(readError(c), "m.onnx: initializer 'z': dtype COMPLEX64 is not supported");
+
+  TensorProto few = tensor("w", TensorProto::FLOAT, {2, 3});
+  few.add_float_data(1);
+  EXPECT_EQ(readError(few), "m.onnx: initializer 'w': has 1 values, but its dims 2x3 need 6");
+  TensorProto raw = tensor("w", TensorProto::FLOAT, {3});
+  raw.set_raw_data(std::string(8, '\0'));
+  EXPECT_EQ(readError(raw), "m.onnx: initializer 'w': raw_data has 8 bytes, but 3 elements of FLOAT need 12");
+  TensorProto negative = tensor("w", TensorProto::FLOAT, {-1});
+  EXPECT_EQ(readError(negative), "m.onnx: initializer 'w': dimension -1 is negative");
+
+  TensorProto big = tensor("i", TensorProto::INT64, {1});
+  big.add_int64_data((int64_t{1} << 53) + 1);
+  EXPECT_EQ(readError(big), "m.onnx: initializer 'i': value 9007199254740993 is beyond 2^53, which pgq cannot hold exactly");
+  ConstTensor half;
+  half.values = {0.5};
+  EXPECT_EQ(errorOf([&] { half.ints(); }), "constant value 0.5 is not an integer");
+}
+
+TEST_F(OnnxModelTest, ReadsExternalData) {
+  write("weights.bin", "XXXX" + rawBytes<float>({1, 2, 3}) + "YY");
+  TensorProto w = tensor("w", TensorProto::FLOAT, {3});
+  setExternal(w, {{"location", "weights.bin"}, {"offset", "4"}, {"length", "12"}});
+  EXPECT_EQ(read(w).values, (std::vector<double>{1, 2, 3}));
+
+  // Without a length, the data runs to the end of the file.
+  fs::create_directories(dir_ / "sub");
+  write("sub/tail.bin", "ab" + rawBytes<int32_t>({7, -8}));
+  TensorProto tail = tensor("t", TensorProto::INT32, {2});
+  setExternal(tail, {{"location", "./sub/../sub/tail.bin"}, {"offset", "2"}});
+  EXPECT_EQ(read(tail).values, (std::vector<double>{7, -8}));
+}
+
+TEST_F(OnnxModelTest, RefusesBadExternalData) {
+  TensorProto missing = tensor("w", TensorProto::FLOAT, {3});
+  setExternal(missing, {{"location", "weights.bin"}});
+  EXPECT_EQ(readError(missing), "m.onnx: initializer 'w': missing external data file " +
+                                    (dir_ / "weights.bin").string());
+
+  write("weights.bin", rawBytes<float>({1, 2}));
+  TensorProto short_file = tensor("w", TensorProto::FLOAT, {3});
+  setExternal(short_file, {{"location", "weights.bin"}});
+  EXPECT_EQ(readError(short_file), "m.onnx: initializer 'w': external data in " + (dir_ / "weights.bin").string() +
+                                       " is 8 bytes, but its dims and dtype need 12");
+  TensorProto past_end = tensor("w", TensorProto::FLOAT, {2});
+  setExternal(past_end, {{"location", "weights.bin"}, {"offset", "4"}, {"length", "8"}});
+  EXPECT_EQ(readError(past_end), "m.onnx: initializer 'w': external data at offset 4 for 8 bytes runs past the end of " +
+                                     (dir_ / "weights.bin").string() + " (8 bytes)");
+
+  for (const char* location : {"/etc/passwd", "../weights.bin", "sub/../../weights.bin"}) {
+    TensorProto escape = tensor("w", TensorProto::FLOAT, {2});
+    setExternal(escape, {{"location", location}});
+    EXPECT_EQ(readError(escape), fmt::format("m.onnx: initializer 'w': external data location '{}' is not a path "
+                                             "inside the model's folder",
+                                             location));
+  }
+  TensorProto no_location = tensor("w", TensorProto::FLOAT, {2});
+  setExternal(no_location, {{"offset", "0"}});
+  EXPECT_EQ(readError(no_location), "m.onnx: initializer 'w': external data has no 'location'");
+  TensorProto bad_offset = tensor("w", TensorProto::FLOAT, {2});
+  setExternal(bad_offset, {{"location", "weights.bin"}, {"offset", "-4"}});
+  EXPECT_EQ(readError(bad_offset), "m.onnx: initializer 'w': external data offset '-4' is not a byte count");
+}
+
+TEST_F(OnnxModelTest, ReadsConstantAttributes) {
+  onnx::AttributeProto a;
+  a.set_name("value_ints");
+  a.add_ints(3);
+  a.add_ints(-1);
+  ConstTensor ints = attributeTensor(a);
+  EXPECT_EQ(ints.dtype, TensorProto::INT64);
+  EXPECT_EQ(ints.dims, (std::vector<int64_t>{2}));
+  EXPECT_EQ(ints.ints(), (std::vector<int64_t>{3, -1}));
+
+  onnx::AttributeProto f;
+  f.set_name("value_float");
+  f.set_f(0.25f);
+  ConstTensor scalar = attributeTensor(f);
+  EXPECT_TRUE(scalar.dims.empty());
+  EXPECT_EQ(scalar.values, (std::vector<double>{0.25}));
+
+  onnx::AttributeProto v;
+  v.set_name("value");
+  *v.mutable_t() = tensor("", TensorProto::INT32, {2});
+  v.mutable_t()->add_int32_data(4);
+  v.mutable_t()->add_int32_data(5);
+  EXPECT_EQ(attributeTensor(v).values, (std::vector<double>{4, 5}));
+
+  onnx::AttributeProto s;
+  s.set_name("value_string");
+  EXPECT_EQ(errorOf([&] { attributeTensor(s, {}, "m.onnx", "c0"); }),
+            "m.onnx: node 'c0': attribute 'value_string': is not a constant value pgq reads (value, value_float(s) "
+            "or value_int(s))");
+}
+
+TEST(OnnxDtype, RoundsLikeTheRuntimeType) {
+  EXPECT_EQ(roundToDtype(TensorProto::FLOAT, 0.1), static_cast<double>(0.1f));
+  EXPECT_EQ(roundToDtype(TensorProto::FLOAT16, 1.0 + 1.0 / 4096), 1.0);  // below half's epsilon
+  EXPECT_EQ(roundToDtype(TensorProto::BFLOAT16, 1.0 + 1.0 / 512), 1.0);
+  EXPECT_EQ(roundToDtype(TensorProto::INT8, 130), -126);
+  EXPECT_EQ(roundToDtype(TensorProto::UINT8, -1), 255);
+  EXPECT_EQ(roundToDtype(TensorProto::INT32, -2.7), -2);
+  EXPECT_EQ(roundToDtype(TensorProto::INT64, 2.7), 2);
+  EXPECT_EQ(roundToDtype(TensorProto::BOOL, -3), 1);
+  EXPECT_EQ(dtypeName(TensorProto::BFLOAT16), "BFLOAT16");
+}
+
+}  // namespace
+}  // namespace pgq
