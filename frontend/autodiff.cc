@@ -1,6 +1,8 @@
 #include "frontend/autodiff.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -187,11 +189,65 @@ void Autodiff::backprop(Node* node, Node* dy) {
       return;
     case Op::kRelu: accumulate(op0(), b_.create(Op::kReluGrad, {op0(), dy}, {})); return;
     case Op::kGelu: accumulate(op0(), b_.create(Op::kGeluGrad, {op0(), dy}, {})); return;
+    case Op::kSilu: accumulate(op0(), b_.create(Op::kSiluGrad, {op0(), dy}, {})); return;
+    case Op::kGeluErf: accumulate(op0(), b_.create(Op::kGeluErfGrad, {op0(), dy}, {})); return;
+    case Op::kSqrt:  // dx = dy / (2 y)
+      accumulate(op0(), b_.div(b_.scale(dy, 0.5), node));
+      return;
+    case Op::kSigmoid:  // dx = dy (y - y^2)
+      accumulate(op0(), b_.mul(dy, b_.sub(node, b_.mul(node, node))));
+      return;
+    case Op::kErf: {  // dx = dy 2/sqrt(pi) exp(-x^2)
+      Node* bump = b_.unary(Op::kExp, b_.unary(Op::kNeg, b_.mul(op0(), op0())));
+      accumulate(op0(), b_.scale(b_.mul(dy, bump), 2.0 / std::sqrt(std::numbers::pi)));
+      return;
+    }
+    case Op::kSelect: {  // the condition is piecewise constant: no gradient
+      if (!needs_grad_.count(op1()) && !needs_grad_.count(node->operand(2))) return;
+      Node* zero = b_.constant(0.0, dy->type());
+      if (needs_grad_.count(op1())) accumulate(op1(), b_.select(op0(), dy, zero));
+      if (needs_grad_.count(node->operand(2))) accumulate(node->operand(2), b_.select(op0(), zero, dy));
+      return;
+    }
     case Op::kConvert: accumulate(op0(), b_.convert(dy, op0()->dtype())); return;
     case Op::kTranspose:
       accumulate(op0(), b_.transpose(dy, inversePerm(node->attrs().getInts(AttrKey::kPerm))));
       return;
     case Op::kReshape: accumulate(op0(), b_.reshape(dy, op0()->shape())); return;
+    case Op::kSlice: {  // zeros where the slice dropped elements
+      const auto& starts = node->attrs().getInts(AttrKey::kStarts);
+      const auto& limits = node->attrs().getInts(AttrKey::kLimits);
+      std::vector<int64_t> high;
+      for (int d = 0; d < op0()->shape().rank(); ++d)
+        high.push_back(op0()->shape().dim(d) - limits[static_cast<size_t>(d)]);
+      accumulate(op0(), b_.pad(dy, starts, std::move(high)));
+      return;
+    }
+    case Op::kPad: {
+      const auto& low = node->attrs().getInts(AttrKey::kLow);
+      std::vector<int64_t> limits;
+      for (int d = 0; d < op0()->shape().rank(); ++d)
+        limits.push_back(low[static_cast<size_t>(d)] + op0()->shape().dim(d));
+      accumulate(op0(), b_.slice(dy, low, std::move(limits)));
+      return;
+    }
+    case Op::kConcat: {  // each operand gets its part of dy
+      const size_t axis = static_cast<size_t>(node->attrs().getInt(AttrKey::kAxis));
+      const int64_t split = op0()->shape().dim(static_cast<int>(axis));
+      std::vector<int64_t> zeros(static_cast<size_t>(node->shape().rank()), 0);
+      std::vector<int64_t> ends(dy->shape().dims().begin(), dy->shape().dims().end());
+      if (needs_grad_.count(op0())) {
+        std::vector<int64_t> limits = ends;
+        limits[axis] = split;
+        accumulate(op0(), b_.slice(dy, zeros, std::move(limits)));
+      }
+      if (needs_grad_.count(op1())) {
+        std::vector<int64_t> starts = zeros;
+        starts[axis] = split;
+        accumulate(op1(), b_.slice(dy, std::move(starts), ends));
+      }
+      return;
+    }
     case Op::kBroadcast: {
       const auto& kept = node->attrs().getInts(AttrKey::kDims);
       std::vector<int64_t> axes;
@@ -230,8 +286,8 @@ void Autodiff::backprop(Node* node, Node* dy) {
     case Op::kScatterAdd: accumulate(op0(), b_.gather(dy, op1())); return;
     case Op::kCrossEntropy: accumulate(op0(), b_.crossEntropyGrad(op0(), op1(), dy)); return;
     case Op::kMatMul: matmulGrad(node, dy); return;
-    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSoftmaxGrad: case Op::kRmsNormGrad:
-    case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad:
+    case Op::kSoftmaxGrad: case Op::kRmsNormGrad: case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
       throw Error(fmt::format("autodiff: no gradient rule for {} (%{}); second derivatives are not "
                               "supported",
                               opName(node->op()), node->name()));

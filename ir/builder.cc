@@ -90,6 +90,32 @@ Node* Builder::reduce(Op op, Node* x, std::vector<int64_t> axes, std::string_vie
   return create(op, {x}, std::move(attrs), std::nullopt, name);
 }
 
+Node* Builder::slice(Node* x, std::vector<int64_t> starts, std::vector<int64_t> limits,
+                     std::string_view name) {
+  Attrs attrs;
+  attrs.set(AttrKey::kStarts, std::move(starts));
+  attrs.set(AttrKey::kLimits, std::move(limits));
+  return create(Op::kSlice, {x}, std::move(attrs), std::nullopt, name);
+}
+
+Node* Builder::pad(Node* x, std::vector<int64_t> low, std::vector<int64_t> high,
+                   std::string_view name) {
+  Attrs attrs;
+  attrs.set(AttrKey::kLow, std::move(low));
+  attrs.set(AttrKey::kHigh, std::move(high));
+  return create(Op::kPad, {x}, std::move(attrs), std::nullopt, name);
+}
+
+Node* Builder::concat(Node* a, Node* b, int64_t axis, std::string_view name) {
+  Attrs attrs;
+  attrs.set(AttrKey::kAxis, axis);
+  return create(Op::kConcat, {a, b}, std::move(attrs), std::nullopt, name);
+}
+
+Node* Builder::select(Node* cond, Node* a, Node* b, std::string_view name) {
+  return create(Op::kSelect, {cond, a, b}, {}, std::nullopt, name);
+}
+
 Node* Builder::causalMask(Node* x, double value, std::string_view name) {
   Attrs attrs;
   attrs.set(AttrKey::kValue, value);

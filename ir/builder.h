@@ -60,6 +60,14 @@ class Builder {
   // Broadcasts x to `shape` by aligning x's dims with the trailing dims of `shape`.
   Node* broadcastTrailing(Node* x, const Shape& shape, std::string_view name = "");
   Node* reduce(Op op, Node* x, std::vector<int64_t> axes, std::string_view name = "");
+  // The box [starts, limits) of x, stride 1.
+  Node* slice(Node* x, std::vector<int64_t> starts, std::vector<int64_t> limits,
+              std::string_view name = "");
+  // x with low[i] zeros before and high[i] zeros after dim i.
+  Node* pad(Node* x, std::vector<int64_t> low, std::vector<int64_t> high, std::string_view name = "");
+  Node* concat(Node* a, Node* b, int64_t axis, std::string_view name = "");
+  // a where cond (f32) is nonzero, else b.
+  Node* select(Node* cond, Node* a, Node* b, std::string_view name = "");
 
   // Attention, normalization, embedding, loss.
   Node* softmax(Node* x, std::string_view name = "") { return unary(Op::kSoftmax, x, name); }

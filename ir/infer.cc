@@ -88,6 +88,12 @@ class Rule {
   }
   TensorType transpose() const;
   TensorType broadcast() const;
+  TensorType slice() const;
+  TensorType pad() const;
+  TensorType concat() const;
+  TensorType select() const;
+  // The Ints attribute `key`, which must hold one entry per dim of operand 0.
+  const std::vector<int64_t>& perDim(AttrKey key) const;
   TensorType reduce() const;
   TensorType matmul() const;
   TensorType qmatmul() const;
@@ -134,6 +140,73 @@ TensorType Rule::broadcast() const {
       fail(fmt::format("operand {} dim {} does not match result {} dim {}", in.toString(), i,
                        out.shape.toString(), dims[static_cast<size_t>(i)]));
   return out;
+}
+
+const std::vector<int64_t>& Rule::perDim(AttrKey key) const {
+  requireAttr(key);
+  const auto& values = attrs_.getInts(key);
+  if (static_cast<int>(values.size()) != operand(0).shape.rank())
+    fail(fmt::format("{} [{}] must have one entry per dim of {}", attrName(key),
+                     fmt::join(values, ","), operand(0).toString()));
+  return values;
+}
+
+TensorType Rule::slice() const {
+  const Shape& in = operand(0).shape;
+  const auto& starts = perDim(AttrKey::kStarts);
+  const auto& limits = perDim(AttrKey::kLimits);
+  std::vector<int64_t> dims;
+  for (int i = 0; i < in.rank(); ++i) {
+    const int64_t start = starts[static_cast<size_t>(i)], limit = limits[static_cast<size_t>(i)];
+    if (!(start >= 0 && start <= limit && limit <= in.dim(i)))
+      fail(fmt::format("dim {} of {}: needs 0 <= start <= limit <= {}, got start {} and limit {}",
+                       i, in.toString(), in.dim(i), start, limit));
+    dims.push_back(limit - start);
+  }
+  return {operand(0).dtype, Shape(std::move(dims))};
+}
+
+TensorType Rule::pad() const {
+  const Shape& in = operand(0).shape;
+  const auto& low = perDim(AttrKey::kLow);
+  const auto& high = perDim(AttrKey::kHigh);
+  std::vector<int64_t> dims;
+  for (int i = 0; i < in.rank(); ++i) {
+    const int64_t lo = low[static_cast<size_t>(i)], hi = high[static_cast<size_t>(i)];
+    if (lo < 0 || hi < 0)
+      fail(fmt::format("dim {} of {}: low and high must be >= 0, got {} and {}", i,
+                       in.toString(), lo, hi));
+    dims.push_back(lo + in.dim(i) + hi);
+  }
+  return {operand(0).dtype, Shape(std::move(dims))};
+}
+
+TensorType Rule::concat() const {
+  const TensorType& a = operand(0);
+  const TensorType& b = operand(1);
+  requireAttr(AttrKey::kAxis);
+  const int64_t axis = attrs_.getInt(AttrKey::kAxis);
+  if (axis < 0 || axis >= a.shape.rank())
+    fail(fmt::format("axis {} is not a dim of {}", axis, a.toString()));
+  bool fits = a.dtype == b.dtype && a.shape.rank() == b.shape.rank();
+  for (int i = 0; fits && i < a.shape.rank(); ++i)
+    fits = i == axis || a.shape.dim(i) == b.shape.dim(i);
+  if (!fits)
+    fail(fmt::format("operands {} and {} must have the same dtype and equal dims except axis {}",
+                     a.toString(), b.toString(), axis));
+  std::vector<int64_t> dims(a.shape.dims().begin(), a.shape.dims().end());
+  dims[static_cast<size_t>(axis)] += b.shape.dim(static_cast<int>(axis));
+  return {a.dtype, Shape(std::move(dims))};
+}
+
+TensorType Rule::select() const {
+  requireDType(0, DType::kF32);
+  requireFloat(1);
+  requireSameType(1, 2);
+  if (operand(0).shape != operand(1).shape)
+    fail(fmt::format("condition {} must have the shape of {}", operand(0).toString(),
+                     operand(1).toString()));
+  return operand(1);
 }
 
 TensorType Rule::reduce() const {
@@ -227,11 +300,15 @@ TensorType Rule::run() const {
       return declared();
 
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
-    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSoftmaxGrad:
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad:
+    case Op::kSoftmaxGrad:
       return elementwise(2);
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh:
-    case Op::kRelu: case Op::kGelu:
+    case Op::kRelu: case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
+    case Op::kSilu: case Op::kGeluErf:
       return elementwise(1);
+    case Op::kSelect:
+      return select();
     case Op::kSoftmax:
       requireMinRank(0, 1);
       return elementwise(1);
@@ -266,6 +343,12 @@ TensorType Rule::run() const {
       return declared();
     case Op::kBroadcast:
       return broadcast();
+    case Op::kSlice:
+      return slice();
+    case Op::kPad:
+      return pad();
+    case Op::kConcat:
+      return concat();
     case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean:
       return reduce();
 

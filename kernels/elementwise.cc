@@ -144,6 +144,11 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n) {
       // maxps returns its second operand when one is NaN: NaN propagates like torch.
       return mapUnary(x, y, n, [](__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); });
     case UnaryOp::kGelu: return mapUnary(x, y, n, vec::vgelu);
+    case UnaryOp::kSqrt: return mapUnary(x, y, n, [](__m256 v) { return _mm256_sqrt_ps(v); });
+    case UnaryOp::kSigmoid: return mapUnary(x, y, n, vec::vsigmoid);
+    case UnaryOp::kErf: return mapUnary(x, y, n, vec::verf);
+    case UnaryOp::kSilu: return mapUnary(x, y, n, vec::vsilu);
+    case UnaryOp::kGeluErf: return mapUnary(x, y, n, vec::vgeluErf);
   }
   throw KernelError::format("unary: unknown UnaryOp {}", static_cast<int>(op));
 }
@@ -178,10 +183,32 @@ void geluGrad(const float* x, const float* dy, float* dx, int64_t n) {
   mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vgeluGrad(xv)); });
 }
 
+void siluGrad(const float* x, const float* dy, float* dx, int64_t n) {
+  vec::checkSizes("siluGrad", {n});
+  mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vsiluGrad(xv)); });
+}
+
+void geluErfGrad(const float* x, const float* dy, float* dx, int64_t n) {
+  vec::checkSizes("geluErfGrad", {n});
+  mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vgeluErfGrad(xv)); });
+}
+
 void reluGrad(const float* x, const float* dy, float* dx, int64_t n) {
   vec::checkSizes("reluGrad", {n});
   mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) {
     return _mm256_and_ps(g, _mm256_cmp_ps(xv, _mm256_setzero_ps(), _CMP_GT_OQ));
+  });
+}
+
+void select(const float* cond, const float* a, const float* b, float* y, int64_t n) {
+  vec::checkSizes("select", {n});
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += 8) {
+      const int64_t k = end - i;
+      // NEQ_UQ is true for NaN, as `cond != 0` is.
+      const __m256 pick_a = _mm256_cmp_ps(vec::loadPart(cond + i, k), _mm256_setzero_ps(), _CMP_NEQ_UQ);
+      vec::storePart(y + i, k, _mm256_blendv_ps(vec::loadPart(b + i, k), vec::loadPart(a + i, k), pick_a));
+    }
   });
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Elementwise f32 kernels on contiguous row-major buffers: unary maps, binary maps
-// with row/column/scalar broadcasting, and the activation gradients.
+// with row/column/scalar broadcasting, the activation gradients and select.
 //
 // All of them are memory-bound streams: AVX2 + FMA, OpenMP (static split) above
 // ~16K elements, results identical for any thread count. Sizes are element counts;
@@ -17,6 +17,11 @@ enum class UnaryOp {
   kTanh,
   kRelu,   // max(x, 0); NaN stays NaN like torch.relu
   kGelu,   // tanh approximation: torch.nn.functional.gelu(x, approximate='tanh')
+  kSqrt,   // correctly rounded
+  kSigmoid,
+  kErf,      // <= 3.4e-7 relative error
+  kSilu,     // x * sigmoid(x)
+  kGeluErf,  // exact gelu x * Phi(x): torch.nn.functional.gelu(x)
 };
 
 // y = op(x). y may alias x.
@@ -45,8 +50,17 @@ void binary(BinaryOp op, const float* a, Bcast a_bcast, const float* b, Bcast b_
 // dx = dy * d/dx gelu_tanh(x). dx may alias x or dy.
 void geluGrad(const float* x, const float* dy, float* dx, int64_t n);
 
+// dx = dy * d/dx silu(x). dx may alias x or dy.
+void siluGrad(const float* x, const float* dy, float* dx, int64_t n);
+
+// dx = dy * d/dx gelu_erf(x) = dy * (Phi(x) + x phi(x)). dx may alias x or dy.
+void geluErfGrad(const float* x, const float* dy, float* dx, int64_t n);
+
 // dx = dy where x > 0, else 0. dx may alias x or dy.
 void reluGrad(const float* x, const float* dy, float* dx, int64_t n);
+
+// y = a where cond != 0 (NaN counts as nonzero), else b. y may alias any operand.
+void select(const float* cond, const float* a, const float* b, float* y, int64_t n);
 
 // y[0..n) = v.
 void fill(float* y, int64_t n, float v);

@@ -200,6 +200,50 @@ void transposeGeneric(const float* x, float* y, const Permutation& p) {
   });
 }
 
+// Copies a box of extents `box` from src (dims src_dims, box at src_start) to dst (dims
+// dst_dims, box at dst_start), one contiguous run per index of the leading dims.
+void copyBox(const float* src, std::span<const int64_t> src_dims, std::span<const int64_t> src_start,
+             float* dst, std::span<const int64_t> dst_dims, std::span<const int64_t> dst_start,
+             std::span<const int64_t> box) {
+  const int64_t total = std::accumulate(box.begin(), box.end(), int64_t{1}, std::multiplies<>());
+  if (total == 0) return;
+  const std::vector<int64_t> src_strides = stridesOf({src_dims.begin(), src_dims.end()});
+  const std::vector<int64_t> dst_strides = stridesOf({dst_dims.begin(), dst_dims.end()});
+  // Dims [full, rank) are covered entirely on both sides: with dim full - 1 they form
+  // one contiguous run.
+  size_t full = box.size();
+  while (full > 0 && box[full - 1] == src_dims[full - 1] && box[full - 1] == dst_dims[full - 1]) --full;
+  int64_t src_base = 0, dst_base = 0;
+  for (size_t d = 0; d < box.size(); ++d) {
+    src_base += src_start[d] * src_strides[d];
+    dst_base += dst_start[d] * dst_strides[d];
+  }
+  if (full == 0) {  // the same shape on both sides: one run
+    vec::parallelRanges(total, 1, 16, [&](int64_t begin, int64_t end) {
+      std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin) * sizeof(float));
+    });
+    return;
+  }
+  const std::vector<int64_t> lead(box.begin(), box.begin() + static_cast<std::ptrdiff_t>(full - 1));
+  const std::vector<int64_t> lead_src(src_strides.begin(), src_strides.begin() + static_cast<std::ptrdiff_t>(full - 1));
+  const std::vector<int64_t> lead_dst(dst_strides.begin(), dst_strides.begin() + static_cast<std::ptrdiff_t>(full - 1));
+  const int64_t run = box[full - 1] * src_strides[full - 1];
+  vec::parallelRanges(total / run, run, 1, [&](int64_t begin, int64_t end) {
+    Odometer in(begin, lead, lead_src), out(begin, lead, lead_dst);
+    for (int64_t r = begin; r < end; ++r, in.advance(lead, lead_src), out.advance(lead, lead_dst))
+      copyRun(src + src_base + in.offset, dst + dst_base + out.offset, run);
+  });
+}
+
+void checkRank(const char* kernel, std::span<const int64_t> dims, std::span<const int64_t> other,
+               const char* what) {
+  if (dims.size() != other.size())
+    throw KernelError::format("{}: {} has {} entries for a rank-{} tensor", kernel, what, other.size(),
+                              dims.size());
+  for (int64_t d : dims)
+    if (d < 0) throw KernelError::format("{}: dims must be >= 0, got [{}]", kernel, fmt::join(dims, ","));
+}
+
 void checkIndices(const char* kernel, const int32_t* idx, int64_t n_idx, int64_t rows) {
   for (int64_t i = 0; i < n_idx; ++i)
     if (idx[i] < 0 || idx[i] >= rows)
@@ -232,6 +276,50 @@ void transpose(const float* x, float* y, std::span<const int64_t> dims, std::spa
   } else {
     transposeGeneric(x, y, p);
   }
+}
+
+void slice(const float* x, float* y, std::span<const int64_t> x_dims, std::span<const int64_t> starts,
+           std::span<const int64_t> y_dims) {
+  checkRank("slice", x_dims, starts, "starts");
+  checkRank("slice", x_dims, y_dims, "the result shape");
+  for (size_t d = 0; d < x_dims.size(); ++d)
+    if (starts[d] < 0 || y_dims[d] < 0 || starts[d] + y_dims[d] > x_dims[d])
+      throw KernelError::format("slice: a box of [{}] at [{}] does not fit in [{}]", fmt::join(y_dims, ","),
+                                fmt::join(starts, ","), fmt::join(x_dims, ","));
+  const std::vector<int64_t> origin(x_dims.size(), 0);
+  copyBox(x, x_dims, starts, y, y_dims, origin, y_dims);
+}
+
+void pad(const float* x, float* y, std::span<const int64_t> x_dims, std::span<const int64_t> low,
+         std::span<const int64_t> high) {
+  checkRank("pad", x_dims, low, "low");
+  checkRank("pad", x_dims, high, "high");
+  std::vector<int64_t> y_dims;
+  for (size_t d = 0; d < x_dims.size(); ++d) {
+    if (low[d] < 0 || high[d] < 0)
+      throw KernelError::format("pad: low [{}] and high [{}] must be >= 0", fmt::join(low, ","),
+                                fmt::join(high, ","));
+    y_dims.push_back(low[d] + x_dims[d] + high[d]);
+  }
+  const int64_t n = std::accumulate(y_dims.begin(), y_dims.end(), int64_t{1}, std::multiplies<>());
+  // Zeros everywhere first: simpler than filling the frame, and pad sits on no hot path.
+  vec::parallelRanges(n, 1, 16, [&](int64_t begin, int64_t end) {
+    std::memset(y + begin, 0, static_cast<size_t>(end - begin) * sizeof(float));
+  });
+  const std::vector<int64_t> origin(x_dims.size(), 0);
+  copyBox(x, x_dims, origin, y, y_dims, low, x_dims);
+}
+
+void concat(const float* a, const float* b, float* y, int64_t outer, int64_t a_inner, int64_t b_inner) {
+  vec::checkSizes("concat", {outer, a_inner, b_inner});
+  const int64_t width = a_inner + b_inner;
+  if (width == 0) return;
+  vec::parallelRanges(outer, width, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      copyRun(a + o * a_inner, y + o * width, a_inner);
+      copyRun(b + o * b_inner, y + o * width + a_inner, b_inner);
+    }
+  });
 }
 
 void gather(const float* table, const int32_t* idx, float* y, int64_t n_idx, int64_t rows, int64_t cols) {

@@ -1,6 +1,6 @@
 #pragma once
-// Data movement kernels on row-major f32 buffers: general transpose, row gather
-// (embedding lookup) and its gradient, scatter-add. None of them computes anything
+// Data movement kernels on row-major f32 buffers: general transpose, slice, pad,
+// concat, row gather (embedding lookup) and its gradient, scatter-add. None of them computes anything
 // that could depend on the thread count: scatterAdd accumulates each output element
 // in index order whatever the split.
 #include <cstdint>
@@ -19,6 +19,22 @@ namespace pgq::kernels {
 // (perm 0,2,1,3; a copy of D-long rows). Other permutations use a generic loop.
 void transpose(const float* x, float* y, std::span<const int64_t> dims,
                std::span<const int64_t> perm);
+
+// y (shape y_dims) = the box of x (shape x_dims) that starts at `starts`, stride 1.
+// y must not overlap x. Throws KernelError unless the ranks agree and the box lies
+// inside x. Runs along the last dim are copied whole; trailing dims the box covers
+// entirely merge into one run.
+void slice(const float* x, float* y, std::span<const int64_t> x_dims, std::span<const int64_t> starts,
+           std::span<const int64_t> y_dims);
+
+// y (shape low[i] + x_dims[i] + high[i]) = zeros with x at offset `low`. y must not
+// overlap x. Throws KernelError unless the ranks agree and low, high >= 0.
+void pad(const float* x, float* y, std::span<const int64_t> x_dims, std::span<const int64_t> low,
+         std::span<const int64_t> high);
+
+// Concatenation viewed as [outer, a_inner] and [outer, b_inner] -> [outer, a_inner +
+// b_inner]: each output row is a's row then b's. y must not overlap a or b.
+void concat(const float* a, const float* b, float* y, int64_t outer, int64_t a_inner, int64_t b_inner);
 
 // y[i, :] = table[idx[i], :] for table [rows, cols] and y [n_idx, cols]. Throws
 // KernelError when an index is outside [0, rows); nothing is written then.

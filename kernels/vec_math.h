@@ -256,4 +256,93 @@ inline __m256 vgeluGrad(__m256 x) {
   return _mm256_mul_ps(s, _mm256_fmadd_ps(_mm256_mul_ps(x, one_minus_s), du, one));
 }
 
+// sigmoid(x) = 1 / (1 + exp(-x)); exp overflow gives exactly 0.
+inline __m256 vsigmoid(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, vexp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// silu(x) = x / (1 + exp(-x)), one rounding fewer than x * sigmoid(x).
+inline __m256 vsilu(__m256 x) {
+  const __m256 e = vexp(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// d silu / dx = s (1 + x (1 - s)) with s = sigmoid(x) and 1 - s = e s, e = exp(-x). The
+// exponent is capped at 88 (as in vgeluGrad) so that e s never becomes inf * 0.
+inline __m256 vsiluGrad(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = vexp(_mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_sub_ps(_mm256_setzero_ps(), x)));
+  const __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
+  return _mm256_mul_ps(s, _mm256_fmadd_ps(x, _mm256_mul_ps(e, s), one));
+}
+
+// erf(x): the odd/even rational approximation on [-4, 4] that Eigen and XLA use (erf
+// is +-1 in f32 beyond). <= 3.4e-7 relative error; keeps full relative accuracy near 0.
+inline __m256 verf(__m256 x) {
+  // min/max return their second operand when either is NaN: keep x second.
+  x = _mm256_max_ps(_mm256_set1_ps(-4.0f), _mm256_min_ps(_mm256_set1_ps(4.0f), x));
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+  p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(2.77068142495902e-08f));
+  p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-2.10102402082508e-06f));
+  p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-5.69250639462346e-05f));
+  p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-7.34990630326855e-04f));
+  p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-2.95459980854025e-03f));
+  p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-1.60960333262415e-02f));
+  __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+  q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-2.13374055278905e-04f));
+  q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-1.68282697438203e-03f));
+  q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-7.37332916720468e-03f));
+  q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-1.42647390514189e-02f));
+  return _mm256_div_ps(_mm256_mul_ps(x, p), q);
+}
+
+// erfc(z) for z >= 0 as t exp(-z^2 + P(t)), t = 1 / (1 + z/2): the Chebyshev fit of
+// Numerical Recipes (erfcc), 1.2e-7 relative error for every z >= 0, so the tail keeps
+// its relative accuracy where 1 - erf(z) would cancel. z^2 is split (fma) so that its
+// rounding does not enter the exponent. z is capped at 10.5, where exp underflows to
+// 0, so that z = inf gives 0 rather than NaN.
+inline __m256 verfcPositive(__m256 z) {
+  z = _mm256_min_ps(_mm256_set1_ps(10.5f), z);
+  const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                 _mm256_fmadd_ps(z, _mm256_set1_ps(0.5f), _mm256_set1_ps(1.0f)));
+  __m256 p = _mm256_set1_ps(0.17087277f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.82215223f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.48851587f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.13520398f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.27886807f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.18628806f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.09678418f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
+  const __m256 zz = _mm256_mul_ps(z, z);
+  const __m256 zz_lo = _mm256_fmsub_ps(z, z, zz);
+  return _mm256_mul_ps(t, vexp(_mm256_sub_ps(_mm256_sub_ps(p, zz), zz_lo)));
+}
+
+// The standard normal CDF Phi(x) = erfc(-x / sqrt 2) / 2, from the erfc of |x| so that
+// the lower tail (negative x) keeps its relative accuracy.
+inline __m256 vnormalCdf(__m256 x) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  const __m256 half_tail = _mm256_mul_ps(
+      _mm256_set1_ps(0.5f),
+      verfcPositive(_mm256_mul_ps(_mm256_andnot_ps(sign_bit, x), _mm256_set1_ps(0.70710678118654752f))));
+  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), half_tail), half_tail, negative);
+}
+
+// The exact gelu x Phi(x) (torch's default nn.GELU), written through Phi rather than
+// 0.5 x (1 + erf(x / sqrt 2)), which loses all relative precision below x ~ -5.
+inline __m256 vgeluErf(__m256 x) { return _mm256_mul_ps(x, vnormalCdf(x)); }
+
+// d gelu_erf / dx = Phi(x) + x phi(x), phi the standard normal density.
+inline __m256 vgeluErfGrad(__m256 x) {
+  const __m256 pdf = _mm256_mul_ps(
+      _mm256_set1_ps(0.39894228040143268f),  // 1 / sqrt(2 pi)
+      vexp(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(x, x))));
+  return _mm256_fmadd_ps(x, pdf, vnormalCdf(x));
+}
+
 }  // namespace pgq::kernels::vec

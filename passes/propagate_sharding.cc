@@ -93,7 +93,9 @@ Split propagate(const Node& node) {
   switch (node.op()) {
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh: case Op::kRelu:
-    case Op::kGelu: case Op::kReluGrad: case Op::kGeluGrad: case Op::kConvert: case Op::kQuantize:
+    case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf: case Op::kSilu: case Op::kGeluErf:
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad: case Op::kSelect:
+    case Op::kConvert: case Op::kQuantize:
       return elementwise(node);
     case Op::kSoftmax: case Op::kSoftmaxGrad: case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kLayerNorm:
     case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
@@ -109,6 +111,16 @@ Split propagate(const Node& node) {
     case Op::kReshape: {
       Split s = operandSplit(0);
       return s ? reshaped(node.operand(0)->shape(), node.shape(), *s) : s;
+    }
+    case Op::kSlice: case Op::kPad: {  // kept along a dim the op leaves whole
+      Split s = operandSplit(0);
+      return s && node.shape().dim(static_cast<int>(s->dim)) == node.operand(0)->shape().dim(static_cast<int>(s->dim))
+                 ? s
+                 : std::nullopt;
+    }
+    case Op::kConcat: {  // kept along any dim but the one the parts are joined on
+      Split s = agreed({operandSplit(0), operandSplit(1)});
+      return s && s->dim != node.attrs().getInt(AttrKey::kAxis) ? s : std::nullopt;
     }
     case Op::kBroadcast: {
       Split s = operandSplit(0);

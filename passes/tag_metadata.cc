@@ -18,7 +18,8 @@ bool isGemm(const Node& node) { return node.op() == Op::kMatMul || node.op() == 
 
 bool isGradientOp(Op op) {
   return op == Op::kCrossEntropyGrad || op == Op::kSoftmaxGrad || op == Op::kGeluGrad || op == Op::kReluGrad ||
-         op == Op::kRmsNormGrad || op == Op::kLayerNormGrad || op == Op::kScatterAdd;
+         op == Op::kSiluGrad || op == Op::kGeluErfGrad || op == Op::kRmsNormGrad || op == Op::kLayerNormGrad ||
+         op == Op::kScatterAdd;
 }
 
 const Node* throughConverts(const Node* node) {

@@ -54,6 +54,11 @@ k::UnaryOp unaryOp(Op op) {
     case Op::kRsqrt: return k::UnaryOp::kRsqrt;
     case Op::kTanh: return k::UnaryOp::kTanh;
     case Op::kRelu: return k::UnaryOp::kRelu;
+    case Op::kSqrt: return k::UnaryOp::kSqrt;
+    case Op::kSigmoid: return k::UnaryOp::kSigmoid;
+    case Op::kErf: return k::UnaryOp::kErf;
+    case Op::kSilu: return k::UnaryOp::kSilu;
+    case Op::kGeluErf: return k::UnaryOp::kGeluErf;
     default: return k::UnaryOp::kGelu;
   }
 }
@@ -408,7 +413,8 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
   int64_t n = node.shape().numElements();
   switch (op) {
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh:
-    case Op::kRelu: case Op::kGelu: {
+    case Op::kRelu: case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
+    case Op::kSilu: case Op::kGeluErf: {
       k::UnaryOp u = unaryOp(op);
       return [=](const RunContext& rc) { k::unary(u, rc.as<float>(x), rc.as<float>(y), n); };
     }
@@ -420,6 +426,18 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
       return [=](const RunContext& rc) {
         k::geluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
       };
+    case Op::kSiluGrad:
+      return [=](const RunContext& rc) {
+        k::siluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
+      };
+    case Op::kGeluErfGrad:
+      return [=](const RunContext& rc) {
+        k::geluErfGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
+      };
+    case Op::kSelect:
+      return [=](const RunContext& rc) {
+        k::select(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(x2), rc.as<float>(y), n);
+      };
     case Op::kConstant: {
       float value = static_cast<float>(node.attrs().getFloat(AttrKey::kValue));
       return [=](const RunContext& rc) { k::fill(rc.as<float>(y), n, value); };
@@ -429,6 +447,34 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
                                 node.operand(0)->shape().dims().end());
       std::vector<int64_t> perm = node.attrs().getInts(AttrKey::kPerm);
       return [=](const RunContext& rc) { k::transpose(rc.as<float>(x), rc.as<float>(y), dims, perm); };
+    }
+    case Op::kSlice: {
+      std::vector<int64_t> x_dims(node.operand(0)->shape().dims().begin(),
+                                  node.operand(0)->shape().dims().end());
+      std::vector<int64_t> y_dims(node.shape().dims().begin(), node.shape().dims().end());
+      std::vector<int64_t> starts = node.attrs().getInts(AttrKey::kStarts);
+      return [=](const RunContext& rc) {
+        k::slice(rc.as<float>(x), rc.as<float>(y), x_dims, starts, y_dims);
+      };
+    }
+    case Op::kPad: {
+      std::vector<int64_t> x_dims(node.operand(0)->shape().dims().begin(),
+                                  node.operand(0)->shape().dims().end());
+      std::vector<int64_t> low = node.attrs().getInts(AttrKey::kLow);
+      std::vector<int64_t> high = node.attrs().getInts(AttrKey::kHigh);
+      return [=](const RunContext& rc) { k::pad(rc.as<float>(x), rc.as<float>(y), x_dims, low, high); };
+    }
+    case Op::kConcat: {
+      const int axis = static_cast<int>(node.attrs().getInt(AttrKey::kAxis));
+      int64_t outer = 1;
+      for (int d = 0; d < axis; ++d) outer *= node.shape().dim(d);
+      const Shape& a = node.operand(0)->shape();
+      const Shape& b = node.operand(1)->shape();
+      int64_t a_inner = outer == 0 ? 0 : a.numElements() / outer;
+      int64_t b_inner = outer == 0 ? 0 : b.numElements() / outer;
+      return [=](const RunContext& rc) {
+        k::concat(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), outer, a_inner, b_inner);
+      };
     }
     case Op::kBroadcast: {
       BroadcastCopy copy = broadcastCopy(node.operand(0)->shape(), node.shape(),

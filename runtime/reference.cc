@@ -77,6 +77,13 @@ double geluDerivative(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * kGeluK * x * x);
 }
 
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// The standard normal CDF and density; gelu_erf(x) = x Phi(x). erfc keeps Phi's
+// relative accuracy for negative x, where 1 + erf(x / sqrt 2) would cancel.
+double normalCdf(double x) { return 0.5 * std::erfc(-x / std::numbers::sqrt2); }
+double normalPdf(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi); }
+
 // Row-major strides of a shape, in elements.
 std::vector<int64_t> stridesOf(const Shape& shape) {
   std::vector<int64_t> strides(static_cast<size_t>(shape.rank()), 1);
@@ -323,6 +330,33 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
     case Op::kReluGrad: binary([](double x, double dy) { return x > 0.0 ? dy : 0.0; }); break;
     // gelu_grad(x, dy): dy * gelu'(x), the derivative written out at geluDerivative.
     case Op::kGeluGrad: binary([](double x, double dy) { return dy * geluDerivative(x); }); break;
+    case Op::kSqrt: unary([](double x) { return std::sqrt(x); }); break;
+    // sigmoid: 1 / (1 + exp(-x)).
+    case Op::kSigmoid: unary(sigmoid); break;
+    case Op::kErf: unary([](double x) { return std::erf(x); }); break;
+    // silu: x sigmoid(x).
+    case Op::kSilu: unary([](double x) { return x * sigmoid(x); }); break;
+    // gelu_erf: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), torch's exact gelu.
+    case Op::kGeluErf: unary([](double x) { return x * normalCdf(x); }); break;
+    // silu_grad(x, dy): dy s (1 + x (1 - s)) with s = sigmoid(x).
+    case Op::kSiluGrad:
+      binary([](double x, double dy) {
+        const double s = sigmoid(x);
+        return dy * s * (1.0 + x * (1.0 - s));
+      });
+      break;
+    // gelu_erf_grad(x, dy): dy (Phi(x) + x phi(x)).
+    case Op::kGeluErfGrad:
+      binary([](double x, double dy) { return dy * (normalCdf(x) + x * normalPdf(x)); });
+      break;
+    // select(cond, a, b): a where cond != 0 (NaN counts as nonzero), else b.
+    case Op::kSelect: {
+      const Values& c = in(0);
+      const Values& a = in(1);
+      const Values& b = in(2);
+      for (size_t i = 0; i < y.size(); ++i) y[i] = c[i] != 0.0 ? a[i] : b[i];
+      break;
+    }
     // convert: to f32 exact (the reference does not round to f32); to bf16 round to
     // nearest even at bf16 precision; to s8/u8/s32 round half to even and saturate,
     // NaN -> 0.
@@ -357,6 +391,49 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
           offsetsOf(std::vector<int64_t>(shape.dims().begin(), shape.dims().end()), strides);
       const Values& x = in(0);
       for (size_t i = 0; i < y.size(); ++i) y[i] = x[static_cast<size_t>(offsets[i])];
+      break;
+    }
+
+    // slice(starts, limits): result element idx is operand element starts + idx.
+    case Op::kSlice: {
+      const Shape& from = node.operand(0)->shape();
+      const auto strides = stridesOf(from);
+      const auto& starts = attrInts(AttrKey::kStarts);
+      int64_t base = 0;
+      for (size_t d = 0; d < starts.size(); ++d) base += starts[d] * strides[d];
+      const auto offsets =
+          offsetsOf(std::vector<int64_t>(shape.dims().begin(), shape.dims().end()), strides);
+      const Values& x = in(0);
+      for (size_t i = 0; i < y.size(); ++i) y[i] = x[static_cast<size_t>(base + offsets[i])];
+      break;
+    }
+    // pad(low, high): zeros, with operand element idx at result element low + idx.
+    case Op::kPad: {
+      const Shape& from = node.operand(0)->shape();
+      const auto strides = stridesOf(shape);
+      const auto& low = attrInts(AttrKey::kLow);
+      int64_t base = 0;
+      for (size_t d = 0; d < low.size(); ++d) base += low[d] * strides[d];
+      const auto offsets =
+          offsetsOf(std::vector<int64_t>(from.dims().begin(), from.dims().end()), strides);
+      const Values& x = in(0);
+      for (size_t i = 0; i < x.size(); ++i) y[static_cast<size_t>(base + offsets[i])] = x[i];
+      break;
+    }
+    // concat(a, b){axis}: for every index of the dims before axis, a's block, then b's.
+    case Op::kConcat: {
+      const int axis = static_cast<int>(node.attrs().getInt(AttrKey::kAxis));
+      const Values& a = in(0);
+      const Values& b = in(1);
+      size_t outer = 1;
+      for (int d = 0; d < axis; ++d) outer *= static_cast<size_t>(shape.dim(d));
+      const size_t a_block = outer == 0 ? 0 : a.size() / outer;
+      const size_t b_block = outer == 0 ? 0 : b.size() / outer;
+      auto out = y.begin();
+      for (size_t o = 0; o < outer; ++o) {
+        out = std::copy_n(a.begin() + static_cast<std::ptrdiff_t>(o * a_block), a_block, out);
+        out = std::copy_n(b.begin() + static_cast<std::ptrdiff_t>(o * b_block), b_block, out);
+      }
       break;
     }
 
