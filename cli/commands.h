@@ -12,5 +12,6 @@ void addSqnrTableCommand(CLI::App& app);
 void addRecipeCommand(CLI::App& app);
 void addHwprobeCommand(CLI::App& app);
 void addExperimentCommand(CLI::App& app);
+void addImportCommand(CLI::App& app);
 
 }  // namespace pgq::cli

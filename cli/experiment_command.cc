@@ -8,6 +8,7 @@
 
 #include "app/experiment.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/number_flags.h"
 #include "support/errors.h"
 
@@ -19,7 +20,8 @@ void addExperimentCommand(CLI::App& app) {
       "Train an f32 baseline, profile it, generate the standard recipes and fine-tune with each; write Table I, the "
       "loss curves, speedup vs loss and a report (or, with --search, find the fastest recipe within a loss budget)");
   static ExperimentOptions o;
-  static std::string model = "small", preset = "quick", fractions;
+  static ModelFlags model{"small", {}};
+  static std::string preset = "quick", fractions;
   static std::optional<int64_t> baseline_steps, finetune_steps, trial_steps;
   static std::optional<double> loss_budget;
   cmd->add_option("--preset", preset,
@@ -27,7 +29,7 @@ void addExperimentCommand(CLI::App& app) {
                   "full: 1000 and 300")
       ->check(CLI::IsMember({"quick", "full"}))
       ->capture_default_str();
-  cmd->add_option("--model", model, "Preset name or model YAML file")->capture_default_str();
+  addModelFlags(cmd, model);
   cmd->add_option("--corpus", o.corpus, "Text file or directory of text files")->capture_default_str();
   cmd->add_option("--out", o.out_dir, "Results folder (an interrupted experiment resumes there)")->capture_default_str();
   cmd->add_option("--hardware", o.hardware, "Hardware model for the recipes (preset or YAML)")->capture_default_str();
@@ -56,7 +58,7 @@ void addExperimentCommand(CLI::App& app) {
             fmt::format("--search: fine-tuning steps per trial (default {})", o.trial_steps));
   cmd->add_flag("!--no-progress", o.progress, "Do not draw progress bars");
   cmd->callback([] {
-    o.model = loadModelConfig(model);
+    o.model = loadModel(model);
     bool full = preset == "full";
     if (!o.from_checkpoint.empty() && baseline_steps)
       throw Error("--from-checkpoint and --baseline-steps conflict: the checkpoint is the baseline");

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
 #include "ir/parser.h"
@@ -92,15 +93,14 @@ void addIrCommands(CLI::App& app) {
   });
 
   auto* model = ir->add_subcommand("model", "Print the training graph (forward + backward) of a model config");
-  static std::string model_spec = "tiny";
+  static ModelFlags model_spec{"tiny", {}};
   static bool forward_only = false;
   static bool compile = false;
   static std::string model_precision = "f32";
   static bool model_profile = false;
   static std::string model_hardware;
   static std::string model_recipe;
-  model->add_option("--model", model_spec, "Preset name (tiny, small) or model YAML file")
-      ->capture_default_str();
+  addModelFlags(model, model_spec);
   model->add_flag("--forward-only", forward_only, "Print the forward graph only");
   auto* compile_flag = model->add_flag(
       "--compile", compile,
@@ -118,14 +118,14 @@ void addIrCommands(CLI::App& app) {
       ->needs(compile_flag);
   model->callback([] {
     TrainOptions o;
-    o.model = loadModelConfig(model_spec);
+    o.model = loadModel(model_spec);
     o.precision = model_precision == "bf16" ? Precision::kBf16 : Precision::kF32;
     // Read both files before building anything, so a bad one fails first.
     std::optional<HardwareModel> hardware;
     std::optional<Recipe> recipe;
     if (!model_hardware.empty()) hardware = loadHardwareModel(model_hardware);
     if (!model_recipe.empty()) recipe = loadRecipe(model_recipe);
-    TransformerGraph t = buildTransformer(o.model);
+    TransformerGraph t = buildModel(o.model);
     if (!forward_only) appendBackward(*t.graph, t.loss, t.params);
     verify(*t.graph);
     if (compile) {

@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   pgq::cli::addSqnrTableCommand(app);
   pgq::cli::addRecipeCommand(app);
   pgq::cli::addHwprobeCommand(app);
+  pgq::cli::addImportCommand(app);
   pgq::cli::addIrCommands(app);
 
   return closeStandardOutput(run(app, argc, argv));

@@ -24,7 +24,7 @@ void addRecipeCommand(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent");
   static std::string model;
-  cmd->add_option("--model", model, "Check that the profile was made with this model (preset or YAML)");
+  cmd->add_option("--model", model, "Check that the profile was made with this model (preset, YAML or ONNX file)");
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
   cmd->callback([] {
     Profile p = loadProfile(profile);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/number_flags.h"
 #include "frontend/model_config.h"
 #include "runtime/trainer.h"
@@ -16,7 +17,7 @@ namespace pgq::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model = "small";
+  ModelFlags model{"small", {}};
   std::string precision = "f32";
   std::optional<int64_t> seed;
   std::optional<int64_t> warmup;
@@ -64,7 +65,7 @@ void addTrainCommand(CLI::App& app) {
   static TrainArgs args;
   TrainOptions& o = args.options;
   OptimizerConfig& opt = o.optimizer;
-  cmd->add_option("--model", args.model, "Preset name (tiny, small) or model YAML file")->capture_default_str();
+  addModelFlags(cmd, args.model);
   cmd->add_option("--corpus", o.corpus, "Text file or directory of text files")->capture_default_str();
   addNumber(cmd, ranges::kSteps, o.steps, "Total optimizer steps (a resumed run continues to this count)");
   cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
@@ -105,7 +106,7 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   cmd->callback([] {
     TrainOptions& o = args.options;
-    o.model = loadModelConfig(args.model);
+    o.model = loadModel(args.model);
     if (args.seed) o.model.seed = static_cast<uint64_t>(*args.seed);
     if (args.warmup) o.optimizer.warmup = *args.warmup;
     else o.optimizer.warmup = std::min(o.optimizer.warmup, o.steps);

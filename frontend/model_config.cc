@@ -5,14 +5,59 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "frontend/onnx/importer.h"
 #include "support/config_file.h"
 #include "support/errors.h"
+#include "support/file_io.h"
 #include "pgq_model_presets.h"
 
 namespace pgq {
 namespace {
 
+// FNV-1a over the file's bytes: identifies the model a checkpoint was trained from.
+std::string fileHash(const std::string& path) {
+  std::string bytes = readTextFile(path, InputKind::kOnnxModel);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
+// Imports the model once: it must import, and its sizes fill the config.
+ModelConfig importedConfig(ModelConfig c) {
+  ImportedModel m = importOnnx({c.onnx, c.batch, c.seq_len, c.trainable, c.frozen});
+  c.batch = m.batch;
+  c.seq_len = m.seq_len;
+  c.vocab = m.vocab;
+  c.onnx_hash = fileHash(c.onnx);
+  return c;
+}
+
+ModelConfig importedFromNode(const ConfigNode& root) {
+  root.allowOnly({"name", "onnx", "onnx_hash", "batch", "seq_len", "vocab", "trainable", "frozen", "seed"});
+  ModelConfig c;
+  c.source = root.file();
+  c.onnx = root.getString("onnx", "");
+  // A relative path is relative to the YAML file.
+  if (!c.onnx.empty() && std::filesystem::path(c.onnx).is_relative() && !root.file().empty() &&
+      root.file().front() != '<')
+    c.onnx = (std::filesystem::path(root.file()).parent_path() / c.onnx).string();
+  if (!std::filesystem::is_regular_file(c.onnx)) root.fail("onnx", fmt::format("no such file: {}", c.onnx));
+  c.name = root.getString("name", std::filesystem::path(c.onnx).stem().string());
+  c.batch = root.getInt("batch", 0, 0, kMaxModelSize);
+  c.seq_len = root.getInt("seq_len", 0, 0, kMaxModelSize);
+  c.trainable = root.getString("trainable", "");
+  c.frozen = root.getString("frozen", "");
+  c.seed = static_cast<uint64_t>(root.getInt("seed", 0, 0, INT64_MAX));
+  c = importedConfig(c);
+  std::string hash = root.getString("onnx_hash", "");
+  if (!hash.empty() && hash != c.onnx_hash)
+    root.fail("onnx_hash", fmt::format("{} has changed since this config was written (hash {}, now {})", c.onnx,
+                                       hash, c.onnx_hash));
+  return c;
+}
+
 ModelConfig fromNode(const ConfigNode& root) {
+  if (root.has("onnx")) return importedFromNode(root);
   root.allowOnly({"name", "vocab", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch",
                   "norm", "norm_eps", "activation", "tied_embeddings", "tensor_parallel",
                   "init_std", "seed"});
@@ -65,6 +110,10 @@ std::string yamlFloat(double v) {
 }  // namespace
 
 std::string ModelConfig::toYaml() const {
+  if (imported())
+    return fmt::format("name: {}\nonnx: {}\nonnx_hash: {}\nbatch: {}\nseq_len: {}\nvocab: {}\ntrainable: \"{}\"\n"
+                       "frozen: \"{}\"\nseed: {}\n",
+                       name, onnx, onnx_hash, batch, seq_len, vocab, trainable, frozen, seed);
   return fmt::format(
       "name: {}\nvocab: {}\nd_model: {}\nn_layers: {}\nn_heads: {}\nd_ff: {}\nseq_len: {}\n"
       "batch: {}\nnorm: {}\nnorm_eps: {}\nactivation: {}\ntied_embeddings: {}\n"
@@ -85,14 +134,50 @@ std::vector<std::string> modelPresetNames() {
   return names;
 }
 
-ModelConfig loadModelConfig(const std::string& spec) {
+ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overrides) {
+  ModelConfig c;
+  bool found = false;
   for (const auto& [name, text] : kModelPresets)
-    if (spec == name) return parseModelConfig(std::string(text), fmt::format("<preset {}>", name));
+    if (spec == name) {
+      c = parseModelConfig(std::string(text), fmt::format("<preset {}>", name));
+      found = true;
+    }
   std::error_code ec;
-  if (!std::filesystem::exists(spec, ec))
+  if (!found && !std::filesystem::exists(spec, ec))
     throw Error(fmt::format("model '{}' is neither a preset ({}) nor an existing file", spec,
                             fmt::join(modelPresetNames(), ", ")));
-  return fromNode(ConfigNode::loadFile(spec, InputKind::kModelConfig));
+  if (!found && isOnnxModelPath(spec)) {
+    c.onnx = spec;
+    c.name = std::filesystem::path(spec).stem().string();
+    c.source = spec;
+    c.batch = overrides.batch;
+    c.seq_len = overrides.seq_len;
+    c.trainable = overrides.trainable;
+    c.frozen = overrides.frozen;
+    return importedConfig(c);
+  }
+  if (!found) c = fromNode(ConfigNode::loadFile(spec, InputKind::kModelConfig));
+  if (c.imported()) {
+    if (overrides.batch || overrides.seq_len || !overrides.trainable.empty() || !overrides.frozen.empty()) {
+      if (overrides.batch) c.batch = overrides.batch;
+      if (overrides.seq_len) c.seq_len = overrides.seq_len;
+      if (!overrides.trainable.empty()) c.trainable = overrides.trainable;
+      if (!overrides.frozen.empty()) c.frozen = overrides.frozen;
+      c = importedConfig(c);
+    }
+    return c;
+  }
+  if (!overrides.trainable.empty() || !overrides.frozen.empty())
+    throw Error(fmt::format("--trainable and --frozen apply to imported (ONNX) models; {} is built by pgq", spec));
+  if (overrides.batch || overrides.seq_len) {
+    // Re-read with the new sizes, so that every bound is checked as for the file's own.
+    const std::string source = c.source;
+    if (overrides.batch) c.batch = overrides.batch;
+    if (overrides.seq_len) c.seq_len = overrides.seq_len;
+    c = parseModelConfig(c.toYaml(), fmt::format("{} with --batch/--seq", source));
+    c.source = source;
+  }
+  return c;
 }
 
 }  // namespace pgq

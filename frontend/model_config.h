@@ -35,6 +35,16 @@ struct ModelConfig {
   int64_t tensor_parallel = 1;
   double init_std = 0.02;
   uint64_t seed = 0;
+  // An imported model (frontend/onnx/importer.h): the ONNX file, a hash of its bytes
+  // (so a checkpoint refuses a changed file) and the RE2 patterns that override which
+  // initializers are trained. The sizes above are then read from the model (vocab,
+  // batch, seq_len) or left 0.
+  std::string onnx;
+  std::string onnx_hash;
+  std::string trainable;
+  std::string frozen;
+
+  bool imported() const { return !onnx.empty(); }
 
   int64_t headDim() const { return d_model / n_heads; }
   int64_t tokens() const { return batch * seq_len; }
@@ -49,7 +59,18 @@ struct ModelConfig {
 // size is at most kMaxModelSize, batch x seq_len too, and an attention score tensor,
 // batch x n_heads x seq_len x seq_len, at most kMaxModelElements). Whether the model
 // fits this machine's memory is checked before training (runtime/memory_estimate.h).
-ModelConfig loadModelConfig(const std::string& spec);
+//
+// `spec` may also be an ONNX file (FILE.onnx), or a YAML file with `onnx: FILE.onnx`
+// (beside batch, seq_len, trainable, frozen, seed); the model is imported once to check
+// it. `overrides` replace the batch and sequence length of any model (and the
+// trainable/frozen patterns of an imported one), checked like the file's own values.
+struct ModelOverrides {
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+  std::string trainable;
+  std::string frozen;
+};
+ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overrides = {});
 ModelConfig parseModelConfig(const std::string& yaml_text, const std::string& source);
 std::vector<std::string> modelPresetNames();
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "frontend/onnx/importer.h"
 #include "ir/builder.h"
 
 namespace pgq {
@@ -154,6 +155,15 @@ TransformerGraph TransformerBuilder::build() {
 
 TransformerGraph buildTransformer(const ModelConfig& config) {
   return TransformerBuilder(config).build();
+}
+
+TransformerGraph buildModel(const ModelConfig& config) {
+  if (!config.imported()) return buildTransformer(config);
+  ImportedModel m = importOnnx({config.onnx, config.batch, config.seq_len, config.trainable, config.frozen});
+  TransformerGraph t = std::move(m.net);
+  t.constants = std::move(m.constants);
+  t.values = std::make_shared<const std::map<std::string, std::vector<float>>>(std::move(m.values));
+  return t;
 }
 
 }  // namespace pgq

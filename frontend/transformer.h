@@ -13,7 +13,9 @@
 // annotations over ModelConfig::tensor_parallel devices: wq, wk, wv and w_up along
 // their output dim (column-parallel), wo and w_down along their input dim
 // (row-parallel), the embedding and the logits weight along the vocabulary.
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "frontend/model_config.h"
@@ -27,8 +29,16 @@ struct TransformerGraph {
   Node* targets = nullptr;  // input s32[B,T]: tokens shifted by one
   Node* loss = nullptr;     // f32[] mean cross-entropy
   std::vector<Node*> params;  // in a stable order (the order of checkpoints)
+  // Imported models only: parameters that are never trained (frozen initializers,
+  // buffers), and the initial value of every parameter and constant by name (from the
+  // model file; built models initialize from each parameter's `init`).
+  std::vector<Node*> constants;
+  std::shared_ptr<const std::map<std::string, std::vector<float>>> values;
 };
 
 TransformerGraph buildTransformer(const ModelConfig& config);
+
+// The forward graph of a run's model: buildTransformer, or the import of config.onnx.
+TransformerGraph buildModel(const ModelConfig& config);
 
 }  // namespace pgq

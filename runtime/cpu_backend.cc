@@ -134,6 +134,11 @@ bool CpuBackend::supports(const Node& node, std::string* why) const {
     }
     case Op::kMatMul:
       return true;  // f32 or bf16 operands (the verifier guarantees the dtypes)
+    case Op::kSlice:
+      // A slice copies 4-byte elements without looking at them: s32 too (the next-token
+      // targets of an imported model are a slice of its tokens).
+      if (node.dtype() == DType::kS32) return true;
+      break;
     case Op::kQuantStats:
       return node.operand(0)->dtype() == DType::kF32 ? true : no("quant_stats of a non-f32 tensor");
     case Op::kQuantParams:

@@ -1,5 +1,6 @@
 #include "runtime/param_init.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -26,10 +27,25 @@ std::optional<double> normalStd(const std::string& init) {
 
 }  // namespace
 
-void initParameter(const Node& param, uint64_t seed, Tensor& tensor) {
+void initParameter(const Node& param, uint64_t seed, Tensor& tensor, const ParameterValues* values) {
+  std::string init = param.attrs().getStringOr(AttrKey::kInit, "zeros");
+  if (init == "model") {
+    auto it = values ? values->find(param.name()) : ParameterValues::const_iterator{};
+    if (!values || it == values->end())
+      throw Error(fmt::format("parameter %{}: its value comes from the model file, which is not loaded", param.name()));
+    PGQ_ASSERT(tensor.type() == param.type() && static_cast<int64_t>(it->second.size()) == tensor.numElements(),
+               "parameter %{}: {} values for a {} tensor", param.name(), it->second.size(), tensor.type().toString());
+    if (param.dtype() == DType::kS32) {
+      std::transform(it->second.begin(), it->second.end(), tensor.data<int32_t>(),
+                     [](float v) { return static_cast<int32_t>(v); });
+    } else {
+      PGQ_ASSERT(param.dtype() == DType::kF32, "parameter %{} of type {}", param.name(), tensor.type().toString());
+      std::copy(it->second.begin(), it->second.end(), tensor.data<float>());
+    }
+    return;
+  }
   PGQ_ASSERT(tensor.type() == param.type() && param.dtype() == DType::kF32,
              "parameter %{} initialized into a {} tensor", param.name(), tensor.type().toString());
-  std::string init = param.attrs().getStringOr(AttrKey::kInit, "zeros");
   float* data = tensor.data<float>();
   const int64_t n = tensor.numElements();
   if (init == "zeros" || init == "ones") {

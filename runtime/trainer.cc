@@ -94,7 +94,7 @@ constexpr const char* kMetricsFile = "metrics.csv";
 // Forward, backward and the training pipeline of trainingPipelineOptions().
 TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
                                     const HardwareModel* hardware = nullptr) {
-  TransformerGraph t = buildTransformer(options.model);
+  TransformerGraph t = buildModel(options.model);
   appendBackward(*t.graph, t.loss, t.params);
   PassContext ctx;
   buildTrainingPipeline(trainingPipelineOptions(options, instrument, recipe, hardware))->run(*t.graph, ctx);
@@ -146,7 +146,8 @@ void checkEstimatedMemory(const TrainOptions& o) {
 
 const TrainOptions& checkedBeforeWork(const TrainOptions& o) {
   validateTrainOptions(o);
-  checkEstimatedMemory(o);
+  // An imported model has no closed-form estimate; its executors' plans are checked.
+  if (!o.model.imported()) checkEstimatedMemory(o);
   return o;
 }
 
@@ -168,6 +169,8 @@ struct TrainingSession::Impl {
   std::unique_ptr<Executor> instrumented_exec;
   std::unique_ptr<ProfileCollector> collector;
   std::vector<Tensor> params, m, v;
+  // An imported model's constants (frozen parameters and buffers), by name.
+  std::vector<std::pair<std::string, Tensor>> constants;
   Tensor tokens, targets;
   BatchSampler sampler;
   // What the memory check of each executor's plan compares: the memory available when
@@ -198,7 +201,7 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
     checkRecipeRunsExactly(*recipe, thisCpu());
   }
   train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
-  eval = buildTransformer(o.model);
+  eval = buildModel(o.model);
   PassContext ctx;
   buildTrainingPipeline(trainingPipelineOptions(o, false))->run(*eval.graph, ctx);
   // The parameters, their AdamW moments and the batch, allocated after the executors.
@@ -211,17 +214,22 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   eval_exec = std::make_unique<Executor>(*eval.graph, executorOptions(false));
   for (Node* p : train.params) {
     params.emplace_back(p->type());
-    initParameter(*p, o.model.seed, params.back());
+    initParameter(*p, o.model.seed, params.back(), train.values.get());
     m.emplace_back(p->type());
     v.emplace_back(p->type());
   }
+  for (Node* c : train.constants) {
+    constants.emplace_back(c->name(), Tensor(c->type()));
+    initParameter(*c, o.model.seed, constants.back().second, train.values.get());
+  }
   tokens = Tensor(train.tokens->type());
-  targets = Tensor(train.targets->type());
+  // A model whose loss reads only the tokens (an imported logits model) has no targets.
+  targets = Tensor(train.tokens->type());
   bindParams();
   train_exec->bind(train.tokens, tokens);
-  train_exec->bind(train.targets, targets);
   eval_exec->bind(eval.tokens, tokens);
-  eval_exec->bind(eval.targets, targets);
+  if (train.targets) train_exec->bind(train.targets, targets);
+  if (eval.targets) eval_exec->bind(eval.targets, targets);
 }
 
 ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
@@ -240,13 +248,18 @@ void TrainingSession::Impl::bindParams() {
     eval_exec->bind(train.params[i]->name(), params[i]);
     if (instrumented_exec) instrumented_exec->bind(train.params[i]->name(), params[i]);
   }
+  for (auto& [name, tensor] : constants) {
+    train_exec->bind(name, tensor);
+    eval_exec->bind(name, tensor);
+    if (instrumented_exec) instrumented_exec->bind(name, tensor);
+  }
 }
 
 void TrainingSession::Impl::buildInstrumented() {
   instrumented = buildTrainingGraph(o, true);
   instrumented_exec = std::make_unique<Executor>(*instrumented.graph, executorOptions(o.profile_ops));
   instrumented_exec->bind(instrumented.tokens, tokens);
-  instrumented_exec->bind(instrumented.targets, targets);
+  if (instrumented.targets) instrumented_exec->bind(instrumented.targets, targets);
   collector = std::make_unique<ProfileCollector>(*instrumented.graph);
   bindParams();
 }

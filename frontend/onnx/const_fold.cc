@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -282,6 +283,7 @@ class Folder {
   ConstTensor transpose() const;
   ConstTensor trilu() const;
   ConstTensor matmul() const;
+  ConstTensor einsum() const;
   ConstTensor tile() const;
   ConstTensor reduce(const std::string& op) const;
   ConstTensor cumsum() const;
@@ -642,6 +644,66 @@ ConstTensor Folder::matmul() const {
   return out;
 }
 
+// Explicit-output einsum ("i,j->ij": torch.outer of positions and inverse frequencies in
+// rotary embeddings) over any number of operands, by visiting every index combination.
+ConstTensor Folder::einsum() const {
+  const onnx::AttributeProto* eq = attribute("equation");
+  if (!eq) fail("has no equation");
+  std::string text;
+  for (char c : eq->s())
+    if (c != ' ') text += c;
+  size_t arrow = text.find("->");
+  if (arrow == std::string::npos) fail(fmt::format("equation \"{}\" has no explicit output (->)", eq->s()));
+  if (text.find("...") != std::string::npos) fail(fmt::format("equation \"{}\" uses ellipsis", eq->s()));
+  std::vector<std::string> terms;
+  for (size_t at = 0;;) {
+    size_t comma = text.find(',', at);
+    terms.push_back(text.substr(at, std::min(comma, arrow) - at));
+    if (comma == std::string::npos || comma > arrow) break;
+    at = comma + 1;
+  }
+  const std::string output = text.substr(arrow + 2);
+  if (terms.size() != inputs_.size()) fail(fmt::format("equation \"{}\" names {} operands, got {}", eq->s(), terms.size(), inputs_.size()));
+  std::map<char, int64_t> size;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    const ConstTensor& in = input(t);
+    if (terms[t].size() != in.dims.size()) fail(fmt::format("operand {} has rank {}, the equation says {}", t, in.dims.size(), terms[t].size()));
+    for (size_t d = 0; d < terms[t].size(); ++d) {
+      auto [it, fresh] = size.emplace(terms[t][d], in.dims[d]);
+      if (!fresh && it->second != in.dims[d]) fail(fmt::format("index {} has sizes {} and {}", terms[t][d], it->second, in.dims[d]));
+    }
+  }
+  std::vector<char> letters;
+  for (const auto& [c, n] : size) letters.push_back(c);
+  Dims dims;
+  for (char c : output) {
+    if (!size.count(c)) fail(fmt::format("output index {} is not in any operand", c));
+    dims.push_back(size[c]);
+  }
+  ConstTensor out = make(input(0).dtype, dims);
+  out.values.assign(static_cast<size_t>(product(dims, 0, dims.size())), 0.0);
+  int64_t work = 1;
+  for (const auto& [c, n] : size) work = n == 0 || work > kMaxMatMulWork / n ? (n == 0 ? 0 : kMaxMatMulWork + 1) : work * n;
+  if (work > kMaxMatMulWork) fail("folding it would take too long");
+  std::map<char, int64_t> at;
+  for (char c : letters) at[c] = 0;
+  auto offset = [&](const std::string& term, const Dims& shape) {
+    int64_t o = 0;
+    for (size_t d = 0; d < term.size(); ++d) o = o * shape[d] + at[term[d]];
+    return o;
+  };
+  for (int64_t i = 0; i < work; ++i) {
+    double v = 1;
+    for (size_t t = 0; t < terms.size(); ++t) v *= input(t).values[static_cast<size_t>(offset(terms[t], input(t).dims))];
+    out.values[static_cast<size_t>(offset(output, dims))] += v;
+    for (size_t l = letters.size(); l-- > 0;) {  // next combination, last letter fastest
+      if (++at[letters[l]] < size[letters[l]]) break;
+      at[letters[l]] = 0;
+    }
+  }
+  return out;
+}
+
 ConstTensor Folder::tile() const {
   const ConstTensor& in = input(0);
   Dims repeats = ints(input(1), "repeats");
@@ -858,6 +920,7 @@ std::optional<std::vector<ConstTensor>> Folder::fold() {
   if (op == "Transpose") return one(transpose());
   if (op == "Trilu") return one(trilu());
   if (op == "MatMul") return one(matmul());
+  if (op == "Einsum") return one(einsum());
   if (op == "Tile") return one(tile());
   if (op == "CumSum") return one(cumsum());
   if (op == "Split") return split();
@@ -942,7 +1005,7 @@ std::optional<std::vector<ConstTensor>> foldNode(const onnx::NodeProto& node,
 const std::vector<std::string>& foldableOps() {
   static const std::vector<std::string> kOps = {
       "Abs", "Add", "And", "Cast", "CastLike", "Ceil", "Concat", "Constant", "ConstantOfShape", "Cos",
-      "CumSum", "Div", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Greater",
+      "CumSum", "Div", "Einsum", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Greater",
       "GreaterOrEqual", "Identity", "Less", "LessOrEqual", "Log", "MatMul", "Max", "Mean", "Min", "Mod",
       "Mul", "Neg", "Not", "Or", "Pow", "Range", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin",
       "ReduceProd", "ReduceSum", "Relu", "Reshape", "Round", "Shape", "Sigmoid", "Sign", "Sin", "Size",

@@ -61,6 +61,11 @@ def compare(work):
     for param, held in by_param.items():
         ref = refs[param]
         ours, missing = np.zeros_like(ref), []
+        # pgq trains the initializers that hold one parameter as that parameter and
+        # writes its gradient under the parameter's name, in the module's layout.
+        whole = os.path.join(work, "pgq", "grads", param + ".npy")
+        if os.path.exists(whole):
+            held = [(param, "")]
         for onnx_name, transform in held:
             file = os.path.join(work, "pgq", "grads", onnx_name + ".npy")
             if not os.path.exists(file):

@@ -1,0 +1,143 @@
+// `pgq import`: read an ONNX model, say what pgq made of it, write its training graph,
+// and (with --inputs/--grads-out) compute its loss and gradients for a check against
+// the framework that exported it.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/commands.h"
+#include "frontend/autodiff.h"
+#include "frontend/onnx/importer.h"
+#include "ir/printer.h"
+#include "passes/training_pipeline.h"
+#include "runtime/executor.h"
+#include "runtime/param_init.h"
+#include "support/errors.h"
+#include "support/file_io.h"
+#include "support/npy.h"
+
+namespace pgq::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ImportArgs {
+  OnnxImportOptions onnx;
+  std::string out;
+  std::string inputs;
+  std::string grads_out;
+};
+
+void printSummary(const ImportedModel& m, const Graph& training) {
+  std::map<std::string, int64_t> ops;
+  int64_t elements = 0;
+  for (const Node* p : m.net.params) elements += p->shape().numElements();
+  int64_t const_elements = 0;
+  for (const Node* c : m.constants) const_elements += c->shape().numElements();
+  std::map<std::string, int64_t> gemms;
+  double flops = 0;
+  for (const Node* n : training.nodes()) {
+    ++ops[std::string(opName(n->op()))];
+    if (n->op() != Op::kMatMul) continue;
+    ++gemms[n->attrs().has(AttrKey::kDirection) ? std::string(nameOf(n->attrs().getDirection(AttrKey::kDirection)))
+                                                : std::string("?")];
+    if (n->attrs().has(AttrKey::kFlops)) flops += static_cast<double>(n->attrs().getInt(AttrKey::kFlops));
+  }
+  fmt::print("imported {} (opset {}): batch {}, seq {}, vocab {}\n", m.net.graph->name(), m.opset, m.batch, m.seq_len,
+             m.vocab);
+  fmt::print("  parameters: {} trainable ({} values), {} constants ({} values)\n", m.net.params.size(), elements,
+             m.constants.size(), const_elements);
+  fmt::print("  inputs:");
+  for (const auto& [name, node] : m.inputs) fmt::print(" {} {}", name, node->type().toString());
+  fmt::print("\n  training graph: {} nodes;", training.size());
+  for (const auto& [dir, n] : gemms) fmt::print(" {} {} GEMMs,", n, dir);
+  fmt::print(" {:.3g} GFLOP per step\n  ops:", flops / 1e9);
+  for (const auto& [op, n] : ops) fmt::print(" {} {},", op, n);
+  fmt::print("\n");
+  for (const std::string& note : m.notes) fmt::print("  note: {}\n", note);
+}
+
+// DIR/<input name>.npy for every graph input, checked against its type.
+std::vector<Tensor> readInputs(const ImportedModel& m, const std::string& dir) {
+  std::vector<Tensor> tensors;
+  for (const auto& [name, node] : m.inputs) {
+    std::string path = (fs::path(dir) / (name + ".npy")).string();
+    NpyArray a = readNpy(path);
+    if (!std::ranges::equal(a.shape, node->shape().dims()))
+      throw Error(fmt::format("{}: shape [{}] does not match input \"{}\" {}", path, fmt::join(a.shape, ", "), name,
+                              node->type().toString()));
+    Tensor t(node->type());
+    if (node->dtype() == DType::kS32) {
+      std::vector<int32_t> v = npyAsInt32(a, path);
+      std::copy(v.begin(), v.end(), t.data<int32_t>());
+    } else {
+      std::vector<float> v = npyAsFloats(a, path);
+      std::copy(v.begin(), v.end(), t.data<float>());
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+void run(const ImportArgs& args) {
+  if (args.inputs.empty() != args.grads_out.empty()) throw Error("--inputs and --grads-out go together");
+  ImportedModel m = importOnnx(args.onnx);
+  std::vector<Tensor> inputs;
+  if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
+  appendBackward(*m.net.graph, m.net.loss, m.net.params);
+  PassContext ctx;
+  buildTrainingPipeline({})->run(*m.net.graph, ctx);
+  printSummary(m, *m.net.graph);
+  if (!args.out.empty()) {
+    writeFileAtomically(args.out, printGraph(*m.net.graph));
+    fmt::print("training graph: {}\n", args.out);
+  }
+  if (args.grads_out.empty()) return;
+
+  Executor exec(*m.net.graph);
+  std::vector<Tensor> values;
+  values.reserve(m.net.params.size() + m.constants.size());
+  for (const std::vector<Node*>* list : {&m.net.params, &m.constants})
+    for (Node* p : *list) {
+      values.emplace_back(p->type());
+      initParameter(*p, 0, values.back(), &m.values);
+      exec.bind(p, values.back());
+    }
+  for (size_t i = 0; i < m.inputs.size(); ++i) exec.bind(m.inputs[i].second, inputs[i]);
+  exec.run();
+  fs::create_directories(fs::path(args.grads_out) / "grads");
+  const float loss = exec.outputScalar(0);
+  writeNpy((fs::path(args.grads_out) / "loss.npy").string(), {}, std::span<const float>(&loss, 1));
+  for (size_t i = 0; i < m.net.params.size(); ++i) {
+    std::string name = m.onnx_names.at(m.net.params[i]->name());
+    std::replace(name.begin(), name.end(), '/', '_');
+    auto dims = m.net.params[i]->shape().dims();
+    writeNpy((fs::path(args.grads_out) / "grads" / (name + ".npy")).string(), {dims.begin(), dims.end()},
+             exec.output<float>(i + 1));
+  }
+  fmt::print("loss {:.6f}; loss.npy and {} gradients in {}\n", loss, m.net.params.size(), args.grads_out);
+}
+
+}  // namespace
+
+void addImportCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "import", "Import an ONNX model (torch.onnx.export): print a summary, write its training graph, check gradients");
+  static ImportArgs args;
+  cmd->add_option("model", args.onnx.path, "ONNX file")->required();
+  cmd->add_option("-o,--out", args.out, "Write the training graph (pgq IR text) here");
+  cmd->add_option("--batch", args.onnx.batch, "Size of a dynamic batch dim")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--seq", args.onnx.seq_len, "Size of a dynamic sequence dim")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--trainable", args.onnx.trainable, "Also train the initializers matching this RE2 pattern");
+  cmd->add_option("--frozen", args.onnx.frozen, "Do not train the initializers matching this RE2 pattern");
+  cmd->add_option("--inputs", args.inputs, "Folder with <graph input name>.npy for every graph input");
+  cmd->add_option("--grads-out", args.grads_out,
+                  "Run forward and backward in f32 on --inputs; write loss.npy and grads/<initializer>.npy here");
+  cmd->callback([] { run(args); });
+}
+
+}  // namespace pgq::cli

@@ -1,0 +1,19 @@
+#include "cli/model_flags.h"
+
+namespace pgq::cli {
+
+void addModelFlags(CLI::App* cmd, ModelFlags& flags) {
+  cmd->add_option("--model", flags.spec, "Preset name (tiny, small), model YAML file, or ONNX file (FILE.onnx)")
+      ->capture_default_str();
+  cmd->add_option("--batch", flags.overrides.batch, "Batch size (overrides the model's; sizes a dynamic ONNX dim)")
+      ->check(CLI::Range(int64_t{1}, kMaxModelSize));
+  cmd->add_option("--seq", flags.overrides.seq_len,
+                  "Sequence length (overrides the model's; sizes a dynamic ONNX dim)")
+      ->check(CLI::Range(int64_t{2}, kMaxModelSize));
+  cmd->add_option("--trainable", flags.overrides.trainable,
+                  "ONNX models: also train the initializers whose name matches this RE2 pattern");
+  cmd->add_option("--frozen", flags.overrides.frozen,
+                  "ONNX models: do not train the initializers whose name matches this RE2 pattern (wins over --trainable)");
+}
+
+}  // namespace pgq::cli
