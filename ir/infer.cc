@@ -158,8 +158,9 @@ TensorType Rule::slice() const {
   std::vector<int64_t> dims;
   for (int i = 0; i < in.rank(); ++i) {
     const int64_t start = starts[static_cast<size_t>(i)], limit = limits[static_cast<size_t>(i)];
-    if (!(start >= 0 && start <= limit && limit <= in.dim(i)))
-      fail(fmt::format("dim {} of {}: needs 0 <= start <= limit <= {}, got start {} and limit {}",
+    // start < limit: the IR has no empty tensors.
+    if (!(start >= 0 && start < limit && limit <= in.dim(i)))
+      fail(fmt::format("dim {} of {}: needs 0 <= start < limit <= {}, got start {} and limit {}",
                        i, in.toString(), in.dim(i), start, limit));
     dims.push_back(limit - start);
   }
@@ -176,9 +177,16 @@ TensorType Rule::pad() const {
     if (lo < 0 || hi < 0)
       fail(fmt::format("dim {} of {}: low and high must be >= 0, got {} and {}", i,
                        in.toString(), lo, hi));
+    if (lo > Shape::kMaxElements || hi > Shape::kMaxElements)  // keeps the sum from overflowing
+      fail(fmt::format("dim {} of {}: low {} and high {} exceed 2^40 elements", i, in.toString(),
+                       lo, hi));
     dims.push_back(lo + in.dim(i) + hi);
   }
-  return {operand(0).dtype, Shape(std::move(dims))};
+  try {
+    return {operand(0).dtype, Shape(std::move(dims))};
+  } catch (const Error& e) {
+    fail(e.what());
+  }
 }
 
 TensorType Rule::concat() const {
@@ -196,7 +204,11 @@ TensorType Rule::concat() const {
                      a.toString(), b.toString(), axis));
   std::vector<int64_t> dims(a.shape.dims().begin(), a.shape.dims().end());
   dims[static_cast<size_t>(axis)] += b.shape.dim(static_cast<int>(axis));
-  return {a.dtype, Shape(std::move(dims))};
+  try {
+    return {a.dtype, Shape(std::move(dims))};
+  } catch (const Error& e) {
+    fail(e.what());
+  }
 }
 
 TensorType Rule::select() const {

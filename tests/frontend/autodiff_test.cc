@@ -98,6 +98,11 @@ TEST(Autodiff, Elementwise) {
   checkGradients([](Builder& b, auto& p) { return b.unary(Op::kTanh, p[0]); }, {f32({5})});
   checkGradients([](Builder& b, auto& p) { return b.unary(Op::kRelu, p[0]); }, {f32({7})});
   checkGradients([](Builder& b, auto& p) { return b.unary(Op::kGelu, p[0]); }, {f32({7})});
+  checkGradients([](Builder& b, auto& p) { return b.unary(Op::kSqrt, positive(b, p[0])); }, {f32({5})});
+  checkGradients([](Builder& b, auto& p) { return b.unary(Op::kSigmoid, p[0]); }, {f32({7})});
+  checkGradients([](Builder& b, auto& p) { return b.unary(Op::kErf, p[0]); }, {f32({7})});
+  checkGradients([](Builder& b, auto& p) { return b.unary(Op::kSilu, p[0]); }, {f32({7})});
+  checkGradients([](Builder& b, auto& p) { return b.unary(Op::kGeluErf, p[0]); }, {f32({7})});
   // ge is piecewise constant: its gradient is zero, so only the other path counts.
   checkGradients([](Builder& b, auto& p) { return b.mul(b.ge(p[0], p[1]), p[0]); },
                  {f32({6}), f32({6})});
@@ -110,6 +115,22 @@ TEST(Autodiff, Layout) {
   checkGradients([](Builder& b, auto& p) { return b.broadcast(p[0], Shape{2, 3, 4}, {0, 2}); },
                  {f32({2, 4})});
   checkGradients([](Builder& b, auto& p) { return b.broadcast(p[0], Shape{3}, {0}); }, {f32({3})});
+  checkGradients([](Builder& b, auto& p) { return b.slice(p[0], {1, 0, 2}, {2, 3, 3}); }, {f32({2, 3, 4})});
+  checkGradients([](Builder& b, auto& p) { return b.slice(p[0], {0, 0}, {2, 3}); }, {f32({2, 3})});
+  checkGradients([](Builder& b, auto& p) { return b.pad(p[0], {1, 0, 2}, {0, 3, 1}); }, {f32({2, 3, 4})});
+  for (int64_t axis : {0, 1, 2})
+    checkGradients([axis](Builder& b, auto& p) { return b.concat(p[0], p[1], axis); },
+                   {f32({2, 3, 4}), f32({axis == 0 ? 3 : 2, axis == 1 ? 1 : 3, axis == 2 ? 5 : 4})});
+}
+
+TEST(Autodiff, SelectRoutesTheGradientByCondition) {
+  // The condition comes from a parameter too: it is piecewise constant and gets none.
+  checkGradients([](Builder& b, auto& p) { return b.select(b.ge(p[0], p[1]), p[1], p[2]); },
+                 {f32({3, 4}), f32({3, 4}), f32({3, 4})});
+  checkGradients([](Builder& b, auto& p) {
+    Node* cond = b.ge(b.input("c", f32({6})), b.constant(0.0, f32({6})));
+    return b.select(cond, p[0], b.unary(Op::kExp, p[0]));
+  }, {f32({6})});
 }
 
 TEST(Autodiff, Reductions) {

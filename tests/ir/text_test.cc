@@ -70,6 +70,29 @@ TEST(Text, BuiltGraphRoundTrips) {
   EXPECT_EQ(parsed->find(c->name())->attrs().getFloat(AttrKey::kValue), -0.1);
 }
 
+TEST(Text, ImporterOpsRoundTrip) {
+  Graph g("importer");
+  Builder b(g);
+  Node* x = b.input("x", {DType::kF32, Shape{2, 3, 5}});
+  Node* c = b.input("c", {DType::kF32, Shape{2, 3, 5}});
+  Node* act = b.unary(Op::kGeluErf, b.unary(Op::kSilu, b.unary(Op::kErf, b.unary(Op::kSigmoid,
+                                                                                   b.unary(Op::kSqrt, x)))));
+  Node* grads = b.binary(Op::kGeluErfGrad, x, b.binary(Op::kSiluGrad, x, act));
+  Node* sel = b.select(c, grads, x, "sel");
+  Node* sl = b.slice(sel, {0, 1, 2}, {2, 3, 4}, "sl");
+  Node* pd = b.pad(sl, {0, 1, 0}, {3, 0, 3}, "pd");
+  Node* cat = b.concat(pd, x, 0, "cat");
+  g.addOutput(cat);
+  std::string text = printGraph(g);
+  EXPECT_NE(text.find("%sl = slice(%sel) {starts=[0,1,2], limits=[2,3,4]} : f32[2,2,2]"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("%pd = pad(%sl) {low=[0,1,0], high=[3,0,3]} : f32[5,3,5]"), std::string::npos) << text;
+  EXPECT_NE(text.find("%cat = concat(%pd, %x) {axis=0} : f32[7,3,5]"), std::string::npos) << text;
+  auto parsed = parseGraph(text);
+  verify(*parsed);
+  EXPECT_EQ(printGraph(*parsed), text);
+}
+
 TEST(Text, FloatAttributesRoundTripBitExactly) {
   for (double v : {0.1, 1.0 / 3.0, 1e-300, -2.5e17, 1e-5, 123456789.0, 0.0, -0.0,
                    std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),
@@ -157,6 +180,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"text after the graph", kHead + "  return %x\n}\ngraph", "bad.pgq:5:1: expected end of file"},
         BadInput{"missing required attribute", kHead + "  %y = transpose(%x) : f32[8,4]\n  return %y\n}\n",
                  "transpose: missing attribute 'perm'"},
+        BadInput{"slice past the end",
+                 kHead + "  %y = slice(%x) {starts=[0,2], limits=[4,9]} : f32[4,7]\n  return %y\n}\n",
+                 "bad.pgq:3:8: slice: dim 1 of [4,8]: needs 0 <= start < limit <= 8, got start 2 and limit 9"},
+        BadInput{"empty slice",
+                 kHead + "  %y = slice(%x) {starts=[1,0], limits=[1,8]} : f32[1,8]\n  return %y\n}\n",
+                 "slice: dim 0 of [4,8]: needs 0 <= start < limit <= 4, got start 1 and limit 1"},
+        BadInput{"slice without one start per dim",
+                 kHead + "  %y = slice(%x) {starts=[0], limits=[4,8]} : f32[4,8]\n  return %y\n}\n",
+                 "slice: starts [0] must have one entry per dim of f32[4,8]"},
+        BadInput{"negative pad",
+                 kHead + "  %y = pad(%x) {low=[0,-1], high=[0,0]} : f32[4,7]\n  return %y\n}\n",
+                 "bad.pgq:3:8: pad: dim 1 of [4,8]: low and high must be >= 0, got -1 and 0"},
+        BadInput{"concat with mismatched dims",
+                 kHead + "  %z = input() : f32[3,4]\n  %y = concat(%x, %z) {axis=0} : f32[7,8]\n  return %y\n}\n",
+                 "bad.pgq:4:8: concat: operands f32[4,8] and f32[3,4] must have the same dtype and equal dims "
+                 "except axis 0"},
+        BadInput{"concat axis out of range",
+                 kHead + "  %y = concat(%x, %x) {axis=2} : f32[4,16]\n  return %y\n}\n",
+                 "concat: axis 2 is not a dim of f32[4,8]"},
+        BadInput{"select with a condition of another shape",
+                 kHead + "  %c = input() : f32[4,4]\n  %y = select(%c, %x, %x) : f32[4,8]\n  return %y\n}\n",
+                 "select: condition f32[4,4] must have the shape of f32[4,8]"},
         BadInput{"declared-type op without a match",
                  kHead + "  %y = reshape(%x) : f32[5]\n  return %y\n}\n",
                  "cannot reshape [4,8] (32 elements) to [5] (5 elements)"}),

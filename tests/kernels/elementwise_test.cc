@@ -37,6 +37,15 @@ double geluGradRef(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * x * x);
 }
 
+double sigmoidRef(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double siluGradRef(double x) {
+  const double s = sigmoidRef(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+double normalCdfRef(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+double geluErfRef(double x) { return x * normalCdfRef(x); }
+double geluErfGradRef(double x) { return normalCdfRef(x) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); }
+
 struct UnaryCase {
   UnaryOp op;
   const char* name;
@@ -56,6 +65,13 @@ const UnaryCase kUnaryCases[] = {
     // The relative error grows with the exponent (~20 ulp at x = -5, where gelu is
     // -3e-6); below that the values are tiny and only their absolute error matters.
     {UnaryOp::kGelu, "gelu", -8.0f, 8.0f, geluRef, 4e-6, 1e-10},
+    {UnaryOp::kSqrt, "sqrt", 0.0f, 1e6f, [](double x) { return std::sqrt(x); }, 6e-8, 1e-30},
+    {UnaryOp::kSigmoid, "sigmoid", -80.0f, 80.0f, sigmoidRef, 3.5e-7, 0.0},
+    {UnaryOp::kErf, "erf", -5.0f, 5.0f, [](double x) { return std::erf(x); }, 3.5e-7, 0.0},
+    {UnaryOp::kSilu, "silu", -80.0f, 80.0f, [](double x) { return x * sigmoidRef(x); }, 3.5e-7, 0.0},
+    // Relative accuracy holds into the lower tail (gelu_erf(-8) ~ -5e-15), where it
+    // degrades with x^2 as the exponent -x^2/2 is rounded: ~4e-6 at x = -5, 6e-6 at -8.
+    {UnaryOp::kGeluErf, "gelu_erf", -8.0f, 8.0f, geluErfRef, 8e-6, 1e-30},
 };
 
 TEST(UnaryTest, MatchesF64ReferenceOnAwkwardSizesAndThreads) {
@@ -154,10 +170,50 @@ TEST(UnaryTest, SpecialValues) {
   EXPECT_EQ(g[4], 0.0f);
 }
 
+TEST(UnaryTest, SpecialValuesOfTheImporterOps) {
+  auto apply = [](UnaryOp op, std::vector<float> x) {
+    unary(op, x.data(), x.data(), static_cast<int64_t>(x.size()));
+    return x;
+  };
+  const std::vector<float> r = apply(UnaryOp::kSqrt, {0.0f, -1.0f, kInf, 4.0f, kNaN});
+  EXPECT_EQ(r[0], 0.0f);
+  EXPECT_TRUE(std::isnan(r[1]));
+  EXPECT_EQ(r[2], kInf);
+  EXPECT_EQ(r[3], 2.0f);
+  EXPECT_TRUE(std::isnan(r[4]));
+  const std::vector<float> s = apply(UnaryOp::kSigmoid, {kInf, -kInf, kNaN, 0.0f, -200.0f});
+  EXPECT_EQ(s[0], 1.0f);
+  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_TRUE(std::isnan(s[2]));
+  EXPECT_EQ(s[3], 0.5f);
+  EXPECT_EQ(s[4], 0.0f);
+  const std::vector<float> e = apply(UnaryOp::kErf, {kInf, -kInf, kNaN, 0.0f, 1e-30f, 10.0f});
+  EXPECT_EQ(e[0], 1.0f);
+  EXPECT_EQ(e[1], -1.0f);
+  EXPECT_TRUE(std::isnan(e[2]));
+  EXPECT_EQ(e[3], 0.0f);
+  EXPECT_NEAR(e[4], 1.1283791670955126e-30, 1e-36);  // 2/sqrt(pi) x near 0
+  EXPECT_EQ(e[5], 1.0f);
+  const std::vector<float> si = apply(UnaryOp::kSilu, {kInf, kNaN, -200.0f, 200.0f});
+  EXPECT_EQ(si[0], kInf);
+  EXPECT_TRUE(std::isnan(si[1]));
+  EXPECT_EQ(si[2], 0.0f);
+  EXPECT_EQ(si[3], 200.0f);
+  // As torch: gelu_erf(-inf) = -inf * 0 is NaN.
+  const std::vector<float> g = apply(UnaryOp::kGeluErf, {kInf, -kInf, kNaN, -30.0f, 30.0f, 0.0f});
+  EXPECT_EQ(g[0], kInf);
+  EXPECT_TRUE(std::isnan(g[1]));
+  EXPECT_TRUE(std::isnan(g[2]));
+  EXPECT_EQ(g[3], 0.0f);
+  EXPECT_EQ(g[4], 30.0f);
+  EXPECT_EQ(g[5], 0.0f);
+}
+
 TEST(UnaryTest, ResultsDoNotDependOnThreadCount) {
   const int64_t n = 50001;
   const std::vector<float> x = randomVector(n, 3, -6.0f, 6.0f);
-  for (UnaryOp op : {UnaryOp::kExp, UnaryOp::kTanh, UnaryOp::kGelu}) {
+  for (UnaryOp op : {UnaryOp::kExp, UnaryOp::kTanh, UnaryOp::kGelu, UnaryOp::kSigmoid, UnaryOp::kErf,
+                     UnaryOp::kSilu, UnaryOp::kGeluErf}) {
     std::vector<float> y1(x.size()), y2(x.size());
     {
       ThreadCount tc(1);
@@ -317,6 +373,98 @@ TEST(GeluGradTest, ExtremeInputsStayFinite) {
   }
 }
 
+struct ActivationGrad {
+  const char* name;
+  void (*kernel)(const float*, const float*, float*, int64_t);
+  UnaryOp forward;
+  double (*ref)(double);
+};
+
+const ActivationGrad kActivationGrads[] = {
+    {"silu_grad", siluGrad, UnaryOp::kSilu, siluGradRef},
+    {"gelu_erf_grad", geluErfGrad, UnaryOp::kGeluErf, geluErfGradRef},
+};
+
+TEST(ActivationGradTest, MatchesF64FormulaOnAwkwardSizesAndThreads) {
+  for (const ActivationGrad& c : kActivationGrads) {
+    for (int threads : kThreadCounts) {
+      ThreadCount tc(threads);
+      for (int64_t n : kAwkwardSizes) {
+        const std::vector<float> x = randomVector(n, 21, -12.0f, 12.0f);
+        const std::vector<float> dy = randomVector(n, 22, -1.0f, 1.0f);
+        Guarded dx(n);
+        c.kernel(x.data(), dy.data(), dx.data(), n);
+        std::vector<double> ref(static_cast<size_t>(n));
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] = dy[i] * c.ref(x[i]);
+        // Both derivatives cross zero (silu's near x = -1.28, gelu_erf's near -0.75),
+        // where their terms cancel: there only the absolute error counts (5e-8).
+        EXPECT_LE(maxRelError(dx.data(), ref, 1e-2), 5e-6) << c.name << " n=" << n;
+        EXPECT_TRUE(dx.guardsIntact()) << c.name;
+      }
+    }
+  }
+}
+
+// Each gradient kernel must be the derivative of its forward kernel.
+TEST(ActivationGradTest, MatchesCentralDifferencesOfForwardKernel) {
+  for (const ActivationGrad& c : kActivationGrads) {
+    const std::vector<float> x = randomVector(513, 23, -6.0f, 6.0f);
+    const int64_t n = static_cast<int64_t>(x.size());
+    const std::vector<float> ones(x.size(), 1.0f);
+    std::vector<float> dx(x.size());
+    c.kernel(x.data(), ones.data(), dx.data(), n);
+    const float h = 1e-2f;
+    std::vector<float> xp(x), xm(x), yp(x.size()), ym(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xp[i] += h;
+      xm[i] -= h;
+    }
+    unary(c.forward, xp.data(), yp.data(), n);
+    unary(c.forward, xm.data(), ym.data(), n);
+    std::vector<double> got(x.size()), fd(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      got[i] = dx[i];
+      fd[i] = (static_cast<double>(yp[i]) - ym[i]) / (static_cast<double>(xp[i]) - xm[i]);
+    }
+    EXPECT_LE(testing::relL2Error(got, fd), 1e-3) << c.name;
+  }
+}
+
+TEST(ActivationGradTest, ExtremeInputsStayFinite) {
+  const std::vector<float> x = {-100.0f, -20.0f, -10.0f, 10.0f, 100.0f, 0.0f};
+  const std::vector<float> dy(x.size(), 1.0f);
+  for (const ActivationGrad& c : kActivationGrads) {
+    std::vector<float> dx(x.size());
+    c.kernel(x.data(), dy.data(), dx.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(dx[i])) << c.name << " " << x[i];
+      EXPECT_NEAR(dx[i], c.ref(x[i]), 1e-6) << c.name << " " << x[i];
+    }
+  }
+}
+
+TEST(SelectTest, PicksWhereConditionIsNonzero) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (int64_t n : kAwkwardSizes) {
+      std::vector<float> cond = randomVector(n, 24);
+      for (size_t i = 0; i < cond.size(); i += 3) cond[i] = 0.0f;
+      if (n > 4) {
+        cond[1] = -0.0f;
+        cond[2] = kNaN;  // nonzero, as `cond != 0` says
+      }
+      const std::vector<float> a = randomVector(n, 25), b = randomVector(n, 26);
+      Guarded y(n);
+      select(cond.data(), a.data(), b.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        ASSERT_EQ(y[i], cond[k] != 0.0f ? a[k] : b[k]) << i;
+      }
+      EXPECT_TRUE(y.guardsIntact());
+    }
+  }
+}
+
 TEST(ReluGradTest, PassesGradientWherePositive) {
   for (int threads : kThreadCounts) {
     ThreadCount tc(threads);
@@ -357,6 +505,9 @@ TEST(ElementwiseErrorsTest, NegativeSizesThrow) {
   EXPECT_THROW(unary(UnaryOp::kExp, &v, &v, -1), KernelError);
   EXPECT_THROW(binary(BinaryOp::kAdd, &v, Bcast::kFull, &v, Bcast::kFull, &v, 2, -3), KernelError);
   EXPECT_THROW(geluGrad(&v, &v, &v, -8), KernelError);
+  EXPECT_THROW(siluGrad(&v, &v, &v, -8), KernelError);
+  EXPECT_THROW(geluErfGrad(&v, &v, &v, -8), KernelError);
+  EXPECT_THROW(select(&v, &v, &v, &v, -1), KernelError);
 }
 
 }  // namespace

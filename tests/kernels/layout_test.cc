@@ -171,5 +171,110 @@ TEST(ScatterAddTest, MatchesIndexOrderSumsExactly) {
   }
 }
 
+// The position of every element of a box of extents `box` in a tensor of dims `dims`
+// where the box starts at `start`, in the box's row-major order.
+std::vector<size_t> boxOffsets(const std::vector<int64_t>& dims, const std::vector<int64_t>& start,
+                               const std::vector<int64_t>& box) {
+  const int64_t n = std::accumulate(box.begin(), box.end(), int64_t{1}, std::multiplies<>());
+  std::vector<size_t> offsets;
+  for (int64_t pos = 0; pos < n; ++pos) {
+    int64_t rest = pos, offset = 0, stride = 1;
+    for (size_t d = box.size(); d-- > 0;) {
+      offset += (start[d] + rest % box[d]) * stride;
+      rest /= box[d];
+      stride *= dims[d];
+    }
+    offsets.push_back(static_cast<size_t>(offset));
+  }
+  return offsets;
+}
+
+struct BoxCase {
+  std::vector<int64_t> dims, start, box;
+};
+
+// Inner boxes, boxes whole along trailing dims (one long run), whole tensors, rank 0 and
+// 1, and one above the parallel threshold.
+const std::vector<BoxCase> kBoxCases = {
+    {{5, 7, 9}, {1, 2, 3}, {3, 4, 5}},
+    {{5, 7, 9}, {2, 0, 0}, {2, 7, 9}},
+    {{5, 7, 9}, {0, 3, 0}, {5, 2, 9}},
+    {{5, 7, 9}, {0, 0, 0}, {5, 7, 9}},
+    {{5, 7, 9}, {4, 6, 8}, {1, 1, 1}},
+    {{}, {}, {}},
+    {{37}, {5}, {29}},
+    {{2, 3, 4, 5}, {1, 0, 1, 0}, {1, 3, 2, 5}},
+    {{64, 300, 3}, {3, 17, 0}, {60, 250, 3}},
+};
+
+TEST(SliceTest, CopiesTheBox) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (const BoxCase& c : kBoxCases) {
+      const int64_t n = std::accumulate(c.dims.begin(), c.dims.end(), int64_t{1}, std::multiplies<>());
+      const std::vector<float> x = randomVector(n, 71);
+      const std::vector<size_t> offsets = boxOffsets(c.dims, c.start, c.box);
+      Guarded y(static_cast<int64_t>(offsets.size()));
+      slice(x.data(), y.data(), c.dims, c.start, c.box);
+      std::vector<float> want;
+      for (size_t o : offsets) want.push_back(x[o]);
+      ASSERT_EQ(y.values(), want) << "dims [" << fmt::format("{}", fmt::join(c.dims, ",")) << "]";
+      ASSERT_TRUE(y.guardsIntact());
+    }
+  }
+}
+
+TEST(PadTest, ZerosAroundTheOperand) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (const BoxCase& c : kBoxCases) {
+      // The box case read backwards: x has the box's dims and lands at `start` of dims.
+      std::vector<int64_t> high;
+      for (size_t d = 0; d < c.dims.size(); ++d) high.push_back(c.dims[d] - c.start[d] - c.box[d]);
+      const int64_t nx = std::accumulate(c.box.begin(), c.box.end(), int64_t{1}, std::multiplies<>());
+      const int64_t ny = std::accumulate(c.dims.begin(), c.dims.end(), int64_t{1}, std::multiplies<>());
+      const std::vector<float> x = randomVector(nx, 72);
+      Guarded y(ny, 9.0f);  // pad must overwrite every element
+      pad(x.data(), y.data(), c.box, c.start, high);
+      std::vector<float> want(static_cast<size_t>(ny), 0.0f);
+      const std::vector<size_t> offsets = boxOffsets(c.dims, c.start, c.box);
+      for (size_t i = 0; i < offsets.size(); ++i) want[offsets[i]] = x[i];
+      ASSERT_EQ(y.values(), want) << "dims [" << fmt::format("{}", fmt::join(c.dims, ",")) << "]";
+      ASSERT_TRUE(y.guardsIntact());
+    }
+  }
+}
+
+TEST(ConcatTest, JoinsRowByRow) {
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [outer, a_inner, b_inner] : {std::tuple<int64_t, int64_t, int64_t>{1, 5, 3}, {7, 1, 9},
+                                          {13, 17, 0}, {0, 4, 4}, {300, 33, 70}, {3, 8, 8}}) {
+      const std::vector<float> a = randomVector(outer * a_inner, 73), b = randomVector(outer * b_inner, 74);
+      Guarded y(outer * (a_inner + b_inner));
+      concat(a.data(), b.data(), y.data(), outer, a_inner, b_inner);
+      std::vector<float> want;
+      for (int64_t o = 0; o < outer; ++o) {
+        want.insert(want.end(), a.begin() + o * a_inner, a.begin() + (o + 1) * a_inner);
+        want.insert(want.end(), b.begin() + o * b_inner, b.begin() + (o + 1) * b_inner);
+      }
+      ASSERT_EQ(y.values(), want) << outer << " x (" << a_inner << " + " << b_inner << ")";
+      ASSERT_TRUE(y.guardsIntact());
+    }
+  }
+}
+
+TEST(SlicePadConcatTest, BadArgumentsThrow) {
+  float v = 0.0f;
+  const std::vector<int64_t> dims = {2, 3};
+  using V = std::vector<int64_t>;
+  EXPECT_THROW(slice(&v, &v, dims, V{0}, V{2, 3}), KernelError);
+  EXPECT_THROW(slice(&v, &v, dims, V{0, 1}, V{2, 3}), KernelError);  // past the end
+  EXPECT_THROW(slice(&v, &v, dims, V{-1, 0}, V{1, 3}), KernelError);
+  EXPECT_THROW(pad(&v, &v, dims, V{0, -1}, V{0, 0}), KernelError);
+  EXPECT_THROW(pad(&v, &v, dims, V{0}, V{0, 0}), KernelError);
+  EXPECT_THROW(concat(&v, &v, &v, 2, -1, 3), KernelError);
+}
+
 }  // namespace
 }  // namespace pgq::kernels

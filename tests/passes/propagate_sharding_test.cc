@@ -57,6 +57,27 @@ TEST(PropagateSharding, FollowsAttentionThroughLayoutSoftmaxAndGemms) {
   EXPECT_FALSE(PropagateSharding().run(*g, ctx));
 }
 
+TEST(PropagateSharding, SlicePadConcatKeepSplitsOfDimsTheyLeaveWhole) {
+  auto g = parseGraph(R"(graph @g {
+  %w = parameter() {split=[1,2]} : f32[8,16]
+  %top = slice(%w) {starts=[0,0], limits=[4,16]} : f32[4,16]
+  %left = slice(%w) {starts=[0,0], limits=[8,8]} : f32[8,8]
+  %below = pad(%w) {low=[0,0], high=[2,0]} : f32[10,16]
+  %beside = pad(%w) {low=[0,1], high=[0,0]} : f32[8,17]
+  %rows = concat(%w, %top) {axis=0} : f32[12,16]
+  %cols = concat(%w, %w) {axis=1} : f32[8,32]
+  %act = silu(%w) : f32[8,16]
+  %sel = select(%act, %w, %act) : f32[8,16]
+  return %left, %below, %beside, %rows, %cols, %sel
+}
+)");
+  PassContext ctx;
+  EXPECT_TRUE(PropagateSharding().run(*g, ctx));
+  for (const char* kept : {"top", "below", "rows", "act", "sel"})
+    EXPECT_EQ(splitOf(*g, kept), (ValueSplit{1, 2})) << kept;
+  for (const char* dropped : {"left", "beside", "cols"}) EXPECT_FALSE(splitOf(*g, dropped)) << dropped;
+}
+
 TEST(PropagateSharding, OperandsMustAgree) {
   auto g = parseGraph(R"(graph @g {
   %a = parameter() {split=[0,2]} : f32[8,16]

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "frontend/autodiff.h"
@@ -177,6 +178,59 @@ TEST(Executor, ReductionsOverAnyAxes) {
   BothRunners runners(*g);
   runners.run();
   for (size_t i = 0; i < 3; ++i) EXPECT_LT(runners.relError(i), 1e-6) << i;
+}
+
+// Each importer op alone, on sizes that leave a partial vector (7 x 13 = 91 floats) and
+// on one long enough for the unrolled loop (3 x 1001).
+TEST(Executor, ImporterElementwiseOpsMatchTheReference) {
+  for (Shape shape : {Shape{7, 13}, Shape{3, 1001}, Shape{5}}) {
+    for (Op op : {Op::kSqrt, Op::kSigmoid, Op::kErf, Op::kSilu, Op::kGeluErf, Op::kSiluGrad,
+                  Op::kGeluErfGrad, Op::kSelect}) {
+      SCOPED_TRACE(fmt::format("{} {}", opName(op), shape.toString()));
+      Graph g;
+      Builder b(g);
+      TensorType type{DType::kF32, shape};
+      Node* x = b.parameter("x", type);
+      Node* y = b.parameter("y", type);
+      Node* out;
+      if (op == Op::kSqrt) {
+        out = b.unary(op, b.mul(x, x));
+      } else if (op == Op::kSelect) {
+        out = b.select(b.ge(x, b.constant(0.0, type)), x, y);
+      } else if (opArity(op) == 1) {
+        // Scaled up so that the data reach the tails (|x| up to ~8).
+        out = b.unary(op, b.scale(x, 4.0));
+      } else {
+        out = b.binary(op, b.scale(x, 4.0), y);
+      }
+      g.addOutput(out);
+      BothRunners runners(g);
+      runners.run();
+      EXPECT_LT(runners.relError(0), 1e-6);
+    }
+  }
+}
+
+TEST(Executor, SlicePadAndConcatMatchTheReference) {
+  auto g = parseGraph(R"(graph @layout {
+  %x = parameter() : f32[3,5,11]
+  %y = parameter() : f32[3,2,11]
+  %z = parameter() : f32[3,5,4]
+  %inner = slice(%x) {starts=[1,1,3], limits=[3,4,10]} : f32[2,3,7]
+  %rows = slice(%x) {starts=[1,0,0], limits=[2,5,11]} : f32[1,5,11]
+  %whole = slice(%x) {starts=[0,0,0], limits=[3,5,11]} : f32[3,5,11]
+  %padded = pad(%x) {low=[1,0,2], high=[0,3,5]} : f32[4,8,18]
+  %flat = pad(%x) {low=[0,0,0], high=[0,0,0]} : f32[3,5,11]
+  %c0 = concat(%x, %x) {axis=0} : f32[6,5,11]
+  %c1 = concat(%x, %y) {axis=1} : f32[3,7,11]
+  %c2 = concat(%x, %z) {axis=2} : f32[3,5,15]
+  return %inner, %rows, %whole, %padded, %flat, %c0, %c1, %c2
+}
+)");
+  BothRunners runners(*g);
+  runners.run();
+  // Data movement is exact.
+  for (size_t i = 0; i < g->outputs().size(); ++i) EXPECT_EQ(runners.relError(i), 0.0) << i;
 }
 
 TEST(Executor, UnboundInputsAndWrongTypesAreErrors) {

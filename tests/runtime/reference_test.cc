@@ -112,6 +112,51 @@ TEST_F(RefTest, UnaryElementwise) {
   expectValues(ev_->value(relu), {0, 0, 2.5, 0});
 }
 
+TEST_F(RefTest, SqrtSigmoidErfSiluGeluErf) {
+  const double ln3 = std::log(3.0);
+  Node* sq = input("sq", f32({4}), {4, 0.25, 0, 2});
+  Node* x = input("x", f32({4}), {0, ln3, -ln3, 1});
+  Node* sqrt = b_.unary(Op::kSqrt, sq);
+  Node* sigmoid = b_.unary(Op::kSigmoid, x);
+  Node* silu = b_.unary(Op::kSilu, x);
+  Node* erf = b_.unary(Op::kErf, x);
+  Node* gelu_erf = b_.unary(Op::kGeluErf, x);
+  eval(sqrt);
+  expectValues(ev_->value(sqrt), {2, 0.5, 0, std::numbers::sqrt2});
+  // sigmoid(ln 3) = 3/4.
+  expectValues(ev_->value(sigmoid), {0.5, 0.75, 0.25, 1 / (1 + std::exp(-1.0))}, 1e-15);
+  expectValues(ev_->value(silu), {0, 0.75 * ln3, -0.25 * ln3, 1 / (1 + std::exp(-1.0))}, 1e-15);
+  // erf(1) and Phi(1) from tables; gelu_erf(x) = x Phi(x).
+  expectValues(ev_->value(erf), {0, std::erf(ln3), -std::erf(ln3), 0.8427007929497149}, 1e-15);
+  EXPECT_NEAR(ev_->value(gelu_erf).data[3], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(ev_->value(gelu_erf).data[2], -ln3 * 0.5 * (1 - std::erf(ln3 / std::numbers::sqrt2)), 1e-15);
+}
+
+TEST_F(RefTest, SliceAndPad) {
+  Node* x = input("x", f32({2, 3}), {1, 2, 3, 4, 5, 6});
+  Node* slice = b_.slice(x, {0, 1}, {2, 3});
+  Node* pad = b_.pad(x, {1, 0}, {0, 2});
+  expectValues(eval(slice), {2, 3, 5, 6});
+  expectValues(ev_->value(pad), {0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 4, 5, 6, 0, 0});
+}
+
+TEST_F(RefTest, ConcatAlongEachAxis) {
+  Node* a = input("a", f32({2, 2}), {1, 2, 3, 4});
+  Node* c = input("c", f32({2, 1}), {5, 6});
+  Node* r = input("r", f32({1, 2}), {7, 8});
+  Node* cols = b_.concat(a, c, 1);
+  Node* rows = b_.concat(a, r, 0);
+  expectValues(eval(cols), {1, 2, 5, 3, 4, 6});
+  expectValues(ev_->value(rows), {1, 2, 3, 4, 7, 8});
+}
+
+TEST_F(RefTest, SelectPicksWhereConditionIsNonzero) {
+  Node* cond = input("cond", f32({5}), {1, 0, -0.0, kNaN, -2});
+  Node* a = input("a", f32({5}), {1, 2, 3, 4, 5});
+  Node* c = input("c", f32({5}), {-1, -2, -3, -4, -5});
+  expectValues(eval(b_.select(cond, a, c)), {1, -2, -3, 4, 5});
+}
+
 TEST_F(RefTest, GeluAndReluGrad) {
   Node* x = input("x", f32({2, 3}), {0, 1, -1, 2, -3, 0.5});
   Node* dy = input("dy", f32({2, 3}), {5, 6, 7, 8, 9, 10});
@@ -404,9 +449,9 @@ TEST_P(UnaryGradientTest, MatchesFiniteDifferences) {
   Node* dy = b.input("dy", f32({3, 5}));
   Node* y = nullptr;
   Node* grad = nullptr;
-  if (c.forward == Op::kGelu) {
-    y = b.unary(Op::kGelu, x);
-    grad = b.binary(Op::kGeluGrad, x, dy);
+  if (c.forward == Op::kGelu || c.forward == Op::kSilu || c.forward == Op::kGeluErf) {
+    y = b.unary(c.forward, x);
+    grad = b.binary(c.grad, x, dy);
   } else if (c.forward == Op::kSoftmax) {
     y = b.softmax(x);
     grad = b.binary(Op::kSoftmaxGrad, y, dy);  // takes the forward result, not x
@@ -421,6 +466,8 @@ TEST_P(UnaryGradientTest, MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, UnaryGradientTest,
                          ::testing::Values(GradCase{Op::kGelu, Op::kGeluGrad, 0},
+                                           GradCase{Op::kSilu, Op::kSiluGrad, 0},
+                                           GradCase{Op::kGeluErf, Op::kGeluErfGrad, 0},
                                            GradCase{Op::kSoftmax, Op::kSoftmaxGrad, 0},
                                            GradCase{Op::kRmsNorm, Op::kRmsNormGrad, 1e-5},
                                            GradCase{Op::kRmsNorm, Op::kRmsNormGrad, 0.5},
