@@ -310,9 +310,15 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
       findings += fmt::format("- `{}`: {:.2f}x, loss {}\n", name, base.step_ms / r->step_ms,
                               percent(r->mean_loss / base.mean_loss - 1));
 
+  const ModelConfig& m = in.model;
+  std::string model_text =
+      m.imported() ? fmt::format("`{}` (imported from `{}`, seq {}, batch {}, vocab {})", m.name, m.onnx, m.seq_len,
+                                 m.batch, m.vocab)
+                   : fmt::format("`{}` (d_model {}, {} layers, {} heads, d_ff {}, seq {}, batch {})", m.name, m.d_model,
+                                 m.n_layers, m.n_heads, m.d_ff, m.seq_len, m.batch);
   std::string report = fmt::format(
       "# pgq experiment report\n\n"
-      "Model `{}` (d_model {}, {} layers, {} heads, d_ff {}, seq {}, batch {}), corpus `{}`, hardware model `{}`, "
+      "Model {}, corpus `{}`, hardware model `{}`, "
       "{} threads.\nf32 baseline trained for {} steps; GEMM statistics logged over its last {} steps; then every "
       "recipe fine-tuned from the baseline checkpoint for {} steps with the same data order and seed. Step times are "
       "medians of each run's own steps; losses are training losses averaged over the last half of fine-tuning. "
@@ -324,8 +330,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
       "## Findings\n\n{}\n"
       "## SQNR of every GEMM input\n\n![SQNR per GEMM](sqnr.png)\n\nThe full table is in `sqnr.md`; the recipes, with "
       "the reason for every decision, are in `recipes/`.\n",
-      in.model.name, in.model.d_model, in.model.n_layers, in.model.n_heads, in.model.d_ff, in.model.seq_len,
-      in.model.batch, in.corpus, in.hardware, in.threads, in.baseline_steps, in.profile_steps, in.finetune_steps, md,
+      model_text, in.corpus, in.hardware, in.threads, in.baseline_steps, in.profile_steps, in.finetune_steps, md,
       findings);
   std::string report_path = (dir / "REPORT.md").string();
   writeFileAtomically(report_path, report);

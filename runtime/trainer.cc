@@ -146,6 +146,11 @@ void checkEstimatedMemory(const TrainOptions& o) {
 
 const TrainOptions& checkedBeforeWork(const TrainOptions& o) {
   validateTrainOptions(o);
+  // The corpora are read as bytes: every token id up to 255 must have a row.
+  if (o.model.vocab < 256)
+    throw Error(fmt::format("model {}: a vocabulary of {} tokens cannot hold the 256 byte values pgq trains on; "
+                            "export the model with a vocabulary of at least 256",
+                            o.model.source.empty() ? o.model.name : o.model.source, o.model.vocab));
   // An imported model has no closed-form estimate; its executors' plans are checked.
   if (!o.model.imported()) checkEstimatedMemory(o);
   return o;

@@ -8,7 +8,8 @@ Library:
 
 CLI (the test models of tests/onnx/models.py):
     /usr/bin/python3 scripts/export_onnx.py --arch gpt2|llama|bert --opset 14|17
-        [--no-fold] [--loss|--logits] [--reference] --out DIR
+        [--no-fold] [--loss|--logits] [--reference] [--vocab V --d-model D --layers L
+        --seq T --batch B] --out DIR
 writes DIR/model.onnx, DIR/model.onnx.params.txt, DIR/inputs/<graph input>.npy (int64
 input_ids, and labels with --loss) and, with --reference, PyTorch's DIR/ref/loss.npy and
 DIR/ref/grads/<ONNX initializer name>.npy (float32). --loss puts F.cross_entropy over
@@ -275,11 +276,27 @@ def main(argv=None):
     kind.add_argument("--logits", action="store_true", help="logits only (the default)")
     parser.add_argument("--reference", action="store_true", help="also write PyTorch's loss and gradients")
     parser.add_argument("--ops", action="store_true", help="print the sorted ONNX op types")
+    parser.add_argument("--vocab", type=int, help="vocabulary size (256 to train on pgq's byte corpora)")
+    parser.add_argument("--d-model", type=int, help="model width")
+    parser.add_argument("--layers", type=int, help="number of blocks")
+    parser.add_argument("--seq", type=int, help="sequence length")
+    parser.add_argument("--batch", type=int, help="batch size")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
     models = load_models()
+    # Sizes other than the test models' (for example a model to train with pgq).
+    if args.vocab:
+        models.VOCAB[args.arch] = args.vocab
+    if args.d_model:
+        models.D_MODEL[args.arch] = args.d_model
+    if args.layers:
+        models.N_LAYERS = args.layers
+    if args.seq:
+        models.SEQ = args.seq
+    if args.batch:
+        models.BATCH = args.batch
     model = models.build(args.arch)
     input_ids, labels = models.make_inputs(args.arch)
     inputs = {"input_ids": input_ids, "labels": labels} if args.loss else {"input_ids": input_ids}

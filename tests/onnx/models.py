@@ -71,12 +71,13 @@ class Gpt2Block(nn.Module):
 
 
 class Gpt2(LanguageModel):
-    def __init__(self, vocab, d, n_heads=4, seq=SEQ):
+    def __init__(self, vocab, d, n_heads=4, seq=None):
         super().__init__()
+        seq = seq or SEQ
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(seq, d)
-        # Block 0 uses the tanh approximation (GPT-2's own), block 1 the exact erf GELU.
-        self.blocks = nn.ModuleList([Gpt2Block(d, n_heads, seq, a) for a in ("tanh", "none")])
+        # Even blocks use the tanh approximation (GPT-2's own), odd ones the exact erf GELU.
+        self.blocks = nn.ModuleList([Gpt2Block(d, n_heads, seq, ("tanh", "none")[i % 2]) for i in range(N_LAYERS)])
         self.ln_f = nn.LayerNorm(d)
 
     def logits(self, input_ids):
@@ -185,7 +186,7 @@ class Llama(LanguageModel):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         # Layer 1 spells RMSNorm with sqrt and a division.
-        self.blocks = nn.ModuleList([LlamaBlock(d, n_heads, n_kv_heads, use_sqrt=i == 1) for i in range(N_LAYERS)])
+        self.blocks = nn.ModuleList([LlamaBlock(d, n_heads, n_kv_heads, use_sqrt=i % 2 == 1) for i in range(N_LAYERS)])
         self.norm = RmsNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 
@@ -231,8 +232,9 @@ class BertBlock(nn.Module):
 
 
 class Bert(LanguageModel):
-    def __init__(self, vocab, d, n_heads=2, seq=SEQ):
+    def __init__(self, vocab, d, n_heads=2, seq=None):
         super().__init__()
+        seq = seq or SEQ
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(seq, d)
         self.ln_emb = nn.LayerNorm(d)
