@@ -38,4 +38,18 @@ grep -q 'F+B_SR>100' "$work/int8/metrics.csv" || { echo "FAIL: the int8 run did 
     --no-progress > /dev/null
 grep -q "imported from \`$model\`" "$work/experiment/REPORT.md" || { echo "FAIL: no report of the imported model"; exit 1; }
 grep -q '| F+B_SR |' "$work/experiment/REPORT.md" || { echo "FAIL: the report has no Table I"; exit 1; }
+# A checkpoint remembers the model file's hash: --resume refuses the same path holding
+# another model.
+mkdir -p "$work/changed"
+cp "$model" "$model.params.txt" "$work/changed/"
+"$pgq" train --model "$work/changed/model.onnx" --steps 4 --stop-after 2 --out "$work/changed/run" --no-progress \
+    > /dev/null
+/usr/bin/python3 "$src/scripts/export_onnx.py" --arch llama --vocab 256 --d-model 64 --layers 2 --seq 64 \
+    --batch 8 --out "$work/other" > /dev/null
+cp "$work/other/model.onnx" "$work/other/model.onnx.params.txt" "$work/changed/"
+status=0
+"$pgq" train --model "$work/changed/model.onnx" --steps 4 --resume --out "$work/changed/run" --no-progress \
+    2> "$work/changed/err.txt" || status=$?
+[ "$status" = 2 ] && grep -q "different model" "$work/changed/err.txt" ||
+  { echo "FAIL: --resume with a changed model file: exit $status, $(cat "$work/changed/err.txt")"; exit 1; }
 echo "loop on an imported LLaMA: ok"
