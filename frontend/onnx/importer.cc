@@ -166,6 +166,11 @@ class Importer {
   Node* sliceAxis(Node* x, int64_t axis, int64_t start, int64_t end);
   Node* moveLastAxis(Node* x, int64_t axis, bool to_last);
   Node* crossEntropy(const onnx::NodeProto& node, Node* scores, Node* labels);
+  // The labels operand (input 1): an IR value; the IR holds no integer constants.
+  Node* labels(const onnx::NodeProto& node) {
+    if (auto* n = std::get_if<Node*>(&value(node, 1))) return *n;
+    fail(node, fmt::format("the labels (input \"{}\") are constants; they must be a graph input", node.input(1)));
+  }
   int64_t axisOf(const onnx::NodeProto& node, int64_t axis, size_t rank) const;
   Node* whereNode(const onnx::NodeProto& node);
   void gemmMetadata(const onnx::NodeProto& node, Node* g);
@@ -467,8 +472,8 @@ Node* Importer::matmul(const onnx::NodeProto& node, Node* a, Node* b, bool trans
     fail(node, fmt::format("contracting dims differ: {} x {}", shapeText(ad), shapeText(bd)));
   DotDims dims;
   Node* g;
-  if (br == 2 && !trans_a) {
-    dims = {{ar - 1}, {b_k}, {}, {}};
+  if (br == 2 && (!trans_a || ar == 2)) {
+    dims = {{a_k}, {b_k}, {}, {}};
     g = b_.matmul(a, b, dims);
   } else {
     if (trans_a) fail(node, "a transposed lhs of rank > 2 is not supported");
@@ -709,7 +714,11 @@ void Importer::importNode(const onnx::NodeProto& node) {
       }
       if (infer >= 0) out[static_cast<size_t>(infer)] = known ? x->shape().numElements() / known : 0;
     } else if (op == "Flatten") {
-      int64_t axis = axisOf(node, attrInt(node, "axis").value_or(1), in.size() + 1);
+      // axis is in [-r, r]; a negative one counts from r.
+      int64_t axis = attrInt(node, "axis").value_or(1);
+      if (axis < 0) axis += static_cast<int64_t>(in.size());
+      if (axis < 0 || axis > static_cast<int64_t>(in.size()))
+        fail(node, fmt::format("axis {} out of range for rank {}", attrInt(node, "axis").value_or(1), in.size()));
       int64_t a = 1, b = 1;
       for (size_t i = 0; i < in.size(); ++i) (static_cast<int64_t>(i) < axis ? a : b) *= in[i];
       out = {a, b};
@@ -853,8 +862,10 @@ void Importer::importNode(const onnx::NodeProto& node) {
     std::vector<int64_t> in = dimsOf(x);
     std::vector<int64_t> axes = (op == "ReduceSum" && has(node, 1)) ? constInts(node, 1, "the axes")
                                                                     : attrInts(node, "axes");
-    if (axes.empty())
+    if (axes.empty()) {
+      if (attrInt(node, "noop_with_empty_axes").value_or(0)) return set(node, 0, x);
       for (size_t i = 0; i < in.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    }
     for (int64_t& a : axes) a = axisOf(node, a, in.size());
     std::sort(axes.begin(), axes.end());
     Op irop = op == "ReduceMean" ? Op::kReduceMean : op == "ReduceSum" ? Op::kReduceSum : Op::kReduceMax;
@@ -869,16 +880,18 @@ void Importer::importNode(const onnx::NodeProto& node) {
   if (op == "Where") return set(node, 0, whereNode(node));
   if (op == "SoftmaxCrossEntropyLoss") {
     if (node.output_size() > 1 && !node.output(1).empty()) fail(node, "the log_prob output is not supported");
-    return set(node, 0, crossEntropy(node, irValue(node, 0), std::get<Node*>(value(node, 1))));
+    return set(node, 0, crossEntropy(node, irValue(node, 0), labels(node)));
   }
   if (op == "NegativeLogLikelihoodLoss") {
     auto it = log_softmax_of_.find(node.input(0));
     if (it == log_softmax_of_.end()) fail(node, "only the negative log-likelihood of a LogSoftmax is supported");
-    return set(node, 0, crossEntropy(node, it->second, std::get<Node*>(value(node, 1))));
+    return set(node, 0, crossEntropy(node, it->second, labels(node)));
   }
   std::vector<std::string> all = supportedOnnxOps();
   if (std::find(all.begin(), all.end(), op) != all.end())
-    fail(node, "its inputs must be constants at import (it has no IR op), but they depend on the model's inputs");
+    fail(node, fmt::format("it has no IR op, so its inputs must be constants at import, but they depend on the "
+                           "model's inputs; ops on the model's inputs: {}",
+                           fmt::join(computeOps(), ", ")));
   fail(node, fmt::format("op {} is not supported; supported: {}", op, fmt::join(all, ", ")));
 }
 
@@ -976,17 +989,29 @@ ImportedModel Importer::run() {
       values_[t.name()] = std::move(c);
     }
   }
-  for (const onnx::NodeProto& node : model_.graph().node()) importNode(node);
+  for (const onnx::NodeProto& node : model_.graph().node()) {
+    try {
+      importNode(node);
+    } catch (const Error& e) {  // the IR builder's own checks (an empty tensor) know no file or node
+      if (std::string_view(e.what()).starts_with(file_ + ": ")) throw;
+      fail(node, e.what());
+    }
+  }
   if (o_.forward_only) {
     std::vector<Node*> outs;
     for (const onnx::ValueInfoProto& o : model_.graph().output()) {
       auto it = values_.find(o.name());
       if (it == values_.end()) throw Error(fmt::format("{}: output \"{}\" is not computed", file_, o.name()));
       Node* n = nullptr;
-      if (auto* c = std::get_if<ConstTensor>(&it->second))
-        n = materialize(*c, o.name(), c->isFloat() ? DType::kF32 : DType::kS32);
-      else
+      if (auto* c = std::get_if<ConstTensor>(&it->second)) {
+        if (!c->isFloat())  // the IR holds integer values only as inputs
+          throw Error(fmt::format("{}: output \"{}\" is an integer constant (folded at import), which pgq cannot "
+                                  "output",
+                                  file_, o.name()));
+        n = materialize(*c, o.name(), DType::kF32);
+      } else {
         n = std::get<Node*>(it->second);
+      }
       outs.push_back(n);
       out_.outputs.emplace_back(o.name(), n);
     }
