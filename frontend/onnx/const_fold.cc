@@ -644,7 +644,7 @@ ConstTensor Folder::matmul() const {
   return out;
 }
 
-// Explicit-output einsum ("i,j->ij": torch.outer of positions and inverse frequencies in
+// Einsum without ellipsis ("i,j->ij": torch.outer of positions and inverse frequencies in
 // rotary embeddings) over any number of operands, by visiting every index combination.
 ConstTensor Folder::einsum() const {
   const onnx::AttributeProto* eq = attribute("equation");
@@ -652,9 +652,17 @@ ConstTensor Folder::einsum() const {
   std::string text;
   for (char c : eq->s())
     if (c != ' ') text += c;
+  if (text.find("...") != std::string::npos) fail(fmt::format("equation \"{}\" uses an ellipsis", eq->s()));
+  // Without "->" the output is every index that appears once, in alphabetical order.
+  if (text.find("->") == std::string::npos) {
+    std::map<char, int> count;
+    for (char c : text)
+      if (c != ',') ++count[c];
+    text += "->";
+    for (const auto& [c, n] : count)
+      if (n == 1) text += c;
+  }
   size_t arrow = text.find("->");
-  if (arrow == std::string::npos) fail(fmt::format("equation \"{}\" has no explicit output (->)", eq->s()));
-  if (text.find("...") != std::string::npos) fail(fmt::format("equation \"{}\" uses ellipsis", eq->s()));
   std::vector<std::string> terms;
   for (size_t at = 0;;) {
     size_t comma = text.find(',', at);
