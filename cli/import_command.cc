@@ -87,8 +87,9 @@ void run(const ImportArgs& args) {
   ImportedModel m = importOnnx(args.onnx);
   std::vector<Tensor> inputs;
   if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
-  appendBackward(*m.net.graph, m.net.loss, m.net.params);
   PassContext ctx;
+  buildForwardPipeline()->run(*m.net.graph, ctx);
+  appendBackward(*m.net.graph, m.net.loss, m.net.params);
   buildTrainingPipeline({})->run(*m.net.graph, ctx);
   printSummary(m, *m.net.graph);
   if (!args.out.empty()) {

@@ -15,6 +15,7 @@
 #include "ir/verifier.h"
 #include "passes/pipeline.h"
 #include "passes/registry.h"
+#include "passes/training_pipeline.h"
 #include "plan/hardware.h"
 #include "plan/recipe.h"
 #include "runtime/trainer.h"
@@ -126,10 +127,11 @@ void addIrCommands(CLI::App& app) {
     if (!model_hardware.empty()) hardware = loadHardwareModel(model_hardware);
     if (!model_recipe.empty()) recipe = loadRecipe(model_recipe);
     TransformerGraph t = buildModel(o.model);
+    PassContext ctx;
+    buildForwardPipeline()->run(*t.graph, ctx);  // the forward the trainer runs
     if (!forward_only) appendBackward(*t.graph, t.loss, t.params);
     verify(*t.graph);
     if (compile) {
-      PassContext ctx;
       buildTrainingPipeline(trainingPipelineOptions(o, model_profile, recipe ? &*recipe : nullptr,
                                                     hardware ? &*hardware : nullptr))
           ->run(*t.graph, ctx);

@@ -7,6 +7,7 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
+#include "passes/fuse_decomposed.h"
 #include "passes/instrument_stats.h"
 #include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"

@@ -4,12 +4,20 @@
 #include "passes/cse.h"
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
+#include "passes/fuse_decomposed.h"
 #include "passes/instrument_stats.h"
 #include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"
 #include "passes/tag_metadata.h"
 
 namespace pgq {
+
+std::unique_ptr<Pipeline> buildForwardPipeline() {
+  auto pipeline = std::make_unique<Pipeline>("forward");
+  pipeline->add(std::make_unique<FuseDecomposed>());
+  pipeline->add(std::make_unique<DeadCodeElimination>());
+  return pipeline;
+}
 
 std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& options) {
   auto pipeline = std::make_unique<Pipeline>("training");

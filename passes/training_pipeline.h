@@ -1,5 +1,10 @@
 #pragma once
-// The pipeline every training graph goes through, built from typed options:
+// The pipelines every training graph goes through. On the forward graph, before
+// autodiff (so the backward is derived from the fused ops):
+//
+//   fuse_decomposed, dce
+//
+// and on the training graph, built from typed options:
 //
 //   [bf16_gemms,] cse, dce, propagate_sharding, tag_metadata [, instrument_stats]
 //   [, estimate_speedup]
@@ -40,6 +45,7 @@ struct TrainingPipelineOptions {
   uint64_t seed = 0;                      // the model's seed
 };
 
+std::unique_ptr<Pipeline> buildForwardPipeline();
 std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& options);
 
 }  // namespace pgq

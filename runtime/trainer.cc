@@ -91,12 +91,14 @@ namespace {
 constexpr const char* kCheckpointFile = "checkpoint.pgqckpt";
 constexpr const char* kMetricsFile = "metrics.csv";
 
-// Forward, backward and the training pipeline of trainingPipelineOptions().
+// Forward (with its own pipeline), backward and the training pipeline of
+// trainingPipelineOptions().
 TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
                                     const HardwareModel* hardware = nullptr) {
   TransformerGraph t = buildModel(options.model);
-  appendBackward(*t.graph, t.loss, t.params);
   PassContext ctx;
+  buildForwardPipeline()->run(*t.graph, ctx);
+  appendBackward(*t.graph, t.loss, t.params);
   buildTrainingPipeline(trainingPipelineOptions(options, instrument, recipe, hardware))->run(*t.graph, ctx);
   return t;
 }
@@ -208,6 +210,7 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
   eval = buildModel(o.model);
   PassContext ctx;
+  buildForwardPipeline()->run(*eval.graph, ctx);
   buildTrainingPipeline(trainingPipelineOptions(o, false))->run(*eval.graph, ctx);
   // The parameters, their AdamW moments and the batch, allocated after the executors.
   auto bytes = [](const Node* n) {

@@ -19,6 +19,10 @@ Recipe everyGemmInInt8() {
                      "r.yaml");
 }
 
+TEST(TrainingPipeline, FusesTheForwardGraphFirst) {
+  EXPECT_EQ(buildForwardPipeline()->passNames(), (Names{"fuse_decomposed", "dce"}));
+}
+
 TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {
   TrainingPipelineOptions o;
   EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"cse", "dce", "propagate_sharding", "tag_metadata"}));
