@@ -72,6 +72,15 @@ std::vector<Tensor> readInputs(const ImportedModel& m, const std::string& dir) {
     Tensor t(node->type());
     if (node->dtype() == DType::kS32) {
       std::vector<int32_t> v = npyAsInt32(a, path);
+      // Token ids index the embedding and labels the logits: both are classes.
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (node == m.net.targets && m.ignore_index && v[i] == *m.ignore_index)
+          throw Error(fmt::format("{}: element {} is {}, the loss's ignore_index, which pgq does not support (every "
+                                  "label counts)",
+                                  path, i, v[i]));
+        if (v[i] < 0 || v[i] >= m.vocab)
+          throw Error(fmt::format("{}: element {} is {}, outside the vocabulary [0, {})", path, i, v[i], m.vocab));
+      }
       std::copy(v.begin(), v.end(), t.data<int32_t>());
     } else {
       std::vector<float> v = npyAsFloats(a, path);

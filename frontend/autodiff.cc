@@ -44,6 +44,7 @@ class Autodiff {
  private:
   // Adds `grad` to the adjoint of `node`.
   void accumulate(Node* node, Node* grad);
+  Node* joinPads(Node* a, Node* b);
   void backprop(Node* node, Node* dy);
   void matmulGrad(Node* node, Node* dy);
   std::string gradName(const Node* of) const { return of->name() + ".grad"; }
@@ -61,7 +62,47 @@ void Autodiff::accumulate(Node* node, Node* grad) {
              "gradient {} does not fit {}", grad->type().toString(), node->type().toString());
   if (grad->dtype() != node->dtype()) grad = b_.convert(grad, node->dtype());
   auto [it, inserted] = adjoint_.try_emplace(node, grad);
-  if (!inserted) it->second = b_.add(it->second, grad, gradName(node));
+  if (inserted) return;
+  if (Node* joined = joinPads(it->second, grad)) {
+    it->second = joined;
+    return;
+  }
+  it->second = b_.add(it->second, grad, gradName(node));
+}
+
+// The gradients of slices that tile a value along one axis (q, k, v split from one
+// fused projection) are pads of each piece: adjacent pieces concatenate, which moves
+// each element once instead of zero-filling and adding whole tensors per piece.
+Node* Autodiff::joinPads(Node* a, Node* b) {
+  if (a->op() != Op::kPad || b->op() != Op::kPad) return nullptr;
+  const auto& a_low = a->attrs().getInts(AttrKey::kLow);
+  const auto& a_high = a->attrs().getInts(AttrKey::kHigh);
+  const auto& b_low = b->attrs().getInts(AttrKey::kLow);
+  const auto& b_high = b->attrs().getInts(AttrKey::kHigh);
+  int axis = -1;
+  for (size_t d = 0; d < a_low.size(); ++d)
+    if (a_low[d] != b_low[d] || a_high[d] != b_high[d]) {
+      if (axis >= 0) return nullptr;
+      axis = static_cast<int>(d);
+    }
+  if (axis < 0) return nullptr;
+  const size_t ax = static_cast<size_t>(axis);
+  const int64_t dim = a->shape().dim(axis);
+  Node* first = a;
+  Node* second = b;
+  if (dim - b_high[ax] == a_low[ax]) std::swap(first, second);  // b's piece comes before a's
+  const auto& f_low = first->attrs().getInts(AttrKey::kLow);
+  const auto& f_high = first->attrs().getInts(AttrKey::kHigh);
+  const auto& s_low = second->attrs().getInts(AttrKey::kLow);
+  const auto& s_high = second->attrs().getInts(AttrKey::kHigh);
+  if (dim - f_high[ax] != s_low[ax]) return nullptr;  // not adjacent
+  Node* joined = b_.concat(first->operand(0), second->operand(0), axis);
+  std::vector<int64_t> low = f_low, high = f_high;
+  high[ax] = s_high[ax];
+  if (std::all_of(low.begin(), low.end(), [](int64_t v) { return v == 0; }) &&
+      std::all_of(high.begin(), high.end(), [](int64_t v) { return v == 0; }))
+    return joined;
+  return b_.pad(joined, std::move(low), std::move(high));
 }
 
 void Autodiff::matmulGrad(Node* node, Node* dy) {

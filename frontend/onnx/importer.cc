@@ -509,8 +509,12 @@ Node* Importer::crossEntropy(const onnx::NodeProto& node, Node* scores, Node* la
     for (const auto& a : node.attribute()) {
       if (a.name() == "reduction" && a.s() != "mean")
         fail(node, fmt::format("reduction \"{}\" is not supported (pgq trains on the mean loss)", a.s()));
-      if (a.name() == "ignore_index")
-        out_.notes.push_back(fmt::format("{}: ignore_index {} is dropped: every label is counted", node.name(), a.i()));
+      if (a.name() == "ignore_index") {
+        out_.ignore_index = a.i();
+        out_.notes.push_back(fmt::format("{}: ignore_index {} is not supported: every label must be a class "
+                                         "(pgq import --inputs refuses labels equal to it)",
+                                         node.name(), a.i()));
+      }
     }
     if (has(node, 2)) fail(node, "class weights are not supported");
   }
@@ -940,8 +944,22 @@ void Importer::findLoss() {
   Node* lg = out_.net.loss->operand(0);
   while (lg->op() == Op::kReshape || lg->op() == Op::kSlice || lg->op() == Op::kTranspose) lg = lg->operand(0);
   out_.vocab = lg->shape().dim(lg->shape().rank() - 1);
-  // The logits GEMM keeps the user's module path as its label; it is recognized by
-  // its position (the GEMM feeding the loss).
+  // The logits GEMM is the one feeding the loss (through a bias add). It keeps the
+  // user's module path as its label ("head", "lm_head"); a head computed in the top
+  // module's own forward (a tied `x @ wte.weight.T`, node "/MatMul") has no module
+  // path and takes the paper's name, get_logits.
+  Node* head = lg;
+  if (head->op() == Op::kAdd)
+    for (Node* operand : head->operands())
+      if (operand->op() == Op::kMatMul) head = operand;
+  if (head->op() == Op::kMatMul) {
+    std::string label = head->attrs().getStringOr(AttrKey::kLabel, "");
+    if (label.find('/') == std::string::npos && label.rfind("MatMul", 0) == 0) {
+      label = "get_logits";
+      head->attrs().set(AttrKey::kLabel, label);
+    }
+    out_.notes.push_back(fmt::format("logits GEMM: {}", label));
+  }
   graph_->setOutputs({out_.net.loss});
 }
 

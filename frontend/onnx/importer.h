@@ -16,6 +16,7 @@
 // logits [B, T, V], the mean cross-entropy of the logits at positions 0..T-2 against
 // the tokens at 1..T-1 (what Hugging Face's causal LMs compute).
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct ImportedModel {
   int64_t batch = 0;
   int64_t seq_len = 0;
   int64_t vocab = 0;
+  // The loss's ignore_index, when it has one: pgq counts every label, so a label equal
+  // to it would silently change the loss; label inputs are checked against it.
+  std::optional<int64_t> ignore_index;
   // How the trainable parameters were chosen, and what import changed (dropout removed).
   std::vector<std::string> notes;
 };

@@ -275,6 +275,33 @@ TEST(Autodiff, BackwardGemmsNameTheGemmAndOperandTheyDifferentiate) {
   EXPECT_EQ(t.graph->outputs().size(), 1 + t.params.size());
 }
 
+TEST(Autodiff, SlicesThatTileAValueJoinTheirGradientsByConcatenation) {
+  // q, k, v split from one projection, each used differently, in both orders of use.
+  auto split3 = [](Builder& b, auto& p) {
+    Node* q = b.slice(p[0], {0, 0}, {3, 2});
+    Node* k = b.slice(p[0], {0, 2}, {3, 5});
+    Node* v = b.slice(p[0], {0, 5}, {3, 6});
+    return b.add(b.reduce(Op::kReduceSum, b.mul(q, q), {1}),
+                 b.add(b.reduce(Op::kReduceSum, b.unary(Op::kTanh, k), {1}), b.reduce(Op::kReduceSum, v, {1})));
+  };
+  checkGradients(split3, {f32({3, 6})});
+  Graph g("split");
+  Builder b(g);
+  std::vector<Node*> p{b.parameter("x", f32({3, 6}))};
+  Node* loss = b.reduce(Op::kReduceSum, split3(b, p), {0});
+  std::vector<Node*> grads = appendBackward(g, loss, p);
+  // The gradient is the concatenation of the three pieces: no zero-filled pads are added.
+  EXPECT_EQ(grads[0]->op(), Op::kConcat);
+  // Pieces with a gap between them keep their pads.
+  Graph gap("gap");
+  Builder bg(gap);
+  std::vector<Node*> pg{bg.parameter("x", f32({3, 6}))};
+  Node* l2 = bg.reduce(Op::kReduceSum, bg.add(bg.slice(pg[0], {0, 0}, {3, 2}), bg.slice(pg[0], {0, 4}, {3, 6})),
+                       {0, 1});
+  std::vector<Node*> g2 = appendBackward(gap, l2, pg);
+  EXPECT_EQ(g2[0]->op(), Op::kAdd);
+}
+
 TEST(Autodiff, RejectsNonScalarLossAndSecondDerivatives) {
   Graph g;
   Builder b(g);
