@@ -340,10 +340,23 @@ void Importer::chooseTrainable() {
         fmt::format("trainable parameters: {} float initializers read by the computation (no {} beside the model)",
                     trainable_.size(), list_path));
   }
-  LabelPattern train_re(o_.trainable), frozen_re(o_.frozen);
+  auto pattern = [&](const std::string& text, const char* flag) {
+    try {
+      return LabelPattern(text);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} \"{}\": {}", flag, text, e.what()));
+    }
+  };
+  LabelPattern train_re = pattern(o_.trainable, "--trainable"), frozen_re = pattern(o_.frozen, "--frozen");
+  // A pattern matches the initializer's name or the module parameter it holds
+  // (constant folding renames weights to "onnx::MatMul_233").
   for (const auto& [name, t] : initializers_) {
-    if (!o_.trainable.empty() && isFloatInit(name) && train_re.matches(name)) trainable_.insert(name);
-    if (!o_.frozen.empty() && frozen_re.matches(name)) trainable_.erase(name);
+    auto ref = param_of_.find(name);
+    auto matches = [&](const LabelPattern& re) {
+      return re.matches(name) || (ref != param_of_.end() && re.matches(ref->second.param));
+    };
+    if (!o_.trainable.empty() && isFloatInit(name) && matches(train_re)) trainable_.insert(name);
+    if (!o_.frozen.empty() && matches(frozen_re)) trainable_.erase(name);
   }
   if (trainable_.empty() && !o_.forward_only)
     throw Error(fmt::format("{}: no trainable parameters (check --trainable/--frozen)", file_));

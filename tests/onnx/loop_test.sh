@@ -13,6 +13,11 @@ export OMP_NUM_THREADS=1
     --batch 8 --out "$work/llama" > /dev/null
 model=$work/llama/model.onnx
 
+# --frozen matches module parameter names, also of weights constant folding renamed:
+# block 0's nine parameters (q, k, v, o, gate, up, down, two norms) of 21 stop training.
+"$pgq" import "$model" --frozen 'blocks\.0\..*' | tee "$work/frozen.txt" | grep -q 'parameters: 12 trainable' ||
+  { echo "FAIL: --frozen"; cat "$work/frozen.txt"; exit 1; }
+
 "$pgq" train --model "$model" --steps 150 --profile-warmup 140 --profile-steps 5 \
     --profile-out "$work/profile.yaml" --out "$work/base" --no-progress --eval-every 0
 "$pgq" recipe --profile "$work/profile.yaml" --hardware epyc-zen3-2c --policy 'F+B_SR>100' \
