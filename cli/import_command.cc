@@ -146,7 +146,7 @@ void addImportCommand(CLI::App& app) {
   cmd->add_option("--frozen", args.onnx.frozen, "Do not train the initializers matching this RE2 pattern");
   cmd->add_option("--inputs", args.inputs, "Folder with <graph input name>.npy for every graph input");
   cmd->add_option("--grads-out", args.grads_out,
-                  "Run forward and backward in f32 on --inputs; write loss.npy and grads/<initializer>.npy here");
+                  "Run forward and backward in f32 on --inputs; write loss.npy and grads/<parameter>.npy here");
   cmd->callback([] { run(args); });
 }
 

@@ -61,7 +61,7 @@ void printOpProfile(const TrainResult& result) {
 }  // namespace
 
 void addTrainCommand(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a model config on a text corpus");
+  auto* cmd = app.add_subcommand("train", "Train a model (preset, YAML config or ONNX file) on a text corpus");
   static TrainArgs args;
   TrainOptions& o = args.options;
   OptimizerConfig& opt = o.optimizer;

@@ -350,7 +350,8 @@ void Importer::chooseTrainable() {
   LabelPattern train_re = pattern(o_.trainable, "--trainable"), frozen_re = pattern(o_.frozen, "--frozen");
   // A pattern matches the initializer's name or the module parameter it holds
   // (constant folding renames weights to "onnx::MatMul_233").
-  for (const auto& [name, t] : initializers_) {
+  for (const auto& entry : initializers_) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one
     auto ref = param_of_.find(name);
     auto matches = [&](const LabelPattern& re) {
       return re.matches(name) || (ref != param_of_.end() && re.matches(ref->second.param));
@@ -587,10 +588,6 @@ std::optional<float> attrFloat(const onnx::NodeProto& node, const std::string& n
   for (const auto& a : node.attribute())
     if (a.name() == name) return a.f();
   return std::nullopt;
-}
-bool hasAttr(const onnx::NodeProto& node, const std::string& name) {
-  return std::any_of(node.attribute().begin(), node.attribute().end(),
-                     [&](const auto& a) { return a.name() == name; });
 }
 
 void Importer::importNode(const onnx::NodeProto& node) {

@@ -25,7 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using onnx::TensorProto;
 
-constexpr double kTwo53 = 9007199254740992.0;
 constexpr double kTwo63 = 9223372036854775808.0;
 
 // Bytes per element of the dtypes whose values can be read, 0 for the others.
@@ -48,7 +47,27 @@ size_t elementSize(int32_t dtype) {
   }
 }
 
-double halfBitsToDouble(uint16_t bits) { return static_cast<double>(std::bit_cast<_Float16>(bits)); }
+// IEEE binary16 by hand: clang 14 has no _Float16 on x86-64 (GCC has), and the fuzz
+// build uses clang.
+double halfBitsToDouble(uint16_t bits) {
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);  // zero and subnormals
+  if (exponent == 31) return mantissa ? std::numeric_limits<double>::quiet_NaN() : sign * HUGE_VAL;
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+// `value` rounded to the nearest binary16 value, ties to even; beyond the largest
+// finite value (65504) plus half a step, infinity.
+double roundToHalf(double value) {
+  if (std::isnan(value) || std::isinf(value) || value == 0) return value;
+  int e = 0;
+  std::frexp(std::abs(value), &e);  // |value| = m * 2^e, m in [0.5, 1)
+  const double quantum = std::ldexp(1.0, std::max(e - 1, -14) - 10);
+  const double rounded = std::nearbyint(std::abs(value) / quantum) * quantum;
+  return std::copysign(rounded > 65504.0 ? HUGE_VAL : rounded, value);
+}
 
 double bfloat16BitsToDouble(uint16_t bits) {
   return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits) << 16));
@@ -287,7 +306,7 @@ double roundToDtype(int32_t dtype, double value) {
   };
   switch (dtype) {
     case TensorProto::FLOAT: return static_cast<float>(value);
-    case TensorProto::FLOAT16: return static_cast<double>(static_cast<_Float16>(value));
+    case TensorProto::FLOAT16: return roundToHalf(value);
     case TensorProto::BFLOAT16: {
       uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(value));
       if (std::isnan(value)) return value;
