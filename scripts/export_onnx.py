@@ -273,6 +273,8 @@ def main(argv=None):
     parser.add_argument("--no-fold", action="store_true", help="do_constant_folding=False")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--loss", action="store_true", help="cross-entropy inside the model")
+    parser.add_argument("--nll", action="store_true",
+                        help="with --loss: log_softmax + nll_loss (LogSoftmax + NegativeLogLikelihoodLoss)")
     kind.add_argument("--logits", action="store_true", help="logits only (the default)")
     parser.add_argument("--reference", action="store_true", help="also write PyTorch's loss and gradients")
     parser.add_argument("--ops", action="store_true", help="print the sorted ONNX op types")
@@ -298,6 +300,8 @@ def main(argv=None):
     if args.batch:
         models.BATCH = args.batch
     model = models.build(args.arch)
+    if args.nll:
+        model.loss_form = "nll"
     input_ids, labels = models.make_inputs(args.arch)
     inputs = {"input_ids": input_ids, "labels": labels} if args.loss else {"input_ids": input_ids}
     os.makedirs(os.path.join(args.out, "inputs"), exist_ok=True)

@@ -754,6 +754,11 @@ void Importer::importNode(const onnx::NodeProto& node) {
     for (int64_t d : out) n *= d;
     if (n != x->shape().numElements())
       fail(node, fmt::format("cannot reshape {} to {}", shapeText(in), shapeText(out)));
+    // A reshape that keeps the class dim keeps a LogSoftmax a LogSoftmax (for the NLL
+    // after it).
+    if (auto ls = log_softmax_of_.find(node.input(0));
+        ls != log_softmax_of_.end() && !out.empty() && !in.empty() && out.back() == in.back())
+      log_softmax_of_[node.output(0)] = reshape(ls->second, out);
     return set(node, 0, reshape(x, out));
   }
   if (op == "Expand") {
@@ -866,7 +871,8 @@ void Importer::importNode(const onnx::NodeProto& node) {
     const int64_t axis = axisOf(node, attrInt(node, "axis").value_or(-1), dimsOf(x).size());
     Node* y = moveLastAxis(b_.softmax(moveLastAxis(x, axis, true)), axis, false);
     if (op == "LogSoftmax") {
-      log_softmax_of_[node.output(0)] = x;
+      // Remembered for a NegativeLogLikelihoodLoss of [N, C] (classes last).
+      if (axis == static_cast<int64_t>(dimsOf(x).size()) - 1) log_softmax_of_[node.output(0)] = x;
       y = b_.unary(Op::kLog, y);
     }
     return set(node, 0, y);
@@ -898,7 +904,8 @@ void Importer::importNode(const onnx::NodeProto& node) {
   }
   if (op == "NegativeLogLikelihoodLoss") {
     auto it = log_softmax_of_.find(node.input(0));
-    if (it == log_softmax_of_.end()) fail(node, "only the negative log-likelihood of a LogSoftmax is supported");
+    if (it == log_softmax_of_.end() || it->second->shape().rank() != 2)
+      fail(node, "only the negative log-likelihood of a LogSoftmax over the classes of [N, C] scores is supported");
     return set(node, 0, crossEntropy(node, it->second, labels(node)));
   }
   std::vector<std::string> all = supportedOnnxOps();

@@ -98,6 +98,7 @@ def main(argv=None):
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--loss", action="store_true")
     kind.add_argument("--logits", action="store_true")
+    parser.add_argument("--nll", action="store_true", help="with --loss: LogSoftmax + NegativeLogLikelihoodLoss")
     parser.add_argument("--export-only", action="store_true")
     parser.add_argument("--work", required=True)
     args = parser.parse_args(argv)
@@ -105,7 +106,7 @@ def main(argv=None):
         parser.error("--pgq is required unless --export-only")
 
     export_args = ["--arch", args.arch, "--opset", str(args.opset), "--reference", "--out", args.work]
-    export_args += ["--no-fold"] * args.no_fold + ["--loss" if args.loss else "--logits"]
+    export_args += ["--no-fold"] * args.no_fold + ["--loss" if args.loss else "--logits"] + ["--nll"] * args.nll
     export_onnx.main(export_args)
     if args.export_only:
         print(" ".join(export_onnx.OnnxGraph(os.path.join(args.work, "model.onnx")).op_types()))

@@ -27,11 +27,20 @@ class LanguageModel(nn.Module):
     cross-entropy over every position. One class for both, so that the loss variant's
     parameters have the same names as the logits variant's."""
 
+    # "sce": F.cross_entropy, exported as SoftmaxCrossEntropyLoss; "nll": log_softmax then
+    # nll_loss, exported as LogSoftmax + NegativeLogLikelihoodLoss.
+    loss_form = "sce"
+
     def forward(self, input_ids, labels=None):
         logits = self.logits(input_ids)
         if labels is None:
             return logits
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+        v = logits.shape[-1]
+        if self.loss_form == "nll":
+            # The reshape between them keeps the exporter from fusing the pair back into
+            # SoftmaxCrossEntropyLoss.
+            return F.nll_loss(F.log_softmax(logits, dim=-1).reshape(-1, v), labels.view(-1))
+        return F.cross_entropy(logits.view(-1, v), labels.view(-1))
 
 
 # ---------------------------------------------------------------- GPT-2 (nanoGPT style)
