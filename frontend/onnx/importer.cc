@@ -166,6 +166,13 @@ class Importer {
   Node* sliceAxis(Node* x, int64_t axis, int64_t start, int64_t end);
   Node* moveLastAxis(Node* x, int64_t axis, bool to_last);
   Node* crossEntropy(const onnx::NodeProto& node, Node* scores, Node* labels);
+  // Operand i as an IR value of any dtype: a constant there (integer data the folder
+  // could not fold with it) has no IR form.
+  Node* nodeValue(const onnx::NodeProto& node, int i) {
+    if (auto* n = std::get_if<Node*>(&value(node, i))) return *n;
+    if (std::get<ConstTensor>(value(node, i)).isFloat()) return irValue(node, i);
+    fail(node, fmt::format("input \"{}\" is an integer constant used as data, which has no IR form", node.input(i)));
+  }
   // The labels operand (input 1): an IR value; the IR holds no integer constants.
   Node* labels(const onnx::NodeProto& node) {
     if (auto* n = std::get_if<Node*>(&value(node, 1))) return *n;
@@ -685,7 +692,7 @@ void Importer::importNode(const onnx::NodeProto& node) {
   }
   if (op == "Cast") {
     const int64_t to = attrInt(node, "to").value_or(0);
-    Node* x = std::get<Node*>(value(node, 0));
+    Node* x = nodeValue(node, 0);
     const bool to_int = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
     const bool to_float = to == onnx::TensorProto::FLOAT;
     if ((x->dtype() == DType::kS32 && to_int) || (x->dtype() == DType::kF32 && to_float)) return set(node, 0, x);
@@ -712,7 +719,7 @@ void Importer::importNode(const onnx::NodeProto& node) {
     return set(node, 0, b_.transpose(x, perm));
   }
   if (op == "Reshape" || op == "Unsqueeze" || op == "Squeeze" || op == "Flatten") {
-    Node* x = std::get<Node*>(value(node, 0));
+    Node* x = nodeValue(node, 0);
     std::vector<int64_t> in = dimsOf(x), out;
     if (op == "Reshape") {
       out = constInts(node, 1, "the target shape");
@@ -782,7 +789,7 @@ void Importer::importNode(const onnx::NodeProto& node) {
     return set(node, 0, reshape(b_.broadcast(x, Shape(wide), map), out));
   }
   if (op == "Slice") {
-    Node* x = std::get<Node*>(value(node, 0));
+    Node* x = nodeValue(node, 0);
     std::vector<int64_t> in = dimsOf(x);
     std::vector<int64_t> starts = constInts(node, 1, "starts"), ends = constInts(node, 2, "ends");
     std::vector<int64_t> axes = has(node, 3) ? constInts(node, 3, "axes") : std::vector<int64_t>{};
@@ -849,7 +856,7 @@ void Importer::importNode(const onnx::NodeProto& node) {
       out.insert(out.end(), dd.begin() + axis + 1, dd.end());
       return set(node, 0, reshape(s, out));
     }
-    Node* indices = std::get<Node*>(value(node, 1));
+    Node* indices = nodeValue(node, 1);
     if (axis != 0 || dd.size() != 2 || indices->dtype() != DType::kS32)
       fail(node, "only an embedding lookup (a 2-D table indexed by token ids along axis 0) is supported");
     return set(node, 0, b_.gather(irValue(node, 0), indices));
