@@ -8,19 +8,10 @@
 #include "frontend/onnx/importer.h"
 #include "support/config_file.h"
 #include "support/errors.h"
-#include "support/file_io.h"
 #include "pgq_model_presets.h"
 
 namespace pgq {
 namespace {
-
-// FNV-1a over the file's bytes: identifies the model a checkpoint was trained from.
-std::string fileHash(const std::string& path) {
-  std::string bytes = readTextFile(path, InputKind::kOnnxModel);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return fmt::format("{:016x}", h);
-}
 
 // Imports the model once: it must import, and its sizes fill the config.
 ModelConfig importedConfig(ModelConfig c) {
@@ -28,7 +19,8 @@ ModelConfig importedConfig(ModelConfig c) {
   c.batch = m.batch;
   c.seq_len = m.seq_len;
   c.vocab = m.vocab;
-  c.onnx_hash = fileHash(c.onnx);
+  // The hash of the bytes imported identifies the model a checkpoint was trained from.
+  c.onnx_hash = fmt::format("{:016x}", m.fingerprint);
   return c;
 }
 

@@ -9,6 +9,7 @@
 
 #include "support/errors.h"
 #include "support/file_io.h"
+#include "support/hash.h"
 
 namespace pgq {
 namespace {
@@ -68,14 +69,6 @@ std::vector<uint8_t> readDirectory(const std::string& dir, int64_t& files) {
 }
 
 }  // namespace
-
-uint64_t fnv1a64(const uint8_t* data, size_t size, uint64_t hash) {
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= data[i];
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
 
 Corpus loadCorpus(const std::string& path, double val_fraction) {
   if (!(val_fraction > 0.0 && val_fraction < 1.0))

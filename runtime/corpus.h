@@ -37,8 +37,4 @@ Corpus loadCorpus(const std::string& path, double val_fraction = 0.1);
 // seq_len + 1 bytes (a sequence and its shifted targets).
 void checkCorpusFits(const Corpus& corpus, int64_t seq_len);
 
-// FNV-1a 64-bit hash: a cheap identity for a corpus, recorded in checkpoints so that a
-// resumed run can tell it is reading the same text.
-uint64_t fnv1a64(const uint8_t* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull);
-
 }  // namespace pgq

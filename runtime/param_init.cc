@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "kernels/philox.h"
-#include "runtime/corpus.h"
 #include "support/errors.h"
+#include "support/hash.h"
 
 namespace pgq {
 namespace {

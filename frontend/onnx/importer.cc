@@ -988,7 +988,7 @@ void Importer::findLoss() {
 }
 
 ImportedModel Importer::run() {
-  model_ = readOnnxModel(o_.path);
+  model_ = readOnnxModel(o_.path, &out_.fingerprint);
   opset_ = defaultOpset(model_, file_);
   if (opset_ < kMinOpset || opset_ > kMaxOpset)
     throw Error(fmt::format("{}: opset {} is not supported; pgq imports opsets {} to {} (torch.onnx.export "

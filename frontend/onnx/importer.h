@@ -54,6 +54,7 @@ struct ImportedModel {
   std::vector<std::pair<std::string, Node*>> inputs;
   std::vector<std::pair<std::string, Node*>> outputs;
   int64_t opset = 0;
+  uint64_t fingerprint = 0;  // FNV-1a of the model file's bytes
   int64_t batch = 0;
   int64_t seq_len = 0;
   int64_t vocab = 0;

@@ -18,6 +18,7 @@
 
 #include "support/errors.h"
 #include "support/file_io.h"
+#include "support/hash.h"
 
 namespace pgq {
 namespace {
@@ -241,10 +242,11 @@ ConstTensor readTensor(const TensorProto& t, const fs::path& model_dir, const Te
 
 }  // namespace
 
-onnx::ModelProto readOnnxModel(const std::string& path) {
+onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint) {
   InputFile file = openInputFile(path, InputKind::kOnnxModel);
   std::string bytes;
   readRest(file, bytes);
+  if (fingerprint) *fingerprint = fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream coded(&stream);
   // The default limit is 64 MiB; a model file may have up to 2 GiB.

@@ -14,7 +14,8 @@ namespace pgq {
 // Parses the ONNX model at `path` (at most 2 GiB, protobuf's limit). Throws pgq::Error
 // naming the file when it cannot be read, is not an ONNX protobuf (a text file, a
 // truncated download), has no graph or imports no opset of the default domain.
-onnx::ModelProto readOnnxModel(const std::string& path);
+// `fingerprint`, when given, receives the FNV-1a hash of the file's bytes (support/hash.h).
+onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint = nullptr);
 
 // The opset version the model imports for the default domain ("" or "ai.onnx").
 // Throws pgq::Error (naming `model_file` when given) when there is none.
