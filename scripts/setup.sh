@@ -17,7 +17,7 @@ packages=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libfmt-dev libspdlog-dev libeigen3-dev libdnnl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
-  python3 python3-torch python3-yaml libopenblas0-pthread
+  python3 python3-torch python3-numpy python3-yaml libopenblas0-pthread
   fortunes gnuplot-nox libomp-dev libre2-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
 )

@@ -18,43 +18,24 @@
 #include <gtest/gtest.h>
 
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
+
+using test::errorOf;
 
 namespace fs = std::filesystem;
 using onnx::TensorProto;
 
 const fs::path kNodeTests = "/usr/share/libonnx-testdata/data/node";
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-class OnnxModelTest : public ::testing::Test {
+class OnnxModelTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "pgq_onnx_model_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(dir_ / name, std::ios::binary) << bytes;
-    return (dir_ / name).string();
-  }
   ConstTensor read(const TensorProto& t) const { return tensorFromProto(t, dir_, "m.onnx"); }
   std::string readError(const TensorProto& t) const {
     return errorOf([&] { read(t); });
   }
-
-  fs::path dir_;
 };
 
 std::string fileBytes(const fs::path& path) {

@@ -19,9 +19,12 @@
 
 #include "runtime/trainer.h"
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
+
+using test::errorOf;
 
 namespace fs = std::filesystem;
 
@@ -57,15 +60,6 @@ std::string readBytes(const std::string& path) {
 
 void writeBytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 Tensor randomTensor(DType dtype, Shape shape, uint32_t seed) {

@@ -9,9 +9,13 @@
 #include <string>
 
 #include "support/errors.h"
+#include "support/hash.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
+
+using test::errorOf;
 
 namespace fs = std::filesystem;
 
@@ -40,15 +44,6 @@ std::string text(size_t size) {
 }
 
 std::string bytesOf(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST_F(CorpusTest, FileSplitsIntoTrainThenValidation) {
   std::string content = text(1000);

@@ -11,9 +11,12 @@
 
 #include "runtime/progress.h"
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
+
+using test::errorOf;
 
 namespace fs = std::filesystem;
 
@@ -40,15 +43,6 @@ class MetricsTest : public ::testing::Test {
   fs::path dir_;
   std::string path_;
 };
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 void writeSteps(MetricsWriter& w, int64_t from, int64_t to) {
   for (int64_t step = from; step <= to; ++step)

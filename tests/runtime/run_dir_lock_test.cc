@@ -14,9 +14,12 @@
 #include "app/experiment.h"
 #include "runtime/trainer.h"
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
+
+using test::errorOf;
 
 namespace fs = std::filesystem;
 
@@ -34,15 +37,6 @@ class RunDirLockTest : public ::testing::Test {
   fs::path dir_;
   std::string run_;
 };
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 std::string hostName() {
   std::array<char, 256> name{};

@@ -20,39 +20,17 @@
 #include <gtest/gtest.h>
 
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
 
+using test::errorOf;
+
 namespace fs = std::filesystem;
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-class FileIoTest : public ::testing::Test {
+class FileIoTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "pgq_file_io_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-    return path(name);
-  }
-  static std::string content(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
   // A file of `size` bytes that takes no disk space.
   std::string sparse(const std::string& name, uint64_t size) const {
     std::string file = path(name);
@@ -62,8 +40,6 @@ class FileIoTest : public ::testing::Test {
     ::close(fd);
     return file;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(FileIoTest, ReadsARegularFile) {

@@ -11,18 +11,12 @@
 #include "plan/policy.h"
 #include "plan/recipe.h"
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::errorOf;
 
 double secondsFor(const std::function<void()>& f) {
   auto start = std::chrono::steady_clock::now();

@@ -17,21 +17,15 @@
 #include <gtest/gtest.h>
 
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
 
+using test::errorOf;
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 // An .npy file's bytes: magic, version, header length, header, data. The header is
 // used as given (no padding), which the format allows.
@@ -48,31 +42,13 @@ std::string bytesOf(const void* data, size_t size) { return std::string(static_c
 
 const char* kF4Header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n";
 
-class NpyTest : public ::testing::Test {
+class NpyTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "pgq_npy_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(dir_ / name, std::ios::binary) << bytes;
-    return path(name);
-  }
-  static std::string content(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
   // Runs a Python program with the system interpreter (Debian's python3-numpy).
   static int python(const std::string& program) {
     return std::system(("/usr/bin/python3 -c '" + program + "'").c_str());
   }
   static bool haveNumpy() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
-
-  fs::path dir_;
 };
 
 TEST_F(NpyTest, RoundTripsFloat32) {
@@ -212,7 +188,7 @@ TEST_F(NpyTest, ConversionsRefuseOtherTypesAndOutOfRangeIntegers) {
 }
 
 TEST_F(NpyTest, ReadsWhatNumpyWritesAndNumpyReadsWhatItWrites) {
-  if (!haveNumpy()) GTEST_SKIP() << "no numpy in /usr/bin/python3";
+  ASSERT_TRUE(haveNumpy()) << "no numpy in /usr/bin/python3: scripts/setup.sh installs python3-numpy";
   ASSERT_EQ(python("import numpy as np, os; os.chdir(\"" + dir_.string() + "\");"
                    "np.save(\"f4.npy\", np.arange(6, dtype=np.float32).reshape(2, 3) / 4);"
                    "np.save(\"f8.npy\", np.array([[0.1], [2.0]]));"
