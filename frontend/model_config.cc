@@ -51,12 +51,23 @@ ModelConfig importedFromNode(const ConfigNode& root) {
 ModelConfig fromNode(const ConfigNode& root) {
   if (root.has("onnx")) return importedFromNode(root);
   root.allowOnly({"name", "vocab", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "batch",
-                  "norm", "norm_eps", "activation", "tied_embeddings", "tensor_parallel",
-                  "init_std", "seed"});
+                  "norm", "norm_eps", "activation", "position", "rope_theta", "n_kv_heads",
+                  "tied_embeddings", "tokenizer", "tokenizer_model", "tensor_parallel", "init_std", "seed"});
   ModelConfig c;
   c.source = root.file();
   c.name = root.getString("name", "model");
-  c.vocab = root.getInt("vocab", 256, 256, kMaxModelSize);
+  c.tokenizer = root.getEnum("tokenizer", {"bytes", "sentencepiece"}, "bytes") == "bytes"
+                    ? TokenizerKind::kBytes
+                    : TokenizerKind::kSentencePiece;
+  c.tokenizer_model = root.getEnum("tokenizer_model", {"bpe", "unigram"}, "bpe") == "bpe"
+                          ? SentencePieceModel::kBpe
+                          : SentencePieceModel::kUnigram;
+  if (c.tokenizer == TokenizerKind::kBytes) {
+    c.vocab = root.getInt("vocab", 256, 256, kMaxModelSize);
+  } else {
+    // SentencePiece needs room for its byte fallback pieces (256) and the special pieces.
+    c.vocab = root.getInt("vocab", 8192, 260, kMaxModelSize);
+  }
   c.d_model = root.getInt("d_model", 1, kMaxModelSize);
   c.n_layers = root.getInt("n_layers", 1, 1024);
   c.n_heads = root.getInt("n_heads", 1, kMaxModelSize);
@@ -67,14 +78,26 @@ ModelConfig fromNode(const ConfigNode& root) {
                ? NormKind::kRmsNorm
                : NormKind::kLayerNorm;
   c.norm_eps = root.getDouble("norm_eps", 1e-5, 1e-12, 1.0);
-  c.activation = root.getEnum("activation", {"gelu", "relu"}, "gelu") == "gelu" ? Activation::kGelu
-                                                                                  : Activation::kRelu;
+  std::string activation = root.getEnum("activation", {"gelu", "relu", "swiglu"}, "gelu");
+  c.activation = activation == "gelu"   ? Activation::kGelu
+                 : activation == "relu" ? Activation::kRelu
+                                        : Activation::kSwiGlu;
+  c.position = root.getEnum("position", {"learned", "rope"}, "learned") == "learned" ? Position::kLearned
+                                                                                      : Position::kRope;
+  c.rope_theta = root.getDouble("rope_theta", 10000.0, 1.0, 1e9);
+  c.n_kv_heads = root.getInt("n_kv_heads", 0, 0, kMaxModelSize);
   c.tied_embeddings = root.getBool("tied_embeddings", true);
   c.tensor_parallel = root.getInt("tensor_parallel", 1, 1, 1024);
   c.init_std = root.getDouble("init_std", 0.02, 1e-6, 10.0);
   c.seed = static_cast<uint64_t>(root.getInt("seed", 0, 0, INT64_MAX));
   if (c.d_model % c.n_heads != 0)
     root.fail("n_heads", fmt::format("must divide d_model = {}, got {}", c.d_model, c.n_heads));
+  if (c.n_heads % c.kvHeads() != 0)
+    root.fail("n_kv_heads", fmt::format("must divide n_heads = {}, got {}", c.n_heads, c.n_kv_heads));
+  if (c.position == Position::kRope && c.headDim() % 2 != 0)
+    root.fail("position", fmt::format("rotary embeddings rotate pairs of dimensions: the head dimension d_model / "
+                                      "n_heads = {} must be even",
+                                      c.headDim()));
   if (c.n_heads % c.tensor_parallel != 0 || c.d_ff % c.tensor_parallel != 0)
     root.fail("tensor_parallel", fmt::format("must divide n_heads = {} and d_ff = {}, got {}",
                                              c.n_heads, c.d_ff, c.tensor_parallel));
@@ -108,12 +131,14 @@ std::string ModelConfig::toYaml() const {
                        name, onnx, onnx_hash, batch, seq_len, vocab, trainable, frozen, seed);
   return fmt::format(
       "name: {}\nvocab: {}\nd_model: {}\nn_layers: {}\nn_heads: {}\nd_ff: {}\nseq_len: {}\n"
-      "batch: {}\nnorm: {}\nnorm_eps: {}\nactivation: {}\ntied_embeddings: {}\n"
-      "tensor_parallel: {}\ninit_std: {}\nseed: {}\n",
+      "batch: {}\nnorm: {}\nnorm_eps: {}\nactivation: {}\nposition: {}\nrope_theta: {}\nn_kv_heads: {}\n"
+      "tied_embeddings: {}\ntokenizer: {}\ntokenizer_model: {}\ntensor_parallel: {}\ninit_std: {}\nseed: {}\n",
       name, vocab, d_model, n_layers, n_heads, d_ff, seq_len, batch,
       norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm", yamlFloat(norm_eps),
-      activation == Activation::kGelu ? "gelu" : "relu", tied_embeddings ? "true" : "false",
-      tensor_parallel, yamlFloat(init_std), seed);
+      activation == Activation::kGelu ? "gelu" : activation == Activation::kRelu ? "relu" : "swiglu",
+      position == Position::kLearned ? "learned" : "rope", yamlFloat(rope_theta), kvHeads(),
+      tied_embeddings ? "true" : "false", tokenizer == TokenizerKind::kBytes ? "bytes" : "sentencepiece",
+      tokenizer_model == SentencePieceModel::kBpe ? "bpe" : "unigram", tensor_parallel, yamlFloat(init_std), seed);
 }
 
 ModelConfig parseModelConfig(const std::string& yaml_text, const std::string& source) {

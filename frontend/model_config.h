@@ -14,7 +14,15 @@ inline constexpr int64_t kMaxModelSize = int64_t{1} << 20;
 inline constexpr int64_t kMaxModelElements = int64_t{1} << 40;
 
 enum class NormKind { kRmsNorm, kLayerNorm };
-enum class Activation { kGelu, kRelu };
+// gelu: tanh approximation (GPT-2); swiglu: silu(x W_gate) * (x W_up) (LLaMA).
+enum class Activation { kGelu, kRelu, kSwiGlu };
+// learned: a trained position table added to the token embedding (GPT-2); rope: rotary
+// embeddings of q and k in every attention layer (LLaMA, rotate-half pairing).
+enum class Position { kLearned, kRope };
+// bytes: the 256 byte values are the tokens; sentencepiece: a subword vocabulary of
+// `vocab` pieces trained by pgq on the corpus's training split (frontend/tokenizer.h).
+enum class TokenizerKind { kBytes, kSentencePiece };
+enum class SentencePieceModel { kBpe, kUnigram };
 
 struct ModelConfig {
   std::string name = "model";
@@ -31,7 +39,14 @@ struct ModelConfig {
   NormKind norm = NormKind::kRmsNorm;
   double norm_eps = 1e-5;
   Activation activation = Activation::kGelu;
+  Position position = Position::kLearned;
+  double rope_theta = 10000.0;
+  // Grouped-query attention: k and v have n_kv_heads heads, each shared by
+  // n_heads / n_kv_heads query heads. 0 in a file means n_heads (multi-head attention).
+  int64_t n_kv_heads = 0;
   bool tied_embeddings = true;
+  TokenizerKind tokenizer = TokenizerKind::kBytes;
+  SentencePieceModel tokenizer_model = SentencePieceModel::kBpe;
   int64_t tensor_parallel = 1;
   double init_std = 0.02;
   uint64_t seed = 0;
@@ -47,6 +62,7 @@ struct ModelConfig {
   bool imported() const { return !onnx.empty(); }
 
   int64_t headDim() const { return d_model / n_heads; }
+  int64_t kvHeads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   int64_t tokens() const { return batch * seq_len; }
   // The config as YAML, in the same form loadModelConfig reads (stored in checkpoints).
   std::string toYaml() const;
