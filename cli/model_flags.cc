@@ -1,9 +1,14 @@
 #include "cli/model_flags.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace pgq::cli {
 
 void addModelFlags(CLI::App* cmd, ModelFlags& flags) {
-  cmd->add_option("--model", flags.spec, "Preset name (tiny, small), model YAML file, or ONNX file (FILE.onnx)")
+  cmd->add_option("--model", flags.spec,
+                  fmt::format("Preset name ({}), model YAML file, or ONNX file (FILE.onnx)",
+                              fmt::join(modelPresetNames(), ", ")))
       ->capture_default_str();
   cmd->add_option("--batch", flags.overrides.batch, "Batch size (overrides the model's; sizes a dynamic ONNX dim)")
       ->check(CLI::Range(int64_t{1}, kMaxModelSize));

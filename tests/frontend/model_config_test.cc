@@ -106,7 +106,7 @@ TEST(ModelConfig, UnknownPresetOrMissingFile) {
     loadModelConfig("nonexistent_model");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("neither a preset (small, tiny) nor an existing file"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("neither a preset (gpt2-124m, medium, small, tiny) nor an existing file"), std::string::npos)
         << e.what();
   }
 }
