@@ -318,6 +318,11 @@ void Autodiff::backprop(Node* node, Node* dy) {
     }
     case Op::kSoftmax: accumulate(op0(), b_.create(Op::kSoftmaxGrad, {node, dy}, {})); return;
     case Op::kCausalMask: accumulate(op0(), b_.causalMask(dy, 0.0)); return;
+    case Op::kRope: {  // a rotation is orthogonal: its gradient is the rotation back
+      const Attrs& a = node->attrs();
+      accumulate(op0(), b_.rope(dy, a.getFloat(AttrKey::kTheta), inverseOf(a.getRotation(AttrKey::kRotation))));
+      return;
+    }
     case Op::kRmsNorm: case Op::kLayerNorm: {
       Op grad = node->op() == Op::kRmsNorm ? Op::kRmsNormGrad : Op::kLayerNormGrad;
       accumulate(op0(), b_.normGrad(grad, op0(), dy, node->attrs().getFloat(AttrKey::kEps)));

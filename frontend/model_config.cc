@@ -101,6 +101,10 @@ ModelConfig fromNode(const ConfigNode& root) {
   if (c.n_heads % c.tensor_parallel != 0 || c.d_ff % c.tensor_parallel != 0)
     root.fail("tensor_parallel", fmt::format("must divide n_heads = {} and d_ff = {}, got {}",
                                              c.n_heads, c.d_ff, c.tensor_parallel));
+  if (c.kvHeads() % c.tensor_parallel != 0)
+    root.fail("tensor_parallel",
+              fmt::format("must divide n_kv_heads = {} (each device computes whole k and v heads), got {}",
+                          c.kvHeads(), c.tensor_parallel));
   if (c.batch * c.seq_len > kMaxModelSize)
     root.fail("batch", fmt::format("batch x seq_len = {} tokens is more than {}",
                                    c.batch * c.seq_len, kMaxModelSize));

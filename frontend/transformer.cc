@@ -60,10 +60,19 @@ class TransformerBuilder {
     return gemm(x, w, DotDims::matrix(), label, label.substr(label.rfind('/') + 1), layer);
   }
 
-  // [N,D] -> [B,H,T,Dh]
-  Node* splitHeads(Node* x) {
-    Node* r = b_.reshape(x, Shape{c_.batch, c_.seq_len, c_.n_heads, c_.headDim()});
+  // [N,heads*Dh] -> [B,heads,T,Dh]
+  Node* splitHeads(Node* x, int64_t heads) {
+    Node* r = b_.reshape(x, Shape{c_.batch, c_.seq_len, heads, c_.headDim()});
     return b_.transpose(r, {0, 2, 1, 3}, x->name().substr(x->name().rfind('/') + 1) + "_heads");
+  }
+
+  // Grouped-query attention: [B,KVH,T,Dh] -> [B,H,T,Dh], kv head j serving query heads
+  // j*G .. j*G + G-1 (G = H / KVH), as torch's repeat_interleave(G, dim=1).
+  Node* shareKvHeads(Node* x, std::string_view name) {
+    const int64_t kv = c_.kvHeads(), group = c_.n_heads / kv;
+    if (group == 1) return x;
+    Node* repeated = b_.broadcast(x, Shape{c_.batch, kv, group, c_.seq_len, c_.headDim()}, {0, 1, 3, 4});
+    return b_.reshape(repeated, Shape{c_.batch, c_.n_heads, c_.seq_len, c_.headDim()}, name);
   }
 
   Node* attention(Node* x, int layer);
@@ -79,17 +88,25 @@ Node* TransformerBuilder::attention(Node* x, int layer) {
   auto scope = b_.scope("attn");
   std::string prefix = fmt::format("layer{}/attn/", layer);
   Shape dd{c_.d_model, c_.d_model};
+  Shape dkv{c_.d_model, c_.kvHeads() * c_.headDim()};
   // GPT-2 scales the init of projections that write into the residual stream.
   double out_std = c_.init_std / std::sqrt(2.0 * static_cast<double>(c_.n_layers));
   // q, k and v are column-parallel (each device computes some heads), the output
   // projection row-parallel: the weights split along their output and input dims.
   Node* wq = split(param("wq", dd, normalInit(c_.init_std)), 1);
-  Node* wk = split(param("wk", dd, normalInit(c_.init_std)), 1);
-  Node* wv = split(param("wv", dd, normalInit(c_.init_std)), 1);
+  Node* wk = split(param("wk", dkv, normalInit(c_.init_std)), 1);
+  Node* wv = split(param("wv", dkv, normalInit(c_.init_std)), 1);
   Node* wo = split(param("wo", dd, normalInit(out_std)), 0);
-  Node* q = splitHeads(linear(x, wq, prefix + "q", layer));
-  Node* k = splitHeads(linear(x, wk, prefix + "k", layer));
-  Node* v = splitHeads(linear(x, wv, prefix + "v", layer));
+  Node* q = splitHeads(linear(x, wq, prefix + "q", layer), c_.n_heads);
+  Node* k = splitHeads(linear(x, wk, prefix + "k", layer), c_.kvHeads());
+  Node* v = splitHeads(linear(x, wv, prefix + "v", layer), c_.kvHeads());
+  if (c_.position == Position::kRope) {
+    // Rotated before the kv heads are shared: the same rotation, on fewer heads.
+    q = b_.rope(q, c_.rope_theta, RopeRotation::kForward, "q_rope");
+    k = b_.rope(k, c_.rope_theta, RopeRotation::kForward, "k_rope");
+  }
+  k = shareKvHeads(k, "k_shared");
+  v = shareKvHeads(v, "v_shared");
   // [B,H,T,Dh] x [B,H,T,Dh]^T -> [B,H,T,T]
   Node* scores = gemm(q, k, {{3}, {3}, {0, 1}, {0, 1}}, prefix + "scores", "scores", layer);
   Node* scaled = b_.scale(scores, 1.0 / std::sqrt(static_cast<double>(c_.headDim())), "scaled");
@@ -105,11 +122,21 @@ Node* TransformerBuilder::mlp(Node* x, int layer) {
   auto scope = b_.scope("mlp");
   std::string prefix = fmt::format("layer{}/mlp/", layer);
   double out_std = c_.init_std / std::sqrt(2.0 * static_cast<double>(c_.n_layers));
-  // Column-parallel up, row-parallel down: the hidden activation stays split.
-  Node* w_up = split(param("w_up", Shape{c_.d_model, c_.d_ff}, normalInit(c_.init_std)), 1);
+  // Column-parallel gate and up, row-parallel down: the hidden activation stays split.
+  Shape df{c_.d_model, c_.d_ff};
+  Node* w_gate = nullptr;
+  if (c_.activation == Activation::kSwiGlu) w_gate = split(param("w_gate", df, normalInit(c_.init_std)), 1);
+  Node* w_up = split(param("w_up", df, normalInit(c_.init_std)), 1);
   Node* w_down = split(param("w_down", Shape{c_.d_ff, c_.d_model}, normalInit(out_std)), 0);
-  Node* up = linear(x, w_up, prefix + "up", layer);
-  Node* act = b_.unary(c_.activation == Activation::kGelu ? Op::kGelu : Op::kRelu, up, "act");
+  Node* act;
+  if (w_gate) {
+    // SwiGLU: silu(x w_gate) * (x w_up).
+    Node* gate = b_.unary(Op::kSilu, linear(x, w_gate, prefix + "gate", layer), "gate_act");
+    act = b_.mul(gate, linear(x, w_up, prefix + "up", layer), "act");
+  } else {
+    Node* up = linear(x, w_up, prefix + "up", layer);
+    act = b_.unary(c_.activation == Activation::kGelu ? Op::kGelu : Op::kRelu, up, "act");
+  }
   return linear(act, w_down, prefix + "down", layer);
 }
 
@@ -123,11 +150,13 @@ TransformerGraph TransformerBuilder::build() {
     auto scope = b_.scope("embed");
     // Vocab-parallel: with tied embeddings the logits GEMM is column-parallel.
     Node* wte = split(param("wte", Shape{c_.vocab, c_.d_model}, normalInit(c_.init_std)), 0);
-    Node* wpe = param("wpe", Shape{c_.seq_len, c_.d_model}, normalInit(c_.init_std / 2));
-    Shape btd{c_.batch, c_.seq_len, c_.d_model};
+    // With rope, positions enter in attention instead.
+    Node* wpe = c_.position == Position::kLearned
+                    ? param("wpe", Shape{c_.seq_len, c_.d_model}, normalInit(c_.init_std / 2))
+                    : nullptr;
     Node* tok = b_.gather(wte, out.tokens, "tok");
-    Node* pos = b_.broadcast(wpe, btd, {1, 2}, "pos");
-    x = b_.reshape(b_.add(tok, pos), Shape{c_.tokens(), c_.d_model}, "x");
+    if (wpe) tok = b_.add(tok, b_.broadcast(wpe, Shape{c_.batch, c_.seq_len, c_.d_model}, {1, 2}, "pos"));
+    x = b_.reshape(tok, Shape{c_.tokens(), c_.d_model}, "x");
   }
   for (int l = 0; l < c_.n_layers; ++l) {
     auto scope = b_.scope(fmt::format("layer{}", l));

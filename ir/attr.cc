@@ -62,6 +62,7 @@ std::string_view attrKindName(AttrKind kind) {
     case AttrKind::kOperand: return "GEMM operand";
     case AttrKind::kFormat: return "quantization format";
     case AttrKind::kFormats: return "list of quantization formats";
+    case AttrKind::kRotation: return "rope rotation";
   }
   return "?";
 }
@@ -135,6 +136,9 @@ const QuantFormat& Attrs::getFormat(AttrKey key) const {
 }
 const std::vector<QuantFormat>& Attrs::getFormats(AttrKey key) const {
   return std::get<std::vector<QuantFormat>>(get(key, AttrKind::kFormats));
+}
+RopeRotation Attrs::getRotation(AttrKey key) const {
+  return std::get<RopeRotation>(get(key, AttrKind::kRotation));
 }
 
 std::vector<int64_t> Attrs::getIntsOr(AttrKey key, std::vector<int64_t> fallback) const {

@@ -1,8 +1,8 @@
 #pragma once
 // Typed node attributes. A key (from attrs.def) has exactly one value kind, so an
 // attribute can never hold the wrong kind of value: setters and getters check it.
-// Besides numbers, strings and lists, a value may be GEMM metadata (ir/gemm_meta.h)
-// or a quantization format, held parsed: it was checked when it was made.
+// Besides numbers, strings and lists, a value may be GEMM metadata (ir/gemm_meta.h),
+// a quantization format or rope's rotation, held parsed: it was checked when it was made.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -26,12 +26,12 @@ enum class AttrKey : uint8_t {
 
 // The value kinds, in the order of AttrValue's alternatives.
 enum class AttrKind : uint8_t {
-  kInt, kFloat, kString, kInts, kStrings, kDirection, kRoles, kSharding, kOperand, kFormat, kFormats,
+  kInt, kFloat, kString, kInts, kStrings, kDirection, kRoles, kSharding, kOperand, kFormat, kFormats, kRotation,
 };
 
 using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>,
                                GemmDirection, OperandRoles, ShardingKind, GemmOperand, QuantFormat,
-                               std::vector<QuantFormat>>;
+                               std::vector<QuantFormat>, RopeRotation>;
 
 std::string_view attrName(AttrKey key);
 AttrKind attrKind(AttrKey key);
@@ -61,6 +61,7 @@ class Attrs {
   GemmOperand getOperand(AttrKey key) const;
   const QuantFormat& getFormat(AttrKey key) const;
   const std::vector<QuantFormat>& getFormats(AttrKey key) const;
+  RopeRotation getRotation(AttrKey key) const;
   std::vector<int64_t> getIntsOr(AttrKey key, std::vector<int64_t> fallback) const;
   std::string getStringOr(AttrKey key, std::string fallback) const;
 

@@ -122,6 +122,13 @@ Node* Builder::causalMask(Node* x, double value, std::string_view name) {
   return create(Op::kCausalMask, {x}, std::move(attrs), std::nullopt, name);
 }
 
+Node* Builder::rope(Node* x, double theta, RopeRotation rotation, std::string_view name) {
+  Attrs attrs;
+  attrs.set(AttrKey::kTheta, theta);
+  attrs.set(AttrKey::kRotation, rotation);
+  return create(Op::kRope, {x}, std::move(attrs), std::nullopt, name);
+}
+
 Node* Builder::norm(Op op, Node* x, double eps, std::string_view name) {
   PGQ_ASSERT(op == Op::kRmsNorm || op == Op::kLayerNorm, "{} is not a norm", opName(op));
   Attrs attrs;

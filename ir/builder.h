@@ -72,6 +72,8 @@ class Builder {
   // Attention, normalization, embedding, loss.
   Node* softmax(Node* x, std::string_view name = "") { return unary(Op::kSoftmax, x, name); }
   Node* causalMask(Node* x, double value, std::string_view name = "");
+  // Rotary embedding of x [B,H,T,Dh] with frequency base `theta` (ops.def).
+  Node* rope(Node* x, double theta, RopeRotation rotation = RopeRotation::kForward, std::string_view name = "");
   Node* norm(Op op, Node* x, double eps, std::string_view name = "");          // rms_norm / layer_norm
   Node* normGrad(Op op, Node* x, Node* dy, double eps, std::string_view name = "");
   Node* gather(Node* table, Node* indices, std::string_view name = "");

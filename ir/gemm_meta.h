@@ -1,8 +1,8 @@
 #pragma once
 // Typed GEMM metadata: the direction of a GEMM, the role of an operand, a
-// tensor-parallel sharding kind, a recipe decision and which operand of a GEMM, each an
-// enum made from gemm_meta.def together with its text names. Code compares these as
-// values; the names are for files and messages only.
+// tensor-parallel sharding kind, a recipe decision and which operand of a GEMM (and
+// rope's rotation), each an enum made from gemm_meta.def together with its text names.
+// Code compares these as values; the names are for files and messages only.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +36,11 @@ enum class Decision : uint8_t {
 
 enum class GemmOperand : uint8_t {
 #define GEMM_OPERAND(id, text) k##id,
+#include "ir/gemm_meta.def"
+};
+
+enum class RopeRotation : uint8_t {
+#define ROPE_ROTATION(id, text) k##id,
 #include "ir/gemm_meta.def"
 };
 
@@ -87,6 +92,14 @@ struct Names<GemmOperand> {
   };
 };
 
+template <>
+struct Names<RopeRotation> {
+  static constexpr std::string_view kList[] = {
+#define ROPE_ROTATION(id, text) text,
+#include "ir/gemm_meta.def"
+  };
+};
+
 }  // namespace gemm_meta_detail
 
 // The enums gemm_meta.def lists.
@@ -117,6 +130,9 @@ constexpr bool isBackward(GemmDirection direction) { return direction != GemmDir
 constexpr size_t indexOf(GemmOperand operand) { return static_cast<size_t>(operand); }
 constexpr GemmOperand otherOperand(GemmOperand operand) {
   return operand == GemmOperand::kLhs ? GemmOperand::kRhs : GemmOperand::kLhs;
+}
+constexpr RopeRotation inverseOf(RopeRotation rotation) {
+  return rotation == RopeRotation::kForward ? RopeRotation::kInverse : RopeRotation::kForward;
 }
 
 // A policy's or a recipe's filter on GEMM directions: one direction, or "bwd" for both

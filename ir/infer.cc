@@ -92,6 +92,7 @@ class Rule {
   TensorType pad() const;
   TensorType concat() const;
   TensorType select() const;
+  TensorType rope() const;
   // The Ints attribute `key`, which must hold one entry per dim of operand 0.
   const std::vector<int64_t>& perDim(AttrKey key) const;
   TensorType reduce() const;
@@ -221,6 +222,19 @@ TensorType Rule::select() const {
   return operand(1);
 }
 
+TensorType Rule::rope() const {
+  const TensorType& x = operand(0);
+  if (x.shape.rank() != 4)
+    fail(fmt::format("operand must be [batch, heads, positions, head_dim], got {}", x.toString()));
+  if (x.shape.dim(3) % 2 != 0)
+    fail(fmt::format("the head dim pairs dim i with i + head_dim/2, so it must be even, got {}", x.toString()));
+  requireAttr(AttrKey::kTheta);
+  requireAttr(AttrKey::kRotation);
+  const double theta = attrs_.getFloat(AttrKey::kTheta);
+  if (!(theta > 0.0) || !std::isfinite(theta)) fail(fmt::format("theta must be > 0, got {}", theta));
+  return elementwise(1);
+}
+
 TensorType Rule::reduce() const {
   requireFloat(0);
   const Shape& in = operand(0).shape;
@@ -328,6 +342,8 @@ TensorType Rule::run() const {
       requireMinRank(0, 2);
       requireAttr(AttrKey::kValue);
       return elementwise(1);
+    case Op::kRope:
+      return rope();
     case Op::kRmsNorm: case Op::kLayerNorm:
       requireMinRank(0, 1);
       requirePositiveEps();

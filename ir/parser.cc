@@ -332,6 +332,7 @@ class Parser {
       case AttrKind::kDirection: attrs.set(*key, named<GemmDirection>(*key)); break;
       case AttrKind::kSharding: attrs.set(*key, named<ShardingKind>(*key)); break;
       case AttrKind::kOperand: attrs.set(*key, named<GemmOperand>(*key)); break;
+      case AttrKind::kRotation: attrs.set(*key, named<RopeRotation>(*key)); break;
       case AttrKind::kRoles: {
         Token open = tok_;
         std::vector<OperandRole> list;

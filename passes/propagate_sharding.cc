@@ -100,7 +100,7 @@ Split propagate(const Node& node) {
     case Op::kSoftmax: case Op::kSoftmaxGrad: case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kLayerNorm:
     case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
       return keepUnlessTrailing(node, 1);
-    case Op::kCausalMask:
+    case Op::kCausalMask: case Op::kRope:  // rope's angles depend on the position (dim 2)
       return keepUnlessTrailing(node, 2);
     case Op::kTranspose: {
       Split s = operandSplit(0);

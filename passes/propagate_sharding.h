@@ -9,7 +9,7 @@
 //   elementwise ops, quantize               keep it when every split operand of the
 //                                           result's shape agrees;
 //   softmax, normalizations, causal_mask,   keep it when they do not work across it
-//   reductions                              (renumbered past reduced dims);
+//   rope, reductions                        (renumbered past reduced dims);
 //   gather, scatter_add                     keep a split of the feature dim;
 //   matmul, qmatmul                         split the result dim an operand's split
 //                                           free or batch dim becomes; a split

@@ -19,6 +19,7 @@
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
 #include "kernels/reduce.h"
+#include "kernels/rope.h"
 #include "kernels/smooth_quant.h"
 #include "kernels/softmax.h"
 #include "runtime/backend.h"
@@ -503,6 +504,17 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
       return [=](const RunContext& rc) {
         k::causalMask(rc.as<float>(x), rc.as<float>(y), batch, tq, tk, value);
       };
+    }
+    case Op::kRope: {
+      const Shape& s = node.shape();
+      // The angles depend only on the shape and theta: computed once here, not per run.
+      auto table = std::make_shared<const k::RopeTable>(
+          k::ropeTable(s.dim(2), s.dim(3), node.attrs().getFloat(AttrKey::kTheta)));
+      int64_t rows = s.dim(0) * s.dim(1);
+      k::RopeRotation rotation = node.attrs().getRotation(AttrKey::kRotation) == RopeRotation::kInverse
+                                     ? k::RopeRotation::kInverse
+                                     : k::RopeRotation::kForward;
+      return [=](const RunContext& rc) { k::rope(rc.as<float>(x), rc.as<float>(y), rows, *table, rotation); };
     }
     case Op::kRmsNorm: case Op::kLayerNorm: case Op::kRmsNormGrad: case Op::kLayerNormGrad: {
       int64_t rows = rowsOf(node), cols = lastDim(node);

@@ -471,6 +471,25 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
             y[static_cast<size_t>(base + i * tk + j)] = fill;
       break;
     }
+    // rope(x [B,H,T,Dh]){theta, rotation}: in every row (b, h, t), dims i and i + Dh/2
+    // (i < Dh/2) turn by a = t * theta^(-2i/Dh), or by -a when the rotation is inverse:
+    // y_i = x_i cos a - x_{i+Dh/2} sin a, y_{i+Dh/2} = x_{i+Dh/2} cos a + x_i sin a.
+    case Op::kRope: {
+      const int64_t seq = shape.dim(2), dim = shape.dim(3), half = dim / 2;
+      const double theta = attrFloat(AttrKey::kTheta);
+      const double sign = node.attrs().getRotation(AttrKey::kRotation) == RopeRotation::kInverse ? -1.0 : 1.0;
+      const Values& x = in(0);
+      forEachRow(shape, [&](int64_t o, int64_t) {
+        const double t = static_cast<double>((o / dim) % seq);
+        for (int64_t i = 0; i < half; ++i) {
+          const double a = sign * t * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+          const double lo = x[static_cast<size_t>(o + i)], hi = x[static_cast<size_t>(o + half + i)];
+          y[static_cast<size_t>(o + i)] = lo * std::cos(a) - hi * std::sin(a);
+          y[static_cast<size_t>(o + half + i)] = hi * std::cos(a) + lo * std::sin(a);
+        }
+      });
+      break;
+    }
     // rms_norm(x){eps} = x * s over the last dim (width D), s = 1 / sqrt(mean(x^2) + eps).
     case Op::kRmsNorm:
       forEachRow(shape, [&](int64_t o, int64_t n) {

@@ -148,6 +148,10 @@ TEST(Autodiff, AttentionNormalizationAndLoss) {
         return b.softmax(b.causalMask(p[0], -std::numeric_limits<double>::infinity()));
       },
       {f32({2, 4, 4})});
+  // Rope on positions 0..4 with a small theta, so that every pair turns by a sizeable
+  // angle; the inverse rotation has its own rule (the forward rotation of dy).
+  for (RopeRotation rotation : {RopeRotation::kForward, RopeRotation::kInverse})
+    checkGradients([rotation](Builder& b, auto& p) { return b.rope(p[0], 3.0, rotation); }, {f32({2, 3, 5, 6})});
   checkGradients([](Builder& b, auto& p) { return b.norm(Op::kRmsNorm, p[0], 1e-5); }, {f32({3, 6})});
   checkGradients([](Builder& b, auto& p) { return b.norm(Op::kLayerNorm, p[0], 1e-5); }, {f32({3, 6})});
   checkGradients(
@@ -198,14 +202,8 @@ TEST(Autodiff, SharedValuesAccumulate) {
                  {f32({4})});
 }
 
-TEST(Autodiff, TinyTransformerAgainstFiniteDifferences) {
-  ModelConfig c = loadModelConfig("tiny");
-  c.n_layers = 1;
-  c.batch = 2;
-  c.seq_len = 4;
-  c.d_model = 8;
-  c.n_heads = 2;
-  c.d_ff = 16;
+// Every parameter gradient of a whole one-layer model against central differences.
+void checkTransformerGradients(const ModelConfig& c) {
   TransformerGraph t = buildTransformer(c);
   std::vector<Node*> grads = appendBackward(*t.graph, t.loss, t.params);
   ReferenceEvaluator ref(*t.graph);
@@ -237,6 +235,32 @@ TEST(Autodiff, TinyTransformerAgainstFiniteDifferences) {
       EXPECT_NEAR(analytic.data[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric)));
     }
   }
+}
+
+ModelConfig oneLayerTiny() {
+  ModelConfig c = loadModelConfig("tiny");
+  c.n_layers = 1;
+  c.batch = 2;
+  c.seq_len = 4;
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.d_ff = 16;
+  return c;
+}
+
+TEST(Autodiff, TinyTransformerAgainstFiniteDifferences) { checkTransformerGradients(oneLayerTiny()); }
+
+// The LLaMA block: rope on q and k, two query heads per kv head, SwiGLU, untied head.
+TEST(Autodiff, TinyLlamaBlockAgainstFiniteDifferences) {
+  ModelConfig c = oneLayerTiny();
+  c.d_model = 16;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.position = Position::kRope;
+  c.rope_theta = 100.0;
+  c.activation = Activation::kSwiGlu;
+  c.tied_embeddings = false;
+  checkTransformerGradients(c);
 }
 
 TEST(Autodiff, BackwardGemmsNameTheGemmAndOperandTheyDifferentiate) {

@@ -44,6 +44,51 @@ TEST(ModelConfig, YamlRoundTrip) {
   EXPECT_EQ(back.toYaml(), c.toYaml());
 }
 
+TEST(ModelConfig, LlamaConfigRoundTrips) {
+  ModelConfig c = parseModelConfig(
+      "name: llama\nd_model: 64\nn_layers: 2\nn_heads: 8\nn_kv_heads: 2\nd_ff: 172\nseq_len: 32\nbatch: 2\n"
+      "activation: swiglu\nposition: rope\nrope_theta: 500000.0\ntied_embeddings: false\n",
+      "llama.yaml");
+  EXPECT_EQ(c.activation, Activation::kSwiGlu);
+  EXPECT_EQ(c.position, Position::kRope);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.kvHeads(), 2);
+  EXPECT_FALSE(c.tied_embeddings);
+  const std::string yaml = c.toYaml();
+  for (const char* line : {"activation: swiglu\n", "position: rope\n", "rope_theta: 500000.0\n", "n_kv_heads: 2\n",
+                           "tied_embeddings: false\n"})
+    EXPECT_NE(yaml.find(line), std::string::npos) << line << "\n" << yaml;
+  ModelConfig back = parseModelConfig(yaml, "round-trip");
+  EXPECT_EQ(back.toYaml(), yaml);
+  EXPECT_EQ(back.activation, Activation::kSwiGlu);
+  EXPECT_EQ(back.position, Position::kRope);
+  EXPECT_EQ(back.n_kv_heads, 2);
+  // n_kv_heads 0 (the default) is written out as n_heads and reads back the same.
+  ModelConfig mha = parseModelConfig(kValid, "m.yaml");
+  EXPECT_EQ(mha.kvHeads(), 2);
+  EXPECT_EQ(parseModelConfig(mha.toYaml(), "round-trip").toYaml(), mha.toYaml());
+}
+
+TEST(ModelConfig, BadLlamaOptionsNameFileLineAndField) {
+  EXPECT_EQ(errorOf(kValid + "n_kv_heads: 3\n"), "m.yaml:7: field 'n_kv_heads': must divide n_heads = 2, got 3");
+  EXPECT_EQ(errorOf(kValid + "n_kv_heads: 4\n"), "m.yaml:7: field 'n_kv_heads': must divide n_heads = 2, got 4");
+  EXPECT_EQ(errorOf(kValid + "n_kv_heads: -1\n"),
+            "m.yaml:7: field 'n_kv_heads': expected an integer in [0, 1048576], got -1");
+  EXPECT_EQ(errorOf("d_model: 30\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 4\nposition: rope\n"),
+            "m.yaml:7: field 'position': rotary embeddings rotate pairs of dimensions: the head dimension d_model / "
+            "n_heads = 15 must be even");
+  EXPECT_EQ(errorOf(kValid + "activation: tanh\n"),
+            "m.yaml:7: field 'activation': expected one of gelu, relu, swiglu, got 'tanh'");
+  EXPECT_EQ(errorOf(kValid + "position: alibi\n"),
+            "m.yaml:7: field 'position': expected one of learned, rope, got 'alibi'");
+  EXPECT_EQ(errorOf(kValid + "rope_theta: 0\n"),
+            "m.yaml:7: field 'rope_theta': expected a number in [1, 1000000000], got 0");
+  // Each device computes whole k and v heads.
+  EXPECT_EQ(errorOf(kValid + "n_kv_heads: 1\ntensor_parallel: 2\n"),
+            "m.yaml:8: field 'tensor_parallel': must divide n_kv_heads = 1 (each device computes whole k and v "
+            "heads), got 2");
+}
+
 TEST(ModelConfig, DefaultsForOptionalFields) {
   ModelConfig c = parseModelConfig(kValid, "m.yaml");
   EXPECT_EQ(c.vocab, 256);

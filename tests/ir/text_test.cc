@@ -93,6 +93,23 @@ TEST(Text, ImporterOpsRoundTrip) {
   EXPECT_EQ(printGraph(*parsed), text);
 }
 
+TEST(Text, RopeRoundTripsWithItsRotation) {
+  Graph g("rope");
+  Builder b(g);
+  Node* x = b.input("x", {DType::kF32, Shape{2, 3, 5, 8}});
+  Node* back = b.rope(b.rope(x, 10000.0, RopeRotation::kForward, "q"), 1e6, RopeRotation::kInverse, "back");
+  g.addOutput(back);
+  std::string text = printGraph(g);
+  EXPECT_NE(text.find("%q = rope(%x) {theta=10000.0, rotation=\"forward\"} : f32[2,3,5,8]"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("%back = rope(%q) {theta=1000000.0, rotation=\"inverse\"} : f32[2,3,5,8]"), std::string::npos)
+      << text;
+  auto parsed = parseGraph(text);
+  verify(*parsed);
+  EXPECT_EQ(printGraph(*parsed), text);
+  EXPECT_EQ(parsed->find("back")->attrs().getRotation(AttrKey::kRotation), RopeRotation::kInverse);
+}
+
 TEST(Text, FloatAttributesRoundTripBitExactly) {
   for (double v : {0.1, 1.0 / 3.0, 1e-300, -2.5e17, 1e-5, 123456789.0, 0.0, -0.0,
                    std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),
@@ -202,6 +219,25 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"select with a condition of another shape",
                  kHead + "  %c = input() : f32[4,4]\n  %y = select(%c, %x, %x) : f32[4,8]\n  return %y\n}\n",
                  "select: condition f32[4,4] must have the shape of f32[4,8]"},
+        BadInput{"rope of a matrix",
+                 kHead + "  %y = rope(%x) {theta=10000.0, rotation=\"forward\"} : f32[4,8]\n  return %y\n}\n",
+                 "bad.pgq:3:8: rope: operand must be [batch, heads, positions, head_dim], got f32[4,8]"},
+        BadInput{"rope of an odd head dim",
+                 "graph @g {\n  %x = input() : f32[1,2,4,5]\n"
+                 "  %y = rope(%x) {theta=10000.0, rotation=\"forward\"} : f32[1,2,4,5]\n  return %y\n}\n",
+                 "rope: the head dim pairs dim i with i + head_dim/2, so it must be even, got f32[1,2,4,5]"},
+        BadInput{"rope with theta 0",
+                 "graph @g {\n  %x = input() : f32[1,2,4,6]\n"
+                 "  %y = rope(%x) {theta=0.0, rotation=\"forward\"} : f32[1,2,4,6]\n  return %y\n}\n",
+                 "rope: theta must be > 0, got 0"},
+        BadInput{"rope without a rotation",
+                 "graph @g {\n  %x = input() : f32[1,2,4,6]\n"
+                 "  %y = rope(%x) {theta=10000.0} : f32[1,2,4,6]\n  return %y\n}\n",
+                 "rope: missing attribute 'rotation'"},
+        BadInput{"rope with an unknown rotation",
+                 "graph @g {\n  %x = input() : f32[1,2,4,6]\n"
+                 "  %y = rope(%x) {theta=10000.0, rotation=\"sideways\"} : f32[1,2,4,6]\n  return %y\n}\n",
+                 "bad.pgq:3:42: rotation must be one of forward, inverse, got \"sideways\""},
         BadInput{"declared-type op without a match",
                  kHead + "  %y = reshape(%x) : f32[5]\n  return %y\n}\n",
                  "cannot reshape [4,8] (32 elements) to [5] (5 elements)"}),

@@ -170,6 +170,36 @@ TEST(TagMetadata, MegatronShardingOfTheTransformer) {
   }
 }
 
+// The LLaMA block's GEMMs get the same metadata: gate is column-parallel like up, and
+// the heads split reaches scores and av through rope and the shared k/v heads.
+TEST(TagMetadata, MegatronShardingOfTheLlamaBlock) {
+  ModelConfig c = loadModelConfig("tiny");  // d 32, d_ff 64, tokens 64, vocab 256
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.position = Position::kRope;
+  c.activation = Activation::kSwiGlu;
+  c.tensor_parallel = 2;
+  TransformerGraph t = buildTransformer(c);
+  appendBackward(*t.graph, t.loss, t.params);
+  PassContext ctx;
+  EXPECT_TRUE(parsePipeline("propagate_sharding,tag_metadata")->run(*t.graph, ctx));
+  auto by_label = gemmsByLabel(*t.graph);
+  auto device = [&](const std::string& label) { return by_label.at(label)->attrs().getInts(AttrKey::kDeviceShape); };
+  auto sharding = [&](const std::string& label) { return by_label.at(label)->attrs().getSharding(AttrKey::kSharding); };
+  using V = std::vector<int64_t>;
+  for (const char* label : {"layer0/mlp/gate", "layer0/mlp/up", "layer0/attn/k"})
+    EXPECT_EQ(sharding(label), ShardingKind::kColumn) << label;
+  EXPECT_EQ(device("layer0/mlp/gate"), (V{1, 64, 32, 32}));  // N 64 / 2
+  EXPECT_EQ(device("layer0/mlp/gate:wgrad"), (V{1, 32, 64, 32}));
+  EXPECT_EQ(device("layer0/attn/k"), (V{1, 64, 32, 8}));     // k is 2 heads of 8: N 16 / 2
+  EXPECT_EQ(sharding("layer0/mlp/down"), ShardingKind::kRow);
+  EXPECT_EQ(sharding("layer1/attn/scores"), ShardingKind::kHeads);
+  EXPECT_EQ(device("layer1/attn/scores"), (V{8, 16, 8, 16}));  // batch 4 x 4 heads / 2
+  EXPECT_EQ(sharding("layer1/attn/av:dgrad_rhs"), ShardingKind::kHeads);
+  EXPECT_EQ(by_label.at("layer1/mlp/gate:dgrad")->attrs().getInt(AttrKey::kLayer), 1);
+  EXPECT_EQ(by_label.at("layer1/mlp/gate")->attrs().getDirection(AttrKey::kDirection), GemmDirection::kFwd);
+}
+
 TEST(TagMetadata, UnevenSplitsStayReplicated) {
   auto g = parseGraph(R"(graph @g {
   %x = input() : f32[8,16]

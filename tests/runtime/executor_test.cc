@@ -233,6 +233,39 @@ TEST(Executor, SlicePadAndConcatMatchTheReference) {
   for (size_t i = 0; i < g->outputs().size(); ++i) EXPECT_EQ(runners.relError(i), 0.0) << i;
 }
 
+// Head dims with a vector tail (half 5) and whole vectors (half 32), positions past the
+// parallel threshold, both rotations, and the gradient rule's inverse through autodiff.
+TEST(Executor, RopeMatchesTheReference) {
+  auto g = parseGraph(R"(graph @rope {
+  %x = parameter() : f32[2,3,37,10]
+  %y = parameter() : f32[1,2,300,64]
+  %a = rope(%x) {theta=10000.0, rotation="forward"} : f32[2,3,37,10]
+  %b = rope(%x) {theta=3.0, rotation="inverse"} : f32[2,3,37,10]
+  %c = rope(%y) {theta=500000.0, rotation="forward"} : f32[1,2,300,64]
+  return %a, %b, %c
+}
+)");
+  BothRunners runners(*g);
+  runners.run();
+  for (size_t i = 0; i < g->outputs().size(); ++i) EXPECT_LT(runners.relError(i), 1e-6) << i;
+}
+
+// The LLaMA block (rope, grouped-query attention, SwiGLU, untied head) end to end.
+TEST(Executor, TinyLlamaLossAndGradientsMatchTheReference) {
+  ModelConfig config =
+      loadModelConfig((std::filesystem::path(PGQ_SOURCE_DIR) / "tests/parity/tiny_llama.yaml").string());
+  ASSERT_LT(config.kvHeads(), config.n_heads);
+  TransformerGraph t = buildTransformer(config);
+  appendBackward(*t.graph, t.loss, t.params);
+  BothRunners runners(*t.graph);
+  runners.run();
+  EXPECT_LT(runners.relError(0), 1e-6) << "loss";
+  for (size_t i = 1; i < t.graph->outputs().size(); ++i) {
+    SCOPED_TRACE(t.graph->outputs()[i]->name());
+    EXPECT_LT(runners.relError(i), 1e-4);
+  }
+}
+
 TEST(Executor, UnboundInputsAndWrongTypesAreErrors) {
   auto g = parseGraph(readGolden("mlp.pgq"));
   Executor exec(*g);

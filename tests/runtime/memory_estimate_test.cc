@@ -47,6 +47,38 @@ TEST(MemoryEstimate, BoundsTheRealPlanOfTheShippedPresetsWithinTwice) {
   }
 }
 
+// The LLaMA block keeps more of its MLP (gate, up, silu(gate) and their product), its
+// k and v at n_heads after the grouped heads are shared, and has no position table.
+TEST(MemoryEstimate, BoundsTheRealPlanOfLlamaBlocksWithinTwice) {
+  const std::string small = "d_model: 256\nn_layers: 4\nn_heads: 4\nseq_len: 128\nbatch: 16\n";
+  for (const std::string variant :
+       {"d_ff: 688\nactivation: swiglu\nposition: rope\nn_kv_heads: 2\ntied_embeddings: false\n",
+        "d_ff: 2048\nactivation: swiglu\nposition: rope\nn_kv_heads: 1\n", "d_ff: 688\nn_kv_heads: 2\n",
+        "d_ff: 1024\nposition: rope\n"}) {
+    SCOPED_TRACE(variant);
+    TrainOptions o;
+    o.model = parseModelConfig(small + variant, "llama.yaml");
+    o.eval_batches = 8;
+    TrainingSession session(o);
+    double real = session.plannedBytes();
+    MemoryEstimate e = estimateTrainingMemory(o.model, o.eval_batches, false);
+    EXPECT_GE(e.total_bytes, real) << memorySizeText(e.total_bytes) << " vs " << memorySizeText(real);
+    EXPECT_LE(e.total_bytes, 2 * real) << memorySizeText(e.total_bytes) << " vs " << memorySizeText(real);
+  }
+}
+
+// An imported model's config carries only batch, seq_len and vocab (the trainer checks
+// the real plan for it): nothing in the estimate may divide by its zero sizes.
+TEST(MemoryEstimate, AnImportedModelsConfigHasNoLayerSizes) {
+  ModelConfig imported;
+  imported.onnx = "model.onnx";
+  imported.batch = 8;
+  imported.seq_len = 64;
+  MemoryEstimate e = estimateTrainingMemory(imported, 8, false);
+  EXPECT_EQ(e.weight_bytes, 0);
+  EXPECT_GT(e.total_bytes, 0);
+}
+
 TEST(MemoryEstimate, GrowsWithEverySize) {
   ModelConfig base = loadModelConfig("small");
   double bytes = estimateTrainingMemory(base, 8, false).total_bytes;
@@ -57,6 +89,14 @@ TEST(MemoryEstimate, GrowsWithEverySize) {
     EXPECT_GT(estimateTrainingMemory(bigger, 8, false).total_bytes, bytes);
   }
   EXPECT_GT(estimateTrainingMemory(base, 8, true).total_bytes, bytes);
+  // SwiGLU has a third matrix; shared k and v heads make wk and wv narrower.
+  const double weights = estimateTrainingMemory(base, 8, false).weight_bytes;
+  ModelConfig swiglu = base;
+  swiglu.activation = Activation::kSwiGlu;
+  EXPECT_GT(estimateTrainingMemory(swiglu, 8, false).weight_bytes, weights);
+  ModelConfig gqa = base;
+  gqa.n_kv_heads = 1;
+  EXPECT_LT(estimateTrainingMemory(gqa, 8, false).weight_bytes, weights);
 }
 
 TEST(MemoryEstimate, RefusesWithTheEstimateTheAvailableMemoryAndTheFields) {
