@@ -115,6 +115,12 @@ BENCHMARK_CAPTURE(profiledStep, small, std::string("small"))->ArgName("threads")
 BENCHMARK_CAPTURE(quantizedStep, small_F, std::string("small"), std::string("F"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, small_FB, std::string("small"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, small_FB_SR, std::string("small"), std::string("F+B_SR"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The realistic presets (issue 13): the logits GEMM is a large share of the FLOPs.
+BENCHMARK_CAPTURE(f32Step, medium, std::string("medium"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, medium_FB, std::string("medium"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, medium_FB_SR, std::string("medium"), std::string("F+B_SR"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(f32Step, gpt2_124m, std::string("gpt2-124m"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, gpt2_124m_FB, std::string("gpt2-124m"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(writeProfile)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, tiny, std::string("tiny"))->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
