@@ -32,7 +32,10 @@ void addExperimentCommand(CLI::App& app) {
       ->check(CLI::IsMember({"quick", "full", "paper"}))
       ->capture_default_str();
   addModelFlags(cmd, model);
-  cmd->add_option("--corpus", o.corpus, "Text file or directory of text files")->capture_default_str();
+  cmd->add_option("--corpus", o.corpus,
+                  "Text file, directory of text files, pre-split directory (train.txt, val.txt) or 'english' "
+                  "(scripts/setup.sh assembles it)")
+      ->capture_default_str();
   cmd->add_option("--out", o.out_dir, "Results folder (an interrupted experiment resumes there)")->capture_default_str();
   cmd->add_option("--hardware", o.hardware, "Hardware model for the recipes (preset or YAML)")->capture_default_str();
   cmd->add_option("--from-checkpoint", o.from_checkpoint, "Use this baseline checkpoint instead of training one");

@@ -66,7 +66,10 @@ void addTrainCommand(CLI::App& app) {
   TrainOptions& o = args.options;
   OptimizerConfig& opt = o.optimizer;
   addModelFlags(cmd, args.model);
-  cmd->add_option("--corpus", o.corpus, "Text file or directory of text files")->capture_default_str();
+  cmd->add_option("--corpus", o.corpus,
+                  "Text file, directory of text files, pre-split directory (train.txt, val.txt) or 'english' "
+                  "(scripts/setup.sh assembles it)")
+      ->capture_default_str();
   addNumber(cmd, ranges::kSteps, o.steps, "Total optimizer steps (a resumed run continues to this count)");
   cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue the run whose checkpoint is in --out");
@@ -119,6 +122,7 @@ void addTrainCommand(CLI::App& app) {
     ms /= static_cast<double>(r.history.size() - skip);
     fmt::print("trained {} to step {}: loss {:.4f}", o.model.name, r.history.back().step, r.history.back().loss);
     if (r.final_val_loss) fmt::print(", val loss {:.4f}", *r.final_val_loss);
+    if (r.final_val_bpb) fmt::print(" ({:.4f} bits per byte)", *r.final_val_bpb);
     fmt::print("\n{:.1f} ms/step ({:.0f} tokens/s, {} threads), peak memory {:.1f} MiB\n", ms,
                static_cast<double>(o.model.tokens()) / (ms / 1000.0), omp_get_max_threads(),
                static_cast<double>(r.memory.peak()) / (1 << 20));

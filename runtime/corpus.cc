@@ -1,6 +1,7 @@
 #include "runtime/corpus.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -68,12 +69,54 @@ std::vector<uint8_t> readDirectory(const std::string& dir, int64_t& files) {
   return text;
 }
 
+// True when `dir` is a pre-split corpus (see corpus.h); throws when it has only one of
+// the two files.
+bool isPreSplit(const std::string& dir) {
+  std::error_code ec;
+  bool train = fs::exists(fs::path(dir) / "train.txt", ec);
+  bool val = fs::exists(fs::path(dir) / "val.txt", ec);
+  if (train != val)
+    throw Error(fmt::format("corpus {}: a pre-split corpus needs both train.txt and val.txt; {} is missing", dir,
+                            train ? "val.txt" : "train.txt"));
+  return train;
+}
+
+// train.txt then val.txt of a pre-split directory; `train_bytes` is where val.txt starts.
+std::vector<uint8_t> readPreSplit(const std::string& dir, size_t& train_bytes) {
+  std::vector<uint8_t> text;
+  for (const char* name : {"train.txt", "val.txt"}) {
+    std::string file = (fs::path(dir) / name).string();
+    size_t start = text.size();
+    appendFile(file, dir, text);
+    if (text.size() == start)
+      throw Error(fmt::format("corpus {}: {} is empty; a pre-split corpus needs text in both splits", dir, name));
+    if (std::optional<size_t> nul = firstNul(text.data() + start, text.size() - start))
+      throw Error(fmt::format("corpus {}: byte offset {} is a NUL byte; expected a text file", file, *nul));
+    if (start == 0) train_bytes = text.size();
+  }
+  return text;
+}
+
 }  // namespace
 
-Corpus loadCorpus(const std::string& path, double val_fraction) {
+std::string resolveCorpusPath(const std::string& path) {
+  if (path != kEnglishCorpus) return path;
+  const char* data_dir = std::getenv("PGQ_DATA_DIR");
+  bool from_env = data_dir && *data_dir;
+  fs::path dir = fs::path(from_env ? data_dir : PGQ_DEFAULT_DATA_DIR) / kEnglishCorpus;
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "train.txt", ec) || !fs::is_regular_file(dir / "val.txt", ec))
+    throw Error(fmt::format("corpus {}: {} has no train.txt and val.txt{}; run scripts/setup.sh to assemble it (or "
+                            "scripts/make_english_corpus.py {})",
+                            path, dir.string(), from_env ? " (from PGQ_DATA_DIR)" : "", dir.string()));
+  return dir.string();
+}
+
+Corpus loadCorpus(const std::string& given, double val_fraction) {
   if (!(val_fraction > 0.0 && val_fraction < 1.0))
-    throw Error(fmt::format("corpus {}: validation fraction {} must be in (0, 1)", path,
+    throw Error(fmt::format("corpus {}: validation fraction {} must be in (0, 1)", given,
                             val_fraction));
+  const std::string path = resolveCorpusPath(given);
   std::error_code ec;
   fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status))
@@ -82,7 +125,11 @@ Corpus loadCorpus(const std::string& path, double val_fraction) {
   Corpus corpus;
   corpus.source = path;
   std::vector<uint8_t> text;
-  if (fs::is_directory(status)) {
+  std::optional<size_t> split_at;  // where a pre-split corpus's val.txt starts
+  if (fs::is_directory(status) && isPreSplit(path)) {
+    text = readPreSplit(path, split_at.emplace());
+    corpus.files = 2;
+  } else if (fs::is_directory(status)) {
     text = readDirectory(path, corpus.files);
   } else {
     appendFile(path, path, text);  // refuses anything but a regular file
@@ -96,8 +143,8 @@ Corpus loadCorpus(const std::string& path, double val_fraction) {
   if (text.empty()) throw Error(fmt::format("corpus {}: the corpus is empty", path));
 
   corpus.fingerprint = fnv1a64(text.data(), text.size());
-  size_t val_bytes = static_cast<size_t>(static_cast<double>(text.size()) * val_fraction);
-  size_t train_bytes = text.size() - val_bytes;
+  size_t train_bytes =
+      split_at ? *split_at : text.size() - static_cast<size_t>(static_cast<double>(text.size()) * val_fraction);
   corpus.val.assign(text.begin() + static_cast<std::ptrdiff_t>(train_bytes), text.end());
   text.resize(train_bytes);
   corpus.train = std::move(text);

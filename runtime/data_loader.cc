@@ -8,19 +8,19 @@
 namespace pgq {
 namespace {
 
-void checkSizes(std::span<const uint8_t> data, int64_t batch_size, int64_t seq_len) {
+void checkSizes(TokenSpan data, int64_t batch_size, int64_t seq_len) {
   if (batch_size < 1 || seq_len < 1)
     throw Error(fmt::format("batch sampler: batch size {} and seq_len {} must be at least 1",
                             batch_size, seq_len));
   if (data.size() < static_cast<uint64_t>(seq_len) + 1)
     throw Error(fmt::format(
-        "batch sampler: the data has {} bytes, needs at least seq_len+1 = {}", data.size(),
+        "batch sampler: the data has {} tokens, needs at least seq_len+1 = {}", data.size(),
         seq_len + 1));
 }
 
 // tokens[b,t] = data[o_b + t], targets[b,t] = data[o_b + t + 1].
-void fillWindows(std::span<const uint8_t> data, std::span<const int64_t> offsets,
-                 int64_t seq_len, Tensor& tokens, Tensor& targets) {
+void fillWindows(TokenSpan data, std::span<const int64_t> offsets, int64_t seq_len, Tensor& tokens,
+                 Tensor& targets) {
   TensorType expected{DType::kS32, Shape{static_cast<int64_t>(offsets.size()), seq_len}};
   PGQ_ASSERT(tokens.type() == expected && !tokens.empty(), "tokens tensor is {}, expected {}",
              tokens.type().toString(), expected.toString());
@@ -29,29 +29,30 @@ void fillWindows(std::span<const uint8_t> data, std::span<const int64_t> offsets
              expected.toString());
   int32_t* tok = tokens.data<int32_t>();
   int32_t* tgt = targets.data<int32_t>();
-  for (size_t b = 0; b < offsets.size(); ++b) {
-    PGQ_ASSERT(offsets[b] >= 0 && static_cast<uint64_t>(offsets[b] + seq_len) < data.size(),
-               "window offset {} out of range", offsets[b]);
-    const uint8_t* window = data.data() + offsets[b];
-    int32_t* tok_row = tok + static_cast<int64_t>(b) * seq_len;
-    int32_t* tgt_row = tgt + static_cast<int64_t>(b) * seq_len;
-    for (int64_t t = 0; t < seq_len; ++t) {
-      tok_row[t] = window[t];
-      tgt_row[t] = window[t + 1];
+  data.visit([&](auto ids) {
+    for (size_t b = 0; b < offsets.size(); ++b) {
+      PGQ_ASSERT(offsets[b] >= 0 && static_cast<uint64_t>(offsets[b] + seq_len) < ids.size(),
+                 "window offset {} out of range", offsets[b]);
+      auto window = ids.subspan(static_cast<size_t>(offsets[b]));
+      int32_t* tok_row = tok + static_cast<int64_t>(b) * seq_len;
+      int32_t* tgt_row = tgt + static_cast<int64_t>(b) * seq_len;
+      for (int64_t t = 0; t < seq_len; ++t) {
+        tok_row[t] = static_cast<int32_t>(window[static_cast<size_t>(t)]);
+        tgt_row[t] = static_cast<int32_t>(window[static_cast<size_t>(t) + 1]);
+      }
     }
-  }
+  });
 }
 
 }  // namespace
 
-EvalBatches::EvalBatches(std::span<const uint8_t> data, int64_t batch_size, int64_t seq_len,
-                         int64_t n_batches)
+EvalBatches::EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, int64_t n_batches)
     : data_(data), batch_size_(batch_size), seq_len_(seq_len), n_batches_(n_batches) {
   checkSizes(data, batch_size, seq_len);
   if (n_batches < 1)
     throw Error(fmt::format("evaluation: {} batches requested, expected at least 1", n_batches));
-  // Window j of N starts at floor(j * last / (N - 1)): the first window starts at byte 0
-  // and the last one ends at the last byte.
+  // Window j of N starts at floor(j * last / (N - 1)): the first window starts at token 0
+  // and the last one ends at the last token.
   uint64_t count = static_cast<uint64_t>(n_batches) * static_cast<uint64_t>(batch_size);
   uint64_t last = data.size() - static_cast<uint64_t>(seq_len) - 1;
   offsets_.resize(count);
@@ -71,8 +72,8 @@ void EvalBatches::fill(int64_t index, Tensor& tokens, Tensor& targets) const {
   fillWindows(data_, offsets(index), seq_len_, tokens, targets);
 }
 
-BatchSampler::BatchSampler(std::span<const uint8_t> data, int64_t batch_size, int64_t seq_len,
-                           uint64_t seed, Split split)
+BatchSampler::BatchSampler(TokenSpan data, int64_t batch_size, int64_t seq_len, uint64_t seed,
+                           Split split)
     : data_(data), batch_size_(batch_size), seq_len_(seq_len), seed_(seed), split_(split) {
   checkSizes(data, batch_size, seq_len);
 }

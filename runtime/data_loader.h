@@ -1,7 +1,8 @@
 #pragma once
-// Batches of a byte-level language model: B windows of T+1 consecutive bytes of the
-// corpus become tokens s32[B,T] (bytes o..o+T-1) and targets s32[B,T] (bytes o+1..o+T,
-// the next byte of each token).
+// Batches of a language model: B windows of T+1 consecutive tokens of the corpus become
+// tokens s32[B,T] (tokens o..o+T-1) and targets s32[B,T] (tokens o+1..o+T, the next
+// token of each). The tokens are the corpus's bytes for a byte-level model, or its ids
+// under a subword tokenizer (runtime/corpus_tokens.h); windows are counted in tokens.
 //
 // Training batches are random but stateless: the window offsets of batch `step` are a
 // pure function of (seed, step, split), drawn from the counter-based Philox generator
@@ -18,18 +19,52 @@
 
 namespace pgq {
 
+// A read-only sequence of token ids as stored: bytes (a byte-level corpus, read in
+// place), or uint16/uint32 ids (a memory-mapped token file). Does not own the ids.
+class TokenSpan {
+ public:
+  TokenSpan() = default;
+  TokenSpan(std::span<const uint8_t> ids) : data_(ids.data()), size_(ids.size()), width_(1) {}
+  TokenSpan(std::span<const uint16_t> ids) : data_(ids.data()), size_(ids.size()), width_(2) {}
+  TokenSpan(std::span<const uint32_t> ids) : data_(ids.data()), size_(ids.size()), width_(4) {}
+
+  size_t size() const { return size_; }
+  int width() const { return width_; }  // bytes per id
+  uint32_t operator[](size_t i) const {
+    switch (width_) {
+      case 1: return static_cast<const uint8_t*>(data_)[i];
+      case 2: return static_cast<const uint16_t*>(data_)[i];
+      default: return static_cast<const uint32_t*>(data_)[i];
+    }
+  }
+  // Calls f(std::span<const T>) with the ids in their stored type, for loops that must
+  // not switch on the width per id.
+  template <typename F>
+  decltype(auto) visit(F&& f) const {
+    switch (width_) {
+      case 1: return f(std::span<const uint8_t>(static_cast<const uint8_t*>(data_), size_));
+      case 2: return f(std::span<const uint16_t>(static_cast<const uint16_t*>(data_), size_));
+      default: return f(std::span<const uint32_t>(static_cast<const uint32_t*>(data_), size_));
+    }
+  }
+
+ private:
+  const void* data_ = nullptr;
+  size_t size_ = 0;
+  int width_ = 1;
+};
+
 // Which part of the corpus a sampler reads; part of the random key, so the two splits
 // never draw correlated offsets.
 enum class Split : uint32_t { kTrain = 0, kVal = 1 };
 
-// A fixed list of evaluation batches over one span of bytes: n_batches * B windows
-// spaced evenly from the first byte to the last, in order. The windows do not overlap
+// A fixed list of evaluation batches over one span of tokens: n_batches * B windows
+// spaced evenly from the first token to the last, in order. The windows do not overlap
 // when n_batches * B * T <= size - 1; otherwise neighbours share bytes.
 class EvalBatches {
  public:
   // `data` must outlive this object.
-  EvalBatches(std::span<const uint8_t> data, int64_t batch_size, int64_t seq_len,
-              int64_t n_batches);
+  EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, int64_t n_batches);
 
   int64_t size() const { return n_batches_; }
   // The window start offsets of evaluation batch `index` (B of them).
@@ -38,7 +73,7 @@ class EvalBatches {
   void fill(int64_t index, Tensor& tokens, Tensor& targets) const;
 
  private:
-  std::span<const uint8_t> data_;
+  TokenSpan data_;
   int64_t batch_size_;
   int64_t seq_len_;
   int64_t n_batches_;
@@ -48,9 +83,13 @@ class EvalBatches {
 class BatchSampler {
  public:
   // `data` must outlive the sampler. Throws pgq::Error when batch_size or seq_len is
-  // below 1 or `data` is shorter than seq_len + 1 bytes.
-  BatchSampler(std::span<const uint8_t> data, int64_t batch_size, int64_t seq_len,
-               uint64_t seed, Split split = Split::kTrain);
+  // below 1 or `data` is shorter than seq_len + 1 tokens.
+  BatchSampler(TokenSpan data, int64_t batch_size, int64_t seq_len, uint64_t seed,
+               Split split = Split::kTrain);
+  // A byte-level corpus: its bytes are the tokens.
+  BatchSampler(std::span<const uint8_t> bytes, int64_t batch_size, int64_t seq_len,
+               uint64_t seed, Split split = Split::kTrain)
+      : BatchSampler(TokenSpan(bytes), batch_size, seq_len, seed, split) {}
 
   // s32[B,T], the type of the tokens and targets tensors.
   TensorType batchType() const;
@@ -65,7 +104,7 @@ class BatchSampler {
   EvalBatches evalBatches(int64_t n_batches) const;
 
  private:
-  std::span<const uint8_t> data_;
+  TokenSpan data_;
   int64_t batch_size_;
   int64_t seq_len_;
   uint64_t seed_;

@@ -40,7 +40,8 @@ ProgressBar::ProgressBar(int64_t total_steps, int64_t start_step, int64_t plain_
 ProgressBar::~ProgressBar() { finish(); }
 
 std::string ProgressBar::formatLine(int64_t total_steps, const ProgressStats& stats,
-                                    std::optional<double> val_loss, double eta_seconds) {
+                                    std::optional<double> val_loss, std::optional<double> val_bpb,
+                                    double eta_seconds) {
   total_steps = std::max<int64_t>(total_steps, 1);
   int64_t done = std::clamp<int64_t>(stats.step, 0, total_steps);
   int64_t filled = done * kBarWidth / total_steps;
@@ -49,6 +50,7 @@ std::string ProgressBar::formatLine(int64_t total_steps, const ProgressStats& st
                                  std::string(static_cast<size_t>(kBarWidth - filled), '.'),
                                  done * 100 / total_steps, stats.loss);
   if (val_loss) line += fmt::format(" val {:.3f}", *val_loss);
+  if (val_bpb) line += fmt::format(" ({:.3f} bpb)", *val_bpb);
   line += fmt::format(" | {} tok/s | {:.0f} ms/step", formatRate(stats.tokens_per_s),
                       stats.ms_per_step);
   if (eta_seconds >= 0) line += fmt::format(" | ETA {}", formatDuration(eta_seconds));
@@ -57,6 +59,7 @@ std::string ProgressBar::formatLine(int64_t total_steps, const ProgressStats& st
 
 void ProgressBar::update(const ProgressStats& stats) {
   if (stats.val_loss) val_loss_ = stats.val_loss;
+  if (stats.val_bpb) val_bpb_ = stats.val_bpb;
   bool last = stats.step >= total_steps_;
   Clock::time_point now = Clock::now();
   if (tty_) {
@@ -72,7 +75,7 @@ void ProgressBar::update(const ProgressStats& stats) {
   double eta = done > 0 ? elapsed / static_cast<double>(done) *
                               static_cast<double>(std::max<int64_t>(total_steps_ - stats.step, 0))
                         : -1.0;
-  std::string line = formatLine(total_steps_, stats, val_loss_, eta);
+  std::string line = formatLine(total_steps_, stats, val_loss_, val_bpb_, eta);
   if (tty_) {
     // Pad with spaces to wipe the tail of a longer previous line.
     size_t width = line.size();

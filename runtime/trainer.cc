@@ -21,6 +21,7 @@
 #include "plan/hardware.h"
 #include "plan/recipe.h"
 #include "runtime/checkpoint.h"
+#include "runtime/corpus_tokens.h"
 #include "runtime/data_loader.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/metrics.h"
@@ -148,11 +149,16 @@ void checkEstimatedMemory(const TrainOptions& o) {
 
 const TrainOptions& checkedBeforeWork(const TrainOptions& o) {
   validateTrainOptions(o);
-  // The corpora are read as bytes: every token id up to 255 must have a row.
-  if (o.model.vocab < 256)
+  const std::string& config = o.model.source.empty() ? o.model.name : o.model.source;
+  // An imported model is fed bytes: every token id up to 255 must have a row.
+  if (o.model.imported() && o.model.vocab < 256)
     throw Error(fmt::format("model {}: a vocabulary of {} tokens cannot hold the 256 byte values pgq trains on; "
                             "export the model with a vocabulary of at least 256",
-                            o.model.source.empty() ? o.model.name : o.model.source, o.model.vocab));
+                            config, o.model.vocab));
+  if (!o.model.imported() && o.model.tokenizer == TokenizerKind::kBytes && o.model.vocab != 256)
+    throw Error(fmt::format("model {}: field 'vocab' is {}, but tokenizer bytes has exactly 256 tokens; set vocab "
+                            "to 256, or tokenizer to sentencepiece",
+                            config, o.model.vocab));
   // An imported model has no closed-form estimate; its executors' plans are checked.
   if (!o.model.imported()) checkEstimatedMemory(o);
   return o;
@@ -165,6 +171,7 @@ struct TrainingSession::Impl {
 
   const TrainOptions& o;
   Corpus corpus;
+  CorpusTokens corpus_tokens;
   std::optional<Recipe> recipe;
   std::optional<HardwareModel> hardware;
   TransformerGraph train;
@@ -196,8 +203,8 @@ struct TrainingSession::Impl {
 TrainingSession::Impl::Impl(const TrainOptions& options)
     : o(checkedBeforeWork(options)),
       corpus(loadCorpus(options.corpus)),
-      sampler(corpus.train, options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
-  checkCorpusFits(corpus, o.model.seq_len);
+      corpus_tokens(corpus, options.model),
+      sampler(corpus_tokens.train(), options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
   if (!o.hardware.empty()) hardware = loadHardwareModel(o.hardware);
   if (!o.recipe_path.empty()) {
     // Refuse a recipe for another model or with formats the hardware cannot run now,
@@ -285,6 +292,7 @@ TrainingSession::TrainingSession(const TrainOptions& options) : impl_(std::make_
 TrainingSession::~TrainingSession() = default;
 
 const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
+const CorpusTokens& TrainingSession::corpusTokens() const { return impl_->corpus_tokens; }
 std::string TrainingSession::recipeName() const { return impl_->recipe ? impl_->recipe->name : std::string(); }
 const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
 Executor& TrainingSession::executor() { return *impl_->train_exec; }
@@ -347,20 +355,32 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (profile) s.collector->add(exec);
-  return {step + 1, loss, std::nullopt, lr, norm, ms};
+  StepRecord record;
+  record.step = step + 1;
+  record.loss = loss;
+  record.lr = lr;
+  record.grad_norm = norm;
+  record.step_ms = ms;
+  return record;
 }
 
-double TrainingSession::evaluate() {
+Evaluation TrainingSession::evaluate() {
   Impl& s = *impl_;
-  BatchSampler val(s.corpus.val, s.o.model.batch, s.o.model.seq_len, s.o.model.seed, Split::kVal);
+  BatchSampler val(s.corpus_tokens.val(), s.o.model.batch, s.o.model.seq_len, s.o.model.seed, Split::kVal);
   EvalBatches batches = val.evalBatches(s.o.eval_batches);
-  double sum = 0;
+  const std::vector<uint32_t>& piece_bytes = s.corpus_tokens.tokenizer().pieceBytes();
+  double loss_sum = 0, nats = 0, bytes = 0;
   for (int64_t i = 0; i < batches.size(); ++i) {
     batches.fill(i, s.tokens, s.targets);
     s.eval_exec->run();
-    sum += s.eval_exec->outputScalar(0);
+    double loss = s.eval_exec->outputScalar(0);
+    loss_sum += loss;
+    // The loss is the mean over the batch's targets; times their count, their sum.
+    nats += loss * static_cast<double>(s.targets.numElements());
+    for (int32_t target : std::span<const int32_t>(s.targets.data<int32_t>(), s.targets.numElements()))
+      bytes += piece_bytes[static_cast<size_t>(target)];
   }
-  return sum / static_cast<double>(batches.size());
+  return {loss_sum / static_cast<double>(batches.size()), nats / std::numbers::ln2 / bytes};
 }
 
 std::vector<std::pair<std::string, TensorType>> TrainingSession::stateTypes() const {
@@ -490,6 +510,12 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
   if (fingerprint != ckpt.info.end() && fingerprint->second != fmt::format("{:016x}", corpus.fingerprint))
     throw Error(fmt::format("{}: the checkpoint was trained on another corpus ({}); use the same --corpus", path,
                             ckpt.info["corpus"]));
+  auto tokenizer = ckpt.info.find("tokenizer_hash");
+  if (tokenizer != ckpt.info.end() &&
+      tokenizer->second != fmt::format("{:016x}", session_->corpusTokens().tokenizerHash()))
+    throw Error(fmt::format("{}: the checkpoint was trained with another SentencePiece model of this corpus (the "
+                            "tokenizer cache was rebuilt differently); its token ids mean other pieces",
+                            path));
   auto precision = ckpt.info.find("precision");
   if (same_run && precision != ckpt.info.end() && precision->second != precisionName(o_.precision))
     throw Error(fmt::format("{}: the checkpoint was trained in {} precision, not {}", path, precision->second,
@@ -537,6 +563,8 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
   ckpt.model_config = o_.model.toYaml();
   ckpt.info["corpus"] = session_->corpus().source;
   ckpt.info["corpus_fingerprint"] = fmt::format("{:016x}", session_->corpus().fingerprint);
+  if (o_.model.tokenizer == TokenizerKind::kSentencePiece)
+    ckpt.info["tokenizer_hash"] = fmt::format("{:016x}", session_->corpusTokens().tokenizerHash());
   ckpt.info["precision"] = precisionName(o_.precision);
   ckpt.info["planned_steps"] = std::to_string(o_.steps);
   ckpt.recipe = recipe_text_;
@@ -575,7 +603,7 @@ TrainResult TrainLoop::run() {
   result.metrics_path = (std::filesystem::path(o_.out_dir) / kMetricsFile).string();
   std::string recipe_name = o_.recipe_path.empty() ? precisionName(o_.precision) : session_->recipeName();
   MetricsWriter metrics(result.metrics_path,
-                        {"step", "loss", "val_loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "recipe"},
+                        {"step", "loss", "val_loss", "val_bpb", "lr", "grad_norm", "step_ms", "tokens_per_s", "recipe"},
                         o_.resume ? std::optional<int64_t>(start_step_) : std::nullopt);
   // A run started from another run's checkpoint has no rows before its first step.
   std::optional<ProgressBar> bar;
@@ -600,11 +628,16 @@ TrainResult TrainLoop::run() {
       throw Error(fmt::format("{}; stopped, {}. Try a lower --lr.", e.what(), kept));
     }
     bool last = step + 1 == end_step;
-    if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) record.val_loss = session_->evaluate();
+    if (last || (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0)) {
+      Evaluation eval = session_->evaluate();
+      record.val_loss = eval.loss;
+      record.val_bpb = eval.bits_per_byte;
+    }
     double tokens_per_s = tokens / (record.step_ms / 1000.0);
     metrics.write({{"step", record.step},
                    {"loss", record.loss},
                    {"val_loss", record.val_loss ? MetricsWriter::Cell(*record.val_loss) : MetricsWriter::Cell()},
+                   {"val_bpb", record.val_bpb ? MetricsWriter::Cell(*record.val_bpb) : MetricsWriter::Cell()},
                    {"lr", record.lr},
                    {"grad_norm", record.grad_norm},
                    {"step_ms", record.step_ms},
@@ -623,9 +656,10 @@ TrainResult TrainLoop::run() {
       result.profile_path = o_.profile_out;
       spdlog::debug("wrote profile {} in {:.0f} ms", o_.profile_out, result.profile_write_ms);
     }
-    if (bar) bar->update({step + 1, record.loss, record.val_loss, tokens_per_s, record.step_ms});
+    if (bar) bar->update({step + 1, record.loss, record.val_loss, record.val_bpb, tokens_per_s, record.step_ms});
     result.history.push_back(record);
     if (record.val_loss) result.final_val_loss = record.val_loss;
+    if (record.val_bpb) result.final_val_bpb = record.val_bpb;
   }
   if (bar) bar->finish();
   result.memory = session_->executor().memory();

@@ -1,8 +1,9 @@
 #pragma once
 // The training loop: AdamW with linear warmup, cosine decay and global-norm gradient
-// clipping; a byte-level batch sampler over a text corpus with a held-out validation
-// split; periodic evaluation; a metrics CSV; atomic checkpoints that resume
-// bit-exactly (same seed, same thread count).
+// clipping; a batch sampler over a text corpus's tokens (bytes or SentencePiece,
+// runtime/corpus_tokens.h) with a held-out validation split; periodic evaluation (loss
+// and bits per byte); a metrics CSV; atomic checkpoints that resume bit-exactly (same
+// seed, same thread count).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "passes/training_pipeline.h"
 #include "plan/profile.h"
 #include "runtime/corpus.h"
+#include "runtime/corpus_tokens.h"
 #include "runtime/executor.h"
 
 namespace pgq {
@@ -83,6 +85,7 @@ struct StepRecord {
   int64_t step = 0;  // 1-based: the number of optimizer steps done
   double loss = 0;
   std::optional<double> val_loss;
+  std::optional<double> val_bpb;  // bits per byte, measured with val_loss
   double lr = 0;
   double grad_norm = 0;
   double step_ms = 0;
@@ -101,6 +104,7 @@ struct OpTiming {
 struct TrainResult {
   std::vector<StepRecord> history;  // the steps this call ran (after a resume: from there)
   std::optional<double> final_val_loss;
+  std::optional<double> final_val_bpb;
   MemoryStats memory;               // of the training executor
   std::vector<OpTiming> op_profile;
   std::string checkpoint_path;
@@ -121,6 +125,14 @@ ProfileFormats profileFormats(const TrainOptions& options);
 TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& options, bool instrument,
                                                 const Recipe* recipe = nullptr,
                                                 const HardwareModel* hardware = nullptr);
+
+// One evaluation over the fixed validation batches. Bits per byte: the targets' summed
+// loss in bits over the bytes of text those targets stand for (Tokenizer::pieceBytes),
+// which compares models with different tokenizers; loss / ln 2 for a byte-level model.
+struct Evaluation {
+  double loss = 0;           // mean loss per token (nats)
+  double bits_per_byte = 0;
+};
 
 // The state of a training run that is not about bookkeeping: the corpus, the
 // training and evaluation graphs with their executors, parameters and AdamW moments.
@@ -143,10 +155,10 @@ class TrainingSession {
   // measured time of an uninstrumented step (0 when unknown).
   Profile profile(double plain_step_ms = 0) const;
   Executor& instrumentedExecutor();
-  // Mean loss over the fixed validation batches.
-  double evaluate();
+  Evaluation evaluate();
 
   const Corpus& corpus() const;
+  const CorpusTokens& corpusTokens() const;
   std::string recipeName() const;  // empty without a recipe
   const TransformerGraph& trainingGraph() const;
   Executor& executor();

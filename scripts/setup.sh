@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages pgq needs (only those missing), then configures and
-# builds pgq with CMake in ./build (Release, -j2). Idempotent: when everything is
-# installed and built it does nothing but check, in a couple of seconds.
+# builds pgq with CMake in ./build (Release, -j2), and assembles the English corpus of
+# `--corpus english` in ./data/english (docs/CORPUS.md). Idempotent: when everything is
+# installed, built and assembled it does nothing but check, in a couple of seconds.
 #
 #   scripts/setup.sh            install + build
 #   BUILD_DIR=out scripts/setup.sh
@@ -12,7 +13,8 @@ build_dir=${BUILD_DIR:-$root/build}
 jobs=${JOBS:-2}
 
 # Build tools, libraries, the PyTorch reference used by the parity tests (with a
-# threaded BLAS so it is a fair peer), the default corpus, and gnuplot for the plots.
+# threaded BLAS so it is a fair peer), the default corpus, gnuplot for the plots,
+# SentencePiece, and the packages the English corpus is assembled from.
 packages=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libfmt-dev libspdlog-dev libeigen3-dev libdnnl-dev libyaml-cpp-dev
@@ -20,7 +22,7 @@ packages=(
   python3 python3-torch python3-numpy python3-yaml libopenblas0-pthread
   fortunes gnuplot-nox libomp-dev libre2-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
-  libsentencepiece-dev bible-kjv-text dict-gcide wordnet-base
+  libsentencepiece-dev bible-kjv bible-kjv-text dict-gcide wordnet-base
 )
 
 missing=()
@@ -45,3 +47,10 @@ if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
 cmake --build "$build_dir" -j "$jobs"
+
+# SOURCES.txt is written last: with it there, the corpus is complete.
+english=$root/data/english
+if [ ! -f "$english/SOURCES.txt" ] || [ ! -f "$english/train.txt" ] || [ ! -f "$english/val.txt" ]; then
+  echo "setup: assembling the English corpus in $english"
+  /usr/bin/python3 "$root/scripts/make_english_corpus.py" "$english"
+fi

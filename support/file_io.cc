@@ -53,6 +53,7 @@ KindInfo kindInfo(InputKind kind) {
     // weights in external data files.
     case InputKind::kOnnxModel: return {"an ONNX model", 2 * kGiB - 1};
     case InputKind::kOnnxExternalData: return {"an ONNX external data file", UINT64_MAX};
+    case InputKind::kTokenCache: return {"a tokenizer cache file", UINT64_MAX};
   }
   throw InternalError(fmt::format("unknown input kind {}", static_cast<int>(kind)));
 }

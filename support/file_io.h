@@ -16,8 +16,8 @@ namespace pgq {
 // 64 MiB for the configs, IR text and a plot image, 1 GiB for a metrics CSV, 2 GiB for
 // an ONNX model (protobuf's own limit), 4 GiB and at most the memory available now
 // (MemAvailable in /proc/meminfo) for a corpus or a NumPy array, and no limit for a
-// checkpoint or an ONNX external data file, whose readers check every size they read against the
-// file's real size instead.
+// checkpoint, an ONNX external data file or a tokenizer cache file, whose readers check
+// every size they read against the file's real size instead.
 enum class InputKind {
   kModelConfig,
   kRecipe,
@@ -34,6 +34,7 @@ enum class InputKind {
   kCheckpoint,
   kOnnxModel,
   kOnnxExternalData,
+  kTokenCache,
 };
 
 // An open file descriptor, closed when destroyed.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -364,6 +365,79 @@ TEST_F(Cli, TrainTinyEndToEnd) {
   Result resumed = pgq("train --model tiny --steps 40 --no-progress --resume --out " + out);
   EXPECT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("to step 40"), std::string::npos) << resumed.out;
+}
+
+// A subword model end to end: pgq trains a SentencePiece vocabulary on the corpus's
+// training split, then the model, and reports bits per byte; a second run maps the
+// cached tokenizer and tokens instead of building them.
+TEST_F(Cli, TrainsWithASentencePieceTokenizer) {
+  std::string model = write("tiny_sp.yaml",
+                            "name: tiny_sp\nvocab: 512\ntokenizer: sentencepiece\ntokenizer_model: bpe\nd_model: 32\n"
+                            "n_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 4\nseed: 1234\n");
+  std::string corpus = "/usr/share/games/fortunes/people";  // 150 KB of quotations
+  std::string train = "PGQ_CACHE_DIR=" + (dir_ / "cache").string() + " " + kPgq + " train --model " + model +
+                      " --corpus " + corpus + " --steps 20 --eval-every 10 --eval-batches 4 --lr 3e-3 --no-progress";
+  Result r = shell(train + " --out " + (dir_ / "run").string() + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tokenizer: built sentencepiece bpe vocab 512 of " + corpus), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bits per byte)"), std::string::npos) << r.out;
+
+  std::ifstream csv(dir_ / "run/metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  ASSERT_EQ(line.rfind("step,loss,val_loss,val_bpb,", 0), 0u) << line;
+  std::vector<double> losses, bpbs;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> cells;
+    for (size_t begin = 0, end; begin <= line.size(); begin = end + 1) {
+      end = std::min(line.find(',', begin), line.size());
+      cells.push_back(line.substr(begin, end - begin));
+    }
+    losses.push_back(std::stod(cells[1]));
+    if (!cells[3].empty()) bpbs.push_back(std::stod(cells[3]));
+  }
+  ASSERT_EQ(losses.size(), 20u);
+  ASSERT_EQ(bpbs.size(), 2u);  // steps 10 and 20
+  for (double bpb : bpbs) {
+    EXPECT_TRUE(std::isfinite(bpb));
+    EXPECT_GT(bpb, 0.5);
+    EXPECT_LT(bpb, 8.0);
+  }
+  EXPECT_NEAR(losses.front(), std::log(512.0), 0.3);  // an untrained model is ~uniform
+  EXPECT_LT(losses.back(), losses.front() - 0.3);
+
+  Result again = shell(train + " --out " + (dir_ / "again").string() + " 2>&1");
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("tokenizer: reusing the cached sentencepiece bpe vocab 512"), std::string::npos)
+      << again.out;
+}
+
+TEST_F(Cli, TokenizerAndCorpusMistakesExitTwoNamingTheFileAndField) {
+  std::string cache = "PGQ_CACHE_DIR=" + (dir_ / "cache").string() + " ";
+  std::string huge = write("huge.yaml",
+                           "vocab: 60000\ntokenizer: sentencepiece\nd_model: 32\nn_layers: 1\nn_heads: 2\n"
+                           "d_ff: 64\nseq_len: 16\nbatch: 4\n");
+  Result r = shell(cache + kPgq + " train --model " + huge + " --corpus /usr/share/games/fortunes/people --out " +
+                   (dir_ / "r1").string() + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("model " + huge + ": field 'vocab' is 60000: SentencePiece cannot build"), std::string::npos)
+      << r.out;
+
+  std::string bytes = write("bytes.yaml", "vocab: 300\nd_model: 32\nn_layers: 1\nn_heads: 2\nd_ff: 64\n"
+                                          "seq_len: 16\nbatch: 4\n");
+  r = pgq("train --model " + bytes + " --out " + (dir_ / "r2").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("model " + bytes + ": field 'vocab' is 300, but tokenizer bytes has exactly 256 tokens"),
+            std::string::npos)
+      << r.out;
+
+  fs::create_directory(dir_ / "split");
+  write("split/train.txt", "some text\n");
+  r = pgq("train --model tiny --corpus " + (dir_ / "split").string() + " --out " + (dir_ / "r3").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find((dir_ / "split").string() + ": a pre-split corpus needs both train.txt and val.txt"),
+            std::string::npos)
+      << r.out;
 }
 
 // This test process holds the lock, as a live `pgq train` would: every command that

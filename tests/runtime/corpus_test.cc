@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "support/errors.h"
@@ -114,6 +115,47 @@ TEST_F(CorpusTest, FitsChecksBothSplitsAgainstSeqLen) {
   EXPECT_NE(errorOf([&] { checkCorpusFits(corpus, 1080); })
                 .find("training split has 1080 bytes, needs at least seq_len+1 = 1081"),
             std::string::npos);
+}
+
+TEST_F(CorpusTest, APreSplitDirectoryIsUsedAsItIsSplit) {
+  fs::create_directory(dir_ / "split");
+  write("split/train.txt", "training text\n");
+  write("split/val.txt", "held out\n");
+  write("split/SOURCES.txt", "not read\n");
+  Corpus corpus = loadCorpus((dir_ / "split").string(), 0.5);  // the fraction does not apply
+  EXPECT_EQ(bytesOf(corpus.train), "training text\n");
+  EXPECT_EQ(bytesOf(corpus.val), "held out\n");
+  EXPECT_EQ(corpus.files, 2);
+  EXPECT_EQ(corpus.fingerprint, fnv1a64(reinterpret_cast<const uint8_t*>("training text\nheld out\n"), 23));
+
+  const std::string split = (dir_ / "split").string();
+  fs::remove(dir_ / "split" / "val.txt");
+  EXPECT_EQ(errorOf([&] { loadCorpus(split); }),
+            "corpus " + split + ": a pre-split corpus needs both train.txt and val.txt; val.txt is missing");
+  write("split/val.txt", "");
+  EXPECT_EQ(errorOf([&] { loadCorpus(split); }),
+            "corpus " + split + ": val.txt is empty; a pre-split corpus needs text in both splits");
+  write("split/val.txt", std::string("a\0b", 3));
+  EXPECT_NE(errorOf([&] { loadCorpus(split); }).find("val.txt: byte offset 1 is a NUL byte"), std::string::npos);
+}
+
+TEST_F(CorpusTest, EnglishNamesTheAssembledCorpus) {
+  const char* saved = std::getenv("PGQ_DATA_DIR");
+  std::optional<std::string> restore = saved ? std::optional<std::string>(saved) : std::nullopt;
+  ::setenv("PGQ_DATA_DIR", dir_.c_str(), 1);
+  const std::string english = (dir_ / "english").string();
+  EXPECT_EQ(errorOf([] { loadCorpus("english"); }),
+            "corpus english: " + english + " has no train.txt and val.txt (from PGQ_DATA_DIR); run "
+            "scripts/setup.sh to assemble it (or scripts/make_english_corpus.py " + english + ")");
+  fs::create_directory(dir_ / "english");
+  write("english/train.txt", "In the beginning\n");
+  write("english/val.txt", "was the word\n");
+  Corpus corpus = loadCorpus("english");
+  EXPECT_EQ(corpus.source, english);
+  EXPECT_EQ(bytesOf(corpus.val), "was the word\n");
+  EXPECT_EQ(resolveCorpusPath("other"), "other");
+  if (restore) ::setenv("PGQ_DATA_DIR", restore->c_str(), 1);
+  else ::unsetenv("PGQ_DATA_DIR");
 }
 
 // Debian's `fortunes` package (installed by scripts/setup.sh) is the default corpus.

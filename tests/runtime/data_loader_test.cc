@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "support/errors.h"
+#include "support/hash.h"
 
 namespace pgq {
 namespace {
@@ -120,6 +121,58 @@ TEST(EvalBatches, FixedWindowsSpanTheSplitIndependentlyOfTheSeed) {
       ASSERT_EQ(tokens.data<int32_t>()[b * 10 + t], data[at]);
       ASSERT_EQ(targets.data<int32_t>()[b * 10 + t], data[at + 1]);
     }
+}
+
+// The byte-level batches are those of the loader before it read token files: the same
+// windows of the same bytes (a hash of the filled tensors, recorded with that loader).
+TEST(BatchSampler, ByteBatchesAreTheRecordedOnes) {
+  std::vector<uint8_t> data = randomBytes(10000);
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto add = [&](const Tensor& t) { hash = fnv1a64(static_cast<const uint8_t*>(t.raw()), t.bytes(), hash); };
+  BatchSampler sampler(data, 4, 16, 42);
+  Tensor tokens(sampler.batchType()), targets(sampler.batchType());
+  for (int64_t step : {0, 1, 17, 1000000}) {
+    sampler.sample(step, tokens, targets);
+    add(tokens);
+    add(targets);
+  }
+  BatchSampler val(data, 4, 10, 1, Split::kVal);
+  Tensor val_tokens(val.batchType()), val_targets(val.batchType());
+  EvalBatches eval = val.evalBatches(5);
+  for (int64_t i = 0; i < eval.size(); ++i) {
+    eval.fill(i, val_tokens, val_targets);
+    add(val_tokens);
+    add(val_targets);
+  }
+  EXPECT_EQ(hash, 0x6c6f5551ed401031ull);
+}
+
+// Token ids stored 16 or 32 bits wide give the batches of the same ids as bytes: the
+// windows depend on the sequence's length only.
+TEST(BatchSampler, WideTokensGiveTheSameBatchesAsBytes) {
+  std::vector<uint8_t> bytes = randomBytes(3000);
+  std::vector<uint16_t> narrow(bytes.begin(), bytes.end());
+  std::vector<uint32_t> wide(bytes.begin(), bytes.end());
+  BatchSampler a(bytes, 3, 20, 11);
+  BatchSampler b(TokenSpan(narrow), 3, 20, 11);
+  BatchSampler c(TokenSpan(wide), 3, 20, 11);
+  Tensor tok_a(a.batchType()), tgt_a(a.batchType()), tok_b(a.batchType()), tgt_b(a.batchType());
+  for (int64_t step : {0, 5, 99}) {
+    a.sample(step, tok_a, tgt_a);
+    b.sample(step, tok_b, tgt_b);
+    EXPECT_EQ(values(tok_a), values(tok_b));
+    EXPECT_EQ(values(tgt_a), values(tgt_b));
+    c.sample(step, tok_b, tgt_b);
+    EXPECT_EQ(values(tok_a), values(tok_b));
+  }
+  // Ids above 255 reach the tensors whole.
+  std::vector<uint16_t> large(100);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<uint16_t>(60000 + i);
+  BatchSampler d(TokenSpan(large), 1, 99, 0);
+  Tensor tok_d(d.batchType()), tgt_d(d.batchType());
+  d.sample(0, tok_d, tgt_d);
+  EXPECT_EQ(values(tok_d).front(), 60000);
+  EXPECT_EQ(values(tgt_d).back(), 60099);
 }
 
 TEST(BatchSampler, RejectsBadSizesAndTensors) {

@@ -104,13 +104,13 @@ TEST_F(MetricsTest, ResumeRejectsAnotherHeaderOrABadStep) {
 }
 
 TEST(ProgressBar, FormatsOneLine) {
-  ProgressStats stats{120, 2.3141, std::nullopt, 41234.0, 231.4};
-  EXPECT_EQ(ProgressBar::formatLine(1000, stats, 2.401, 202.0),
-            "step 120/1000 [#.........] 12% loss 2.314 val 2.401 | 41.2k tok/s | 231 ms/step "
-            "| ETA 3m22s");
+  ProgressStats stats{120, 2.3141, std::nullopt, std::nullopt, 41234.0, 231.4};
+  EXPECT_EQ(ProgressBar::formatLine(1000, stats, 2.401, 3.4639, 202.0),
+            "step 120/1000 [#.........] 12% loss 2.314 val 2.401 (3.464 bpb) | 41.2k tok/s | 231 "
+            "ms/step | ETA 3m22s");
   stats.step = 1000;
   stats.tokens_per_s = 950;
-  EXPECT_EQ(ProgressBar::formatLine(1000, stats, std::nullopt, 3725.0),
+  EXPECT_EQ(ProgressBar::formatLine(1000, stats, std::nullopt, std::nullopt, 3725.0),
             "step 1000/1000 [##########] 100% loss 2.314 | 950 tok/s | 231 ms/step | ETA 1h02m");
 }
 
@@ -120,7 +120,7 @@ TEST(ProgressBar, PrintsPlainLinesEveryNStepsWhenNotATerminal) {
   {
     ProgressBar bar(10, 0, 4, out);
     for (int64_t step = 1; step <= 10; ++step) {
-      ProgressStats stats{step, 3.0, std::nullopt, 1e6, 10.0};
+      ProgressStats stats{step, 3.0, std::nullopt, std::nullopt, 1e6, 10.0};
       if (step == 3) stats.val_loss = 2.5;
       bar.update(stats);
     }

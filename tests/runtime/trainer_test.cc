@@ -4,12 +4,14 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <numbers>
 
 #include <gtest/gtest.h>
 
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 #include "support/errors.h"
+#include "tests/test_util.h"
 
 namespace pgq {
 namespace {
@@ -61,7 +63,7 @@ TEST_F(TrainerTest, LossGoesDownOnTheDefaultCorpus) {
   std::ifstream csv(r.metrics_path);
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "step,loss,val_loss,lr,grad_norm,step_ms,tokens_per_s,recipe");
+  EXPECT_EQ(line, "step,loss,val_loss,val_bpb,lr,grad_norm,step_ms,tokens_per_s,recipe");
   int rows = 0;
   while (std::getline(csv, line)) ++rows;
   EXPECT_EQ(rows, 150);
@@ -171,6 +173,30 @@ TEST_F(TrainerTest, RefusesToClobberOrResumeWhatIsNotThere) {
   fs::resize_file(path, fs::file_size(path) / 2);
   o.steps = 4;
   EXPECT_THROW(train(o), Error);
+}
+
+// With bytes every target is one byte: bits per byte is the loss in bits.
+TEST_F(TrainerTest, BitsPerByteOfAByteModelIsTheLossInBits) {
+  TrainOptions o = tinyOptions("run");
+  TrainResult r = train(o);
+  int evaluations = 0;
+  for (const StepRecord& step : r.history) {
+    ASSERT_EQ(step.val_loss.has_value(), step.val_bpb.has_value());
+    if (!step.val_loss) continue;
+    ++evaluations;
+    EXPECT_NEAR(*step.val_bpb, *step.val_loss / std::numbers::ln2, 1e-12 * *step.val_bpb);
+  }
+  EXPECT_EQ(evaluations, 3);
+  ASSERT_TRUE(r.final_val_bpb);
+  EXPECT_EQ(*r.final_val_bpb, *r.history.back().val_bpb);
+}
+
+TEST_F(TrainerTest, ATokenizerThatCannotFeedTheModelIsRefused) {
+  TrainOptions o = tinyOptions("run");
+  o.model.vocab = 300;  // bytes have 256 ids
+  EXPECT_EQ(test::errorOf([&] { train(o); }),
+            "model <preset tiny>: field 'vocab' is 300, but tokenizer bytes has exactly 256 tokens; set vocab to "
+            "256, or tokenizer to sentencepiece");
 }
 
 TEST_F(TrainerTest, BadCorpusIsAnError) {
