@@ -54,17 +54,15 @@ def rows(profile_csv):
 
 
 def logits_rows(rows_):
-    """SQNR of the logits GEMMs' inputs in the formats that run."""
+    """SQNR of the logits GEMMs' inputs, by (direction, role, granularity, rounding)."""
     out = {}
     for r in rows_:
-        if not r["label"].startswith("get_logits"):
+        if not r["label"].startswith("get_logits") or r["role"] == "output":
             continue
-        fmt = r["format"]
-        grad = r["role"] == "gradient"
-        if (grad and fmt != "int8:channel:sr" and fmt != "int8:channel:rtn") or (not grad and fmt != "int8:channel:rtn"):
+        bits, granularity, rounding = r["format"].split(":")
+        if bits != "int8":
             continue
-        key = (r["direction"], r["role"], fmt.split(":")[-1])
-        out[key] = float(r["sqnr_mean"])
+        out[(r["direction"], r["role"], granularity, rounding)] = float(r["sqnr_mean"])
     return out
 
 
@@ -82,6 +80,45 @@ def lowest(rows_, n=5):
     return best[:n]
 
 
+CONFIDENT = """name: confident
+vocab: 256
+d_model: 128
+n_layers: 2
+n_heads: 4
+d_ff: 512
+seq_len: 128
+batch: 16
+seed: 1234
+"""
+
+
+def confident(a, pgq):
+    """A model that becomes confident: a byte-level model trained on one passage repeated
+    (the first chapter of Genesis), profiled as its loss falls towards zero."""
+    d = os.path.join(a.out, "confident")
+    os.makedirs(d, exist_ok=True)
+    corpus = os.path.join(d, "corpus.txt")
+    if not os.path.exists(corpus):
+        text = subprocess.run(["bible", "Gen1:1-Gen1:31"], capture_output=True, text=True, check=True).stdout
+        with open(corpus, "w") as f:
+            f.write(text * (400000 // len(text) + 1))
+    cfg = os.path.join(d, "model.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIDENT)
+    out = []
+    for steps in [3, 100, 300, 600, 1200]:
+        p = os.path.join(d, f"step{steps}.yaml")
+        if not os.path.exists(p):
+            run([pgq, "train", "--model", cfg, "--corpus", corpus, "--no-progress", "--eval-every", "0",
+                 "--profile-granularity", "tensor", "--steps", str(steps), "--warmup", str(min(50, steps)),
+                 "--profile-warmup", str(steps - 3), "--profile-steps", "3", "--profile-out", p,
+                 "--out", os.path.join(d, f"run{steps}")], os.path.join(d, f"step{steps}.log"))
+        with open(os.path.join(d, f"run{steps}", "metrics.csv")) as f:
+            last = list(csv.DictReader(f))[-1]
+        out.append((steps, float(last["loss"]), p.replace(".yaml", ".csv")))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -90,18 +127,22 @@ def main():
     ap.add_argument("--vocabs", default="256,2048,8192,32768")
     ap.add_argument("--batches", default="32,64", help="larger batches profiled at vocab 8192")
     ap.add_argument("--corpus", default="english")
+    ap.add_argument("--only-confident", action="store_true", help="only the confident-model part")
     a = ap.parse_args()
     pgq = os.path.join(a.build, "pgq")
     os.makedirs(a.out, exist_ok=True)
     S, P = a.steps, 3
     results = []  # (vocab, batch, when, profile csv)
-    for vocab in [int(v) for v in a.vocabs.split(",")]:
+    for vocab in [] if a.only_confident else [int(v) for v in a.vocabs.split(",")]:
         d = os.path.join(a.out, f"v{vocab}")
         os.makedirs(d, exist_ok=True)
         cfg = os.path.join(d, "model.yaml")
         with open(cfg, "w") as f:
             f.write(MODEL.format(vocab=vocab, batch=8, tokenizer="bytes" if vocab == 256 else "sentencepiece"))
-        common = [pgq, "train", "--model", cfg, "--corpus", a.corpus, "--no-progress", "--eval-every", "0"]
+        # int8 per-channel is always profiled; per-tensor scales too, to separate the
+        # effect of the scale granularity from the rest.
+        common = [pgq, "train", "--model", cfg, "--corpus", a.corpus, "--no-progress", "--eval-every", "0",
+                  "--profile-granularity", "tensor"]
         init = os.path.join(d, "init.yaml")
         if not os.path.exists(init):
             run(common + ["--steps", str(P), "--profile-steps", str(P), "--profile-out", init, "--out",
@@ -124,9 +165,11 @@ def main():
                                   "--out", os.path.join(d, f"batch{batch}_run")], os.path.join(d, f"batch{batch}.log"))
                 results.append((vocab, batch, S, p.replace(".yaml", ".csv")))
 
-    cols = [("fwd", "activation", "rtn"), ("fwd", "weight", "rtn"),
-            ("bwd_dgrad", "gradient", "rtn"), ("bwd_dgrad", "gradient", "sr"),
-            ("bwd_wgrad", "gradient", "rtn"), ("bwd_wgrad", "gradient", "sr"), ("bwd_wgrad", "activation", "rtn")]
+    cols = [("fwd", "activation", "channel", "rtn"), ("fwd", "weight", "channel", "rtn"),
+            ("bwd_dgrad", "gradient", "channel", "rtn"), ("bwd_dgrad", "gradient", "channel", "sr"),
+            ("bwd_dgrad", "gradient", "tensor", "sr"),
+            ("bwd_wgrad", "gradient", "channel", "rtn"), ("bwd_wgrad", "gradient", "channel", "sr"),
+            ("bwd_wgrad", "gradient", "tensor", "sr"), ("bwd_wgrad", "activation", "channel", "rtn")]
     with open(os.path.join(a.out, "summary.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["vocab", "batch", "tokens_per_step", "step"] + ["/".join(c) for c in cols])
@@ -142,6 +185,13 @@ def main():
         low = lowest(rows(p))
         md.append(f"- vocab {vocab}, {batch * 256} tokens/step, step {when}: " +
                   "; ".join(f"{lab} {d} {role} {s:.3g} (ln1p {math.log1p(s):.2f})" for s, lab, d, role in low))
+    md += ["", "A model that becomes confident (bytes, one passage repeated): SQNR of the logits GEMM's gradient", "",
+           "| step | loss | " + " | ".join("/".join(c) for c in cols if c[1] == "gradient") + " |",
+           "|---" * (2 + sum(1 for c in cols if c[1] == "gradient")) + "|"]
+    for steps, loss, p in confident(a, pgq):
+        lr = logits_rows(rows(p))
+        md.append(f"| {steps} | {loss:.4f} | " +
+                  " | ".join(f"{lr.get(c, float('nan')):.3g}" for c in cols if c[1] == "gradient") + " |")
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write("SQNR of the logits GEMM's inputs (int8 per-channel scales; the column names say "
                 "direction/role/rounding)\n\n" + "\n".join(md) + "\n")

@@ -74,7 +74,7 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue the run whose checkpoint is in --out");
   cmd->add_option("--init-from", o.init_from,
-                  "Start this run from another run's checkpoint (weights, optimizer state, step); the recipe may differ");
+                  "Start this run from another run's checkpoint (weights, optimizer state, step); the recipe, --batch and --seed may differ");
   addNumber(cmd, ranges::kStopAfter, o.stop_after,
             "Stop after this many steps of this invocation, with a checkpoint (0: run to --steps)");
   addNumber(cmd, ranges::kCheckpointEvery, o.checkpoint_every, "Checkpoint period in steps (0: at the end only)");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -427,10 +428,21 @@ constexpr int64_t kMaxPlannedSteps = int64_t{1} << 53;
 // The checkpoint fields that only this run can judge (the reader checked the rest):
 // a forged or foreign checkpoint can carry a valid checksum around values no run of
 // this config could have written. Returns the planned steps, when recorded.
-std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions& o, const std::string& path) {
-  if (ckpt.seed != o.model.seed)
+// A model config's YAML (ModelConfig::toYaml) without its batch and seed lines.
+std::string withoutBatchAndSeed(const std::string& yaml) {
+  std::string text;
+  std::istringstream lines(yaml);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("batch: ", 0) != 0 && line.rfind("seed: ", 0) != 0) text += line + "\n";
+  return text;
+}
+
+std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions& o, const std::string& path,
+                                      bool same_run) {
+  if (same_run && ckpt.seed != o.model.seed)
     throw Error(fmt::format("checkpoint {}: field 'seed' is {}, but this run's seed is {} (the model config's "
-                            "`seed`, or --seed); a run continues only with the seed it was trained with",
+                            "`seed`, or --seed); a run continues only with the seed it was trained with (a new run "
+                            "from it, --init-from, may change it)",
                             path, ckpt.seed, o.model.seed));
   auto precision = ckpt.info.find("precision");
   if (precision != ckpt.info.end() && precision->second != "f32" && precision->second != "bf16")
@@ -501,8 +513,16 @@ void TrainLoop::checkProfileOptions() const {
 
 void TrainLoop::loadFrom(const std::string& path, bool same_run) {
   Checkpoint ckpt = loadCheckpoint(path);
-  std::optional<int64_t> planned = checkRunFields(ckpt, o_, path);
-  if (ckpt.model_config != o_.model.toYaml())
+  std::optional<int64_t> planned = checkRunFields(ckpt, o_, path, same_run);
+  // A new run from a checkpoint (--init-from) may use another batch size and seed
+  // (fine-tuning at a larger batch, a second seed of a fine-tuning run): neither changes
+  // a parameter. A resumed run changes nothing.
+  if (!same_run) {
+    if (withoutBatchAndSeed(ckpt.model_config) != withoutBatchAndSeed(o_.model.toYaml()))
+      throw Error(fmt::format("{}: the checkpoint was trained with a different model config (only batch and seed "
+                              "may change in a new run from it):\n{}",
+                              path, ckpt.model_config));
+  } else if (ckpt.model_config != o_.model.toYaml())
     throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}", path,
                             ckpt.model_config));
   const Corpus& corpus = session_->corpus();

@@ -54,7 +54,8 @@ struct TrainOptions {
   bool resume = false;
   // Start a new run (in out_dir) from another run's checkpoint: its weights, optimizer
   // moments and step, so the data order continues; the recipe may differ (fine-tuning
-  // a baseline with a quantization recipe).
+  // a baseline with a quantization recipe), and so may the batch size and the seed
+  // (then the data order and the rounding noise are the new seed's).
   std::string init_from;
   Precision precision = Precision::kF32;
   bool progress = true;

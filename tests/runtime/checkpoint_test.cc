@@ -414,13 +414,13 @@ TEST_F(ForgedCheckpoint, EveryFieldIsCheckedAgainstTheRun) {
 
   // Starting a new run from a forged checkpoint is refused the same way.
   std::string forged_path = (dir_ / "forged.ckpt").string();
-  writeBytes(forged_path, withScalar<uint64_t>(genuine_, 32, 7));
+  writeBytes(forged_path, withScalar<int64_t>(genuine_, 24, -5));
   TrainOptions next = run_;
   next.resume = false;
   next.init_from = forged_path;
   next.out_dir = (dir_ / "next").string();
   error = errorOf([&] { train(next); });
-  EXPECT_NE(error.find("checkpoint " + forged_path + ": field 'seed' is 7"), std::string::npos) << error;
+  EXPECT_NE(error.find("checkpoint " + forged_path + ": field 'step' is -5"), std::string::npos) << error;
 
   // The genuine checkpoint still resumes: nothing above was too strict.
   EXPECT_EQ(resume(genuine_), "no error");

@@ -121,6 +121,31 @@ TEST_F(TrainerTest, InitFromStartsANewRunThatContinuesTheDataOrder) {
   EXPECT_THROW(train(next), Error);
 }
 
+TEST_F(TrainerTest, InitFromMayChangeBatchAndSeedButNotTheModel) {
+  TrainOptions base = tinyOptions("base");
+  base.stop_after = 5;
+  train(base);
+  // A second seed, at twice the batch: a new run, from the same weights.
+  TrainOptions next = tinyOptions("next");
+  next.init_from = base.out_dir + "/checkpoint.pgqckpt";
+  next.model.seed += 1;
+  next.model.batch *= 2;
+  TrainResult r = train(next);
+  EXPECT_EQ(r.history.front().step, 6);
+  EXPECT_TRUE(std::isfinite(r.history.back().loss));
+  // Resuming changes nothing: the seed is the run's.
+  TrainOptions resumed = base;
+  resumed.stop_after = 0;
+  resumed.resume = true;
+  resumed.model.seed += 1;
+  EXPECT_NE(test::errorOf([&] { train(resumed); }).find("field 'seed' is"), std::string::npos);
+  // Any other change of the model is refused, naming what may change.
+  TrainOptions wider = tinyOptions("wider");
+  wider.init_from = next.init_from;
+  wider.model.n_layers += 1;
+  EXPECT_NE(test::errorOf([&] { train(wider); }).find("only batch and seed may change"), std::string::npos);
+}
+
 TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
   TrainOptions o = tinyOptions("nan");
   o.steps = 20;
