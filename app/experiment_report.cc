@@ -328,7 +328,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
       "## Loss curves (Fig. 4)\n\n![loss curves](loss_curves.png)\n\n"
       "## Speedup vs loss (Fig. 5)\n\n![speedup vs loss](speedup_vs_loss.png)\n\n"
       "## Findings\n\n{}\n"
-      "## SQNR of every GEMM input\n\n![SQNR per GEMM](sqnr.png)\n\nThe full table is in `sqnr.md`; the recipes, with "
+      "## SQNR of every GEMM input (Fig. 3)\n\n![SQNR per GEMM](sqnr.png)\n\nThe full table is in `sqnr.md`; the recipes, with "
       "the reason for every decision, are in `recipes/`.\n",
       model_text, in.corpus, in.hardware, in.threads, in.baseline_steps, in.profile_steps, in.finetune_steps, md,
       findings);

@@ -123,7 +123,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("out")
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--vocabs", default="256,2048,8192,32768")
     ap.add_argument("--batches", default="32,64", help="larger batches profiled at vocab 8192")
     ap.add_argument("--corpus", default="english")
