@@ -44,6 +44,16 @@ enum class RopeRotation : uint8_t {
 #include "ir/gemm_meta.def"
 };
 
+enum class DeviceGroup : uint8_t {
+#define DEVICE_GROUP(id, text) k##id,
+#include "ir/gemm_meta.def"
+};
+
+enum class Reduction : uint8_t {
+#define REDUCTION(id, text) k##id,
+#include "ir/gemm_meta.def"
+};
+
 // The roles of a GEMM's operands, indexed by GemmOperand: [lhs, rhs].
 using OperandRoles = std::array<OperandRole, 2>;
 
@@ -96,6 +106,22 @@ template <>
 struct Names<RopeRotation> {
   static constexpr std::string_view kList[] = {
 #define ROPE_ROTATION(id, text) text,
+#include "ir/gemm_meta.def"
+  };
+};
+
+template <>
+struct Names<DeviceGroup> {
+  static constexpr std::string_view kList[] = {
+#define DEVICE_GROUP(id, text) text,
+#include "ir/gemm_meta.def"
+  };
+};
+
+template <>
+struct Names<Reduction> {
+  static constexpr std::string_view kList[] = {
+#define REDUCTION(id, text) text,
 #include "ir/gemm_meta.def"
   };
 };
