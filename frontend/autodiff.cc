@@ -342,6 +342,11 @@ void Autodiff::backprop(Node* node, Node* dy) {
     case Op::kQuantStats: case Op::kSmoothScales: case Op::kQuantParams: case Op::kQuantize:
     case Op::kQMatMul:
       break;
+    // Collectives are inserted after autodiff too, by the partitioning passes.
+    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
+      throw Error(fmt::format("autodiff: no gradient rule for {} (%{}): differentiate the graph before "
+                              "partition_spmd and data_parallel insert collectives",
+                              opName(node->op()), node->name()));
   }
   throw Error(fmt::format("autodiff: no gradient rule for {} (%{}): differentiate the graph before "
                           "quantization passes rewrite it",

@@ -63,6 +63,8 @@ std::string_view attrKindName(AttrKind kind) {
     case AttrKind::kFormat: return "quantization format";
     case AttrKind::kFormats: return "list of quantization formats";
     case AttrKind::kRotation: return "rope rotation";
+    case AttrKind::kGroup: return "device group";
+    case AttrKind::kReduction: return "reduction";
   }
   return "?";
 }
@@ -140,6 +142,10 @@ const std::vector<QuantFormat>& Attrs::getFormats(AttrKey key) const {
 RopeRotation Attrs::getRotation(AttrKey key) const {
   return std::get<RopeRotation>(get(key, AttrKind::kRotation));
 }
+
+DeviceGroup Attrs::getGroup(AttrKey key) const { return std::get<DeviceGroup>(get(key, AttrKind::kGroup)); }
+
+Reduction Attrs::getReduction(AttrKey key) const { return std::get<Reduction>(get(key, AttrKind::kReduction)); }
 
 std::vector<int64_t> Attrs::getIntsOr(AttrKey key, std::vector<int64_t> fallback) const {
   return has(key) ? getInts(key) : fallback;

@@ -27,11 +27,12 @@ enum class AttrKey : uint8_t {
 // The value kinds, in the order of AttrValue's alternatives.
 enum class AttrKind : uint8_t {
   kInt, kFloat, kString, kInts, kStrings, kDirection, kRoles, kSharding, kOperand, kFormat, kFormats, kRotation,
+  kGroup, kReduction,
 };
 
 using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>,
                                GemmDirection, OperandRoles, ShardingKind, GemmOperand, QuantFormat,
-                               std::vector<QuantFormat>, RopeRotation>;
+                               std::vector<QuantFormat>, RopeRotation, DeviceGroup, Reduction>;
 
 std::string_view attrName(AttrKey key);
 AttrKind attrKind(AttrKey key);
@@ -62,6 +63,8 @@ class Attrs {
   const QuantFormat& getFormat(AttrKey key) const;
   const std::vector<QuantFormat>& getFormats(AttrKey key) const;
   RopeRotation getRotation(AttrKey key) const;
+  DeviceGroup getGroup(AttrKey key) const;
+  Reduction getReduction(AttrKey key) const;
   std::vector<int64_t> getIntsOr(AttrKey key, std::vector<int64_t> fallback) const;
   std::string getStringOr(AttrKey key, std::string fallback) const;
 

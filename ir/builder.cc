@@ -129,6 +129,23 @@ Node* Builder::rope(Node* x, double theta, RopeRotation rotation, std::string_vi
   return create(Op::kRope, {x}, std::move(attrs), std::nullopt, name);
 }
 
+Node* Builder::allReduce(Node* x, DeviceGroup group, Reduction reduce, std::string_view name) {
+  Attrs attrs;
+  attrs.set(AttrKey::kGroup, group);
+  attrs.set(AttrKey::kReduce, reduce);
+  return create(Op::kAllReduce, {x}, std::move(attrs), std::nullopt, name);
+}
+
+Node* Builder::collective(Op op, Node* x, DeviceGroup group, int64_t axis, int64_t devices, std::string_view name) {
+  PGQ_ASSERT(op == Op::kAllGather || op == Op::kReduceScatter || op == Op::kShard, "{} is not a sharded collective",
+             opName(op));
+  Attrs attrs;
+  attrs.set(AttrKey::kGroup, group);
+  attrs.set(AttrKey::kAxis, axis);
+  attrs.set(AttrKey::kDevices, devices);
+  return create(op, {x}, std::move(attrs), std::nullopt, name);
+}
+
 Node* Builder::norm(Op op, Node* x, double eps, std::string_view name) {
   PGQ_ASSERT(op == Op::kRmsNorm || op == Op::kLayerNorm, "{} is not a norm", opName(op));
   Attrs attrs;

@@ -81,6 +81,11 @@ class Builder {
   Node* crossEntropy(Node* logits, Node* targets, std::string_view name = "");
   Node* crossEntropyGrad(Node* logits, Node* targets, Node* dloss, std::string_view name = "");
 
+  // Collectives over `group` (ops.def).
+  Node* allReduce(Node* x, DeviceGroup group, Reduction reduce, std::string_view name = "");
+  // all_gather, reduce_scatter or shard along `axis` over `devices` devices.
+  Node* collective(Op op, Node* x, DeviceGroup group, int64_t axis, int64_t devices, std::string_view name = "");
+
   // GEMM. `label` is the GEMM's stable, readable name ("layer0/attn/q").
   Node* matmul(Node* lhs, Node* rhs, const DotDims& dims, std::string_view label = "",
                std::string_view name = "");

@@ -21,6 +21,9 @@ class Graph {
   explicit Graph(std::string name = "main");
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
+  // A pass that builds a new graph (partition_spmd) moves it into the one it was given.
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
 
   const std::string& name() const { return name_; }
 

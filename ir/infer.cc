@@ -93,6 +93,7 @@ class Rule {
   TensorType concat() const;
   TensorType select() const;
   TensorType rope() const;
+  TensorType collective() const;
   // The Ints attribute `key`, which must hold one entry per dim of operand 0.
   const std::vector<int64_t>& perDim(AttrKey key) const;
   TensorType reduce() const;
@@ -235,6 +236,39 @@ TensorType Rule::rope() const {
   return elementwise(1);
 }
 
+// all_gather multiplies `axis` by `devices`; reduce_scatter and shard divide it, which
+// must be exact. all_reduce keeps the type.
+TensorType Rule::collective() const {
+  requireFloat(0);
+  requireAttr(AttrKey::kGroup);
+  if (op_ == Op::kAllReduce) {
+    requireAttr(AttrKey::kReduce);
+    return operand(0);
+  }
+  requireAttr(AttrKey::kAxis);
+  requireAttr(AttrKey::kDevices);
+  const Shape& in = operand(0).shape;
+  const int64_t axis = attrs_.getInt(AttrKey::kAxis);
+  const int64_t devices = attrs_.getInt(AttrKey::kDevices);
+  if (axis < 0 || axis >= in.rank()) fail(fmt::format("axis {} is not a dim of {}", axis, operand(0).toString()));
+  if (devices < 1 || devices > 65536) fail(fmt::format("devices must be in [1, 65536], got {}", devices));
+  std::vector<int64_t> dims(in.dims().begin(), in.dims().end());
+  int64_t& d = dims[static_cast<size_t>(axis)];
+  if (op_ == Op::kAllGather) {
+    if (d > Shape::kMaxElements / devices) fail(fmt::format("{} parts of {} exceed 2^40 elements", devices, in.toString()));
+    d *= devices;
+  } else {
+    if (d % devices != 0)
+      fail(fmt::format("dim {} of {} does not split into {} equal parts", axis, operand(0).toString(), devices));
+    d /= devices;
+  }
+  try {
+    return {operand(0).dtype, Shape(std::move(dims))};
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+}
+
 TensorType Rule::reduce() const {
   requireFloat(0);
   const Shape& in = operand(0).shape;
@@ -344,6 +378,8 @@ TensorType Rule::run() const {
       return elementwise(1);
     case Op::kRope:
       return rope();
+    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
+      return collective();
     case Op::kRmsNorm: case Op::kLayerNorm:
       requireMinRank(0, 1);
       requirePositiveEps();

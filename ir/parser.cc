@@ -333,6 +333,8 @@ class Parser {
       case AttrKind::kSharding: attrs.set(*key, named<ShardingKind>(*key)); break;
       case AttrKind::kOperand: attrs.set(*key, named<GemmOperand>(*key)); break;
       case AttrKind::kRotation: attrs.set(*key, named<RopeRotation>(*key)); break;
+      case AttrKind::kGroup: attrs.set(*key, named<DeviceGroup>(*key)); break;
+      case AttrKind::kReduction: attrs.set(*key, named<Reduction>(*key)); break;
       case AttrKind::kRoles: {
         Token open = tok_;
         std::vector<OperandRole> list;

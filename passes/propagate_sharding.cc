@@ -147,6 +147,11 @@ Split propagate(const Node& node) {
     }
     case Op::kMatMul: case Op::kQMatMul:
       return gemm(node);
+    case Op::kAllReduce:
+      return operandSplit(0);
+    case Op::kShard:
+      return ValueSplit{node.attrs().getInt(AttrKey::kAxis), node.attrs().getInt(AttrKey::kDevices)};
+    case Op::kAllGather: case Op::kReduceScatter:  // inserted by partition_spmd, which sets splits itself
     case Op::kParameter: case Op::kInput: case Op::kConstant: case Op::kCrossEntropy: case Op::kQuantStats:
     case Op::kSmoothScales: case Op::kQuantParams:
       return std::nullopt;

@@ -5,7 +5,9 @@
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
 #include "passes/fuse_decomposed.h"
+#include "passes/data_parallel.h"
 #include "passes/instrument_stats.h"
+#include "passes/partition_spmd.h"
 #include "passes/propagate_sharding.h"
 #include "passes/quantize_gemms.h"
 #include "passes/tag_metadata.h"
@@ -26,6 +28,7 @@ std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& o
   pipeline->add(std::make_unique<DeadCodeElimination>());
   pipeline->add(std::make_unique<PropagateSharding>());
   pipeline->add(std::make_unique<TagMetadata>());
+  pipeline->add(std::make_unique<PartitionSpmd>());
   const auto seed = static_cast<int64_t>(options.seed);
   if (options.profile) {
     pipeline->add(std::make_unique<InstrumentStats>(InstrumentStatsOptions{
@@ -44,6 +47,7 @@ std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& o
     pipeline->add(std::make_unique<CommonSubexpressionElimination>());
     pipeline->add(std::make_unique<DeadCodeElimination>());
   }
+  if (options.data_parallel) pipeline->add(std::make_unique<DataParallel>());
   return pipeline;
 }
 

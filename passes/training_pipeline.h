@@ -6,10 +6,15 @@
 //
 // and on the training graph, built from typed options:
 //
-//   [bf16_gemms,] cse, dce, propagate_sharding, tag_metadata [, instrument_stats]
-//   [, estimate_speedup]
-//   [, quantize_gemms, cse, dce]
+//   [bf16_gemms,] cse, dce, propagate_sharding, tag_metadata, partition_spmd
+//   [, instrument_stats] [, estimate_speedup]
+//   [, quantize_gemms, cse, dce] [, data_parallel]
 //
+// tag_metadata records every GEMM's global and per-device shapes before
+// partition_spmd (a no-op unless the model is split over several devices) rewrites the
+// graph into the one each device runs; statistics and int8 GEMMs are then built on the
+// device's own parts, with its own scales, as they run. data_parallel when the job has
+// several data-parallel replicas.
 // bf16_gemms when GEMMs run in bf16; instrument_stats for stage (i)'s statistics nodes;
 // estimate_speedup with a hardware model; quantize_gemms with a recipe (stage iii),
 // then cse and dce to merge and drop what the rewrite leaves behind. The seeds of the
@@ -43,6 +48,7 @@ struct TrainingPipelineOptions {
   std::optional<HardwareModel> hardware;  // annotate roofline speedup estimates
   std::optional<Recipe> recipe;           // stage (iii): rewrite to int8 GEMMs
   uint64_t seed = 0;                      // the model's seed
+  bool data_parallel = false;             // average loss and gradients over replicas
 };
 
 std::unique_ptr<Pipeline> buildForwardPipeline();
