@@ -1,14 +1,18 @@
 // pgq: profile-guided quantization of transformer training.
 #include <omp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -18,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "kernels/cpu_isa.h"
+#include "runtime/mpi.h"
 #include "support/errors.h"
 #include "pgq_version.h"
 
@@ -52,6 +57,38 @@ std::string checkOmpNumThreads() {
   return "";
 }
 
+// Under mpirun each process of a node would start one OpenMP thread per processor, and
+// N ranks would spin N times too many threads. Each rank gets its share of the node's
+// processors instead, unless OMP_NUM_THREADS says otherwise; --threads, parsed later,
+// overrides this too. Call before any parallel region.
+void shareProcessorsBetweenRanks() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (!pgq::mpiActive() || (env != nullptr && *env != '\0')) return;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int ranks = local != nullptr ? std::atoi(local) : 1;
+  omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, ranks)));
+}
+
+// Prints `message` (a full line without its newline) and returns `code`. Under mpirun a
+// failing rank ends the whole job, as the others may wait for it in a collective. When
+// every rank fails alike, one message is enough: rank 0 prints and aborts at once, and
+// the others, whom that abort usually kills within 2 s, print only if still alive, with
+// their rank.
+int fail(int code, const std::string& message) {
+  if (!pgq::mpiActive()) {
+    fmt::print(stderr, "{}\n", message);
+    return code;
+  }
+  const int rank = pgq::worldRankOrZero();
+  if (rank == 0) {
+    fmt::print(stderr, "{}\n", message);
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    fmt::print(stderr, "rank {}: {}\n", rank, message);
+  }
+  pgq::abortJob(code);
+}
+
 // Output that never reached standard output (`pgq sqnr-table p.yaml > /dev/full`) is
 // an error, not success. Most output is still buffered here; flushing it is what fails,
 // and errno says why (a failed flush keeps the data, so a failure earlier in the run
@@ -73,22 +110,24 @@ int run(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
-    return app.exit(e);
+    // --help and --version: once per job, from rank 0.
+    if (pgq::worldRankOrZero() == 0) return app.exit(e);
+    std::ostringstream discarded;
+    return app.exit(e, discarded, discarded);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitUsage;
+    std::ostringstream out, err;
+    app.exit(e, out, err);
+    std::string message = out.str() + err.str();
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    return fail(kExitUsage, message);
   } catch (const pgq::Error& e) {
-    fmt::print(stderr, "pgq: error: {}\n", e.what());
-    return kExitUsage;
+    return fail(kExitUsage, fmt::format("pgq: error: {}", e.what()));
   } catch (const YAML::Exception& e) {
-    fmt::print(stderr, "pgq: error: {}\n", e.what());
-    return kExitUsage;
+    return fail(kExitUsage, fmt::format("pgq: error: {}", e.what()));
   } catch (const pgq::InternalError& e) {
-    fmt::print(stderr, "pgq: internal error (please report): {}\n", e.what());
-    return kExitInternal;
+    return fail(kExitInternal, fmt::format("pgq: internal error (please report): {}", e.what()));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "pgq: error: {}\n", e.what());
-    return kExitInternal;
+    return fail(kExitInternal, fmt::format("pgq: error: {}", e.what()));
   }
   return 0;
 }
@@ -104,10 +143,18 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (std::string error = checkOmpNumThreads(); !error.empty()) {
-    fmt::print(stderr, "pgq: error: {}\n", error);
+  // Under mpirun MPI runs from here until `mpi` is destroyed, after the command.
+  pgq::MpiSession mpi;
+  try {
+    mpi = pgq::initMpiIfLaunched(&argc, &argv);
+  } catch (const pgq::Error& e) {
+    fmt::print(stderr, "pgq: error: {}\n", e.what());
     return kExitUsage;
   }
+
+  if (std::string error = checkOmpNumThreads(); !error.empty())
+    return fail(kExitUsage, fmt::format("pgq: error: {}", error));
+  shareProcessorsBetweenRanks();
 
   CLI::App app{"pgq: profile-guided quantization of transformer training.\n"
                "Profiles GEMM operand statistics, picks which GEMMs run in int8, rewrites the\n"
@@ -118,8 +165,14 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
-  app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
-  spdlog::set_pattern("[%l] %v");
+  // Under mpirun rank 0 logs as a single process does; the other ranks repeat the same
+  // story, so they show only warnings and errors, and say whose they are.
+  const int rank = pgq::worldRankOrZero();
+  const spdlog::level::level_enum floor = rank == 0 ? spdlog::level::trace : spdlog::level::warn;
+  app.parse_complete_callback(
+      [&] { spdlog::set_level(std::max(floor, spdlog::level::from_str(log_level))); });
+  spdlog::set_level(std::max(floor, spdlog::level::info));
+  spdlog::set_pattern(rank == 0 ? std::string("[%l] %v") : fmt::format("[rank {}] [%l] %v", rank));
 
   pgq::cli::addExperimentCommand(app);
   pgq::cli::addTrainCommand(app);

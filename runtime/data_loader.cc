@@ -18,6 +18,17 @@ void checkSizes(TokenSpan data, int64_t batch_size, int64_t seq_len) {
         seq_len + 1));
 }
 
+// `rows` with count -1 resolved to the rest of the batch; refuses an empty or outside
+// range (the batch size and the number of replicas come from flags).
+RowRange resolveRows(RowRange rows, int64_t batch_size) {
+  int64_t count = rows.count == -1 ? batch_size - rows.first : rows.count;
+  if (rows.first < 0 || count < 1 || rows.first + count > batch_size)
+    throw Error(fmt::format("batch sampler: rows [{}, {}) are not a non-empty range of the batch of "
+                            "{} rows (--batch-size)",
+                            rows.first, rows.first + count, batch_size));
+  return RowRange{rows.first, count};
+}
+
 // tokens[b,t] = data[o_b + t], targets[b,t] = data[o_b + t + 1].
 void fillWindows(TokenSpan data, std::span<const int64_t> offsets, int64_t seq_len, Tensor& tokens,
                  Tensor& targets) {
@@ -46,9 +57,11 @@ void fillWindows(TokenSpan data, std::span<const int64_t> offsets, int64_t seq_l
 
 }  // namespace
 
-EvalBatches::EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, int64_t n_batches)
+EvalBatches::EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, int64_t n_batches,
+                         RowRange rows)
     : data_(data), batch_size_(batch_size), seq_len_(seq_len), n_batches_(n_batches) {
   checkSizes(data, batch_size, seq_len);
+  rows_ = resolveRows(rows, batch_size);
   if (n_batches < 1)
     throw Error(fmt::format("evaluation: {} batches requested, expected at least 1", n_batches));
   // Window j of N starts at floor(j * last / (N - 1)): the first window starts at token 0
@@ -64,8 +77,8 @@ EvalBatches::EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, in
 
 std::span<const int64_t> EvalBatches::offsets(int64_t index) const {
   PGQ_ASSERT(index >= 0 && index < n_batches_, "evaluation batch {} of {}", index, n_batches_);
-  return std::span<const int64_t>(offsets_).subspan(static_cast<size_t>(index * batch_size_),
-                                                    static_cast<size_t>(batch_size_));
+  return std::span<const int64_t>(offsets_).subspan(
+      static_cast<size_t>(index * batch_size_ + rows_.first), static_cast<size_t>(rows_.count));
 }
 
 void EvalBatches::fill(int64_t index, Tensor& tokens, Tensor& targets) const {
@@ -73,33 +86,36 @@ void EvalBatches::fill(int64_t index, Tensor& tokens, Tensor& targets) const {
 }
 
 BatchSampler::BatchSampler(TokenSpan data, int64_t batch_size, int64_t seq_len, uint64_t seed,
-                           Split split)
+                           Split split, RowRange rows)
     : data_(data), batch_size_(batch_size), seq_len_(seq_len), seed_(seed), split_(split) {
   checkSizes(data, batch_size, seq_len);
+  rows_ = resolveRows(rows, batch_size);
 }
 
 TensorType BatchSampler::batchType() const {
-  return TensorType{DType::kS32, Shape{batch_size_, seq_len_}};
+  return TensorType{DType::kS32, Shape{rows_.count, seq_len_}};
 }
 
 std::vector<int64_t> BatchSampler::offsets(int64_t step) const {
   PGQ_ASSERT(step >= 0, "negative step {}", step);
-  // One Philox call per window: key = seed, counter = (window, split, step). The 64
-  // random bits map to [0, range) by a 64x64->128-bit multiply (Lemire), whose bias is
-  // below range / 2^64 (< 2^-24 for any corpus that fits in memory), and unlike
-  // std::uniform_int_distribution it gives the same offsets with every standard library.
+  // One Philox call per window: key = seed, counter = (window, split, step), where the
+  // window is the row of the global batch, so a replica's rows draw what they would in
+  // the whole batch. The 64 random bits map to [0, range) by a 64x64->128-bit multiply
+  // (Lemire), whose bias is below range / 2^64 (< 2^-24 for any corpus that fits in
+  // memory), and unlike std::uniform_int_distribution it gives the same offsets with
+  // every standard library.
   uint64_t range = data_.size() - static_cast<uint64_t>(seq_len_);
   uint64_t s = static_cast<uint64_t>(step);
   kernels::PhiloxKey key{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)};
-  std::vector<int64_t> result(static_cast<size_t>(batch_size_));
-  for (int64_t b = 0; b < batch_size_; ++b) {
+  std::vector<int64_t> result;
+  result.reserve(static_cast<size_t>(rows_.count));
+  for (int64_t b = rows_.first; b < rows_.first + rows_.count; ++b) {
     kernels::PhiloxCounter out = kernels::philox4x32(
         {static_cast<uint32_t>(b), static_cast<uint32_t>(split_), static_cast<uint32_t>(s),
          static_cast<uint32_t>(s >> 32)},
         key);
     uint64_t bits = (uint64_t{out[1]} << 32) | out[0];
-    result[static_cast<size_t>(b)] =
-        static_cast<int64_t>((static_cast<unsigned __int128>(bits) * range) >> 64);
+    result.push_back(static_cast<int64_t>((static_cast<unsigned __int128>(bits) * range) >> 64));
   }
   return result;
 }
@@ -110,7 +126,7 @@ void BatchSampler::sample(int64_t step, Tensor& tokens, Tensor& targets) const {
 }
 
 EvalBatches BatchSampler::evalBatches(int64_t n_batches) const {
-  return EvalBatches(data_, batch_size_, seq_len_, n_batches);
+  return EvalBatches(data_, batch_size_, seq_len_, n_batches, rows_);
 }
 
 }  // namespace pgq

@@ -10,6 +10,10 @@
 // uninterrupted run would have seen, and no loader state needs to be checkpointed.
 // Evaluation batches are fixed windows that do not depend on the seed, so validation
 // losses are comparable across runs and recipes that share B, T and the corpus.
+//
+// Data-parallel training shards the GLOBAL batch: each replica fills only its rows
+// (RowRange) of the batch every replica would draw, so a job of R replicas of B/R rows
+// sees the batches of one process of B rows, whatever R is.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -58,18 +62,26 @@ class TokenSpan {
 // never draw correlated offsets.
 enum class Split : uint32_t { kTrain = 0, kVal = 1 };
 
+// Rows [first, first + count) of a global batch of B rows; count -1: to the last row.
+struct RowRange {
+  int64_t first = 0;
+  int64_t count = -1;
+};
+
 // A fixed list of evaluation batches over one span of tokens: n_batches * B windows
 // spaced evenly from the first token to the last, in order. The windows do not overlap
 // when n_batches * B * T <= size - 1; otherwise neighbours share bytes.
 class EvalBatches {
  public:
-  // `data` must outlive this object.
-  EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, int64_t n_batches);
+  // `data` must outlive this object. `rows` selects the rows of each batch this process
+  // fills; the windows are those of the whole batch (they do not depend on `rows`).
+  EvalBatches(TokenSpan data, int64_t batch_size, int64_t seq_len, int64_t n_batches,
+              RowRange rows = {});
 
   int64_t size() const { return n_batches_; }
-  // The window start offsets of evaluation batch `index` (B of them).
+  // The window start offsets of the rows of evaluation batch `index` (count of them).
   std::span<const int64_t> offsets(int64_t index) const;
-  // Fills tokens and targets (both s32[B,T]) with evaluation batch `index`.
+  // Fills tokens and targets (both s32[count,T]) with the rows of evaluation batch `index`.
   void fill(int64_t index, Tensor& tokens, Tensor& targets) const;
 
  private:
@@ -77,30 +89,36 @@ class EvalBatches {
   int64_t batch_size_;
   int64_t seq_len_;
   int64_t n_batches_;
+  RowRange rows_;  // resolved: count >= 1
   std::vector<int64_t> offsets_;
 };
 
 class BatchSampler {
  public:
-  // `data` must outlive the sampler. Throws pgq::Error when batch_size or seq_len is
-  // below 1 or `data` is shorter than seq_len + 1 tokens.
+  // `data` must outlive the sampler. `batch_size` is the global batch; the sampler
+  // fills only its `rows`. Throws pgq::Error when batch_size or seq_len is below 1,
+  // `rows` is not a non-empty range of the batch, or `data` is shorter than seq_len + 1
+  // tokens.
   BatchSampler(TokenSpan data, int64_t batch_size, int64_t seq_len, uint64_t seed,
-               Split split = Split::kTrain);
+               Split split = Split::kTrain, RowRange rows = {});
   // A byte-level corpus: its bytes are the tokens.
   BatchSampler(std::span<const uint8_t> bytes, int64_t batch_size, int64_t seq_len,
-               uint64_t seed, Split split = Split::kTrain)
-      : BatchSampler(TokenSpan(bytes), batch_size, seq_len, seed, split) {}
+               uint64_t seed, Split split = Split::kTrain, RowRange rows = {})
+      : BatchSampler(TokenSpan(bytes), batch_size, seq_len, seed, split, rows) {}
 
-  // s32[B,T], the type of the tokens and targets tensors.
+  // s32[count,T], the type of the tokens and targets tensors (count = B for the whole
+  // batch).
   TensorType batchType() const;
 
-  // The B window start offsets of training batch `step`, each uniform in
-  // [0, size - T - 1].
+  // The window start offsets of this sampler's rows of training batch `step`, each
+  // uniform in [0, size - T - 1]; row b's offset is the same whatever the range.
   std::vector<int64_t> offsets(int64_t step) const;
-  // Fills tokens and targets (both s32[B,T], allocated by the caller) with batch `step`.
+  // Fills tokens and targets (both s32[count,T], allocated by the caller) with this
+  // sampler's rows of batch `step`.
   void sample(int64_t step, Tensor& tokens, Tensor& targets) const;
 
-  // The fixed evaluation batches over this sampler's data (independent of the seed).
+  // The fixed evaluation batches over this sampler's data (independent of the seed),
+  // filling the same rows as the sampler.
   EvalBatches evalBatches(int64_t n_batches) const;
 
  private:
@@ -109,6 +127,7 @@ class BatchSampler {
   int64_t seq_len_;
   uint64_t seed_;
   Split split_;
+  RowRange rows_;  // resolved: count >= 1
 };
 
 }  // namespace pgq

@@ -14,7 +14,8 @@ jobs=${JOBS:-2}
 
 # Build tools, libraries, the PyTorch reference used by the parity tests (with a
 # threaded BLAS so it is a fair peer), the default corpus, gnuplot for the plots,
-# SentencePiece, and the packages the English corpus is assembled from.
+# SentencePiece, Open MPI (multi-process training under mpirun, docs/DISTRIBUTED.md),
+# and the packages the English corpus is assembled from.
 packages=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libfmt-dev libspdlog-dev libeigen3-dev libdnnl-dev libyaml-cpp-dev
@@ -22,7 +23,7 @@ packages=(
   python3 python3-torch python3-numpy python3-yaml libopenblas0-pthread
   fortunes gnuplot-nox libomp-dev libre2-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
-  libsentencepiece-dev bible-kjv bible-kjv-text dict-gcide wordnet-base
+  libsentencepiece-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text dict-gcide wordnet-base
 )
 
 missing=()

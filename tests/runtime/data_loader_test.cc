@@ -189,5 +189,69 @@ TEST(BatchSampler, RejectsBadSizesAndTensors) {
   EXPECT_THROW(sampler.sample(0, right, f32), InternalError);
 }
 
+// Rows [first, first+count) of the batch, as a flat list of values (s32[B,T] is row-major).
+std::vector<int32_t> rowsOf(const std::vector<int32_t>& whole, int64_t first, int64_t count, int64_t seq_len) {
+  return std::vector<int32_t>(whole.begin() + first * seq_len, whole.begin() + (first + count) * seq_len);
+}
+
+// Data parallelism: two replicas that each fill their half of the batch see together
+// exactly the batch one process fills, step after step.
+TEST(BatchSampler, RowRangesConcatenatedAreTheWholeBatch) {
+  std::vector<uint8_t> data = randomBytes(10000);
+  const int64_t batch = 6, seq_len = 16;
+  BatchSampler whole(data, batch, seq_len, 42);
+  BatchSampler low(data, batch, seq_len, 42, Split::kTrain, RowRange{0, 4});
+  BatchSampler high(data, batch, seq_len, 42, Split::kTrain, RowRange{4});  // count -1: rows 4, 5
+  EXPECT_EQ(low.batchType(), (TensorType{DType::kS32, Shape{4, seq_len}}));
+  EXPECT_EQ(high.batchType(), (TensorType{DType::kS32, Shape{2, seq_len}}));
+  Tensor tok(whole.batchType()), tgt(whole.batchType());
+  Tensor tok_low(low.batchType()), tgt_low(low.batchType());
+  Tensor tok_high(high.batchType()), tgt_high(high.batchType());
+  for (int64_t step : {0, 1, 17, 1000000}) {
+    whole.sample(step, tok, tgt);
+    low.sample(step, tok_low, tgt_low);
+    high.sample(step, tok_high, tgt_high);
+    std::vector<int32_t> joined = values(tok_low);
+    std::vector<int32_t> rest = values(tok_high);
+    joined.insert(joined.end(), rest.begin(), rest.end());
+    EXPECT_EQ(joined, values(tok)) << "step " << step;
+    EXPECT_EQ(values(tgt_low), rowsOf(values(tgt), 0, 4, seq_len)) << "step " << step;
+    EXPECT_EQ(values(tgt_high), rowsOf(values(tgt), 4, 2, seq_len)) << "step " << step;
+    std::vector<int64_t> offsets = whole.offsets(step);
+    EXPECT_EQ(high.offsets(step), std::vector<int64_t>(offsets.begin() + 4, offsets.end()));
+  }
+}
+
+TEST(EvalBatches, RowRangesConcatenatedAreTheWholeBatch) {
+  std::vector<uint8_t> data = randomBytes(3000);
+  const int64_t batch = 4, seq_len = 10;
+  EvalBatches whole = BatchSampler(data, batch, seq_len, 1, Split::kVal).evalBatches(3);
+  EvalBatches first = BatchSampler(data, batch, seq_len, 1, Split::kVal, RowRange{0, 1}).evalBatches(3);
+  EvalBatches rest = BatchSampler(data, batch, seq_len, 1, Split::kVal, RowRange{1, 3}).evalBatches(3);
+  Tensor tok(TensorType{DType::kS32, Shape{batch, seq_len}}), tgt(tok.type());
+  Tensor tok_first(TensorType{DType::kS32, Shape{1, seq_len}}), tgt_first(tok_first.type());
+  Tensor tok_rest(TensorType{DType::kS32, Shape{3, seq_len}}), tgt_rest(tok_rest.type());
+  for (int64_t i = 0; i < whole.size(); ++i) {
+    whole.fill(i, tok, tgt);
+    first.fill(i, tok_first, tgt_first);
+    rest.fill(i, tok_rest, tgt_rest);
+    std::vector<int32_t> joined = values(tok_first);
+    std::vector<int32_t> tail = values(tok_rest);
+    joined.insert(joined.end(), tail.begin(), tail.end());
+    EXPECT_EQ(joined, values(tok)) << "batch " << i;
+    EXPECT_EQ(values(tgt_rest), rowsOf(values(tgt), 1, 3, seq_len)) << "batch " << i;
+    EXPECT_EQ(first.offsets(i)[0], whole.offsets(i)[0]) << "batch " << i;
+  }
+}
+
+TEST(BatchSampler, RejectsRowRangesOutsideTheBatch) {
+  std::vector<uint8_t> data = randomBytes(100);
+  EXPECT_THROW(BatchSampler(data, 4, 8, 0, Split::kTrain, RowRange{-1, 2}), Error);
+  EXPECT_THROW(BatchSampler(data, 4, 8, 0, Split::kTrain, RowRange{0, 0}), Error);
+  EXPECT_THROW(BatchSampler(data, 4, 8, 0, Split::kTrain, RowRange{3, 2}), Error);
+  EXPECT_THROW(BatchSampler(data, 4, 8, 0, Split::kTrain, RowRange{4}), Error);
+  EXPECT_THROW(EvalBatches(TokenSpan(std::span<const uint8_t>(data)), 4, 8, 1, RowRange{2, 3}), Error);
+}
+
 }  // namespace
 }  // namespace pgq
