@@ -15,6 +15,10 @@ void addModelFlags(CLI::App* cmd, ModelFlags& flags) {
   cmd->add_option("--seq", flags.overrides.seq_len,
                   "Sequence length (overrides the model's; sizes a dynamic ONNX dim)")
       ->check(CLI::Range(int64_t{2}, kMaxModelSize));
+  cmd->add_option("--tensor-parallel", flags.overrides.tensor_parallel,
+                  "Devices that split the model (Megatron layout; overrides the model's tensor_parallel). pgq train "
+                  "under mpirun -np N runs N / T data-parallel replicas of T devices each")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   cmd->add_option("--trainable", flags.overrides.trainable,
                   "ONNX models: also train the initializers whose name matches this RE2 pattern");
   cmd->add_option("--frozen", flags.overrides.frozen,

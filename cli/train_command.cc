@@ -11,6 +11,7 @@
 #include "cli/model_flags.h"
 #include "cli/number_flags.h"
 #include "frontend/model_config.h"
+#include "runtime/mpi.h"
 #include "runtime/trainer.h"
 
 namespace pgq::cli {
@@ -114,8 +115,16 @@ void addTrainCommand(CLI::App& app) {
     if (args.warmup) o.optimizer.warmup = *args.warmup;
     else o.optimizer.warmup = std::min(o.optimizer.warmup, o.steps);
     o.precision = args.precision == "bf16" ? Precision::kBf16 : Precision::kF32;
+    // Under mpirun: the job's ranks, split into tensor-parallel groups of the model's T.
+    std::unique_ptr<Collectives> job;
+    if (launchedByMpirun()) job = makeMpiCollectives(static_cast<int>(o.model.tensor_parallel));
+    else if (o.model.tensor_parallel > 1)
+      throw Error(fmt::format("--tensor-parallel {} needs {} processes per model: start pgq with mpirun -np {} (or "
+                              "a multiple, for data parallelism)",
+                              o.model.tensor_parallel, o.model.tensor_parallel, o.model.tensor_parallel));
+    o.collectives = job.get();
     TrainResult r = train(o);
-    if (r.history.empty()) return;
+    if (r.history.empty() || (job && job->worldRank() != 0)) return;
     double ms = 0;
     size_t skip = r.history.size() > 1 ? 1 : 0;  // the first step includes one-time setup
     for (size_t i = skip; i < r.history.size(); ++i) ms += r.history[i].step_ms;
@@ -131,6 +140,10 @@ void addTrainCommand(CLI::App& app) {
       fmt::print("profile: {} ({} steps, written in {:.0f} ms); inspect it with: pgq sqnr-table {}\n", r.profile_path,
                  o.profile_steps, r.profile_write_ms, r.profile_path);
     if (o.profile_ops) printOpProfile(r);
+    if (o.profile_ops && job)
+      fmt::print("collectives (rank 0, over {} ranks): {:.2f} MB sent per step, {:.1f} ms per step in {} calls per step\n",
+                 job->worldSize(), r.collective_bytes_per_step / 1e6, r.collective_ms_per_step,
+                 r.collective_calls_per_step);
   });
 }
 

@@ -398,6 +398,12 @@ std::vector<Node*> Autodiff::run(Node* loss, std::span<Node* const> params) {
       Node* zero = b_.constant(0.0, {p->dtype(), Shape()});
       g = b_.broadcast(zero, p->shape(), {}, gradName(p));
     }
+    // A gradient is laid out like its parameter: the tensor-parallel partitioner then
+    // computes each device's part of it (a gradient with no split of its own, such as
+    // one summed from a whole scatter and a split GEMM, would otherwise stay whole).
+    if (p->attrs().has(AttrKey::kSplit) && p->attrs().getInts(AttrKey::kSplit)[1] > 1 &&
+        !g->attrs().has(AttrKey::kSplit))
+      g->attrs().set(AttrKey::kSplit, p->attrs().getInts(AttrKey::kSplit));
     grads.push_back(g);
   }
   std::vector<Node*> outputs{loss};

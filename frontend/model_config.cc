@@ -101,6 +101,11 @@ ModelConfig fromNode(const ConfigNode& root) {
   if (c.n_heads % c.tensor_parallel != 0 || c.d_ff % c.tensor_parallel != 0)
     root.fail("tensor_parallel", fmt::format("must divide n_heads = {} and d_ff = {}, got {}",
                                              c.n_heads, c.d_ff, c.tensor_parallel));
+  // The embedding and the logits GEMM are split along the vocabulary.
+  if (c.vocab % c.tensor_parallel != 0)
+    root.fail("tensor_parallel", fmt::format("must divide vocab = {} (the logits GEMM is split along the "
+                                             "vocabulary), got {}",
+                                             c.vocab, c.tensor_parallel));
   if (c.kvHeads() % c.tensor_parallel != 0)
     root.fail("tensor_parallel",
               fmt::format("must divide n_kv_heads = {} (each device computes whole k and v heads), got {}",
@@ -167,7 +172,15 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
   if (!found && !std::filesystem::exists(spec, ec))
     throw Error(fmt::format("model '{}' is neither a preset ({}) nor an existing file", spec,
                             fmt::join(modelPresetNames(), ", ")));
+  auto refuseTensorParallel = [&] {
+    if (overrides.tensor_parallel > 1)
+      throw Error(fmt::format("--tensor-parallel {}: tensor parallelism of an imported model needs sharding rules, "
+                              "which pgq does not read yet; data parallelism (mpirun -np N without "
+                              "--tensor-parallel) works for {}",
+                              overrides.tensor_parallel, spec));
+  };
   if (!found && isOnnxModelPath(spec)) {
+    refuseTensorParallel();
     c.onnx = spec;
     c.name = std::filesystem::path(spec).stem().string();
     c.source = spec;
@@ -178,6 +191,7 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
     return importedConfig(c);
   }
   if (!found) c = fromNode(ConfigNode::loadFile(spec, InputKind::kModelConfig));
+  if (c.imported()) refuseTensorParallel();
   if (c.imported()) {
     if (overrides.batch || overrides.seq_len || !overrides.trainable.empty() || !overrides.frozen.empty()) {
       if (overrides.batch) c.batch = overrides.batch;
@@ -190,12 +204,13 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
   }
   if (!overrides.trainable.empty() || !overrides.frozen.empty())
     throw Error(fmt::format("--trainable and --frozen apply to imported (ONNX) models; {} is built by pgq", spec));
-  if (overrides.batch || overrides.seq_len) {
+  if (overrides.batch || overrides.seq_len || overrides.tensor_parallel) {
     // Re-read with the new sizes, so that every bound is checked as for the file's own.
     const std::string source = c.source;
     if (overrides.batch) c.batch = overrides.batch;
     if (overrides.seq_len) c.seq_len = overrides.seq_len;
-    c = parseModelConfig(c.toYaml(), fmt::format("{} with --batch/--seq", source));
+    if (overrides.tensor_parallel) c.tensor_parallel = overrides.tensor_parallel;
+    c = parseModelConfig(c.toYaml(), fmt::format("{} with --batch/--seq/--tensor-parallel", source));
     c.source = source;
   }
   return c;

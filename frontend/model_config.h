@@ -83,6 +83,7 @@ struct ModelConfig {
 struct ModelOverrides {
   int64_t batch = 0;
   int64_t seq_len = 0;
+  int64_t tensor_parallel = 0;  // 0: the model's
   std::string trainable;
   std::string frozen;
 };

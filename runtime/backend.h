@@ -59,7 +59,11 @@ class Backend {
   virtual Kernel lower(const Node& node, LoweringContext& ctx) const = 0;
 };
 
-// The CPU backend: oneDNN GEMMs and pgq's vectorized kernels.
-std::unique_ptr<Backend> makeCpuBackend();
+class Collectives;
+
+// The CPU backend: oneDNN GEMMs and pgq's vectorized kernels. Collective ops run on
+// `collectives` (not owned; it must outlive the backend's kernels), or as a group of one
+// process when it is null.
+std::unique_ptr<Backend> makeCpuBackend(Collectives* collectives = nullptr);
 
 }  // namespace pgq

@@ -23,6 +23,7 @@
 #include "kernels/smooth_quant.h"
 #include "kernels/softmax.h"
 #include "runtime/backend.h"
+#include "runtime/collectives.h"
 #include "runtime/layout_util.h"
 #include "support/errors.h"
 
@@ -93,6 +94,7 @@ int64_t rowsOf(const Node& node) { return node.shape().numElements() / lastDim(n
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(Collectives* collectives) : collectives_(collectives) {}
   std::string_view name() const override { return "cpu"; }
   bool supports(const Node& node, std::string* why) const override;
   bool readsBroadcastInPlace(const Node& user, int index) const override;
@@ -107,6 +109,9 @@ class CpuBackend final : public Backend {
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
   Kernel lowerSmoothScales(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerCollective(const Node& node, LoweringContext& ctx) const;
+
+  Collectives* collectives_;  // not owned
 };
 
 // The kernels' view of a quantized operand; the rewrite guarantees an order the int8
@@ -397,6 +402,85 @@ Kernel CpuBackend::lowerSmoothScales(const Node& node, LoweringContext& ctx) con
   };
 }
 
+// A value [outer, d, inner] split along its middle dim over `parts` devices is, in the
+// buffers MPI gathers and scatters, [parts, outer, d / parts, inner]: part-major. These
+// copy between the two orders.
+void toPartMajor(const float* in, float* out, int64_t outer, int64_t part, int64_t inner, int64_t parts) {
+  const int64_t row = part * inner;
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out + (p * outer + o) * row, in + (o * parts + p) * row, static_cast<size_t>(row) * sizeof(float));
+}
+
+void fromPartMajor(const float* in, float* out, int64_t outer, int64_t part, int64_t inner, int64_t parts) {
+  const int64_t row = part * inner;
+  for (int64_t p = 0; p < parts; ++p)
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out + (o * parts + p) * row, in + (p * outer + o) * row, static_cast<size_t>(row) * sizeof(float));
+}
+
+Kernel CpuBackend::lowerCollective(const Node& node, LoweringContext& ctx) const {
+  Collectives* comm = collectives_;
+  const DeviceGroup group = node.attrs().getGroup(AttrKey::kGroup);
+  const int x = ctx.operand(0).slot;
+  const int y = ctx.result();
+  if (node.op() == Op::kAllReduce) {
+    const int64_t n = node.shape().numElements();
+    const bool mean = node.attrs().getReduction(AttrKey::kReduce) == Reduction::kMean;
+    return [=](const RunContext& rc) {
+      float* out = rc.as<float>(y);
+      if (rc.as<float>(x) != out) std::memcpy(out, rc.as<float>(x), static_cast<size_t>(n) * sizeof(float));
+      comm->allReduceSum(out, n, group);
+      const int size = comm->size(group);
+      if (mean && size > 1) {
+        const float inv = 1.0f / static_cast<float>(size);
+        for (int64_t i = 0; i < n; ++i) out[i] *= inv;
+      }
+    };
+  }
+  const int64_t devices = node.attrs().getInt(AttrKey::kDevices);
+  if (comm->size(group) != devices)
+    throw Error(fmt::format("%{}: {} over {} devices, but this job's {} group has {} process(es); start it with "
+                            "mpirun so that --tensor-parallel matches the model's split",
+                            node.name(), opName(node.op()), devices, nameOf(group), comm->size(group)));
+  const auto axis = static_cast<int>(node.attrs().getInt(AttrKey::kAxis));
+  // The split dim of the local part and the dims around it.
+  const Shape& local = node.op() == Op::kAllGather ? node.operand(0)->shape() : node.shape();
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= local.dim(i);
+  for (int i = axis + 1; i < local.rank(); ++i) inner *= local.dim(i);
+  const int64_t part = local.dim(axis);
+  const int64_t count = local.numElements();
+  const int scratch = outer > 1 && node.op() != Op::kShard
+                          ? ctx.scratch(static_cast<size_t>(count * devices) * sizeof(float))
+                          : -1;
+  switch (node.op()) {
+    case Op::kAllGather:
+      return [=](const RunContext& rc) {
+        if (scratch < 0) return comm->allGather(rc.as<float>(x), rc.as<float>(y), count, group);
+        comm->allGather(rc.as<float>(x), rc.as<float>(scratch), count, group);
+        fromPartMajor(rc.as<float>(scratch), rc.as<float>(y), outer, part, inner, devices);
+      };
+    case Op::kReduceScatter:
+      return [=](const RunContext& rc) {
+        const float* in = rc.as<float>(x);
+        if (scratch >= 0) {
+          toPartMajor(in, rc.as<float>(scratch), outer, part, inner, devices);
+          in = rc.as<float>(scratch);
+        }
+        comm->reduceScatterSum(in, rc.as<float>(y), count, group);
+      };
+    default:  // shard: this device's rows of each outer index
+      return [=](const RunContext& rc) {
+        const int64_t row = part * inner;
+        const int64_t p = comm->rank(group);
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(rc.as<float>(y) + o * row, rc.as<float>(x) + (o * devices + p) * row,
+                      static_cast<size_t>(row) * sizeof(float));
+      };
+  }
+}
+
 Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
   std::string why;
   if (!supports(node, &why)) throw Error(fmt::format("cpu backend: unsupported node %{}: {}", node.name(), why));
@@ -410,6 +494,8 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
     case Op::kQuantParams: case Op::kQuantize: return lowerQuantize(node, ctx);
     case Op::kQMatMul: return lowerQMatMul(node, ctx);
     case Op::kSmoothScales: return lowerSmoothScales(node, ctx);
+    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
+      return lowerCollective(node, ctx);
     default: break;
   }
   int y = ctx.result();
@@ -567,6 +653,10 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
 
 }  // namespace
 
-std::unique_ptr<Backend> makeCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> makeCpuBackend(Collectives* collectives) {
+  // Without a job's collectives, a process is a group of one.
+  static std::unique_ptr<Collectives> local = makeLocalCollectives();
+  return std::make_unique<CpuBackend>(collectives ? collectives : local.get());
+}
 
 }  // namespace pgq

@@ -636,6 +636,14 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
       break;
     }
 
+    // The reference evaluates one device: a collective over a group of one copies.
+    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
+      if (node.attrs().has(AttrKey::kDevices) && node.attrs().getInt(AttrKey::kDevices) != 1)
+        throw Error(fmt::format("reference evaluator: %{} runs over {} devices; it evaluates one", node.name(),
+                                node.attrs().getInt(AttrKey::kDevices)));
+      unary([](double x) { return x; });
+      break;
+
     default:
       throw InternalError(
           fmt::format("reference evaluator has no rule for op '{}'", opName(node.op())));

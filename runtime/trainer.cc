@@ -30,8 +30,10 @@
 #include "runtime/profile_collector.h"
 #include "runtime/progress.h"
 #include "runtime/run_dir_lock.h"
+#include "runtime/sharding.h"
 #include "support/errors.h"
 #include "support/file_io.h"
+#include "support/hash.h"
 #include "support/option_ranges.h"
 #include "pgq_version.h"
 
@@ -95,13 +97,37 @@ constexpr const char* kMetricsFile = "metrics.csv";
 
 // Forward (with its own pipeline), backward and the training pipeline of
 // trainingPipelineOptions().
+// Runs the training pipeline on `t`'s graph. partition_spmd replaces every node, so the
+// handles are found again by name (parameters and inputs keep theirs).
+void runTrainingPipeline(TransformerGraph& t, const TrainingPipelineOptions& options) {
+  std::vector<std::string> params, constants;
+  for (const Node* n : t.params) params.push_back(n->name());
+  for (const Node* n : t.constants) constants.push_back(n->name());
+  const std::string tokens = t.tokens->name();
+  const std::string targets = t.targets ? t.targets->name() : std::string();
+  PassContext ctx;
+  buildTrainingPipeline(options)->run(*t.graph, ctx);
+  auto find = [&](const std::string& name) {
+    Node* n = t.graph->find(name);
+    PGQ_ASSERT(n != nullptr, "%{} is gone after the training pipeline", name);
+    return n;
+  };
+  for (size_t i = 0; i < params.size(); ++i) t.params[i] = find(params[i]);
+  for (size_t i = 0; i < constants.size(); ++i) t.constants[i] = find(constants[i]);
+  t.tokens = find(tokens);
+  if (!targets.empty()) t.targets = find(targets);
+  t.loss = t.graph->outputs()[0];
+}
+
 TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
-                                    const HardwareModel* hardware = nullptr) {
+                                    const HardwareModel* hardware = nullptr, bool data_parallel = false) {
   TransformerGraph t = buildModel(options.model);
   PassContext ctx;
   buildForwardPipeline()->run(*t.graph, ctx);
   appendBackward(*t.graph, t.loss, t.params);
-  buildTrainingPipeline(trainingPipelineOptions(options, instrument, recipe, hardware))->run(*t.graph, ctx);
+  TrainingPipelineOptions p = trainingPipelineOptions(options, instrument, recipe, hardware);
+  p.data_parallel = data_parallel;
+  runTrainingPipeline(t, p);
   return t;
 }
 
@@ -167,10 +193,44 @@ const TrainOptions& checkedBeforeWork(const TrainOptions& o) {
 
 }  // namespace
 
+// The job this session runs in: the given collectives, or a process of its own.
+struct Job {
+  explicit Job(const TrainOptions& o) {
+    if (!o.collectives) owned = makeLocalCollectives();
+    comm = o.collectives ? o.collectives : owned.get();
+    if (comm->size(DeviceGroup::kTensor) != o.model.tensor_parallel)
+      throw Error(fmt::format("model {}: tensor_parallel is {}, but this job splits the model over {} process(es); "
+                              "run {} ranks per model with mpirun and --tensor-parallel {}",
+                              o.model.source.empty() ? o.model.name : o.model.source, o.model.tensor_parallel,
+                              comm->size(DeviceGroup::kTensor), o.model.tensor_parallel, o.model.tensor_parallel));
+    replicas = comm->size(DeviceGroup::kData);
+    replica = comm->rank(DeviceGroup::kData);
+    if (o.model.batch % replicas != 0)
+      throw Error(fmt::format("model {}: field 'batch' is {}, the global batch, which the {} data-parallel replicas "
+                              "({} ranks / tensor_parallel {}) must share equally",
+                              o.model.source.empty() ? o.model.name : o.model.source, o.model.batch, replicas,
+                              comm->worldSize(), o.model.tensor_parallel));
+    rows = {replica * (o.model.batch / replicas), o.model.batch / replicas};
+  }
+  // The options of this process's graphs: batch / D rows.
+  TrainOptions local(const TrainOptions& o) const {
+    TrainOptions l = o;
+    l.model.batch = o.model.batch / replicas;
+    return l;
+  }
+  std::unique_ptr<Collectives> owned;
+  Collectives* comm = nullptr;
+  int64_t replicas = 1;
+  int64_t replica = 0;
+  RowRange rows;
+};
+
 struct TrainingSession::Impl {
   explicit Impl(const TrainOptions& options);
 
   const TrainOptions& o;
+  Job job;
+  TrainOptions lo;  // o with this process's share of the batch
   Corpus corpus;
   CorpusTokens corpus_tokens;
   std::optional<Recipe> recipe;
@@ -184,6 +244,8 @@ struct TrainingSession::Impl {
   std::unique_ptr<Executor> instrumented_exec;
   std::unique_ptr<ProfileCollector> collector;
   std::vector<Tensor> params, m, v;
+  // Each parameter's split over the tensor-parallel devices (none: whole on each).
+  std::vector<std::optional<ParamSplit>> splits;
   // An imported model's constants (frozen parameters and buffers), by name.
   std::vector<std::pair<std::string, Tensor>> constants;
   Tensor tokens, targets;
@@ -196,16 +258,23 @@ struct TrainingSession::Impl {
 
   // Options of an executor whose plan is checked against the available memory.
   ExecutorOptions executorOptions(bool profile);
+  std::unique_ptr<Executor> makeExecutor(const Graph& graph, bool profile) {
+    return std::make_unique<Executor>(graph, executorOptions(profile), makeCpuBackend(job.comm));
+  }
   void bindParams();
   void buildInstrumented();
+  void initParameters();
   double gradNorm(const Executor& exec) const;
 };
 
 TrainingSession::Impl::Impl(const TrainOptions& options)
     : o(checkedBeforeWork(options)),
+      job(options),
+      lo(job.local(options)),
       corpus(loadCorpus(options.corpus)),
       corpus_tokens(corpus, options.model),
-      sampler(corpus_tokens.train(), options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain) {
+      sampler(corpus_tokens.train(), options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain,
+              job.rows) {
   if (!o.hardware.empty()) hardware = loadHardwareModel(o.hardware);
   if (!o.recipe_path.empty()) {
     // Refuse a recipe for another model or with formats the hardware cannot run now,
@@ -215,29 +284,23 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
     if (hardware) checkRecipeRunsExactly(*recipe, *hardware);
     checkRecipeRunsExactly(*recipe, thisCpu());
   }
-  train = buildTrainingGraph(o, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
-  eval = buildModel(o.model);
+  const bool data_parallel = job.replicas > 1;
+  train = buildTrainingGraph(lo, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr, data_parallel);
+  eval = buildModel(lo.model);
   PassContext ctx;
   buildForwardPipeline()->run(*eval.graph, ctx);
-  buildTrainingPipeline(trainingPipelineOptions(o, false))->run(*eval.graph, ctx);
+  TrainingPipelineOptions eval_pipeline = trainingPipelineOptions(lo, false);
+  eval_pipeline.data_parallel = data_parallel;
+  runTrainingPipeline(eval, eval_pipeline);
   // The parameters, their AdamW moments and the batch, allocated after the executors.
   auto bytes = [](const Node* n) {
     return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
   };
   for (const Node* p : train.params) planned_bytes += 3 * bytes(p);
   planned_bytes += 2 * bytes(train.tokens);
-  train_exec = std::make_unique<Executor>(*train.graph, executorOptions(o.profile_ops));
-  eval_exec = std::make_unique<Executor>(*eval.graph, executorOptions(false));
-  for (Node* p : train.params) {
-    params.emplace_back(p->type());
-    initParameter(*p, o.model.seed, params.back(), train.values.get());
-    m.emplace_back(p->type());
-    v.emplace_back(p->type());
-  }
-  for (Node* c : train.constants) {
-    constants.emplace_back(c->name(), Tensor(c->type()));
-    initParameter(*c, o.model.seed, constants.back().second, train.values.get());
-  }
+  train_exec = makeExecutor(*train.graph, o.profile_ops);
+  eval_exec = makeExecutor(*eval.graph, false);
+  initParameters();
   tokens = Tensor(train.tokens->type());
   // A model whose loss reads only the tokens (an imported logits model) has no targets.
   targets = Tensor(train.tokens->type());
@@ -246,6 +309,34 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   eval_exec->bind(eval.tokens, tokens);
   if (train.targets) train_exec->bind(train.targets, targets);
   if (eval.targets) eval_exec->bind(eval.targets, targets);
+}
+
+// Every process initializes the whole parameter from the seed (or the imported model's
+// value), takes its part, and then holds what rank 0 holds: a broadcast makes sure even
+// if an imported model's file differed between machines.
+void TrainingSession::Impl::initParameters() {
+  for (Node* p : train.params) {
+    splits.push_back(paramSplit(*p));
+    Tensor whole(globalType(*p));
+    if (splits.back()) {
+      // initParameter checks the tensor against the node's type: give it the global one.
+      Graph scratch;
+      Node* global = scratch.create(Op::kParameter, {}, p->attrs(), globalType(*p), p->name());
+      initParameter(*global, o.model.seed, whole, train.values.get());
+    } else {
+      initParameter(*p, o.model.seed, whole, train.values.get());
+    }
+    if (job.comm->worldSize() > 1) job.comm->broadcast(whole.raw(), static_cast<int64_t>(whole.bytes()), 0);
+    params.push_back(splits.back() ? shardOf(whole, splits.back()->dim, job.comm->rank(DeviceGroup::kTensor),
+                                             splits.back()->devices)
+                                   : std::move(whole));
+    m.emplace_back(p->type());
+    v.emplace_back(p->type());
+  }
+  for (Node* c : train.constants) {
+    constants.emplace_back(c->name(), Tensor(c->type()));
+    initParameter(*c, o.model.seed, constants.back().second, train.values.get());
+  }
 }
 
 ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
@@ -272,21 +363,28 @@ void TrainingSession::Impl::bindParams() {
 }
 
 void TrainingSession::Impl::buildInstrumented() {
-  instrumented = buildTrainingGraph(o, true);
-  instrumented_exec = std::make_unique<Executor>(*instrumented.graph, executorOptions(o.profile_ops));
+  instrumented = buildTrainingGraph(lo, true, nullptr, nullptr, job.replicas > 1);
+  instrumented_exec = makeExecutor(*instrumented.graph, o.profile_ops);
   instrumented_exec->bind(instrumented.tokens, tokens);
   if (instrumented.targets) instrumented_exec->bind(instrumented.targets, targets);
   collector = std::make_unique<ProfileCollector>(*instrumented.graph);
   bindParams();
 }
 
+// The gradients are already averaged over the replicas; a split parameter's squares
+// are summed over the tensor-parallel devices, a whole one's counted once.
 double TrainingSession::Impl::gradNorm(const Executor& exec) const {
-  double sum = 0;
+  double split_sum = 0, whole_sum = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     std::span<const float> g = exec.output<float>(i + 1);
-    sum += kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
+    const double squares = kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
+    (splits[i] ? split_sum : whole_sum) += squares;
+    if (spdlog::should_log(spdlog::level::trace))
+      spdlog::trace("gradient of {}: sum of squares {} ({})", train.params[i]->name(), squares,
+                 splits[i] ? "this device's part" : "whole");
   }
-  return std::sqrt(sum);
+  if (job.comm->size(DeviceGroup::kTensor) > 1) job.comm->allReduceSum(&split_sum, 1, DeviceGroup::kTensor);
+  return std::sqrt(split_sum + whole_sum);
 }
 
 TrainingSession::TrainingSession(const TrainOptions& options) : impl_(std::make_unique<Impl>(options)) {}
@@ -367,29 +465,32 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
 
 Evaluation TrainingSession::evaluate() {
   Impl& s = *impl_;
-  BatchSampler val(s.corpus_tokens.val(), s.o.model.batch, s.o.model.seq_len, s.o.model.seed, Split::kVal);
+  BatchSampler val(s.corpus_tokens.val(), s.o.model.batch, s.o.model.seq_len, s.o.model.seed, Split::kVal,
+                   s.job.rows);
   EvalBatches batches = val.evalBatches(s.o.eval_batches);
   const std::vector<uint32_t>& piece_bytes = s.corpus_tokens.tokenizer().pieceBytes();
   double loss_sum = 0, nats = 0, bytes = 0;
   for (int64_t i = 0; i < batches.size(); ++i) {
     batches.fill(i, s.tokens, s.targets);
     s.eval_exec->run();
+    // The mean over the whole batch's targets (averaged over the replicas in the graph);
+    // times their count, their sum.
     double loss = s.eval_exec->outputScalar(0);
     loss_sum += loss;
-    // The loss is the mean over the batch's targets; times their count, their sum.
-    nats += loss * static_cast<double>(s.targets.numElements());
+    nats += loss * static_cast<double>(s.targets.numElements() * s.job.replicas);
     for (int32_t target : std::span<const int32_t>(s.targets.data<int32_t>(), s.targets.numElements()))
       bytes += piece_bytes[static_cast<size_t>(target)];
   }
+  if (s.job.replicas > 1) s.job.comm->allReduceSum(&bytes, 1, DeviceGroup::kData);
   return {loss_sum / static_cast<double>(batches.size()), nats / std::numbers::ln2 / bytes};
 }
 
 std::vector<std::pair<std::string, TensorType>> TrainingSession::stateTypes() const {
   std::vector<std::pair<std::string, TensorType>> types;
   for (const Node* p : impl_->train.params) {
-    types.emplace_back(p->name(), p->type());
-    types.emplace_back("adam_m/" + p->name(), p->type());
-    types.emplace_back("adam_v/" + p->name(), p->type());
+    types.emplace_back(p->name(), globalType(*p));
+    types.emplace_back("adam_m/" + p->name(), globalType(*p));
+    types.emplace_back("adam_v/" + p->name(), globalType(*p));
   }
   return types;
 }
@@ -397,11 +498,15 @@ std::vector<std::pair<std::string, TensorType>> TrainingSession::stateTypes() co
 std::vector<std::pair<std::string, Tensor>> TrainingSession::state() const {
   const Impl& s = *impl_;
   std::vector<std::pair<std::string, Tensor>> out;
+  // The whole tensors: a split one is gathered from the tensor-parallel devices.
+  auto whole = [&](size_t i, const Tensor& t) {
+    return s.splits[i] ? gatherShards(t, s.splits[i]->dim, *s.job.comm) : t.clone();
+  };
   for (size_t i = 0; i < s.params.size(); ++i) {
     const std::string& name = s.train.params[i]->name();
-    out.emplace_back(name, s.params[i].clone());
-    out.emplace_back("adam_m/" + name, s.m[i].clone());
-    out.emplace_back("adam_v/" + name, s.v[i].clone());
+    out.emplace_back(name, whole(i, s.params[i]));
+    out.emplace_back("adam_m/" + name, whole(i, s.m[i]));
+    out.emplace_back("adam_v/" + name, whole(i, s.v[i]));
   }
   return out;
 }
@@ -411,10 +516,15 @@ void TrainingSession::loadState(std::vector<std::pair<std::string, Tensor>> tens
   std::vector<std::pair<std::string, TensorType>> types = stateTypes();
   PGQ_ASSERT(tensors.size() == types.size(), "{}: {} state tensors, expected {}", source, tensors.size(),
              types.size());
+  // Whole tensors in, this device's parts kept.
+  const int64_t rank = s.job.comm->rank(DeviceGroup::kTensor);
+  auto part = [&](size_t i, Tensor& t) {
+    return s.splits[i] ? shardOf(t, s.splits[i]->dim, rank, s.splits[i]->devices) : std::move(t);
+  };
   for (size_t i = 0; i < s.params.size(); ++i) {
-    s.params[i] = std::move(tensors[3 * i].second);
-    s.m[i] = std::move(tensors[3 * i + 1].second);
-    s.v[i] = std::move(tensors[3 * i + 2].second);
+    s.params[i] = part(i, tensors[3 * i].second);
+    s.m[i] = part(i, tensors[3 * i + 1].second);
+    s.v[i] = part(i, tensors[3 * i + 2].second);
   }
   s.bindParams();
 }
@@ -428,13 +538,22 @@ constexpr int64_t kMaxPlannedSteps = int64_t{1} << 53;
 // The checkpoint fields that only this run can judge (the reader checked the rest):
 // a forged or foreign checkpoint can carry a valid checksum around values no run of
 // this config could have written. Returns the planned steps, when recorded.
-// A model config's YAML (ModelConfig::toYaml) without its batch and seed lines.
-std::string withoutBatchAndSeed(const std::string& yaml) {
+// A model config's YAML (ModelConfig::toYaml) without the lines that start with one of
+// `keys`.
+std::string withoutKeys(const std::string& yaml, std::initializer_list<std::string_view> keys) {
   std::string text;
   std::istringstream lines(yaml);
   for (std::string line; std::getline(lines, line);)
-    if (line.rfind("batch: ", 0) != 0 && line.rfind("seed: ", 0) != 0) text += line + "\n";
+    if (std::none_of(keys.begin(), keys.end(), [&](std::string_view k) { return line.rfind(k, 0) == 0; }))
+      text += line + "\n";
   return text;
+}
+
+// Checkpoints hold whole tensors: the device layout (tensor_parallel) may change
+// between runs, and so may the number of data-parallel replicas (batch is global).
+std::string withoutLayout(const std::string& yaml) { return withoutKeys(yaml, {"tensor_parallel: "}); }
+std::string withoutBatchAndSeed(const std::string& yaml) {
+  return withoutKeys(yaml, {"batch: ", "seed: ", "tensor_parallel: "});
 }
 
 std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions& o, const std::string& path,
@@ -479,8 +598,15 @@ class TrainLoop {
   }
   void resume();
   void saveCheckpointAt(int64_t step);
+  void checkRanksAgree() const;
+  // Rank 0's part of loadFrom: the checkpoint's whole tensors in the session's order.
+  std::vector<std::pair<std::string, Tensor>> readCheckpoint(const std::string& path, bool same_run);
+  void finishLoadChecks(const std::string& path, bool same_run);
+  int worldSize() const { return o_.collectives ? o_.collectives->worldSize() : 1; }
 
   const TrainOptions& o_;
+  // Rank 0 (or the only process) checks and writes the run's files; the others compute.
+  const bool lead_ = o_.collectives == nullptr || o_.collectives->worldRank() == 0;
   std::unique_ptr<TrainingSession> session_;
   std::string recipe_text_;  // the recipe file's content, stored in checkpoints
   int64_t start_step_ = 0;
@@ -512,6 +638,21 @@ void TrainLoop::checkProfileOptions() const {
 }
 
 void TrainLoop::loadFrom(const std::string& path, bool same_run) {
+  // Rank 0 reads and checks the checkpoint, and sends its whole tensors to the others,
+  // which may run on machines without the file; each keeps its part.
+  std::vector<std::pair<std::string, Tensor>> ordered;
+  if (lead_) ordered = readCheckpoint(path, same_run);
+  if (worldSize() > 1) {
+    o_.collectives->broadcast(&start_step_, sizeof start_step_, 0);
+    if (!lead_)
+      for (const auto& [name, type] : session_->stateTypes()) ordered.emplace_back(name, Tensor(type));
+    for (auto& [name, tensor] : ordered) o_.collectives->broadcast(tensor.raw(), static_cast<int64_t>(tensor.bytes()), 0);
+  }
+  session_->loadState(std::move(ordered), path);
+  finishLoadChecks(path, same_run);
+}
+
+std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std::string& path, bool same_run) {
   Checkpoint ckpt = loadCheckpoint(path);
   std::optional<int64_t> planned = checkRunFields(ckpt, o_, path, same_run);
   // A new run from a checkpoint (--init-from) may use another batch size and seed
@@ -522,7 +663,7 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
       throw Error(fmt::format("{}: the checkpoint was trained with a different model config (only batch and seed "
                               "may change in a new run from it):\n{}",
                               path, ckpt.model_config));
-  } else if (ckpt.model_config != o_.model.toYaml())
+  } else if (withoutLayout(ckpt.model_config) != withoutLayout(o_.model.toYaml()))
     throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}", path,
                             ckpt.model_config));
   const Corpus& corpus = session_->corpus();
@@ -550,7 +691,6 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
   for (const auto& [name, type] : session_->stateTypes())
     for (auto& entry : ckpt.tensors)
       if (entry.first == name) ordered.emplace_back(name, std::move(entry.second));
-  session_->loadState(std::move(ordered), path);
   start_step_ = ckpt.step;
   if (ckpt.threads != omp_get_max_threads())
     spdlog::warn("continuing with {} threads; the checkpoint was written with {}: results can differ in the last "
@@ -559,6 +699,10 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
   if (planned && *planned != o_.steps)
     spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes from here on",
                  *planned, o_.steps);
+  return ordered;
+}
+
+void TrainLoop::finishLoadChecks(const std::string& path, bool same_run) {
   if (start_step_ >= o_.steps)
     throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that", path,
                             start_step_));
@@ -588,30 +732,65 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
   ckpt.info["precision"] = precisionName(o_.precision);
   ckpt.info["planned_steps"] = std::to_string(o_.steps);
   ckpt.recipe = recipe_text_;
-  ckpt.tensors = session_->state();
-  saveCheckpoint(checkpoint_path_, ckpt);
+  ckpt.tensors = session_->state();  // every rank: split tensors are gathered
+  if (lead_) saveCheckpoint(checkpoint_path_, ckpt);
   last_checkpoint_step_ = step;
+}
+
+// Every rank of a job must train the same thing: the same pgq, model config and recipe
+// (the files may differ between machines). Each compares its fingerprint with rank 0's
+// before any work; all ranks refuse together, with the same message.
+void TrainLoop::checkRanksAgree() const {
+  auto hash = [](const std::string& text) {
+    return fnv1a64(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  };
+  const std::vector<std::string> fields{PGQ_VERSION_STRING, fmt::format("{:016x}", hash(o_.model.toYaml())),
+                                        fmt::format("{:016x}", hash(recipe_text_)),
+                                        fmt::format("{} {} {}", o_.steps, o_.optimizer.lr, precisionName(o_.precision))};
+  const std::vector<std::string> names{"pgq version", "model config", "recipe", "--steps/--lr/--precision"};
+  std::vector<std::string> all = o_.collectives->allGatherStrings(fmt::format("{}", fmt::join(fields, "\n")));
+  auto split = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) out.push_back(line);
+    out.resize(4);
+    return out;
+  };
+  const std::vector<std::string> first = split(all[0]);
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const std::vector<std::string> theirs = split(all[r]);
+    std::vector<std::string> differ;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (theirs[i] != first[i]) differ.push_back(names[i]);
+    throw Error(fmt::format("rank {} was started with a different {} than rank 0 (compared by hash); every rank "
+                            "of a job needs the same pgq build, model config and recipe",
+                            r, differ.empty() ? std::string("setup") : fmt::format("{}", fmt::join(differ, ", "))));
+  }
 }
 
 TrainResult TrainLoop::run() {
   validateTrainOptions(o_);
-  checkProfileOptions();
+  if (lead_) checkProfileOptions();
   checkEstimatedMemory(o_);
-  std::error_code ec;
-  std::filesystem::create_directories(o_.out_dir, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
-  // Held until training returns: the checks below and every file the run writes assume
-  // that no other process uses the directory.
-  RunDirLock lock(o_.out_dir);
-  checkpoint_path_ = (std::filesystem::path(o_.out_dir) / kCheckpointFile).string();
-  bool have_checkpoint = std::filesystem::exists(checkpoint_path_);
-  if (o_.resume && !have_checkpoint) throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));
-  if (!o_.resume && have_checkpoint)
-    throw Error(fmt::format("{} already exists: pass --resume to continue that run, or choose another "
-                            "--out directory",
-                            checkpoint_path_));
-
   if (!o_.recipe_path.empty()) recipe_text_ = readTextFile(o_.recipe_path, InputKind::kRecipe);
+  if (worldSize() > 1) checkRanksAgree();
+  checkpoint_path_ = (std::filesystem::path(o_.out_dir) / kCheckpointFile).string();
+  // Held until training returns: the checks below and every file the run writes assume
+  // that no other process uses the directory. Only rank 0 touches it.
+  std::optional<RunDirLock> lock;
+  if (lead_) {
+    std::error_code ec;
+    std::filesystem::create_directories(o_.out_dir, ec);
+    if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
+    lock.emplace(o_.out_dir);
+    bool have_checkpoint = std::filesystem::exists(checkpoint_path_);
+    if (o_.resume && !have_checkpoint) throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));
+    if (!o_.resume && have_checkpoint)
+      throw Error(fmt::format("{} already exists: pass --resume to continue that run, or choose another "
+                              "--out directory",
+                              checkpoint_path_));
+  }
   if (o_.resume && !o_.init_from.empty())
     throw Error("--resume continues this run, --init-from starts a new one from another run: give one of them");
   session_ = std::make_unique<TrainingSession>(o_);
@@ -622,12 +801,15 @@ TrainResult TrainLoop::run() {
   result.checkpoint_path = checkpoint_path_;
   result.metrics_path = (std::filesystem::path(o_.out_dir) / kMetricsFile).string();
   std::string recipe_name = o_.recipe_path.empty() ? precisionName(o_.precision) : session_->recipeName();
-  MetricsWriter metrics(result.metrics_path,
-                        {"step", "loss", "val_loss", "val_bpb", "lr", "grad_norm", "step_ms", "tokens_per_s", "recipe"},
+  std::optional<MetricsWriter> metrics;
+  if (lead_)
+    metrics.emplace(result.metrics_path,
+                    std::vector<std::string>{"step", "loss", "val_loss", "val_bpb", "lr", "grad_norm", "step_ms",
+                                             "tokens_per_s", "recipe"},
                         o_.resume ? std::optional<int64_t>(start_step_) : std::nullopt);
   // A run started from another run's checkpoint has no rows before its first step.
   std::optional<ProgressBar> bar;
-  if (o_.progress) bar.emplace(o_.steps, start_step_, o_.log_every);
+  if (o_.progress && lead_) bar.emplace(o_.steps, start_step_, o_.log_every);
   const double tokens = static_cast<double>(o_.model.tokens());
   const int64_t end_step = o_.stop_after > 0 ? std::min(o_.steps, start_step_ + o_.stop_after) : o_.steps;
   // Plain steps before the profile window (after the first, which includes setup) give
@@ -635,8 +817,10 @@ TrainResult TrainLoop::run() {
   double plain_ms = 0;
   int plain_steps = 0;
 
+  std::optional<CollectiveStats> collectives_before;
   for (int64_t step = start_step_; step < end_step; ++step) {
     StepRecord record;
+    if (step == start_step_ + 1 && o_.collectives) collectives_before = o_.collectives->stats();
     try {
       record = session_->step(step, profiling(step));
     } catch (const Error& e) {
@@ -654,7 +838,7 @@ TrainResult TrainLoop::run() {
       record.val_bpb = eval.bits_per_byte;
     }
     double tokens_per_s = tokens / (record.step_ms / 1000.0);
-    metrics.write({{"step", record.step},
+    if (metrics) metrics->write({{"step", record.step},
                    {"loss", record.loss},
                    {"val_loss", record.val_loss ? MetricsWriter::Cell(*record.val_loss) : MetricsWriter::Cell()},
                    {"val_bpb", record.val_bpb ? MetricsWriter::Cell(*record.val_bpb) : MetricsWriter::Cell()},
@@ -670,7 +854,8 @@ TrainResult TrainLoop::run() {
     }
     if (profiling(step) && !profiling(step + 1)) {
       auto start = std::chrono::steady_clock::now();
-      writeProfile(o_.profile_out, session_->profile(plain_steps > 0 ? plain_ms / plain_steps : 0.0));
+      Profile profile = session_->profile(plain_steps > 0 ? plain_ms / plain_steps : 0.0);  // every rank's
+      if (lead_) writeProfile(o_.profile_out, profile);
       result.profile_write_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       result.profile_path = o_.profile_out;
@@ -682,6 +867,14 @@ TrainResult TrainLoop::run() {
     if (record.val_bpb) result.final_val_bpb = record.val_bpb;
   }
   if (bar) bar->finish();
+  if (collectives_before && end_step - start_step_ > 1) {
+    // Evaluation and checkpoints communicate too; their share is included.
+    const CollectiveStats& now = o_.collectives->stats();
+    const double steps = static_cast<double>(end_step - start_step_ - 1);
+    result.collective_bytes_per_step = (now.bytes - collectives_before->bytes) / steps;
+    result.collective_ms_per_step = (now.ms - collectives_before->ms) / steps;
+    result.collective_calls_per_step = static_cast<double>(now.calls - collectives_before->calls) / steps;
+  }
   result.memory = session_->executor().memory();
   for (const NodeProfile& p : session_->executor().profile()) {
     double flops = 0;

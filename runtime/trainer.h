@@ -16,6 +16,7 @@
 #include "plan/profile.h"
 #include "runtime/corpus.h"
 #include "runtime/corpus_tokens.h"
+#include "runtime/collectives.h"
 #include "runtime/executor.h"
 
 namespace pgq {
@@ -80,6 +81,12 @@ struct TrainOptions {
   // precision.
   std::string recipe_path;
   std::string hardware;
+
+  // The job's processes (runtime/collectives.h; not owned), or null for one process.
+  // model.tensor_parallel devices split the model (it must equal the tp group's size);
+  // the D = processes / T data-parallel replicas each take model.batch / D rows of the
+  // global batch, so a run's numbers do not depend on D. Rank 0 writes every file.
+  Collectives* collectives = nullptr;
 };
 
 struct StepRecord {
@@ -111,6 +118,11 @@ struct TrainResult {
   std::string checkpoint_path;
   std::string metrics_path;
   std::string profile_path;      // set when a profile was written
+  // Collectives of this process per training step, measured over the steps after the
+  // first (all zero in one process).
+  double collective_bytes_per_step = 0;
+  double collective_ms_per_step = 0;
+  double collective_calls_per_step = 0;
   double profile_write_ms = 0;
 };
 
