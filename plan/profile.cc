@@ -174,6 +174,7 @@ std::string profileToYaml(const Profile& profile) {
   out << YAML::Key << "seed" << YAML::Value << r.seed;
   out << YAML::Key << "warmup_steps" << YAML::Value << r.warmup_steps;
   out << YAML::Key << "profile_steps" << YAML::Value << r.profile_steps;
+  if (r.processes > 1) out << YAML::Key << "processes" << YAML::Value << r.processes;
   out << YAML::Key << "threads" << YAML::Value << r.threads;
   out << YAML::Key << "precision" << YAML::Value << r.precision;
   out << YAML::Key << "pgq_version" << YAML::Value << r.pgq_version;
@@ -246,7 +247,7 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   p.source = source;
   ConfigNode run = root.child("run");
   run.allowOnly({"model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
-                 "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms"});
+                 "processes", "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms"});
   ProfileRun& r = p.run;
   r.model = run.getString("model");
   p.model_line = run.child("model").yaml().Mark().line + 1;
@@ -256,6 +257,7 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   r.seed = static_cast<uint64_t>(run.getInt("seed", 0));
   r.warmup_steps = run.getInt("warmup_steps", 0);
   r.profile_steps = run.getInt("profile_steps", 1);
+  r.processes = run.getInt("processes", 1, 1, 1 << 20);
   r.threads = run.getInt("threads", 0);
   r.precision = run.getEnum("precision", {"f32", "bf16"});
   r.pgq_version = run.getString("pgq_version");

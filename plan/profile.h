@@ -67,7 +67,8 @@ struct ProfileRun {
   std::string corpus_fingerprint;
   uint64_t seed = 0;
   int64_t warmup_steps = 0;   // steps trained before logging started
-  int64_t profile_steps = 0;  // steps logged
+  int64_t profile_steps = 0;  // steps logged (by each process)
+  int64_t processes = 1;      // processes whose statistics it holds (mpirun ranks)
   int64_t threads = 0;
   std::string precision;      // f32 | bf16
   std::string pgq_version;

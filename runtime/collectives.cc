@@ -39,6 +39,9 @@ class LocalCollectives final : public Collectives {
   void allReduceSum(double* data, int64_t count, DeviceGroup) override {
     StatsScope scope(stats_, static_cast<double>(count) * sizeof(double));
   }
+  void allReduceMax(double* data, int64_t count, DeviceGroup) override {
+    StatsScope scope(stats_, static_cast<double>(count) * sizeof(double));
+  }
   void allGather(const float* in, float* out, int64_t count, DeviceGroup) override {
     StatsScope scope(stats_, static_cast<double>(count) * sizeof(float));
     if (in != out) std::copy_n(in, count, out);

@@ -41,6 +41,8 @@ class Collectives {
   // In place: every member gets the elementwise sum over the group.
   virtual void allReduceSum(float* data, int64_t count, DeviceGroup group) = 0;
   virtual void allReduceSum(double* data, int64_t count, DeviceGroup group) = 0;
+  // In place: the elementwise maximum over the group.
+  virtual void allReduceMax(double* data, int64_t count, DeviceGroup group) = 0;
   // `in` holds `count` floats of this member; `out` gets size(group) * count floats,
   // member i's at [i * count, (i + 1) * count).
   virtual void allGather(const float* in, float* out, int64_t count, DeviceGroup group) = 0;

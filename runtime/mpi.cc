@@ -103,6 +103,9 @@ class MpiCollectives final : public Collectives {
   void allReduceSum(double* data, int64_t count, DeviceGroup group) override {
     allReduce(data, count, MPI_DOUBLE, group);
   }
+  void allReduceMax(double* data, int64_t count, DeviceGroup group) override {
+    allReduce(data, count, MPI_DOUBLE, group, MPI_MAX);
+  }
 
   void allGather(const float* in, float* out, int64_t count, DeviceGroup group) override {
     StatsScope scope(stats_, static_cast<double>(count) * sizeof(float));
@@ -183,10 +186,10 @@ class MpiCollectives final : public Collectives {
   }
 
   template <typename T>
-  void allReduce(T* data, int64_t count, MPI_Datatype type, DeviceGroup group) {
+  void allReduce(T* data, int64_t count, MPI_Datatype type, DeviceGroup group, MPI_Op op = MPI_SUM) {
     StatsScope scope(stats_, static_cast<double>(count) * sizeof(T));
     inPieces(count, max_count_, [&](int64_t offset, int n) {
-      MPI_Allreduce(MPI_IN_PLACE, data + offset, n, type, MPI_SUM, comm(group));
+      MPI_Allreduce(MPI_IN_PLACE, data + offset, n, type, op, comm(group));
     });
   }
 

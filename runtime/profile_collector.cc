@@ -46,12 +46,44 @@ void ProfileCollector::add(const Executor& executor) {
   ++steps_;
 }
 
-Profile ProfileCollector::profile(ProfileRun run) const {
+// Sums add over the job's processes (over the replicas, then over the devices of each),
+// extremes take the extreme: every process ends with the same totals.
+std::vector<ProfileCollector::StatsOutput> ProfileCollector::combined(Collectives& job) const {
+  std::vector<StatsOutput> all = outputs_;
+  std::vector<double> sums, maxes;
+  for (const StatsOutput& o : all) {
+    for (const Accumulator& a : o.per_format) {
+      sums.insert(sums.end(), {a.sqnr_sum, a.mse_sum, a.underflow_sum, a.clipped_sum});
+      maxes.insert(maxes.end(), {-a.sqnr_min, a.sqnr_max});
+    }
+    sums.insert(sums.end(), {o.absmax_sum, o.rms_sum, o.zero_sum, o.nonfinite_sum});
+    maxes.push_back(o.absmax_max);
+  }
+  for (DeviceGroup g : {DeviceGroup::kData, DeviceGroup::kTensor}) {
+    job.allReduceSum(sums.data(), static_cast<int64_t>(sums.size()), g);
+    job.allReduceMax(maxes.data(), static_cast<int64_t>(maxes.size()), g);
+  }
+  size_t s = 0, m = 0;
+  for (StatsOutput& o : all) {
+    for (Accumulator& a : o.per_format) {
+      a.sqnr_sum = sums[s++], a.mse_sum = sums[s++], a.underflow_sum = sums[s++], a.clipped_sum = sums[s++];
+      a.sqnr_min = -maxes[m++], a.sqnr_max = maxes[m++];
+    }
+    o.absmax_sum = sums[s++], o.rms_sum = sums[s++], o.zero_sum = sums[s++], o.nonfinite_sum = sums[s++];
+    o.absmax_max = maxes[m++];
+  }
+  return all;
+}
+
+Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
   PGQ_ASSERT(steps_ > 0, "no profiled steps");
-  const double n = static_cast<double>(steps_);
+  const int processes = job ? job->worldSize() : 1;
+  const std::vector<StatsOutput> outputs = processes > 1 ? combined(*job) : outputs_;
+  // The mean over every process's steps.
+  const double n = static_cast<double>(steps_ * processes);
   // "label:side" -> the statistics node describing that operand.
   std::map<std::string, const StatsOutput*> by_use;
-  for (const StatsOutput& out : outputs_)
+  for (const StatsOutput& out : outputs)
     for (const std::string& use : out.node->attrs().getStrings(AttrKey::kUses)) by_use[use] = &out;
 
   auto operand = [&](const std::string& label, const std::string& side, std::optional<OperandRole> role) {
@@ -83,6 +115,7 @@ Profile ProfileCollector::profile(ProfileRun run) const {
   Profile profile;
   profile.run = std::move(run);
   profile.run.profile_steps = steps_;
+  profile.run.processes = processes;
   for (const Node* node : graph_.postOrder()) {
     // GEMMs the statistics describe (a dead matmul left by a rewrite has none).
     if (node->op() != Op::kMatMul || !by_use.count(node->attrs().getStringOr(AttrKey::kLabel, "") + ":lhs"))

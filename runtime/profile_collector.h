@@ -7,6 +7,7 @@
 
 #include "ir/graph.h"
 #include "plan/profile.h"
+#include "runtime/collectives.h"
 #include "runtime/executor.h"
 
 namespace pgq {
@@ -20,8 +21,11 @@ class ProfileCollector {
   // Reads the statistics outputs after one run of `executor` (which runs `graph`).
   void add(const Executor& executor);
   int64_t steps() const { return steps_; }
-  // The profile so far; `run` describes the run that produced it.
-  Profile profile(ProfileRun run) const;
+  // The profile so far; `run` describes the run that produced it. With `job`, every
+  // process of the job calls it and each gets the statistics of all of them: the
+  // operands of every replica's batch, and of every device's part of a split operand
+  // as that device quantizes it (its own scales).
+  Profile profile(ProfileRun run, Collectives* job = nullptr) const;
 
  private:
   struct Accumulator {
@@ -33,6 +37,8 @@ class ProfileCollector {
     std::vector<Accumulator> per_format;
     double absmax_max = 0, absmax_sum = 0, rms_sum = 0, zero_sum = 0, nonfinite_sum = 0;
   };
+
+  std::vector<StatsOutput> combined(Collectives& job) const;
 
   const Graph& graph_;
   std::vector<StatsOutput> outputs_;

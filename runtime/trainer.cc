@@ -402,7 +402,7 @@ Executor& TrainingSession::instrumentedExecutor() {
   return *impl_->instrumented_exec;
 }
 
-Profile TrainingSession::profile(double plain_step_ms) const {
+Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) const {
   const Impl& s = *impl_;
   PGQ_ASSERT(s.collector && s.collector->steps() > 0, "no profiled steps");
   ProfileRun run;
@@ -421,7 +421,7 @@ Profile TrainingSession::profile(double plain_step_ms) const {
   run.formats = formats.formats;
   run.gradient_formats = formats.gradient_formats;
   run.step_ms = plain_step_ms;
-  return s.collector->profile(std::move(run));
+  return s.collector->profile(std::move(run), this_process_only ? nullptr : s.job.comm);
 }
 
 StepRecord TrainingSession::step(int64_t step, bool profile) {

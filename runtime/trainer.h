@@ -165,8 +165,10 @@ class TrainingSession {
   // gradient norm is not finite (before touching the parameters).
   StepRecord step(int64_t step, bool profile = false);
   // The profile of the steps run with profile = true so far; `plain_step_ms` is the
-  // measured time of an uninstrumented step (0 when unknown).
-  Profile profile(double plain_step_ms = 0) const;
+  // measured time of an uninstrumented step (0 when unknown). In a job of several
+  // processes every one calls it and gets all their statistics, unless
+  // `this_process_only` (then it is local).
+  Profile profile(double plain_step_ms = 0, bool this_process_only = false) const;
   Executor& instrumentedExecutor();
   Evaluation evaluate();
 

@@ -16,9 +16,10 @@
 #include "support/errors.h"
 
 namespace pgq {
-namespace {
 
-int g_tensor_parallel = 1;
+int g_tensor_parallel = 1;  // --tensor-parallel T; the training tests read it too
+
+namespace {
 
 // The world rank of member `index` of this process's group: tensor-parallel groups are
 // T consecutive ranks, data-parallel groups take one rank in T.

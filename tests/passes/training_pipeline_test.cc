@@ -25,16 +25,21 @@ TEST(TrainingPipeline, FusesTheForwardGraphFirst) {
 
 TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {
   TrainingPipelineOptions o;
-  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"cse", "dce", "propagate_sharding", "tag_metadata"}));
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(),
+            (Names{"cse", "dce", "propagate_sharding", "tag_metadata", "partition_spmd"}));
   o.precision = Precision::kBf16;
   o.profile = ProfileFormats{{"int8:channel:rtn"}, {"int8:channel:sr"}, false};
-  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"bf16_gemms", "cse", "dce", "propagate_sharding", "tag_metadata", "instrument_stats"}));
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"bf16_gemms", "cse", "dce", "propagate_sharding", "tag_metadata", "partition_spmd",
+                   "instrument_stats"}));
   o.precision = Precision::kF32;
   o.profile.reset();
   o.hardware = loadHardwareModel("epyc-zen3-2c");
   o.recipe = everyGemmInInt8();
   EXPECT_EQ(buildTrainingPipeline(o)->passNames(),
-            (Names{"cse", "dce", "propagate_sharding", "tag_metadata", "estimate_speedup", "quantize_gemms", "cse", "dce"}));
+            (Names{"cse", "dce", "propagate_sharding", "tag_metadata", "partition_spmd", "estimate_speedup",
+                   "quantize_gemms", "cse", "dce"}));
+  o.data_parallel = true;
+  EXPECT_EQ(buildTrainingPipeline(o)->passNames().back(), "data_parallel");
 }
 
 // The seeds derive from the model's: statistics nodes count up from it, the
