@@ -23,7 +23,7 @@ packages=(
   python3 python3-torch python3-numpy python3-yaml libopenblas0-pthread
   fortunes gnuplot-nox libomp-dev libre2-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
-  libsentencepiece-dev openmpi-bin libopenmpi-dev bible-kjv bible-kjv-text dict-gcide wordnet-base
+  libsentencepiece-dev openmpi-bin libopenmpi-dev procps bible-kjv bible-kjv-text dict-gcide wordnet-base
 )
 
 missing=()

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Faults and bad input of a training job started by mpirun:
+#   1. ranks started with different model configs: exit 2, one message naming the rank;
+#   2. --tensor-parallel that does not divide the ranks, the heads; a batch the replicas
+#      cannot share: exit 2 naming the flag or field;
+#   3. a rank killed with SIGKILL ends the whole job within 30 s, mpirun names the rank,
+#      the last checkpoint is intact and --resume continues it (in one process: the
+#      checkpoint does not depend on the layout).
+# Usage: faults_test.sh PGQ MPIRUN (ctest sets the mpirun environment).
+set -uo pipefail
+pgq=$1
+mpirun=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi=("$mpirun" --oversubscribe --bind-to none)
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# expect_refusal NAME RANKS PATTERN ARGS...: exit 2 and exactly one line with PATTERN.
+expect_refusal() {
+  local name=$1 ranks=$2 pattern=$3
+  shift 3
+  local out rc
+  out=$("${mpi[@]}" -np "$ranks" "$@" 2>&1)
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "$name: exit $rc, expected 2. Output:
+$out"
+  local count
+  count=$(grep -c -- "$pattern" <<<"$out")
+  [ "$count" -eq 1 ] || fail "$name: expected one line matching '$pattern', got $count. Output:
+$out"
+  echo "ok: $name: $(grep -- "$pattern" <<<"$out")"
+}
+
+expect_refusal "different model configs" 2 "rank 1 was started with a different model config" \
+  sh -c "exec '$pgq' train --model tiny --steps 2 --seed \$((1 + OMPI_COMM_WORLD_RANK)) --out '$tmp/mismatch' --no-progress"
+expect_refusal "tensor parallel not dividing the ranks" 3 "does not divide the 3 ranks" \
+  "$pgq" train --model tiny --steps 2 --tensor-parallel 2 --out "$tmp/ranks" --no-progress
+expect_refusal "tensor parallel not dividing the heads" 4 "tensor_parallel.*must divide n_heads" \
+  "$pgq" train --model tiny --steps 2 --tensor-parallel 4 --out "$tmp/heads" --no-progress
+expect_refusal "batch not shared by the replicas" 3 "field 'batch' is 4" \
+  "$pgq" train --model tiny --steps 2 --out "$tmp/batch" --no-progress
+
+# A long run that checkpoints often; rank 1 is killed once a checkpoint exists.
+run=$tmp/kill
+"${mpi[@]}" -np 2 "$pgq" train --model tiny --steps 1000000 --checkpoint-every 200 --eval-every 0 --out "$run" \
+  --no-progress >"$tmp/kill.log" 2>&1 &
+job=$!
+for _ in $(seq 300); do
+  [ -f "$run/checkpoint.pgqckpt" ] && break
+  sleep 0.1
+done
+[ -f "$run/checkpoint.pgqckpt" ] || fail "no checkpoint after 30 s: $(cat "$tmp/kill.log")"
+rank1=""
+for pid in $(pgrep -f -- "--out $run"); do
+  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then rank1=$pid; fi
+done
+[ -n "$rank1" ] || fail "rank 1 not found"
+kill -KILL "$rank1"
+killed=$(date +%s%N)
+wait "$job"
+rc=$?
+elapsed_ms=$((($(date +%s%N) - killed) / 1000000))
+[ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
+[ "$elapsed_ms" -lt 30000 ] || fail "the job took ${elapsed_ms} ms to end after a rank was killed"
+grep -q "rank 1" "$tmp/kill.log" || fail "no message names rank 1: $(cat "$tmp/kill.log")"
+echo "ok: killed rank 1 (pid $rank1): the job ended in ${elapsed_ms} ms with exit $rc: $(grep "rank 1" "$tmp/kill.log" | head -1)"
+
+# The checkpoint is whole and continues in one process.
+out=$("$pgq" train --model tiny --steps 1000000 --stop-after 5 --resume --out "$run" --no-progress 2>&1) ||
+  fail "--resume after the kill failed: $out"
+grep -q "resuming from" <<<"$out" || fail "no resume message: $out"
+echo "ok: $(grep "resuming from" <<<"$out")"
+echo "all fault tests passed"
