@@ -62,8 +62,12 @@ class Partitioner {
     for (const Node* n : in_.postOrder()) copy(*n);
     std::vector<Node*> outputs;
     for (const Node* o : in_.outputs()) {
+      // An output in its annotated layout (a gradient in its parameter's), reduced when
+      // partial.
       Layout l = layout_.at(o);
-      outputs.push_back(l.kind == Kind::kPartial ? convert(o, kReplicated) : new_.at(o));
+      Layout want = annotated(*o);
+      if (l.kind == Kind::kLocal) want = kLocal;
+      outputs.push_back(convert(o, want));
     }
     out_->setOutputs(std::move(outputs));
     return std::move(out_);
@@ -143,8 +147,14 @@ class Partitioner {
       if (result.dim < nb) {  // a batch dim (attention heads): both operands split along it
         want[0] = splitAlong(dims.lhs_batch[static_cast<size_t>(result.dim)]);
         want[1] = splitAlong(dims.rhs_batch[static_cast<size_t>(result.dim)]);
-      } else {  // a free dim of one operand; the other must be whole
-        const bool from_lhs = result.dim < nb + static_cast<int64_t>(dims.lhsFree(lhs->shape().rank()).size());
+      } else {  // a free dim of one operand, split (sliced if whole); the other whole
+        const std::vector<int64_t> lhs_free = dims.lhsFree(lhs->shape().rank());
+        const std::vector<int64_t> rhs_free = dims.rhsFree(rhs->shape().rank());
+        const auto nl = static_cast<int64_t>(lhs_free.size());
+        const bool from_lhs = result.dim < nb + nl;
+        const int64_t dim = from_lhs ? lhs_free[static_cast<size_t>(result.dim - nb)]
+                                     : rhs_free[static_cast<size_t>(result.dim - nb - nl)];
+        want[from_lhs ? 0 : 1] = splitAlong(dim);
         if (from_lhs && ro.kind == Kind::kSplit) want[1] = kReplicated;
         if (!from_lhs && lo.kind == Kind::kSplit) want[0] = kReplicated;
       }
@@ -168,7 +178,6 @@ class Partitioner {
     }
     for (size_t i = 0; i < 2; ++i)
       if (want[i].kind == Kind::kSplit) want[i] = kReplicated;
-    (void)rhs;
     return kReplicated;
   }
 
@@ -207,13 +216,13 @@ class Partitioner {
       l = gemm(n, want);
     } else if (isLayoutOp(n.op())) {
       l = annotated(n);
+      // Split only when the split comes from its data operand (propagate_sharding's
+      // rules); a split asked for otherwise (a gradient laid out like its parameter,
+      // scattered from whole rows) is computed whole and sliced where it is read.
+      if (l.kind == Kind::kSplit && in[0].kind != Kind::kSplit) l = kReplicated;
       for (int i = 0; i < arity; ++i) {
         Layout& w = want[static_cast<size_t>(i)];
         if (w.kind == Kind::kPartial || (w.kind == Kind::kSplit && l.kind != Kind::kSplit)) w = kReplicated;
-        if (w.kind == Kind::kReplicated && l.kind == Kind::kSplit && n.operand(i)->dtype() != DType::kS32 &&
-            !(n.op() == Op::kGather && i == 1) && !(n.op() == Op::kScatterAdd && i == 1))
-          throw InternalError(fmt::format("partition_spmd: %{} is split but its operand %{} is whole", n.name(),
-                                          n.operand(i)->name()));
       }
     } else {
       // Elementwise and row-wise ops: operands shaped like the result take its layout

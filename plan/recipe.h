@@ -49,6 +49,11 @@ struct RecipeEntry {
   double min_sqnr = 0;
   double est_speedup = 0;
   int line = 0;  // in the file, for messages
+  // From the profile, for explanations only (not written to the file): the GEMM as
+  // [batch, M, K, N], and per device under tensor parallelism.
+  std::vector<int64_t> gemm_shape, device_shape;
+  int64_t devices = 1;
+  ShardingKind sharding = ShardingKind::kReplicated;
 };
 
 struct RecipeSummary {

@@ -15,7 +15,7 @@ double SqnrInput::ln1p() const { return std::log1p(sqnr); }
 std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format) {
   std::vector<SqnrRow> rows;
   for (const GemmProfile& g : profile.gemms) {
-    SqnrRow row{g.label, g.direction, g.gemm_shape, g.intensity(), {}, {}};
+    SqnrRow row{g.label, g.direction, g.gemm_shape, g.devices > 1 ? g.device_shape : g.gemm_shape, g.intensity(), {}, {}};
     for (int side = 0; side < 2; ++side) {
       const OperandProfile& o = g.operands[static_cast<size_t>(side)];
       const FormatStats* f = o.find(format);
@@ -58,8 +58,12 @@ std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::strin
       format);
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
+    // Under tensor parallelism: the global shape, then each device's.
+    std::string shape = r.device_shape == r.gemm_shape
+                            ? shapeText(r.gemm_shape)
+                            : fmt::format("{} ({} per device)", shapeText(r.gemm_shape), shapeText(r.device_shape));
     out += fmt::format("| {} | {} | {} | {}, {} | {} | {:.1f} | {:.4g} | {:.1f} | {:.2f} | {:.4g} | {:.1f} | {:.2f} |\n", i + 1,
-                       r.label, r.direction, r.lhs.role, r.rhs.role, shapeText(r.gemm_shape), r.intensity, r.lhs.sqnr,
+                       r.label, r.direction, r.lhs.role, r.rhs.role, shape, r.intensity, r.lhs.sqnr,
                        r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(), r.rhs.ln1p());
   }
   return out;

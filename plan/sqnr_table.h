@@ -19,6 +19,7 @@ struct SqnrRow {
   std::string label;
   GemmDirection direction = GemmDirection::kFwd;
   std::vector<int64_t> gemm_shape;  // [batch, M, K, N]
+  std::vector<int64_t> device_shape;  // per device (tensor parallelism); = gemm_shape on one
   double intensity = 0;             // flop per byte
   SqnrInput lhs, rhs;
   double minSqnr() const { return std::min(lhs.sqnr, rhs.sqnr); }

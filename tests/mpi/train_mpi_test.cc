@@ -25,9 +25,14 @@ extern int g_tensor_parallel;
 
 namespace {
 
-TrainOptions tinyOptions(int64_t tensor_parallel, Collectives* job) {
+// The GPT-2 layout (tied embeddings, learned positions, gelu) and the LLaMA one (rope,
+// grouped-query attention, SwiGLU, untied head), both with a batch of 4.
+const std::string kLlama = std::string(PGQ_SOURCE_DIR) + "/tests/parity/tiny_llama.yaml";
+
+TrainOptions tinyOptions(int64_t tensor_parallel, Collectives* job, const std::string& model = "tiny") {
   TrainOptions o;
-  o.model = loadModelConfig("tiny");
+  o.model = loadModelConfig(model);
+  o.model.batch = 4;
   o.model.tensor_parallel = tensor_parallel;
   o.steps = 10;
   o.optimizer.warmup = 2;
@@ -46,11 +51,13 @@ double relativeError(const Tensor& a, const Tensor& b) {
   return scale > 0 ? err / scale : err;
 }
 
-TEST(MpiTraining, MatchesOneProcess) {
+class MpiTrainingModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MpiTrainingModels, MatchesOneProcess) {
   std::unique_ptr<Collectives> job = makeMpiCollectives(g_tensor_parallel);
   const double tolerance = g_tensor_parallel == 1 ? 1e-5 : 1e-4;
-  TrainOptions distributed = tinyOptions(g_tensor_parallel, job.get());
-  TrainOptions alone = tinyOptions(1, nullptr);
+  TrainOptions distributed = tinyOptions(g_tensor_parallel, job.get(), GetParam());
+  TrainOptions alone = tinyOptions(1, nullptr, GetParam());
   TrainingSession a(distributed), b(alone);
   for (int64_t step = 0; step < distributed.steps; ++step) {
     StepRecord ra = a.step(step), rb = b.step(step);
@@ -68,6 +75,9 @@ TEST(MpiTraining, MatchesOneProcess) {
     EXPECT_LE(relativeError(sa[i].second, sb[i].second), tolerance) << sa[i].first;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, MpiTrainingModels, ::testing::Values("tiny", kLlama),
+                         [](const auto& info) { return info.index == 0 ? "gpt2" : "llama"; });
 
 // A checkpoint's whole tensors go back into any layout: loading b's state into the
 // distributed session and stepping on gives what b gives.
