@@ -13,5 +13,6 @@ void addRecipeCommand(CLI::App& app);
 void addHwprobeCommand(CLI::App& app);
 void addExperimentCommand(CLI::App& app);
 void addImportCommand(CLI::App& app);
+void addRooflineCommand(CLI::App& app);
 
 }  // namespace pgq::cli

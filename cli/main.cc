@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
   pgq::cli::addRecipeCommand(app);
   pgq::cli::addHwprobeCommand(app);
   pgq::cli::addImportCommand(app);
+  pgq::cli::addRooflineCommand(app);
   pgq::cli::addIrCommands(app);
 
   return closeStandardOutput(run(app, argc, argv));

@@ -141,7 +141,7 @@ void addTrainCommand(CLI::App& app) {
                  o.profile_steps, r.profile_write_ms, r.profile_path);
     if (o.profile_ops) printOpProfile(r);
     if (o.profile_ops && job)
-      fmt::print("collectives (rank 0, over {} ranks): {:.2f} MB sent per step, {:.1f} ms per step in {} calls per step\n",
+      fmt::print("collectives (rank 0, over {} ranks): {:.2f} MB sent per step, {:.1f} ms per step in {:.0f} calls per step\n",
                  job->worldSize(), r.collective_bytes_per_step / 1e6, r.collective_ms_per_step,
                  r.collective_calls_per_step);
   });

@@ -41,7 +41,7 @@ double rate(const ConfigNode& map, std::string_view key) {
 
 HardwareModel fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "source", "threads", "peak_gflops", "gemm_gflops", "memory_bandwidth_gbs",
-                  "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8"});
+                  "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8", "interconnect"});
   HardwareModel hw;
   hw.name = root.getString("name");
   hw.source = root.getString("source", "");
@@ -75,6 +75,12 @@ HardwareModel fromNode(const ConfigNode& root) {
   hw.quantize_rtn_gbs = rate(quant, "rtn");
   hw.quantize_sr_gbs = rate(quant, "sr");
   hw.call_overhead_us = root.getDouble("call_overhead_us", 0.0, 0.0, 1e6);
+  if (root.has("interconnect")) {
+    ConfigNode link = root.child("interconnect");
+    link.allowOnly({"gbs", "latency_us"});
+    hw.interconnect_gbs = link.getDouble("gbs", 1e-6, kMaxRate);
+    hw.interconnect_latency_us = link.getDouble("latency_us", 0.0, 0.0, 1e6);
+  }
   ConfigNode int8 = root.child("int8");
   int8.allowOnly({"vnni", "max_bits_one", "max_bits_both"});
   hw.vnni = int8.getBool("vnni");
@@ -124,7 +130,18 @@ std::string hardwareToYaml(const HardwareModel& hw) {
       hw.name, hw.source, hw.threads, hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.gemm_f32, hw.gemm_bf16,
       hw.gemm_int8, hw.bandwidth_gbs, hw.ridge(DType::kF32), hw.ridge(DType::kBF16), hw.ridge(DType::kS8),
       hw.quantize_rtn_gbs, hw.quantize_sr_gbs, hw.call_overhead_us, hw.vnni ? "true" : "false", hw.max_bits_one,
-      hw.max_bits_both);
+      hw.max_bits_both) +
+         (hw.interconnect_gbs > 0 ? fmt::format("interconnect: {{gbs: {:.6g}, latency_us: {:.6g}}}\n",
+                                                hw.interconnect_gbs, hw.interconnect_latency_us)
+                                  : std::string());
+}
+
+double estimateCollectiveUs(const HardwareModel& hw, CollectiveKind kind, double bytes, int64_t devices) {
+  if (hw.interconnect_gbs <= 0 || devices <= 1) return 0;
+  const double t = static_cast<double>(devices);
+  const double share = (kind == CollectiveKind::kAllReduce ? 2.0 : 1.0) * (t - 1) / t;
+  const double steps = (kind == CollectiveKind::kAllReduce ? 2.0 : 1.0) * (t - 1);
+  return share * bytes / (hw.interconnect_gbs * 1e3) + steps * hw.interconnect_latency_us;
 }
 
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype, bool lhs_sr,

@@ -26,6 +26,10 @@ struct HardwareModel {
   double quantize_rtn_gbs = 0;  // scales + quantize, bytes in + out per second
   double quantize_sr_gbs = 0;
   double call_overhead_us = 0;
+  // Optional: the link between the devices of a tensor-parallel group, per device
+  // (GB/s each way) and per message hop (us), costing collectives. 0: not modelled.
+  double interconnect_gbs = 0;
+  double interconnect_latency_us = 0;
   // int8 operand formats that run exactly (without VNNI one side is 7-bit: kernels/cpu_isa.h).
   bool vnni = false;
   int max_bits_one = 8;
@@ -55,6 +59,13 @@ struct GemmEstimate {
   double int8Us() const { return int8_gemm_us + quantization_us; }
   double speedup() const { return high_precision_us / int8Us(); }
 };
+
+// A ring collective over `devices` devices on the interconnect: all_reduce of `bytes`
+// (each device sends 2 (T-1)/T of them), all_gather / reduce_scatter of a `bytes`
+// whole value ((T-1)/T), with one latency per ring step. Microseconds; 0 without an
+// interconnect in the model or on one device.
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+double estimateCollectiveUs(const HardwareModel& hw, CollectiveKind kind, double bytes, int64_t devices);
 
 // `shape` is [batch, M, K, N] (per device); `dtype` the high-precision operand dtype;
 // `lhs_sr` / `rhs_sr` whether that operand is quantized with stochastic rounding.

@@ -1,0 +1,35 @@
+// `pgq roofline`: stage (ii) on paper for a model split over tensor-parallel devices.
+#include <fmt/format.h>
+
+#include "app/roofline.h"
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+
+namespace pgq::cli {
+
+void addRooflineCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "roofline", "Estimate, without running, which GEMMs the roofline runs in int8 at a tensor-parallel size, and "
+                  "the step speedup (per-device shapes, interconnect-costed collectives)");
+  static ModelFlags model;
+  static std::string hardware, precision = "f32";
+  static double min_speedup = 1.0;
+  addModelFlags(cmd, model);
+  cmd->add_option("--hardware", hardware,
+                  "Hardware model: a preset or a YAML file; an `interconnect` entry costs the collectives")
+      ->required();
+  cmd->add_option("--precision", precision, "The high-precision GEMM dtype: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--min-speedup", min_speedup, "Estimated int8 speedup a GEMM needs to run in int8")
+      ->check(CLI::Range(0.01, 100.0))
+      ->capture_default_str();
+  cmd->callback([] {
+    HardwareModel hw = loadHardwareModel(hardware);
+    RooflineReport r = analyzeRoofline(loadModel(model), hw, precision == "bf16" ? Precision::kBf16 : Precision::kF32,
+                                       min_speedup);
+    fmt::print("{}", rooflineText(r));
+  });
+}
+
+}  // namespace pgq::cli
