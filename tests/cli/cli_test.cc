@@ -193,6 +193,11 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"train --model tiny --corpus /nonexistent --out " + (dir_ / "r").string(), "/nonexistent"},
       {"train --model nosuchmodel", "neither a preset"},
       {"train --precision f16", "f16"},
+      {"train --model tiny --tensor-parallel 2 --steps 1 --out " + (dir_ / "tp").string(),
+       "--tensor-parallel 2 needs 2 processes per model: start pgq with mpirun -np 2"},
+      {"train --model tiny --tensor-parallel 4 --steps 1", "field 'tensor_parallel': must divide n_heads = 2"},
+      {"roofline --model tiny --tensor-parallel 3 --hardware epyc-zen3-2c", "field 'tensor_parallel'"},
+      {"roofline --model tiny --hardware nosuch", "neither a preset"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);

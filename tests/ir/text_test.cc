@@ -110,6 +110,38 @@ TEST(Text, RopeRoundTripsWithItsRotation) {
   EXPECT_EQ(parsed->find("back")->attrs().getRotation(AttrKey::kRotation), RopeRotation::kInverse);
 }
 
+TEST(Text, CollectivesRoundTripWithTheirGroups) {
+  const std::string text = R"(graph @c {
+  %x = input() : f32[4,6]
+  %s = all_reduce(%x) {group="tp", reduce="sum"} : f32[4,6]
+  %g = all_gather(%s) {axis=1, devices=2, group="tp"} : f32[4,12]
+  %r = reduce_scatter(%g) {axis=0, devices=4, group="tp"} : f32[1,12]
+  %p = shard(%r) {axis=1, devices=3, group="tp"} : f32[1,4]
+  %m = all_reduce(%p) {group="dp", reduce="mean"} : f32[1,4]
+  return %m
+}
+)";
+  auto g = parseGraph(text);
+  verify(*g);
+  EXPECT_EQ(printGraph(*g), text);
+  EXPECT_EQ(g->find("m")->attrs().getGroup(AttrKey::kGroup), DeviceGroup::kData);
+  EXPECT_EQ(g->find("s")->attrs().getReduction(AttrKey::kReduce), Reduction::kSum);
+  auto errorOf = [](const std::string& body) {
+    try {
+      parseGraph("graph @e {\n  %x = input() : f32[4,6]\n" + body + "  return %y\n}\n");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(errorOf("  %y = shard(%x) {axis=1, devices=4, group=\"tp\"} : f32[4,1]\n").find("does not split into 4"),
+            std::string::npos);
+  EXPECT_NE(errorOf("  %y = all_reduce(%x) {reduce=\"sum\"} : f32[4,6]\n").find("missing attribute 'group'"),
+            std::string::npos);
+  EXPECT_NE(errorOf("  %y = all_reduce(%x) {group=\"pp\", reduce=\"sum\"} : f32[4,6]\n").find("pp"),
+            std::string::npos);
+}
+
 TEST(Text, FloatAttributesRoundTripBitExactly) {
   for (double v : {0.1, 1.0 / 3.0, 1e-300, -2.5e17, 1e-5, 123456789.0, 0.0, -0.0,
                    std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),

@@ -58,6 +58,22 @@ TEST(Hardware, BadFilesNameTheField) {
   EXPECT_THROW(loadHardwareModel("no-such-chip"), Error);
 }
 
+TEST(Hardware, InterconnectCostsRingCollectives) {
+  HardwareModel none = parseHardwareModel(kValid, "hw.yaml");
+  EXPECT_EQ(none.interconnect_gbs, 0);
+  EXPECT_EQ(estimateCollectiveUs(none, CollectiveKind::kAllReduce, 1e6, 8), 0);
+  HardwareModel hw = parseHardwareModel(kValid + "interconnect: {gbs: 10, latency_us: 2}\n", "hw.yaml");
+  EXPECT_EQ(hw.interconnect_gbs, 10);
+  // 1 MB all_reduce over 4 devices: 2 * 3/4 MB at 10 GB/s = 150 us, plus 6 hops of 2 us.
+  EXPECT_NEAR(estimateCollectiveUs(hw, CollectiveKind::kAllReduce, 1e6, 4), 162.0, 1e-9);
+  EXPECT_NEAR(estimateCollectiveUs(hw, CollectiveKind::kAllGather, 1e6, 4), 81.0, 1e-9);
+  EXPECT_EQ(estimateCollectiveUs(hw, CollectiveKind::kAllReduce, 1e6, 1), 0);
+  EXPECT_NE(errorOf(kValid + "interconnect: {gbs: 0}\n").find("gbs"), std::string::npos);
+  EXPECT_NE(errorOf(kValid + "interconnect: {gbs: 1, hops: 2}\n").find("hops"), std::string::npos);
+  // Written back by hardwareToYaml.
+  EXPECT_EQ(parseHardwareModel(hardwareToYaml(hw), "again").interconnect_latency_us, 2);
+}
+
 TEST(Hardware, RooflineEstimates) {
   HardwareModel hw = parseHardwareModel(kValid, "hw.yaml");
   // A big compute-bound GEMM: close to the int8/f32 GEMM rate ratio, minus quantization.

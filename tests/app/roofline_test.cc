@@ -1,0 +1,41 @@
+#include <gtest/gtest.h>
+
+#include "app/roofline.h"
+
+namespace pgq {
+namespace {
+
+const std::string kHardware = R"(name: linked
+threads: 1
+peak_gflops: {f32: 1000, bf16: 2000, int8: 4000}
+gemm_gflops: {f32: 900, bf16: 1800, int8: 3600}
+memory_bandwidth_gbs: 100
+quantize_gbs: {rtn: 100, sr: 50}
+int8: {vnni: true, max_bits_one: 8, max_bits_both: 8}
+interconnect: {gbs: 10, latency_us: 1}
+)";
+
+TEST(Roofline, UsesPerDeviceShapesAndCostsCollectives) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw.yaml");
+  ModelOverrides two;
+  two.tensor_parallel = 2;
+  RooflineReport one = analyzeRoofline(loadModelConfig("small"), hw, Precision::kF32, 1.0);
+  RooflineReport split = analyzeRoofline(loadModelConfig("small", two), hw, Precision::kF32, 1.0);
+  EXPECT_EQ(one.collectives, 0);
+  EXPECT_EQ(one.collective_us, 0);
+  EXPECT_EQ(split.gemms, one.gemms);
+  EXPECT_GT(split.collectives, 0);
+  EXPECT_GT(split.collective_us, 0);
+  for (const RooflineRow& row : split.rows) {
+    if (row.name != "mlp/up" || row.direction != GemmDirection::kFwd) continue;
+    EXPECT_EQ(row.sharding, ShardingKind::kColumn);
+    EXPECT_EQ(row.device_shape[3] * 2, row.gemm_shape[3]);  // N split over the 2 devices
+    EXPECT_EQ(row.count, 4);                                // one per layer
+  }
+  // Collectives take time int8 does not shrink: the step gains less than the GEMMs.
+  EXPECT_LT(split.stepSpeedup(), split.gemm_us / split.gemm_mixed_us);
+  EXPECT_NE(rooflineText(split).find("per device"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pgq
