@@ -19,6 +19,8 @@ void addModelFlags(CLI::App* cmd, ModelFlags& flags) {
                   "Devices that split the model (Megatron layout; overrides the model's tensor_parallel). pgq train "
                   "under mpirun -np N runs N / T data-parallel replicas of T devices each")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  cmd->add_option("--sharding-rules", flags.overrides.sharding_rules,
+                  "ONNX models: YAML rules (regex on parameter names -> split dim) for --tensor-parallel");
   cmd->add_option("--trainable", flags.overrides.trainable,
                   "ONNX models: also train the initializers whose name matches this RE2 pattern");
   cmd->add_option("--frozen", flags.overrides.frozen,

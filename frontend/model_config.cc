@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "frontend/onnx/importer.h"
+#include "frontend/sharding_rules.h"
 #include "support/config_file.h"
 #include "support/errors.h"
 #include "pgq_model_presets.h"
@@ -136,8 +137,9 @@ std::string yamlFloat(double v) {
 std::string ModelConfig::toYaml() const {
   if (imported())
     return fmt::format("name: {}\nonnx: {}\nonnx_hash: {}\nbatch: {}\nseq_len: {}\nvocab: {}\ntrainable: \"{}\"\n"
-                       "frozen: \"{}\"\nseed: {}\n",
-                       name, onnx, onnx_hash, batch, seq_len, vocab, trainable, frozen, seed);
+                       "frozen: \"{}\"\nseed: {}\n{}",
+                       name, onnx, onnx_hash, batch, seq_len, vocab, trainable, frozen, seed,
+                       sharding_rules.empty() ? std::string() : fmt::format("sharding_rules: {}\n", sharding_rules));
   return fmt::format(
       "name: {}\nvocab: {}\nd_model: {}\nn_layers: {}\nn_heads: {}\nd_ff: {}\nseq_len: {}\n"
       "batch: {}\nnorm: {}\nnorm_eps: {}\nactivation: {}\nposition: {}\nrope_theta: {}\nn_kv_heads: {}\n"
@@ -172,15 +174,20 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
   if (!found && !std::filesystem::exists(spec, ec))
     throw Error(fmt::format("model '{}' is neither a preset ({}) nor an existing file", spec,
                             fmt::join(modelPresetNames(), ", ")));
-  auto refuseTensorParallel = [&] {
-    if (overrides.tensor_parallel > 1)
-      throw Error(fmt::format("--tensor-parallel {}: tensor parallelism of an imported model needs sharding rules, "
-                              "which pgq does not read yet; data parallelism (mpirun -np N without "
-                              "--tensor-parallel) works for {}",
+  // Tensor parallelism of an imported model: the rules say which parameters split.
+  auto layout = [&](ModelConfig& m) {
+    if (overrides.tensor_parallel > 1 && overrides.sharding_rules.empty())
+      throw Error(fmt::format("--tensor-parallel {}: an imported model needs --sharding-rules FILE (which parameter "
+                              "splits along which dim; docs/DISTRIBUTED.md); data parallelism (mpirun -np N "
+                              "without --tensor-parallel) works for {} as it is",
                               overrides.tensor_parallel, spec));
+    if (!overrides.sharding_rules.empty()) {
+      loadShardingRules(overrides.sharding_rules);  // checked before any work
+      m.sharding_rules = overrides.sharding_rules;
+    }
+    if (overrides.tensor_parallel > 0) m.tensor_parallel = overrides.tensor_parallel;
   };
   if (!found && isOnnxModelPath(spec)) {
-    refuseTensorParallel();
     c.onnx = spec;
     c.name = std::filesystem::path(spec).stem().string();
     c.source = spec;
@@ -188,10 +195,15 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
     c.seq_len = overrides.seq_len;
     c.trainable = overrides.trainable;
     c.frozen = overrides.frozen;
+    layout(c);
     return importedConfig(c);
   }
   if (!found) c = fromNode(ConfigNode::loadFile(spec, InputKind::kModelConfig));
-  if (c.imported()) refuseTensorParallel();
+  if (c.imported()) layout(c);
+  else if (!overrides.sharding_rules.empty())
+    throw Error(fmt::format("--sharding-rules applies to imported (ONNX) models; {} is built by pgq, which splits it "
+                            "the Megatron way",
+                            spec));
   if (c.imported()) {
     if (overrides.batch || overrides.seq_len || !overrides.trainable.empty() || !overrides.frozen.empty()) {
       if (overrides.batch) c.batch = overrides.batch;

@@ -58,6 +58,9 @@ struct ModelConfig {
   std::string onnx_hash;
   std::string trainable;
   std::string frozen;
+  // Imported models: the sharding-rules file (frontend/sharding_rules.h) tensor
+  // parallelism needs.
+  std::string sharding_rules;
 
   bool imported() const { return !onnx.empty(); }
 
@@ -84,6 +87,7 @@ struct ModelOverrides {
   int64_t batch = 0;
   int64_t seq_len = 0;
   int64_t tensor_parallel = 0;  // 0: the model's
+  std::string sharding_rules;   // imported models
   std::string trainable;
   std::string frozen;
 };

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "frontend/onnx/importer.h"
+#include "frontend/sharding_rules.h"
 #include "ir/builder.h"
 
 namespace pgq {
@@ -190,6 +191,8 @@ TransformerGraph buildModel(const ModelConfig& config) {
   if (!config.imported()) return buildTransformer(config);
   ImportedModel m = importOnnx({config.onnx, config.batch, config.seq_len, config.trainable, config.frozen});
   TransformerGraph t = std::move(m.net);
+  if (config.tensor_parallel > 1)
+    applyShardingRules(loadShardingRules(config.sharding_rules), t.params, config.tensor_parallel);
   t.constants = std::move(m.constants);
   t.values = std::make_shared<const std::map<std::string, std::vector<float>>>(std::move(m.values));
   return t;

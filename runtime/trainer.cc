@@ -285,7 +285,15 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
     checkRecipeRunsExactly(*recipe, thisCpu());
   }
   const bool data_parallel = job.replicas > 1;
-  train = buildTrainingGraph(lo, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr, data_parallel);
+  try {
+    train = buildTrainingGraph(lo, false, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr, data_parallel);
+  } catch (const Error& e) {
+    if (!data_parallel || !o.model.imported()) throw;
+    throw Error(fmt::format("{}\n(each of the {} data-parallel replicas imports the model for its {} of the {} rows "
+                            "of the global batch; export it with a dynamic batch axis, e.g. scripts/export_onnx.py "
+                            "--dynamic-batch)",
+                            e.what(), job.replicas, lo.model.batch, o.model.batch));
+  }
   eval = buildModel(lo.model);
   PassContext ctx;
   buildForwardPipeline()->run(*eval.graph, ctx);

@@ -216,7 +216,7 @@ def read_params(path):
 
 
 def export(module, example_inputs, path, opset=17, do_constant_folding=True, input_names=None,
-           output_names=None):
+           output_names=None, dynamic_axes=None):
     """Exports `module` called on `example_inputs` (a tuple) to the ONNX file `path` and
     writes `path`.params.txt (format in the module docstring). Returns the OnnxGraph."""
     was_training = module.training
@@ -233,6 +233,7 @@ def export(module, example_inputs, path, opset=17, do_constant_folding=True, inp
             do_constant_folding=do_constant_folding,
             input_names=input_names,
             output_names=output_names,
+            dynamic_axes=dynamic_axes,
         )
     module.train(was_training)
     graph = OnnxGraph(path)
@@ -283,6 +284,8 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, help="number of blocks")
     parser.add_argument("--seq", type=int, help="sequence length")
     parser.add_argument("--batch", type=int, help="batch size")
+    parser.add_argument("--dynamic-batch", action="store_true",
+                        help="leave the batch dim dynamic (pgq sizes it: --batch, data parallelism)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
@@ -306,8 +309,14 @@ def main(argv=None):
     inputs = {"input_ids": input_ids, "labels": labels} if args.loss else {"input_ids": input_ids}
     os.makedirs(os.path.join(args.out, "inputs"), exist_ok=True)
     path = os.path.join(args.out, "model.onnx")
+    output = "loss" if args.loss else "logits"
+    dynamic = None
+    if args.dynamic_batch:
+        dynamic = {name: {0: "batch"} for name in inputs}
+        if not args.loss:
+            dynamic[output] = {0: "batch"}
     graph = export(model, tuple(inputs.values()), path, opset=args.opset, do_constant_folding=not args.no_fold,
-                   input_names=list(inputs), output_names=["loss" if args.loss else "logits"])
+                   input_names=list(inputs), output_names=[output], dynamic_axes=dynamic)
     for name, value in inputs.items():
         np.save(os.path.join(args.out, "inputs", name + ".npy"), value.numpy())
     if args.reference:

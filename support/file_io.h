@@ -35,6 +35,7 @@ enum class InputKind {
   kOnnxModel,
   kOnnxExternalData,
   kTokenCache,
+  kShardingRules,
 };
 
 // An open file descriptor, closed when destroyed.
