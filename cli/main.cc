@@ -169,8 +169,17 @@ int main(int argc, char** argv) {
   // story, so they show only warnings and errors, and say whose they are.
   const int rank = pgq::worldRankOrZero();
   const spdlog::level::level_enum floor = rank == 0 ? spdlog::level::trace : spdlog::level::warn;
-  app.parse_complete_callback(
-      [&] { spdlog::set_level(std::max(floor, spdlog::level::from_str(log_level))); });
+  app.parse_complete_callback([&] {
+    spdlog::set_level(std::max(floor, spdlog::level::from_str(log_level)));
+    // Only training is distributed; any other command in N ranks would do the same work
+    // N times and race on the files it writes.
+    const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (pgq::launchedByMpirun() && ranks && std::string_view(ranks) != "1")
+      for (const CLI::App* sub : app.get_subcommands())
+        if (sub->get_name() != "train")
+          throw pgq::Error(fmt::format("pgq {} runs in one process; only pgq train runs under mpirun ({} ranks here)",
+                                       sub->get_name(), ranks));
+  });
   spdlog::set_level(std::max(floor, spdlog::level::info));
   spdlog::set_pattern(rank == 0 ? std::string("[%l] %v") : fmt::format("[rank {}] [%l] %v", rank));
 

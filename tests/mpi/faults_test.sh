@@ -2,7 +2,7 @@
 # Faults and bad input of a training job started by mpirun:
 #   1. ranks started with different model configs: exit 2, one message naming the rank;
 #   2. --tensor-parallel that does not divide the ranks, the heads; a batch the replicas
-#      cannot share: exit 2 naming the flag or field;
+#      cannot share; a command other than train: exit 2 naming the flag or field;
 #   3. a rank killed with SIGKILL ends the whole job within 30 s, mpirun names the rank,
 #      the last checkpoint is intact and --resume continues it (in one process: the
 #      checkpoint does not depend on the layout).
@@ -43,6 +43,9 @@ expect_refusal "tensor parallel not dividing the heads" 4 "tensor_parallel.*must
   "$pgq" train --model tiny --steps 2 --tensor-parallel 4 --out "$tmp/heads" --no-progress
 expect_refusal "batch not shared by the replicas" 3 "field 'batch' is 4" \
   "$pgq" train --model tiny --steps 2 --out "$tmp/batch" --no-progress
+
+expect_refusal "a one-process command under mpirun" 2 "pgq roofline runs in one process" \
+  "$pgq" roofline --model tiny --hardware epyc-zen3-2c
 
 # A long run that checkpoints often; rank 1 is killed once a checkpoint exists.
 run=$tmp/kill
