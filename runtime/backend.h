@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 
 #include "ir/node.h"
@@ -57,6 +58,9 @@ class Backend {
   // Whether `user` can read its operand `index`, a broadcast node, in place.
   virtual bool readsBroadcastInPlace(const Node& user, int index) const = 0;
   virtual Kernel lower(const Node& node, LoweringContext& ctx) const = 0;
+  // Called once before lowering with the nodes that will run, in order, so a backend
+  // can plan kernels that work together (the CPU backend buckets gradient all_reduces).
+  virtual void prepare(std::span<const Node* const> schedule) { (void)schedule; }
 };
 
 class Collectives;

@@ -3,7 +3,11 @@
 // out once here and captured in the returned closure; a run only looks up pointers.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <span>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -99,6 +103,7 @@ class CpuBackend final : public Backend {
   bool supports(const Node& node, std::string* why) const override;
   bool readsBroadcastInPlace(const Node& user, int index) const override;
   Kernel lower(const Node& node, LoweringContext& ctx) const override;
+  void prepare(std::span<const Node* const> schedule) override;
 
  private:
   Kernel lowerBinary(const Node& node, LoweringContext& ctx) const;
@@ -110,6 +115,24 @@ class CpuBackend final : public Backend {
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
   Kernel lowerSmoothScales(const Node& node, LoweringContext& ctx) const;
   Kernel lowerCollective(const Node& node, LoweringContext& ctx) const;
+
+  // Data-parallel gradient averaging, bucketed (as PyTorch DDP does): the all_reduce(dp)
+  // nodes whose values are only graph outputs (the gradients) are grouped, in schedule
+  // order, into buckets of up to kBucketBytes; each member's kernel copies its gradient
+  // out, and the bucket's last member reduces all of them in one collective (packed into
+  // one buffer). Buckets fill while the backward pass runs, so early ones are reduced
+  // before it ends.
+  static constexpr size_t kBucketBytes = 25u << 20;
+  struct Bucket {
+    std::vector<std::pair<float*, int64_t>> members;  // filled as the kernels run
+    size_t size = 0;                                  // members it will have
+    std::vector<float> packed;
+  };
+  struct BucketSeat {
+    std::shared_ptr<Bucket> bucket;
+    bool last = false;
+  };
+  std::unordered_map<const Node*, BucketSeat> seats_;
 
   Collectives* collectives_;  // not owned
 };
@@ -419,11 +442,73 @@ void fromPartMajor(const float* in, float* out, int64_t outer, int64_t part, int
       std::memcpy(out + (o * parts + p) * row, in + (p * outer + o) * row, static_cast<size_t>(row) * sizeof(float));
 }
 
+void CpuBackend::prepare(std::span<const Node* const> schedule) {
+  seats_.clear();
+  if (collectives_->size(DeviceGroup::kData) == 1) return;
+  std::shared_ptr<Bucket> open;
+  size_t open_bytes = 0;
+  const Node* previous = nullptr;
+  for (const Node* n : schedule) {
+    if (n->op() != Op::kAllReduce || n->attrs().getGroup(AttrKey::kGroup) != DeviceGroup::kData ||
+        !n->users().empty() || n->dtype() != DType::kF32)
+      continue;
+    const size_t bytes = static_cast<size_t>(n->shape().numElements()) * sizeof(float);
+    if (open && open_bytes + bytes > kBucketBytes) {
+      seats_[previous].last = true;
+      open.reset();
+    }
+    if (!open) {
+      open = std::make_shared<Bucket>();
+      open_bytes = 0;
+    }
+    open->size += 1;
+    open_bytes += bytes;
+    seats_[n] = {open, false};
+    previous = n;
+  }
+  if (previous) seats_[previous].last = true;
+}
+
 Kernel CpuBackend::lowerCollective(const Node& node, LoweringContext& ctx) const {
   Collectives* comm = collectives_;
   const DeviceGroup group = node.attrs().getGroup(AttrKey::kGroup);
   const int x = ctx.operand(0).slot;
   const int y = ctx.result();
+  if (auto seat = seats_.find(&node); seat != seats_.end()) {
+    const int64_t n = node.shape().numElements();
+    const bool mean = node.attrs().getReduction(AttrKey::kReduce) == Reduction::kMean;
+    std::shared_ptr<Bucket> bucket = seat->second.bucket;
+    const bool last = seat->second.last;
+    return [=](const RunContext& rc) {
+      float* out = rc.as<float>(y);
+      if (rc.as<float>(x) != out) std::memcpy(out, rc.as<float>(x), static_cast<size_t>(n) * sizeof(float));
+      if (bucket->members.size() == bucket->size) bucket->members.clear();  // a run that stopped midway
+      bucket->members.emplace_back(out, n);
+      if (!last) return;
+      PGQ_ASSERT(bucket->members.size() == bucket->size, "gradient bucket with {} of its {} members",
+                 bucket->members.size(), bucket->size);
+      int64_t total = 0;
+      for (const auto& [ptr, count] : bucket->members) total += count;
+      float* data = bucket->members.front().first;
+      if (bucket->members.size() > 1) {
+        bucket->packed.resize(static_cast<size_t>(total));
+        data = bucket->packed.data();
+        int64_t at = 0;
+        for (const auto& [ptr, count] : bucket->members) {
+          std::memcpy(data + at, ptr, static_cast<size_t>(count) * sizeof(float));
+          at += count;
+        }
+      }
+      comm->allReduceSum(data, total, DeviceGroup::kData);
+      const float scale = mean ? 1.0f / static_cast<float>(comm->size(DeviceGroup::kData)) : 1.0f;
+      int64_t at = 0;
+      for (const auto& [ptr, count] : bucket->members) {
+        for (int64_t i = 0; i < count; ++i) ptr[i] = data[at + i] * scale;
+        at += count;
+      }
+      bucket->members.clear();
+    };
+  }
   if (node.op() == Op::kAllReduce) {
     const int64_t n = node.shape().numElements();
     const bool mean = node.attrs().getReduction(AttrKey::kReduce) == Reduction::kMean;

@@ -112,6 +112,7 @@ void Executor::compile() {
   }
 
   // 3. Lowering, recording the first and last step of every arena slot.
+  backend_->prepare(order);
   std::vector<Kernel> init;  // constants are filled once, here
   for (const Node* node : order) {
     if (node->op() == Op::kParameter || node->op() == Op::kInput || node->op() == Op::kReshape ||

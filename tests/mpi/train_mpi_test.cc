@@ -130,7 +130,9 @@ TEST(MpiTraining, ProfileHasEveryRanksStatistics) {
       ++i;
     }
   // The ranks saw different rows: the combined profile is not any one rank's.
-  if (job->size(DeviceGroup::kData) > 1) EXPECT_GT(differing, 0u);
+  if (job->size(DeviceGroup::kData) > 1) {
+    EXPECT_GT(differing, 0u);
+  }
 }
 
 }  // namespace
