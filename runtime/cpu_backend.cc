@@ -2,10 +2,13 @@
 // static, so everything a kernel needs (sizes, layouts, broadcast modes) is worked
 // out once here and captured in the returned closure; a run only looks up pointers.
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -121,8 +124,8 @@ class CpuBackend final : public Backend {
   // order, into buckets of up to kBucketBytes; each member's kernel copies its gradient
   // out, and the bucket's last member reduces all of them in one collective (packed into
   // one buffer). Buckets fill while the backward pass runs, so early ones are reduced
-  // before it ends.
-  static constexpr size_t kBucketBytes = 25u << 20;
+  // before it ends. PGQ_DP_BUCKET_MB sets the size (default 25, DDP's); 0 reduces each
+  // gradient on its own.
   struct Bucket {
     std::vector<std::pair<float*, int64_t>> members;  // filled as the kernels run
     size_t size = 0;                                  // members it will have
@@ -442,9 +445,24 @@ void fromPartMajor(const float* in, float* out, int64_t outer, int64_t part, int
       std::memcpy(out + (o * parts + p) * row, in + (p * outer + o) * row, static_cast<size_t>(row) * sizeof(float));
 }
 
+// PGQ_DP_BUCKET_MB, checked like any number a user gives.
+size_t bucketBytes() {
+  const char* env = std::getenv("PGQ_DP_BUCKET_MB");
+  if (env == nullptr || *env == '\0') return static_cast<size_t>(25) << 20;
+  int64_t mb = -1;
+  std::string_view text(env);
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), mb);
+  if (ec != std::errc() || end != text.data() + text.size() || mb < 0 || mb > 65536)
+    throw Error(fmt::format("PGQ_DP_BUCKET_MB={}: expected an integer in [0, 65536] (MB of gradients per data-parallel "
+                            "all_reduce; 0: one per gradient)",
+                            env));
+  return static_cast<size_t>(mb) << 20;
+}
+
 void CpuBackend::prepare(std::span<const Node* const> schedule) {
   seats_.clear();
-  if (collectives_->size(DeviceGroup::kData) == 1) return;
+  const size_t bucket_bytes = bucketBytes();
+  if (collectives_->size(DeviceGroup::kData) == 1 || bucket_bytes == 0) return;
   std::shared_ptr<Bucket> open;
   size_t open_bytes = 0;
   const Node* previous = nullptr;
@@ -453,7 +471,7 @@ void CpuBackend::prepare(std::span<const Node* const> schedule) {
         !n->users().empty() || n->dtype() != DType::kF32)
       continue;
     const size_t bytes = static_cast<size_t>(n->shape().numElements()) * sizeof(float);
-    if (open && open_bytes + bytes > kBucketBytes) {
+    if (open && open_bytes + bytes > bucket_bytes) {
       seats_[previous].last = true;
       open.reset();
     }

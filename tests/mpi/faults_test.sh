@@ -44,6 +44,8 @@ expect_refusal "tensor parallel not dividing the heads" 4 "tensor_parallel.*must
 expect_refusal "batch not shared by the replicas" 3 "field 'batch' is 4" \
   "$pgq" train --model tiny --steps 2 --out "$tmp/batch" --no-progress
 
+expect_refusal "a bad bucket size" 2 "PGQ_DP_BUCKET_MB=lots: expected an integer" \
+  env PGQ_DP_BUCKET_MB=lots "$pgq" train --model tiny --steps 2 --out "$tmp/bucket" --no-progress
 expect_refusal "a one-process command under mpirun" 2 "pgq roofline runs in one process" \
   "$pgq" roofline --model tiny --hardware epyc-zen3-2c
 
