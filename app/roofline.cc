@@ -7,6 +7,7 @@
 #include "frontend/autodiff.h"
 #include "frontend/transformer.h"
 #include "ir/gemm_meta.h"
+#include "plan/profile.h"
 
 namespace pgq {
 namespace {
@@ -15,10 +16,6 @@ std::string withoutLayer(const std::string& label) {
   if (label.rfind("layer", 0) != 0) return label;
   size_t slash = label.find('/');
   return slash == std::string::npos ? label : label.substr(slash + 1);
-}
-
-std::string shapeText(const std::vector<int64_t>& s) {
-  return s[0] > 1 ? fmt::format("{}x{},{},{}", s[0], s[1], s[2], s[3]) : fmt::format("{},{},{}", s[1], s[2], s[3]);
 }
 
 double bytesOf(const Node& n) { return static_cast<double>(n.shape().numElements() * dtypeSize(n.dtype())); }
@@ -86,8 +83,8 @@ std::string rooflineText(const RooflineReport& r) {
       r.precision == Precision::kBf16 ? "bf16" : "f32");
   for (const RooflineRow& row : r.rows)
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {:.1f} | {:.1f} | {:.2f}x | {} |\n", row.name,
-                       nameOf(row.direction), nameOf(row.sharding), row.count, shapeText(row.gemm_shape),
-                       shapeText(row.device_shape), row.high_precision_us, row.int8_us, row.speedup(),
+                       nameOf(row.direction), nameOf(row.sharding), row.count, gemmShapeText(row.gemm_shape),
+                       gemmShapeText(row.device_shape), row.high_precision_us, row.int8_us, row.speedup(),
                        row.int8 ? "int8" : "keep");
   out += fmt::format(
       "\nGEMMs in int8: {} of {}\nper device and step: GEMMs {:.2f} ms -> {:.2f} ms ({:.2f}x); tensor-parallel "

@@ -314,4 +314,9 @@ void checkProfileModel(const Profile& profile, const std::string& model_name, co
                           where, model_name, model_source, at(theirs), at(ours), model_source));
 }
 
+std::string gemmShapeText(const std::vector<int64_t>& s) {
+  if (s.size() != 4) return "?";
+  return s[0] > 1 ? fmt::format("{}x{},{},{}", s[0], s[1], s[2], s[3]) : fmt::format("{},{},{}", s[1], s[2], s[3]);
+}
+
 }  // namespace pgq

@@ -79,6 +79,9 @@ struct ProfileRun {
   double step_ms = 0;  // mean time of a plain (uninstrumented) step before logging; 0 if unknown
 };
 
+// A GEMM's [batch, M, K, N] as tables print it: "M,K,N", with "BxM,K,N" when batched.
+std::string gemmShapeText(const std::vector<int64_t>& shape);
+
 struct Profile {
   ProfileRun run;
   std::vector<GemmProfile> gemms;

@@ -207,11 +207,6 @@ std::string explainRecipe(const Recipe& r) {
   for (const RecipeEntry& e : r.entries)
     if (e.min_sqnr > 0) lowest.push_back(&e);
   std::sort(lowest.begin(), lowest.end(), [](auto* a, auto* b) { return a->min_sqnr < b->min_sqnr; });
-  auto shape = [](const std::vector<int64_t>& s) {
-    return s.size() != 4 ? std::string("?")
-           : s[0] > 1    ? fmt::format("{}x{},{},{}", s[0], s[1], s[2], s[3])
-                         : fmt::format("{},{},{}", s[1], s[2], s[3]);
-  };
   const bool parallel = std::any_of(r.entries.begin(), r.entries.end(), [](const RecipeEntry& e) { return e.devices > 1; });
   if (parallel) {
     // What the roofline saw: each device's part of a split GEMM.
@@ -225,12 +220,14 @@ std::string explainRecipe(const Recipe& r) {
                        r.entries.front().devices);
     for (const auto& [kind, entry] : kinds)
       out += fmt::format("    {:<10} {:>3} GEMMs, e.g. {:<24} {:>16} -> per device {}\n", nameOf(kind), entry.first,
-                         entry.second->label, shape(entry.second->gemm_shape), shape(entry.second->device_shape));
+                         entry.second->label, gemmShapeText(entry.second->gemm_shape),
+                         gemmShapeText(entry.second->device_shape));
   }
   out += parallel ? "  lowest min-input SQNR (global shape, per device):\n" : "  lowest min-input SQNR:\n";
   for (size_t i = 0; i < std::min<size_t>(5, lowest.size()); ++i) {
     out += fmt::format("    {:<28} {:>9}  {}", lowest[i]->label, sqnrText(lowest[i]->min_sqnr), lowest[i]->decision);
-    if (parallel) out += fmt::format("  {} / {}", shape(lowest[i]->gemm_shape), shape(lowest[i]->device_shape));
+    if (parallel)
+      out += fmt::format("  {} / {}", gemmShapeText(lowest[i]->gemm_shape), gemmShapeText(lowest[i]->device_shape));
     out += "\n";
   }
   out += fmt::format("  estimated GEMM time: {:.1f} ms -> {:.1f} ms ({:.2f}x)\n", s.est_gemm_ms, s.est_gemm_int8_ms,

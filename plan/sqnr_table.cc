@@ -35,10 +35,6 @@ std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format)
 
 namespace {
 
-std::string shapeText(const std::vector<int64_t>& s) {
-  return s[0] > 1 ? fmt::format("{}x{},{},{}", s[0], s[1], s[2], s[3]) : fmt::format("{},{},{}", s[1], s[2], s[3]);
-}
-
 std::string jsonString(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
@@ -60,8 +56,9 @@ std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::strin
     const SqnrRow& r = rows[i];
     // Under tensor parallelism: the global shape, then each device's.
     std::string shape = r.device_shape == r.gemm_shape
-                            ? shapeText(r.gemm_shape)
-                            : fmt::format("{} ({} per device)", shapeText(r.gemm_shape), shapeText(r.device_shape));
+                            ? gemmShapeText(r.gemm_shape)
+                            : fmt::format("{} ({} per device)", gemmShapeText(r.gemm_shape),
+                                          gemmShapeText(r.device_shape));
     out += fmt::format("| {} | {} | {} | {}, {} | {} | {:.1f} | {:.4g} | {:.1f} | {:.2f} | {:.4g} | {:.1f} | {:.2f} |\n", i + 1,
                        r.label, r.direction, r.lhs.role, r.rhs.role, shape, r.intensity, r.lhs.sqnr,
                        r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(), r.rhs.ln1p());

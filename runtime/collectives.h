@@ -9,6 +9,7 @@
 //     parallel group are consecutive, so they share a node when ranks fill nodes in
 //     order (mpirun's default), as Megatron places them.
 // Every member of a group must call the same collectives in the same order.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,6 +60,26 @@ class Collectives {
   void resetStats() { stats_ = {}; }
 
  protected:
+  // Each implementation opens one in every collective: it counts the call and its bytes,
+  // and the time until the end of the scope (--profile-ops).
+  class CountedCall {
+   public:
+    CountedCall(CollectiveStats& stats, double bytes)
+        : stats_(stats), start_(std::chrono::steady_clock::now()) {
+      ++stats_.calls;
+      stats_.bytes += bytes;
+    }
+    ~CountedCall() {
+      stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    }
+    CountedCall(const CountedCall&) = delete;
+    CountedCall& operator=(const CountedCall&) = delete;
+
+   private:
+    CollectiveStats& stats_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
   CollectiveStats stats_;
 };
 

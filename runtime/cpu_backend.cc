@@ -428,23 +428,6 @@ Kernel CpuBackend::lowerSmoothScales(const Node& node, LoweringContext& ctx) con
   };
 }
 
-// A value [outer, d, inner] split along its middle dim over `parts` devices is, in the
-// buffers MPI gathers and scatters, [parts, outer, d / parts, inner]: part-major. These
-// copy between the two orders.
-void toPartMajor(const float* in, float* out, int64_t outer, int64_t part, int64_t inner, int64_t parts) {
-  const int64_t row = part * inner;
-  for (int64_t p = 0; p < parts; ++p)
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out + (p * outer + o) * row, in + (o * parts + p) * row, static_cast<size_t>(row) * sizeof(float));
-}
-
-void fromPartMajor(const float* in, float* out, int64_t outer, int64_t part, int64_t inner, int64_t parts) {
-  const int64_t row = part * inner;
-  for (int64_t p = 0; p < parts; ++p)
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(out + (o * parts + p) * row, in + (p * outer + o) * row, static_cast<size_t>(row) * sizeof(float));
-}
-
 // PGQ_DP_BUCKET_MB, checked like any number a user gives.
 size_t bucketBytes() {
   const char* env = std::getenv("PGQ_DP_BUCKET_MB");
@@ -546,15 +529,11 @@ Kernel CpuBackend::lowerCollective(const Node& node, LoweringContext& ctx) const
     throw Error(fmt::format("%{}: {} over {} devices, but this job's {} group has {} process(es); start it with "
                             "mpirun so that --tensor-parallel matches the model's split",
                             node.name(), opName(node.op()), devices, nameOf(group), comm->size(group)));
-  const auto axis = static_cast<int>(node.attrs().getInt(AttrKey::kAxis));
-  // The split dim of the local part and the dims around it.
-  const Shape& local = node.op() == Op::kAllGather ? node.operand(0)->shape() : node.shape();
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; ++i) outer *= local.dim(i);
-  for (int i = axis + 1; i < local.rank(); ++i) inner *= local.dim(i);
-  const int64_t part = local.dim(axis);
-  const int64_t count = local.numElements();
-  const int scratch = outer > 1 && node.op() != Op::kShard
+  // The layout of this device's block of the split value.
+  const PartLayout l = partLayout(node.op() == Op::kAllGather ? node.operand(0)->shape() : node.shape(),
+                                  node.attrs().getInt(AttrKey::kAxis), devices);
+  const int64_t count = l.blockElements();
+  const int scratch = l.outer > 1 && node.op() != Op::kShard
                           ? ctx.scratch(static_cast<size_t>(count * devices) * sizeof(float))
                           : -1;
   switch (node.op()) {
@@ -562,25 +541,19 @@ Kernel CpuBackend::lowerCollective(const Node& node, LoweringContext& ctx) const
       return [=](const RunContext& rc) {
         if (scratch < 0) return comm->allGather(rc.as<float>(x), rc.as<float>(y), count, group);
         comm->allGather(rc.as<float>(x), rc.as<float>(scratch), count, group);
-        fromPartMajor(rc.as<float>(scratch), rc.as<float>(y), outer, part, inner, devices);
+        fromPartMajor(l, rc.as<float>(scratch), rc.as<float>(y));
       };
     case Op::kReduceScatter:
       return [=](const RunContext& rc) {
         const float* in = rc.as<float>(x);
         if (scratch >= 0) {
-          toPartMajor(in, rc.as<float>(scratch), outer, part, inner, devices);
+          toPartMajor(l, in, rc.as<float>(scratch));
           in = rc.as<float>(scratch);
         }
         comm->reduceScatterSum(in, rc.as<float>(y), count, group);
       };
-    default:  // shard: this device's rows of each outer index
-      return [=](const RunContext& rc) {
-        const int64_t row = part * inner;
-        const int64_t p = comm->rank(group);
-        for (int64_t o = 0; o < outer; ++o)
-          std::memcpy(rc.as<float>(y) + o * row, rc.as<float>(x) + (o * devices + p) * row,
-                      static_cast<size_t>(row) * sizeof(float));
-      };
+    default:  // shard: this device's block
+      return [=](const RunContext& rc) { copyBlock(l, rc.as<float>(x), comm->rank(group), rc.as<float>(y)); };
   }
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/layout_util.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 namespace pgq {
@@ -111,6 +113,37 @@ void BroadcastCopy::run(const float* src, float* out) const {
       index[d] = 0;
     }
   }
+}
+
+PartLayout partLayout(const Shape& block, int64_t dim, int64_t parts) {
+  PartLayout l;
+  l.parts = parts;
+  l.part = block.dim(static_cast<int>(dim));
+  for (int i = 0; i < dim; ++i) l.outer *= block.dim(i);
+  for (int i = static_cast<int>(dim) + 1; i < block.rank(); ++i) l.inner *= block.dim(i);
+  return l;
+}
+
+void toPartMajor(const PartLayout& l, const float* whole, float* part_major) {
+  const int64_t row = l.part * l.inner;
+  for (int64_t p = 0; p < l.parts; ++p)
+    for (int64_t o = 0; o < l.outer; ++o)
+      std::memcpy(part_major + (p * l.outer + o) * row, whole + (o * l.parts + p) * row,
+                  static_cast<size_t>(row) * sizeof(float));
+}
+
+void fromPartMajor(const PartLayout& l, const float* part_major, float* whole) {
+  const int64_t row = l.part * l.inner;
+  for (int64_t p = 0; p < l.parts; ++p)
+    for (int64_t o = 0; o < l.outer; ++o)
+      std::memcpy(whole + (o * l.parts + p) * row, part_major + (p * l.outer + o) * row,
+                  static_cast<size_t>(row) * sizeof(float));
+}
+
+void copyBlock(const PartLayout& l, const float* whole, int64_t index, float* block) {
+  const int64_t row = l.part * l.inner;
+  for (int64_t o = 0; o < l.outer; ++o)
+    std::memcpy(block + o * row, whole + (o * l.parts + index) * row, static_cast<size_t>(row) * sizeof(float));
 }
 
 }  // namespace pgq

@@ -44,6 +44,23 @@ struct QuantViewLayout {
 QuantViewLayout quantViewLayout(const Shape& shape, const std::vector<int64_t>& contract,
                                 const std::vector<int64_t>& batch);
 
+// A whole value [outer, parts x part, inner] split along its middle dim into `parts`
+// blocks (tensor-parallel devices). MPI gathers and scatters the blocks part-major,
+// [parts, outer, part, inner]; these copy between that order and the value's own, and
+// take one block out of the whole value.
+struct PartLayout {
+  int64_t outer = 1;
+  int64_t part = 1;  // the block's size along the split dim
+  int64_t inner = 1;
+  int64_t parts = 1;
+  int64_t blockElements() const { return outer * part * inner; }
+};
+// The layout of a block of shape `block`, split along `dim` into `parts`.
+PartLayout partLayout(const Shape& block, int64_t dim, int64_t parts);
+void toPartMajor(const PartLayout& l, const float* whole, float* part_major);
+void fromPartMajor(const PartLayout& l, const float* part_major, float* whole);
+void copyBlock(const PartLayout& l, const float* whole, int64_t index, float* block);
+
 // Materializes broadcast(x) {dims}: out dims not in `dims` repeat.
 class BroadcastCopy {
  public:

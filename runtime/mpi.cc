@@ -3,7 +3,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -26,22 +25,6 @@ bool envSet(const char* name) {
   return value != nullptr && *value != '\0';
 }
 
-// Counts one collective in `stats` and the time until the end of the scope
-// (--profile-ops).
-class StatsScope {
- public:
-  StatsScope(CollectiveStats& stats, double bytes) : stats_(stats), start_(std::chrono::steady_clock::now()) {
-    ++stats_.calls;
-    stats_.bytes += bytes;
-  }
-  ~StatsScope() {
-    stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-  }
-
- private:
-  CollectiveStats& stats_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 // Calls f(offset, n) for consecutive pieces of at most `max_count` of `count` elements:
 // MPI counts are ints, and a count cast down would silently move less.
@@ -108,7 +91,7 @@ class MpiCollectives final : public Collectives {
   }
 
   void allGather(const float* in, float* out, int64_t count, DeviceGroup group) override {
-    StatsScope scope(stats_, static_cast<double>(count) * sizeof(float));
+    CountedCall counted(stats_, static_cast<double>(count) * sizeof(float));
     inPieces(count, max_count_, [&](int64_t offset, int n) {
       if (n == count) {
         MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(group));
@@ -128,7 +111,7 @@ class MpiCollectives final : public Collectives {
 
   void reduceScatterSum(const float* in, float* out, int64_t count, DeviceGroup group) override {
     const int members = size(group);
-    StatsScope scope(stats_, static_cast<double>(count) * members * sizeof(float));
+    CountedCall counted(stats_, static_cast<double>(count) * members * sizeof(float));
     std::vector<float> packed;
     inPieces(count, max_count_, [&](int64_t offset, int n) {
       if (n == count) {
@@ -145,14 +128,14 @@ class MpiCollectives final : public Collectives {
 
   void broadcast(void* data, int64_t bytes, int root) override {
     PGQ_ASSERT(root >= 0 && root < world_size_, "broadcast root {} of {} ranks", root, world_size_);
-    StatsScope scope(stats_, static_cast<double>(bytes));
+    CountedCall counted(stats_, static_cast<double>(bytes));
     inPieces(bytes, max_count_, [&](int64_t offset, int n) {
       MPI_Bcast(static_cast<char*>(data) + offset, n, MPI_BYTE, root, world_);
     });
   }
 
   std::vector<std::string> allGatherStrings(const std::string& text) override {
-    StatsScope scope(stats_, static_cast<double>(text.size()));
+    CountedCall counted(stats_, static_cast<double>(text.size()));
     int64_t length = static_cast<int64_t>(text.size());
     std::vector<int64_t> lengths(static_cast<size_t>(world_size_));
     MPI_Allgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, world_);
@@ -172,7 +155,7 @@ class MpiCollectives final : public Collectives {
   }
 
   void barrier() override {
-    StatsScope scope(stats_, 0);
+    CountedCall counted(stats_, 0);
     MPI_Barrier(world_);
   }
 
@@ -187,7 +170,7 @@ class MpiCollectives final : public Collectives {
 
   template <typename T>
   void allReduce(T* data, int64_t count, MPI_Datatype type, DeviceGroup group, MPI_Op op = MPI_SUM) {
-    StatsScope scope(stats_, static_cast<double>(count) * sizeof(T));
+    CountedCall counted(stats_, static_cast<double>(count) * sizeof(T));
     inPieces(count, max_count_, [&](int64_t offset, int n) {
       MPI_Allreduce(MPI_IN_PLACE, data + offset, n, type, op, comm(group));
     });

@@ -1,22 +1,11 @@
 #include "runtime/sharding.h"
 
-#include <cstring>
 #include <vector>
 
+#include "runtime/layout_util.h"
 #include "support/errors.h"
 
 namespace pgq {
-namespace {
-
-// `shape` seen as [outer, dim, inner] around `dim`.
-void around(const Shape& shape, int64_t dim, int64_t& outer, int64_t& inner) {
-  outer = 1;
-  inner = 1;
-  for (int i = 0; i < dim; ++i) outer *= shape.dim(i);
-  for (int i = static_cast<int>(dim) + 1; i < shape.rank(); ++i) inner *= shape.dim(i);
-}
-
-}  // namespace
 
 std::optional<ParamSplit> paramSplit(const Node& param) {
   if (!param.attrs().has(AttrKey::kSplit)) return std::nullopt;
@@ -39,12 +28,7 @@ Tensor shardOf(const Tensor& full, int64_t dim, int64_t index, int64_t parts) {
   std::vector<int64_t> dims(full.shape().dims().begin(), full.shape().dims().end());
   dims[static_cast<size_t>(dim)] /= parts;
   Tensor part(TensorType{DType::kF32, Shape(dims)});
-  int64_t outer = 0, inner = 0;
-  around(full.shape(), dim, outer, inner);
-  const int64_t row = dims[static_cast<size_t>(dim)] * inner;
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(part.data<float>() + o * row, full.data<float>() + (o * parts + index) * row,
-                static_cast<size_t>(row) * sizeof(float));
+  copyBlock(partLayout(part.shape(), dim, parts), full.data<float>(), index, part.data<float>());
   return part;
 }
 
@@ -55,13 +39,7 @@ Tensor gatherShards(const Tensor& local, int64_t dim, Collectives& comm) {
   Tensor full(TensorType{DType::kF32, Shape(dims)});
   std::vector<float> blocks(static_cast<size_t>(local.numElements() * parts));
   comm.allGather(local.data<float>(), blocks.data(), local.numElements(), DeviceGroup::kTensor);
-  int64_t outer = 0, inner = 0;
-  around(local.shape(), dim, outer, inner);
-  const int64_t row = local.shape().dim(static_cast<int>(dim)) * inner;
-  for (int64_t p = 0; p < parts; ++p)
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(full.data<float>() + (o * parts + p) * row, blocks.data() + (p * outer + o) * row,
-                  static_cast<size_t>(row) * sizeof(float));
+  fromPartMajor(partLayout(local.shape(), dim, parts), blocks.data(), full.data<float>());
   return full;
 }
 

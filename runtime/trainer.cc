@@ -543,9 +543,6 @@ namespace {
 // longer exact, and no run comes near it.
 constexpr int64_t kMaxPlannedSteps = int64_t{1} << 53;
 
-// The checkpoint fields that only this run can judge (the reader checked the rest):
-// a forged or foreign checkpoint can carry a valid checksum around values no run of
-// this config could have written. Returns the planned steps, when recorded.
 // A model config's YAML (ModelConfig::toYaml) without the lines that start with one of
 // `keys`.
 std::string withoutKeys(const std::string& yaml, std::initializer_list<std::string_view> keys) {
@@ -560,10 +557,14 @@ std::string withoutKeys(const std::string& yaml, std::initializer_list<std::stri
 // Checkpoints hold whole tensors: the device layout (tensor_parallel) may change
 // between runs, and so may the number of data-parallel replicas (batch is global).
 std::string withoutLayout(const std::string& yaml) { return withoutKeys(yaml, {"tensor_parallel: "}); }
-std::string withoutBatchAndSeed(const std::string& yaml) {
+// What a new run from a checkpoint (--init-from) may change besides the layout.
+std::string withoutNewRunKeys(const std::string& yaml) {
   return withoutKeys(yaml, {"batch: ", "seed: ", "tensor_parallel: "});
 }
 
+// The checkpoint fields that only this run can judge (the reader checked the rest):
+// a forged or foreign checkpoint can carry a valid checksum around values no run of
+// this config could have written. Returns the planned steps, when recorded.
 std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions& o, const std::string& path,
                                       bool same_run) {
   if (same_run && ckpt.seed != o.model.seed)
@@ -667,7 +668,7 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
   // (fine-tuning at a larger batch, a second seed of a fine-tuning run): neither changes
   // a parameter. A resumed run changes nothing.
   if (!same_run) {
-    if (withoutBatchAndSeed(ckpt.model_config) != withoutBatchAndSeed(o_.model.toYaml()))
+    if (withoutNewRunKeys(ckpt.model_config) != withoutNewRunKeys(o_.model.toYaml()))
       throw Error(fmt::format("{}: the checkpoint was trained with a different model config (only batch and seed "
                               "may change in a new run from it):\n{}",
                               path, ckpt.model_config));

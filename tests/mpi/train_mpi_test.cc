@@ -65,8 +65,9 @@ TEST_P(MpiTrainingModels, MatchesOneProcess) {
     StepRecord ra = a.step(step), rb = b.step(step);
     // Data parallel only: the loss and every gradient are averaged in one bucket (the
     // default bucket size).
-    if (g_tensor_parallel == 1 && std::getenv("PGQ_DP_BUCKET_MB") == nullptr)
+    if (g_tensor_parallel == 1 && std::getenv("PGQ_DP_BUCKET_MB") == nullptr) {
       EXPECT_EQ(job->stats().calls - calls, 1) << "step " << step + 1;
+    }
     EXPECT_NEAR(ra.loss, rb.loss, tolerance * std::abs(rb.loss)) << "step " << step + 1;
     EXPECT_NEAR(ra.grad_norm, rb.grad_norm, tolerance * rb.grad_norm) << "step " << step + 1;
   }
