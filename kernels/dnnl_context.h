@@ -24,6 +24,10 @@ struct MatmulKey {
   std::array<int64_t, 3> b_strides;
   // A runtime common source zero point (int8 only).
   bool src_zero_point;
+  // The OpenMP thread count the primitive was made for: oneDNN fixes a primitive's
+  // parallel split when it creates it, so one made for 1 thread runs on 1 thread even
+  // after omp_set_num_threads(2). Filled in by cachedMatmul; callers leave it 0.
+  int threads = 0;
   bool operator==(const MatmulKey&) const = default;
 };
 

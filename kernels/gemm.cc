@@ -1,5 +1,7 @@
 #include "kernels/gemm.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,7 @@ struct MatmulKeyHash {
     for (int64_t v : key.a_strides) mix(v);
     for (int64_t v : key.b_strides) mix(v);
     mix(key.src_zero_point);
+    mix(key.threads);
     return h;
   }
 };
@@ -54,11 +57,13 @@ dnnl::stream& cpuStream() {
   return stream;
 }
 
-const CachedMatmul& cachedMatmul(const MatmulKey& key) {
+const CachedMatmul& cachedMatmul(const MatmulKey& user_key) {
   // Entries are never erased and unordered_map nodes are stable, so a reference stays
   // valid after the lock is released. A primitive is created outside the lock (it can
   // take milliseconds); two threads racing on a new key both create one and the first
   // insert wins.
+  MatmulKey key = user_key;
+  key.threads = omp_get_max_threads();
   static std::mutex mutex;
   static std::unordered_map<MatmulKey, std::unique_ptr<CachedMatmul>, MatmulKeyHash> cache;
   {
