@@ -16,6 +16,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "kernels/threads.h"
 #include "kernels/elementwise.h"
 #include "kernels/layout.h"
 #include "kernels/norm.h"
@@ -215,4 +216,11 @@ PGQ_THREADS(BM_SumSquares);
 }  // namespace
 }  // namespace pgq::kernels
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/threads.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
 
@@ -157,6 +158,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 }  // namespace pgq::kernels
 
 int main(int argc, char** argv) {
+  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   using namespace pgq::kernels;
   for (const NamedShape& s : benchShapes()) {
     for (Mode mode : {Mode::kF32, Mode::kInt8Raw, Mode::kInt8Quant}) {

@@ -32,6 +32,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/threads.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
 #include "plan/hardware.h"
@@ -156,6 +157,7 @@ Check stepRatio() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   bool with_step = !(argc > 1 && std::strcmp(argv[1], "--no-step") == 0);
   std::vector<Check> checks = {gemmRatio()};
   for (Check& c : quantizeRatios()) checks.push_back(std::move(c));

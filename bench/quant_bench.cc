@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/threads.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
 #include "kernels/sr_noise.h"
@@ -138,6 +139,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 }  // namespace pgq::kernels
 
 int main(int argc, char** argv) {
+  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   using namespace pgq::kernels;
   for (const NamedView& v : kViews) {
     for (Mode mode :

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/threads.h"
 #include "app/hwprobe.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
@@ -47,6 +48,7 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--threads") == 0) omp_set_num_threads(std::atoi(argv[i + 1]));
   namespace k = pgq::kernels;

@@ -14,6 +14,7 @@
 
 #include <cstdio>
 
+#include "kernels/threads.h"
 #include "ir/dot_dims.h"
 #include <fmt/format.h>
 
@@ -124,4 +125,11 @@ BENCHMARK_CAPTURE(quantizedStep, gpt2_124m_FB, std::string("gpt2-124m"), std::st
 BENCHMARK(writeProfile)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, tiny, std::string("tiny"))->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -22,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/threads.h"
 #include "runtime/mpi.h"
 #include "support/errors.h"
 #include "pgq_version.h"
@@ -57,16 +58,15 @@ std::string checkOmpNumThreads() {
   return "";
 }
 
-// Under mpirun each process of a node would start one OpenMP thread per processor, and
-// N ranks would spin N times too many threads. Each rank gets its share of the node's
-// processors instead, unless OMP_NUM_THREADS says otherwise; --threads, parsed later,
-// overrides this too. Call before any parallel region.
-void shareProcessorsBetweenRanks() {
+// OpenMP's own default is one thread per processor of the affinity mask; pgq also heeds
+// a cgroup CPU quota (a container given 1.5 CPUs of 8), and under mpirun each rank gets
+// its share of the node, or N ranks would run N times too many threads. OMP_NUM_THREADS
+// wins over this, and --threads, parsed later, over both. Call before any parallel region.
+void setDefaultThreadCount() {
   const char* env = std::getenv("OMP_NUM_THREADS");
-  if (!pgq::mpiActive() || (env != nullptr && *env != '\0')) return;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  int ranks = local != nullptr ? std::atoi(local) : 1;
-  omp_set_num_threads(std::max(1, omp_get_num_procs() / std::max(1, ranks)));
+  if (env != nullptr && *env != '\0') return;
+  const char* local = pgq::mpiActive() ? std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : nullptr;
+  omp_set_num_threads(pgq::kernels::defaultThreadCount(local != nullptr ? std::atoi(local) : 1));
 }
 
 // Prints `message` (a full line without its newline) and returns `code`. Under mpirun a
@@ -135,6 +135,8 @@ int run(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Idle OpenMP threads spin briefly, then sleep (kernels/threads.h): may run pgq again.
+  pgq::kernels::useSpinWaitPolicy(argv);
   // The kernels are compiled for AVX2+FMA (x86-64-v3); say so instead of dying with
   // SIGILL on an older CPU.
   __builtin_cpu_init();
@@ -154,7 +156,7 @@ int main(int argc, char** argv) {
 
   if (std::string error = checkOmpNumThreads(); !error.empty())
     return fail(kExitUsage, fmt::format("pgq: error: {}", error));
-  shareProcessorsBetweenRanks();
+  setDefaultThreadCount();
 
   CLI::App app{"pgq: profile-guided quantization of transformer training.\n"
                "Profiles GEMM operand statistics, picks which GEMMs run in int8, rewrites the\n"

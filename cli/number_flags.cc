@@ -33,9 +33,9 @@ void addThreadsFlag(CLI::App* cmd) {
            if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
          },
          fmt::format("OpenMP threads; in {} (this machine's processors), default 0: OpenMP's default "
-                     "(OMP_NUM_THREADS, else one per processor; under mpirun, the node's processors "
-                     "divided by the job's ranks on that node). More threads than processors only slow "
-                     "OpenMP down",
+                     "(OMP_NUM_THREADS, else one per processor this process may use: its affinity mask, "
+                     "capped by a cgroup CPU quota; under mpirun, divided by the job's ranks on the "
+                     "node). More threads than processors only slow OpenMP down",
                      range.text()))
       ->type_name("INT");
 }

@@ -132,8 +132,9 @@ void addTrainCommand(CLI::App& app) {
     fmt::print("trained {} to step {}: loss {:.4f}", o.model.name, r.history.back().step, r.history.back().loss);
     if (r.final_val_loss) fmt::print(", val loss {:.4f}", *r.final_val_loss);
     if (r.final_val_bpb) fmt::print(" ({:.4f} bits per byte)", *r.final_val_bpb);
-    fmt::print("\n{:.1f} ms/step ({:.0f} tokens/s, {} threads), peak memory {:.1f} MiB\n", ms,
-               static_cast<double>(o.model.tokens()) / (ms / 1000.0), omp_get_max_threads(),
+    const int threads = omp_get_max_threads();
+    fmt::print("\n{:.1f} ms/step ({:.0f} tokens/s, {} thread{}), peak memory {:.1f} MiB\n", ms,
+               static_cast<double>(o.model.tokens()) / (ms / 1000.0), threads, threads == 1 ? "" : "s",
                static_cast<double>(r.memory.peak()) / (1 << 20));
     fmt::print("metrics: {}\ncheckpoint: {}\n", r.metrics_path, r.checkpoint_path);
     if (!r.profile_path.empty())

@@ -641,6 +641,29 @@ TEST_F(Cli, OmpNumThreadsOutOfRangeIsRefusedBeforeOpenMpStarts) {
   EXPECT_EQ(shell("OMP_NUM_THREADS=1 " + kPgq + " --version").code, 0);
 }
 
+TEST_F(Cli, OpenMpThreadsSpinBrieflyUnlessTheUserChoseAWaitPolicy) {
+  // libgomp prints its settings at start-up with OMP_DISPLAY_ENV; the last print is the
+  // one the running pgq uses (pgq runs itself again to set GOMP_SPINCOUNT).
+  auto lastSpinCount = [](const std::string& out) {
+    size_t at = out.rfind("GOMP_SPINCOUNT = '");
+    if (at == std::string::npos) return std::string("(none)");
+    at += std::string("GOMP_SPINCOUNT = '").size();
+    return out.substr(at, out.find('\'', at) - at);
+  };
+  Result plain = shell("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose " + kPgq + " --version 2>&1");
+  EXPECT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(lastSpinCount(plain.out), "1000") << plain.out;
+  EXPECT_NE(plain.out.find("pgq 0."), std::string::npos) << plain.out;
+  Result passive = shell("env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive OMP_DISPLAY_ENV=verbose " + kPgq + " --version 2>&1");
+  EXPECT_EQ(lastSpinCount(passive.out), "0") << passive.out;
+  Result chosen = shell("env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=50000 OMP_DISPLAY_ENV=verbose " + kPgq + " --version 2>&1");
+  EXPECT_EQ(lastSpinCount(chosen.out), "50000") << chosen.out;
+  // Arguments reach the second run unchanged.
+  Result args = shell("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + kPgq + " ir print --help 2>&1");
+  EXPECT_EQ(args.code, 0) << args.out;
+  EXPECT_NE(args.out.find("Usage: pgq ir print"), std::string::npos) << args.out;
+}
+
 TEST_F(Cli, OutputsFollowSymlinksAndWriteDevicesInPlace) {
   std::string real = write("real.yaml", "old\n"), link = (dir_ / "link.yaml").string();
   fs::create_symlink(real, link);
