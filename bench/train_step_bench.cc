@@ -83,7 +83,7 @@ std::string recipeFor(const std::string& model, const std::string& policy) {
   }
   pgq::Recipe recipe = pgq::generateRecipe(profiles.at(model), pgq::loadHardwareModel("epyc-zen3-2c"),
                                            pgq::loadPolicy(policy), "benchmark");
-  std::string path = fmt::format("/tmp/pgq_bench_recipe_{}_{}.yaml", model, std::hash<std::string>{}(policy));
+  std::string path = fmt::format("/tmp/pgq_bench_recipe_{}.yaml", std::hash<std::string>{}(model + "|" + policy));
   pgq::writeRecipe(path, recipe);
   return path;
 }
@@ -122,6 +122,14 @@ BENCHMARK_CAPTURE(quantizedStep, medium_FB, std::string("medium"), std::string("
 BENCHMARK_CAPTURE(quantizedStep, medium_FB_SR, std::string("medium"), std::string("F+B_SR"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, gpt2_124m, std::string("gpt2-124m"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, gpt2_124m_FB, std::string("gpt2-124m"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+// Issue 15's shapes: GPT-2's width at 4 layers, and GPT-2 124M exactly at fine-tuning size.
+const std::string kGpt2Width = std::string(PGQ_BENCH_DIR) + "/gpt2_width.yaml";
+const std::string kGpt2Exact = std::string(PGQ_BENCH_DIR) + "/gpt2_124m_exact.yaml";
+BENCHMARK_CAPTURE(f32Step, gpt2_width, kGpt2Width)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, gpt2_width_FB, kGpt2Width, std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(profiledStep, gpt2_width, kGpt2Width)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(f32Step, gpt2_exact, kGpt2Exact)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(quantizedStep, gpt2_exact_FB, kGpt2Exact, std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(writeProfile)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, tiny, std::string("tiny"))->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -25,31 +25,33 @@ struct TrainArgs {
   TrainOptions options;
 };
 
-// Per-op time split: which kinds of kernels the step spends its time in.
-void printOpProfile(const TrainResult& result) {
+// Per-op time split: which kinds of kernels the step spends its time in. Prints nothing
+// when no step of this kind ran.
+void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view steps_kind) {
   std::map<std::string, double> by_kind;
   double total = 0, gemm = 0;
-  int64_t calls = 1;
-  for (const OpTiming& p : result.op_profile) {
+  int64_t calls = 0;
+  for (const OpTiming& p : op_profile) {
     std::string kind(opName(p.op));
     by_kind[kind] += p.total_ms;
     total += p.total_ms;
     if (p.op == Op::kMatMul || p.op == Op::kQMatMul) gemm += p.total_ms;
     calls = std::max(calls, p.calls);
   }
+  if (calls == 0) return;
   std::vector<std::pair<double, std::string>> rows;
   for (const auto& [kind, ms] : by_kind) rows.emplace_back(ms, kind);
   std::sort(rows.rbegin(), rows.rend());
-  fmt::print("\nper-op time split ({} steps, kernel time {:.1f} ms/step, GEMMs {:.0f}%):\n", calls,
-             total / static_cast<double>(calls), 100.0 * gemm / std::max(total, 1e-9));
+  fmt::print("\nper-op time split of the {} ({} steps, kernel time {:.1f} ms/step, GEMMs {:.0f}%):\n", steps_kind,
+             calls, total / static_cast<double>(calls), 100.0 * gemm / std::max(total, 1e-9));
   fmt::print("  {:<20} {:>10} {:>7}\n", "op", "ms/step", "share");
   for (const auto& [ms, kind] : rows)
     fmt::print("  {:<20} {:>10.2f} {:>6.1f}%\n", kind, ms / static_cast<double>(calls),
                100.0 * ms / std::max(total, 1e-9));
   // GEMMs by label: where the GEMM time goes and how fast each shape runs.
   std::vector<const OpTiming*> gemms;
-  for (const OpTiming& p : result.op_profile)
-    if (p.op == Op::kMatMul || p.op == Op::kQMatMul) gemms.push_back(&p);
+  for (const OpTiming& p : op_profile)
+    if ((p.op == Op::kMatMul || p.op == Op::kQMatMul) && p.calls > 0) gemms.push_back(&p);
   std::sort(gemms.begin(), gemms.end(), [](auto* a, auto* b) { return a->total_ms > b->total_ms; });
   fmt::print("\n  {:<32} {:>6} {:>10} {:>9}\n", "GEMM (slowest 12)", "dtype", "ms/step", "GFLOP/s");
   for (size_t i = 0; i < std::min<size_t>(12, gemms.size()); ++i) {
@@ -140,7 +142,10 @@ void addTrainCommand(CLI::App& app) {
     if (!r.profile_path.empty())
       fmt::print("profile: {} ({} steps, written in {:.0f} ms); inspect it with: pgq sqnr-table {}\n", r.profile_path,
                  o.profile_steps, r.profile_write_ms, r.profile_path);
-    if (o.profile_ops) printOpProfile(r);
+    if (o.profile_ops) {
+      printOpProfile(r.op_profile, "training steps");
+      printOpProfile(r.profiled_op_profile, "profiled steps (stage i)");
+    }
     if (o.profile_ops && job)
       fmt::print("collectives (rank 0, over {} ranks): {:.2f} MB sent per step, {:.1f} ms per step in {:.0f} calls per step\n",
                  job->worldSize(), r.collective_bytes_per_step / 1e6, r.collective_ms_per_step,

@@ -341,6 +341,17 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
   QuantViewLayout layout = quantViewLayout(in.shape(), node.attrs().getInts(AttrKey::kContractDims),
                                            node.attrs().getIntsOr(AttrKey::kBatchDims, {}));
   std::vector<k::QuantFormat> formats = node.attrs().getFormats(AttrKey::kFormats);
+  // Formats that differ only in rounding (a gradient's RTN and SR) have the same scales:
+  // computeQuantParams does not read the rounding. One scales pass per distinct rest.
+  std::vector<k::QuantFormat> scale_formats;
+  std::vector<size_t> scales_of(formats.size());
+  for (size_t f = 0; f < formats.size(); ++f) {
+    k::QuantFormat key = formats[f];
+    key.rounding = Rounding::kNearest;
+    auto it = std::find(scale_formats.begin(), scale_formats.end(), key);
+    scales_of[f] = static_cast<size_t>(it - scale_formats.begin());
+    if (it == scale_formats.end()) scale_formats.push_back(key);
+  }
   const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
   const int64_t n = in.shape().numElements();
   int x = ctx.operand(0).slot, y = ctx.result();
@@ -353,10 +364,16 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
       data = rc.as<float>(permuted);
     }
     float* out = rc.as<float>(y);
+    const std::span<const float> values(data, static_cast<size_t>(n));
+    std::vector<std::vector<float>> params(scale_formats.size());
+    for (size_t g = 0; g < scale_formats.size(); ++g) {
+      params[g].resize(static_cast<size_t>(k::quantParamCount(layout.view, scale_formats[g])));
+      k::computeQuantParams(values, layout.view, scale_formats[g], params[g]);
+    }
     for (size_t f = 0; f < formats.size(); ++f) {
       // The step is the stream offset: each profiled step draws fresh SR noise.
-      k::QuantStats s = k::quantStats({data, static_cast<size_t>(n)}, layout.view, formats[f],
-                                      {seed, static_cast<uint64_t>(rc.step())});
+      k::QuantStats s = k::quantStatsWithParams(values, layout.view, formats[f], params[scales_of[f]],
+                                                {seed, static_cast<uint64_t>(rc.step())});
       float* row = out + f * kStatFields;
       double total = static_cast<double>(std::max<int64_t>(1, s.count));
       row[static_cast<int>(StatField::kSqnr)] = static_cast<float>(s.sqnr);

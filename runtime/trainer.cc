@@ -410,6 +410,8 @@ Executor& TrainingSession::instrumentedExecutor() {
   return *impl_->instrumented_exec;
 }
 
+const Executor* TrainingSession::instrumentedExecutorIfBuilt() const { return impl_->instrumented_exec.get(); }
+
 Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) const {
   const Impl& s = *impl_;
   PGQ_ASSERT(s.collector && s.collector->steps() > 0, "no profiled steps");
@@ -592,6 +594,20 @@ std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions
 
 // The bookkeeping around a session: run directory, resume, metrics, checkpoints,
 // progress.
+// Kernel time per node of an executor's timed runs (TrainOptions::profile_ops).
+std::vector<OpTiming> opTimings(const Executor& exec) {
+  std::vector<OpTiming> timings;
+  for (const NodeProfile& p : exec.profile()) {
+    double flops = 0;
+    if (p.node->op() == Op::kMatMul || p.node->op() == Op::kQMatMul)
+      flops = gemmSizes(p.node->operand(0)->shape(), p.node->operand(1)->shape(),
+                        DotDims::fromAttrs(p.node->attrs())).flops();
+    timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops,
+                       p.total_ms, p.calls});
+  }
+  return timings;
+}
+
 class TrainLoop {
  public:
   explicit TrainLoop(const TrainOptions& options) : o_(options) {}
@@ -885,14 +901,9 @@ TrainResult TrainLoop::run() {
     result.collective_calls_per_step = static_cast<double>(now.calls - collectives_before->calls) / steps;
   }
   result.memory = session_->executor().memory();
-  for (const NodeProfile& p : session_->executor().profile()) {
-    double flops = 0;
-    if (p.node->op() == Op::kMatMul || p.node->op() == Op::kQMatMul)
-      flops = gemmSizes(p.node->operand(0)->shape(), p.node->operand(1)->shape(),
-                        DotDims::fromAttrs(p.node->attrs())).flops();
-    result.op_profile.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""),
-                                 flops, p.total_ms, p.calls});
-  }
+  result.op_profile = opTimings(session_->executor());
+  if (const Executor* instrumented = session_->instrumentedExecutorIfBuilt())
+    result.profiled_op_profile = opTimings(*instrumented);
   return result;
 }
 

@@ -114,7 +114,8 @@ struct TrainResult {
   std::optional<double> final_val_loss;
   std::optional<double> final_val_bpb;
   MemoryStats memory;               // of the training executor
-  std::vector<OpTiming> op_profile;
+  std::vector<OpTiming> op_profile;           // the plain training steps
+  std::vector<OpTiming> profiled_op_profile;  // the stage (i) steps, when any were logged
   std::string checkpoint_path;
   std::string metrics_path;
   std::string profile_path;      // set when a profile was written
@@ -170,6 +171,8 @@ class TrainingSession {
   // `this_process_only` (then it is local).
   Profile profile(double plain_step_ms = 0, bool this_process_only = false) const;
   Executor& instrumentedExecutor();
+  // The instrumented executor if a profiled step built it, else null.
+  const Executor* instrumentedExecutorIfBuilt() const;
   Evaluation evaluate();
 
   const Corpus& corpus() const;

@@ -534,6 +534,25 @@ TEST_F(Cli, RecipeThenQuantizedTraining) {
   EXPECT_NE(other.out.find("same recipe"), std::string::npos) << other.out;
 }
 
+TEST_F(Cli, ProfileOpsSplitsTrainingAndProfiledSteps) {
+  // Every step profiled: only the profiled steps' split, with numbers (it once printed
+  // the untouched training executor: 0 ms and -nan GFLOP/s).
+  std::string profile = (dir_ / "p.yaml").string();
+  Result all = pgq("train --model tiny --steps 3 --no-progress --profile-ops --profile-steps 3 --profile-out " + profile +
+                   " --out " + (dir_ / "all").string());
+  ASSERT_EQ(all.code, 0) << all.out;
+  EXPECT_EQ(all.out.find("per-op time split of the training steps"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("per-op time split of the profiled steps (stage i) (3 steps"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("quant_stats"), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("nan"), std::string::npos) << all.out;
+  // Some of each: both splits.
+  Result both = pgq("train --model tiny --steps 5 --no-progress --profile-ops --profile-steps 2 --profile-out " + profile +
+                    " --out " + (dir_ / "both").string());
+  ASSERT_EQ(both.code, 0) << both.out;
+  EXPECT_NE(both.out.find("per-op time split of the training steps (3 steps"), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find("per-op time split of the profiled steps (stage i) (2 steps"), std::string::npos) << both.out;
+}
+
 TEST_F(Cli, StageTwoBadInputs) {
   std::string profile = (dir_ / "p.yaml").string();
   ASSERT_EQ(pgq("train --model tiny --steps 3 --no-progress --profile-steps 2 --profile-out " + profile + " --out " +
