@@ -1,32 +1,67 @@
 #include "ir/printer.h"
 
+#include <iterator>
+
 #include <fmt/format.h>
 
 namespace pgq {
+namespace {
 
-std::string printNode(const Node& node) {
-  std::string line = fmt::format("%{} = {}(", node.name(), opName(node.op()));
-  for (int i = 0; i < node.numOperands(); ++i)
-    line += fmt::format("{}%{}", i ? ", " : "", node.operand(i)->name());
-  line += ")";
+// Appends pieces to one buffer: the pipeline prints whole graphs to check the passes
+// that report no change, and a formatted string per piece made that a large share of
+// compile time.
+void appendNode(std::string& out, const Node& node) {
+  out += '%';
+  out += node.name();
+  out += " = ";
+  out += opName(node.op());
+  out += '(';
+  for (int i = 0; i < node.numOperands(); ++i) {
+    if (i) out += ", ";
+    out += '%';
+    out += node.operand(i)->name();
+  }
+  out += ')';
   if (!node.attrs().empty()) {
-    line += " {";
+    out += " {";
     bool first = true;
     for (const auto& [key, value] : node.attrs().entries()) {
-      line += fmt::format("{}{}={}", first ? "" : ", ", attrName(key), formatAttrValue(value));
+      if (!first) out += ", ";
+      out += attrName(key);
+      out += '=';
+      out += formatAttrValue(value);
       first = false;
     }
-    line += "}";
+    out += '}';
   }
-  return line + " : " + node.type().toString();
+  out += " : ";
+  out += dtypeName(node.dtype());
+  out += '[';
+  for (int i = 0; i < node.shape().rank(); ++i) {
+    if (i) out += ',';
+    fmt::format_to(std::back_inserter(out), "{}", node.shape().dim(i));
+  }
+  out += ']';
+}
+
+}  // namespace
+
+std::string printNode(const Node& node) {
+  std::string line;
+  appendNode(line, node);
+  return line;
 }
 
 std::string printGraph(const Graph& graph) {
   std::string out = fmt::format("graph @{} {{\n", graph.name());
-  for (const Node* node : graph.postOrder()) out += "  " + printNode(*node) + "\n";
+  for (const Node* node : graph.postOrder()) {
+    out += "  ";
+    appendNode(out, *node);
+    out += '\n';
+  }
   out += "  return";
   for (size_t i = 0; i < graph.outputs().size(); ++i)
-    out += fmt::format("{}%{}", i ? ", " : " ", graph.outputs()[i]->name());
+    fmt::format_to(std::back_inserter(out), "{}%{}", i ? ", " : " ", graph.outputs()[i]->name());
   return out + "\n}\n";
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "ir/builder.h"
 #include "support/errors.h"
@@ -30,17 +31,19 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     std::vector<std::string> uses;
   };
   std::vector<Request> requests;
+  // Each request's index by its key: searching the requests made this pass quadratic
+  // in the number of GEMMs.
+  std::map<std::tuple<const Node*, std::vector<int64_t>, std::vector<int64_t>>, size_t> index;
   auto request = [&](Node* value, std::vector<int64_t> contract, std::vector<int64_t> batch,
                      const std::string& use, bool gradient) {
     // Under bf16 GEMMs the operand is a convert: profile the f32 value it rounds.
     if (value->op() == Op::kConvert && value->operand(0)->dtype() == DType::kF32) value = value->operand(0);
-    auto it = std::find_if(requests.begin(), requests.end(), [&](const Request& r) {
-      return r.value == value && r.contract == contract && r.batch == batch;
-    });
-    if (it == requests.end()) it = requests.insert(requests.end(), {value, contract, batch, {}, {}});
-    addAll(it->formats, options_.formats);
-    if (gradient) addAll(it->formats, options_.gradient_formats);
-    it->uses.push_back(use);
+    auto [at, inserted] = index.try_emplace({value, contract, batch}, requests.size());
+    if (inserted) requests.push_back({value, std::move(contract), std::move(batch), {}, {}});
+    Request& r = requests[at->second];
+    addAll(r.formats, options_.formats);
+    if (gradient) addAll(r.formats, options_.gradient_formats);
+    r.uses.push_back(use);
   };
 
   for (Node* node : graph.postOrder()) {

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -158,12 +162,15 @@ Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
         s.fail(key, fmt::format("expected 'quantized/total', got '{}'", text));
     }
   }
+  // The line of each label seen so far: a recipe lists every GEMM, so comparing each
+  // entry with all the earlier ones was quadratic in the layers.
+  std::unordered_map<std::string, int> label_lines;
   for (const ConfigNode& entry : root.child("gemms").items()) {
     r.entries.push_back(readEntry(entry));
     const RecipeEntry& added = r.entries.back();
-    for (size_t i = 0; i + 1 < r.entries.size() && !added.label.empty(); ++i)
-      if (r.entries[i].label == added.label)
-        entry.fail("label", fmt::format("GEMM '{}' is listed twice (line {})", added.label, r.entries[i].line));
+    if (added.label.empty()) continue;
+    auto [seen, inserted] = label_lines.try_emplace(added.label, added.line);
+    if (!inserted) entry.fail("label", fmt::format("GEMM '{}' is listed twice (line {})", added.label, seen->second));
   }
   if (root.has("entry_count")) {
     int64_t recorded = root.getInt("entry_count", 0, INT32_MAX);
@@ -223,18 +230,37 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     gemms.push_back({a.getString(AttrKey::kLabel), a.getDirection(AttrKey::kDirection), a.getRoles(AttrKey::kRoles)});
   }
   auto where = [&](const RecipeEntry& e) { return fmt::format("{}:{}", recipe.source, e.line); };
+  // A generated recipe has one label entry per GEMM: trying every entry on every GEMM
+  // was quadratic in the layers. The first label entry for each label is found by
+  // look-up; only the match entries before it are tried in order.
+  std::unordered_map<std::string_view, size_t> first_label_entry;
+  std::vector<size_t> match_entries;
+  for (size_t i = 0; i < recipe.entries.size(); ++i) {
+    if (recipe.entries[i].label.empty())
+      match_entries.push_back(i);
+    else
+      first_label_entry.try_emplace(recipe.entries[i].label, i);
+  }
   std::vector<bool> used(recipe.entries.size(), false);
   std::vector<std::pair<std::string, GemmDecision>> out;
   for (const Gemm& g : gemms) {
     GemmDecision d;
     d.reason = "no recipe entry: kept in high precision";
-    for (size_t i = 0; i < recipe.entries.size(); ++i) {
+    auto label_entry = first_label_entry.find(g.label);
+    std::optional<size_t> hit;
+    if (label_entry != first_label_entry.end()) hit = label_entry->second;
+    for (size_t i : match_entries) {
+      if (hit && i > *hit) break;
       const RecipeEntry& e = recipe.entries[i];
-      bool hit = !e.label.empty() ? e.label == g.label
-                                  : e.match.matches(g.label) &&
-                                        (!e.direction || e.direction->matches(g.direction)) &&
-                                        (!e.role || std::find(g.roles.begin(), g.roles.end(), *e.role) != g.roles.end());
-      if (!hit) continue;
+      if (e.match.matches(g.label) && (!e.direction || e.direction->matches(g.direction)) &&
+          (!e.role || std::find(g.roles.begin(), g.roles.end(), *e.role) != g.roles.end())) {
+        hit = i;
+        break;
+      }
+    }
+    if (hit) {
+      const size_t i = *hit;
+      const RecipeEntry& e = recipe.entries[i];
       used[i] = true;
       d.decision = e.decision;
       if (e.decision == Decision::kInt8) {
@@ -243,10 +269,11 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       }
       d.smooth = e.smooth;
       d.reason = e.reason.empty() ? fmt::format("{} entry", where(e)) : e.reason;
-      break;
     }
     out.emplace_back(g.label, d);
   }
+  std::unordered_set<std::string_view> labels;
+  for (const Gemm& g : gemms) labels.insert(g.label);
   for (size_t i = 0; i < recipe.entries.size(); ++i) {
     if (used[i]) continue;
     const RecipeEntry& e = recipe.entries[i];
@@ -256,8 +283,7 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       if (!any) throw Error(fmt::format("{}: `match: {}` matches no GEMM of model {}", where(e), e.match.text(), graph.name()));
       continue;
     }
-    bool exists = std::any_of(gemms.begin(), gemms.end(), [&](const Gemm& g) { return g.label == e.label; });
-    if (exists) continue;
+    if (labels.count(e.label)) continue;  // shadowed by an earlier entry
     std::vector<std::pair<size_t, std::string>> close;
     for (const Gemm& g : gemms) close.emplace_back(editDistance(e.label, g.label), g.label);
     std::sort(close.begin(), close.end());
