@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -65,6 +66,37 @@ int Executor::rootSlot(const Node* node) const {
   return it->second;
 }
 
+namespace {
+
+// Stage (i)'s statistics kernels read a GEMM operand and feed nothing. Creation order
+// puts them after the whole backward pass (instrument_stats adds them last), which kept
+// every measured operand alive to the end of the step: a larger arena, and operands
+// read again long after they left the cache. Each now runs right after the last of its
+// operands; the rest of the order is unchanged.
+std::vector<const Node*> statisticsAfterTheirOperands(const std::vector<const Node*>& order) {
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  std::unordered_map<const Node*, std::vector<const Node*>> after;  // operand -> statistics
+  for (const Node* node : order) {
+    if (node->op() != Op::kQuantStats) continue;
+    const Node* last = nullptr;
+    for (int i = 0; i < node->numOperands(); ++i)
+      if (!last || position.at(node->operand(i)) > position.at(last)) last = node->operand(i);
+    if (last) after[last].push_back(node);
+  }
+  std::vector<const Node*> result;
+  result.reserve(order.size());
+  for (const Node* node : order) {
+    if (node->op() == Op::kQuantStats && node->numOperands() > 0) continue;
+    result.push_back(node);
+    if (auto it = after.find(node); it != after.end())
+      result.insert(result.end(), it->second.begin(), it->second.end());
+  }
+  return result;
+}
+
+}  // namespace
+
 void Executor::compile() {
   // 1. Schedule: what the outputs need, operands first.
   std::unordered_set<const Node*> live = liveNodes(graph_);
@@ -72,6 +104,7 @@ void Executor::compile() {
   std::vector<const Node*> order;
   for (const Node* node : all)
     if (live.count(node)) order.push_back(node);
+  order = statisticsAfterTheirOperands(order);
   std::unordered_set<const Node*> outputs(graph_.outputs().begin(), graph_.outputs().end());
 
   for (const Node* node : order) {
