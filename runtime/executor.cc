@@ -68,30 +68,70 @@ int Executor::rootSlot(const Node* node) const {
 
 namespace {
 
-// Stage (i)'s statistics kernels read a GEMM operand and feed nothing. Creation order
-// puts them after the whole backward pass (instrument_stats adds them last), which kept
-// every measured operand alive to the end of the step: a larger arena, and operands
-// read again long after they left the cache. Each now runs right after the last of its
-// operands; the rest of the order is unchanged.
-std::vector<const Node*> statisticsAfterTheirOperands(const std::vector<const Node*>& order) {
+// Moves kernels that only consume a value to right after it, where creation order put
+// them later and so kept the value alive longer; the rest of the order is unchanged.
+//  - Stage (i)'s statistics kernels read a GEMM operand and feed nothing. instrument_stats
+//    adds them last, after the whole backward pass, which kept every measured operand
+//    alive to the end of the step (a larger arena) and read it long after it left the
+//    cache. Each runs right after the last of its operands.
+//  - An f32 value that is read only to be quantized (quant_params and quantize, e.g. a
+//    gradient read by its data- and weight-gradient GEMMs in int8, or an activation
+//    saved for an int8 weight-gradient GEMM) is quantized right after it is made: the
+//    f32 value dies there, and only its int8 copies (a quarter of its bytes each) wait
+//    for their GEMMs.
+std::vector<const Node*> consumersAfterTheirValues(const std::vector<const Node*>& order,
+                                                   const std::unordered_set<const Node*>& live,
+                                                   const std::unordered_set<const Node*>& outputs) {
   std::unordered_map<const Node*, size_t> position;
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
-  std::unordered_map<const Node*, std::vector<const Node*>> after;  // operand -> statistics
+  std::unordered_map<const Node*, std::vector<const Node*>> after;  // anchor -> moved, in order
+  std::unordered_set<const Node*> moved;
   for (const Node* node : order) {
-    if (node->op() != Op::kQuantStats) continue;
-    const Node* last = nullptr;
-    for (int i = 0; i < node->numOperands(); ++i)
-      if (!last || position.at(node->operand(i)) > position.at(last)) last = node->operand(i);
-    if (last) after[last].push_back(node);
+    if (node->op() != Op::kQuantStats || node->numOperands() == 0) continue;
+    const Node* last = node->operand(0);
+    for (int i = 1; i < node->numOperands(); ++i)
+      if (position.at(node->operand(i)) > position.at(last)) last = node->operand(i);
+    after[last].push_back(node);
+    moved.insert(node);
+  }
+  auto isQuantization = [](const Node* n) { return n->op() == Op::kQuantize || n->op() == Op::kQuantParams; };
+  for (const Node* value : order) {
+    // (A quant_params result is f32 and read only by its quantize: moving that quantize
+    // up would only make its int8 copy live longer.)
+    if (outputs.count(value) || value->dtype() != DType::kF32 || isQuantization(value)) continue;
+    std::vector<const Node*> users;
+    bool only_quantized = true;
+    for (const Node* user : value->users()) {
+      if (!live.count(user) || std::find(users.begin(), users.end(), user) != users.end()) continue;
+      only_quantized = only_quantized && isQuantization(user) && !moved.count(user);
+      users.push_back(user);
+    }
+    if (users.empty() || !only_quantized) continue;
+    // Every other operand of a moved kernel must be ready at `value`: made before it, or
+    // one of these users (a quantize's params), which keep their relative order.
+    std::sort(users.begin(), users.end(), [&](const Node* a, const Node* b) { return position.at(a) < position.at(b); });
+    bool ready = true;
+    for (const Node* user : users)
+      for (int i = 0; i < user->numOperands(); ++i) {
+        const Node* operand = user->operand(i);
+        bool earlier_user = std::find(users.begin(), users.end(), operand) != users.end() &&
+                            position.at(operand) < position.at(user);
+        ready = ready && (operand == value || earlier_user || position.at(operand) < position.at(value));
+      }
+    if (!ready) continue;
+    for (const Node* user : users) moved.insert(user);
+    after[value] = users;
   }
   std::vector<const Node*> result;
   result.reserve(order.size());
-  for (const Node* node : order) {
-    if (node->op() == Op::kQuantStats && node->numOperands() > 0) continue;
+  auto place = [&](auto& self, const Node* node) -> void {
     result.push_back(node);
     if (auto it = after.find(node); it != after.end())
-      result.insert(result.end(), it->second.begin(), it->second.end());
-  }
+      for (const Node* next : it->second) self(self, next);
+  };
+  for (const Node* node : order)
+    if (!moved.count(node)) place(place, node);
+  PGQ_ASSERT(result.size() == order.size(), "rescheduling lost kernels ({} of {})", result.size(), order.size());
   return result;
 }
 
@@ -104,8 +144,8 @@ void Executor::compile() {
   std::vector<const Node*> order;
   for (const Node* node : all)
     if (live.count(node)) order.push_back(node);
-  order = statisticsAfterTheirOperands(order);
   std::unordered_set<const Node*> outputs(graph_.outputs().begin(), graph_.outputs().end());
+  order = consumersAfterTheirValues(order, live, outputs);
 
   for (const Node* node : order) {
     std::string why;

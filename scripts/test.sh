@@ -3,7 +3,7 @@
 #   1. scripts/setup.sh: install missing Debian packages, Release build in ./build
 #   2. ctest on that build: unit tests, golden IR files, gradient checks, parity with
 #      PyTorch, training runs, the installed-package example
-#   3. the performance smoke: four speed ratios measured in one process (bench/perf_smoke.cc)
+#   3. the performance smoke: six speed ratios measured in one process (bench/perf_smoke.cc)
 #   4. every test again under AddressSanitizer + UBSan (./build-asan), but PyTorch parity
 #      and the installed-package example
 #   5. the IR parser under libFuzzer for FUZZ_SECONDS (default 60) (./build-fuzz)
@@ -22,7 +22,7 @@ scripts/setup.sh
 step "ctest (Release)"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1500
 
-step "performance smoke: int8 GEMM, quantizer and F+B step ratios (bench/perf_smoke.cc)"
+step "performance smoke: int8 GEMM, quantizer, thread scaling, F+B and profiled step ratios (bench/perf_smoke.cc)"
 build/bench/perf_smoke
 
 step "sanitizers: every test binary under ASan + UBSan (./build-asan)"
