@@ -16,7 +16,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "kernels/threads.h"
+#include "bench/bench_main.h"
 #include "kernels/elementwise.h"
 #include "kernels/layout.h"
 #include "kernels/norm.h"
@@ -216,11 +216,4 @@ PGQ_THREADS(BM_SumSquares);
 }  // namespace
 }  // namespace pgq::kernels
 
-int main(int argc, char** argv) {
-  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+PGQ_BENCHMARK_MAIN();

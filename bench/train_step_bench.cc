@@ -14,7 +14,7 @@
 
 #include <cstdio>
 
-#include "kernels/threads.h"
+#include "bench/bench_main.h"
 #include "ir/dot_dims.h"
 #include <fmt/format.h>
 
@@ -133,11 +133,4 @@ BENCHMARK_CAPTURE(quantizedStep, gpt2_exact_FB, kGpt2Exact, std::string("F+B"))-
 BENCHMARK(writeProfile)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, tiny, std::string("tiny"))->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-int main(int argc, char** argv) {
-  pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+PGQ_BENCHMARK_MAIN();

@@ -356,6 +356,12 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
   const int64_t n = in.shape().numElements();
   int x = ctx.operand(0).slot, y = ctx.result();
   int permuted = layout.perm ? ctx.scratch(static_cast<size_t>(n) * sizeof(float)) : -1;
+  std::vector<size_t> param_counts;
+  std::vector<int> param_slots;  // one scales buffer per scale format
+  for (const k::QuantFormat& format : scale_formats) {
+    param_counts.push_back(static_cast<size_t>(k::quantParamCount(layout.view, format)));
+    param_slots.push_back(ctx.scratch(param_counts.back() * sizeof(float)));
+  }
   std::vector<int64_t> dims(in.shape().dims().begin(), in.shape().dims().end());
   return [=](const RunContext& rc) {
     const float* data = rc.as<float>(x);
@@ -365,9 +371,9 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
     }
     float* out = rc.as<float>(y);
     const std::span<const float> values(data, static_cast<size_t>(n));
-    std::vector<std::vector<float>> params(scale_formats.size());
+    std::vector<std::span<float>> params;
     for (size_t g = 0; g < scale_formats.size(); ++g) {
-      params[g].resize(static_cast<size_t>(k::quantParamCount(layout.view, scale_formats[g])));
+      params.emplace_back(rc.as<float>(param_slots[g]), param_counts[g]);
       k::computeQuantParams(values, layout.view, scale_formats[g], params[g]);
     }
     for (size_t f = 0; f < formats.size(); ++f) {
