@@ -34,14 +34,53 @@ bool parseNumber(std::string_view text, T& value) {
 
 [[noreturn]] void badText(std::string_view text, std::string_view why) {
   throw Error(fmt::format(
-      "bad quantization format \"{}\": {} (expected int<2..8>:<tensor|channel|block<N>>:<rtn|sr>"
-      "[:asym][:clip=mse|clip=p<percent>], e.g. int8:channel:rtn)",
+      "bad quantization format \"{}\": {} (expected <int<2..8>|e4m3|e5m2>:<tensor|channel|block<N>>:"
+      "<rtn|sr>[:scale=e8m0|scale=two_level][:asym][:clip=mse|clip=p<percent>], e.g. int8:channel:rtn, "
+      "e4m3:tensor:rtn, mxfp8_e4m3)",
       text, why));
+}
+
+// The canonical text of an MX alias (mxfp8_e4m3[:rtn|sr]), or empty.
+std::string expandAlias(std::string_view text) {
+  struct Alias {
+    std::string_view name, canonical_head;
+  };
+  static constexpr Alias kAliases[] = {
+      {"mxfp8_e4m3", "e4m3:block32"}, {"mxfp8_e5m2", "e5m2:block32"}, {"mxint8", "int8:block32"}};
+  for (const Alias& a : kAliases) {
+    if (text.substr(0, a.name.size()) != a.name) continue;
+    std::string_view rest = text.substr(a.name.size());
+    std::string rounding = "rtn";
+    if (rest == ":sr" || rest == ":rtn") {
+      rounding = std::string(rest.substr(1));
+    } else if (!rest.empty()) {
+      return "";
+    }
+    return fmt::format("{}:{}:scale=e8m0", a.canonical_head, rounding);
+  }
+  return "";
 }
 
 }  // namespace
 
 void QuantFormat::validate() const {
+  if (element != Element::kInt) {
+    if (bits != 8) throw Error(fmt::format("quant format: bits={} for {}, expected 8", bits, elementName(element)));
+    if (asymmetric) throw Error(fmt::format("quant format: {} elements are symmetric (no asym)", elementName(element)));
+    if (clipping != Clipping::kNone)
+      throw Error(fmt::format("quant format: {} elements take no clip field (they saturate at their largest value)",
+                              elementName(element)));
+  }
+  if (scale != ScaleKind::kF32) {
+    const char* name = scale == ScaleKind::kE8M0 ? "e8m0" : "two_level";
+    if (granularity != Granularity::kPerBlock)
+      throw Error(fmt::format("quant format: scale={} needs block<N> granularity (e.g. block32, as MX), not {}", name,
+                              granularityName(granularity)));
+    if (asymmetric || clipping != Clipping::kNone)
+      throw Error(fmt::format("quant format: scale={} takes no asym or clip field", name));
+    if (scale == ScaleKind::kTwoLevel && element == Element::kInt)
+      throw Error("quant format: scale=two_level (MOSS) needs an FP8 element (e4m3 or e5m2)");
+  }
   if (bits < 2 || bits > 8) {
     throw Error(fmt::format("quant format: bits={} is unsupported, expected 2..8", bits));
   }
@@ -63,13 +102,15 @@ void QuantFormat::validate() const {
 }
 
 std::string QuantFormat::toString() const {
-  std::string text = fmt::format("int{}:", bits);
+  std::string text = element == Element::kInt ? fmt::format("int{}:", bits) : fmt::format("{}:", elementName(element));
   switch (granularity) {
     case Granularity::kPerTensor: text += "tensor"; break;
     case Granularity::kPerChannel: text += "channel"; break;
     case Granularity::kPerBlock: text += fmt::format("block{}", block); break;
   }
   text += rounding == Rounding::kNearest ? ":rtn" : ":sr";
+  if (scale == ScaleKind::kE8M0) text += ":scale=e8m0";
+  if (scale == ScaleKind::kTwoLevel) text += ":scale=two_level";
   if (asymmetric) text += ":asym";
   if (clipping == Clipping::kMse) text += ":clip=mse";
   // fmt prints the shortest text that parses back to the same double.
@@ -78,11 +119,16 @@ std::string QuantFormat::toString() const {
 }
 
 QuantFormat QuantFormat::parse(std::string_view text) {
+  if (std::string canonical = expandAlias(text); !canonical.empty()) return parse(canonical);
   std::vector<std::string_view> fields = splitFields(text);
-  if (fields.size() < 3) badText(text, "needs at least bits, granularity and rounding");
+  if (fields.size() < 3) badText(text, "needs at least element, granularity and rounding");
   QuantFormat format;
-  if (fields[0].substr(0, 3) != "int" || !parseNumber(fields[0].substr(3), format.bits)) {
-    badText(text, fmt::format("bad bits field '{}'", fields[0]));
+  if (fields[0] == "e4m3") {
+    format.element = Element::kE4M3;
+  } else if (fields[0] == "e5m2") {
+    format.element = Element::kE5M2;
+  } else if (fields[0].substr(0, 3) != "int" || !parseNumber(fields[0].substr(3), format.bits)) {
+    badText(text, fmt::format("bad element field '{}'", fields[0]));
   }
   std::string_view granularity = fields[1];
   if (granularity == "tensor") {
@@ -104,9 +150,13 @@ QuantFormat QuantFormat::parse(std::string_view text) {
   }
   bool seen_asym = false;
   bool seen_clip = false;
+  bool seen_scale = false;
   for (size_t i = 3; i < fields.size(); ++i) {
     std::string_view field = fields[i];
-    if (field == "asym" && !seen_asym) {
+    if ((field == "scale=e8m0" || field == "scale=two_level") && !seen_scale) {
+      seen_scale = true;
+      format.scale = field == "scale=e8m0" ? ScaleKind::kE8M0 : ScaleKind::kTwoLevel;
+    } else if (field == "asym" && !seen_asym) {
       seen_asym = true;
       format.asymmetric = true;
     } else if (field == "clip=mse" && !seen_clip) {
@@ -170,6 +220,39 @@ int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channe
 
 int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract) {
   return quantGroupCount(format, batch, channels, contract) * (format.asymmetric ? 2 : 1);
+}
+
+std::string_view formatFamily(const QuantFormat& format) {
+  switch (format.scale) {
+    case ScaleKind::kF32: return format.isFloat() ? "fp8" : "int8";
+    case ScaleKind::kE8M0: return format.isFloat() ? "mxfp8" : "mxint8";
+    case ScaleKind::kTwoLevel: return "moss_fp8";
+  }
+  return "?";
+}
+
+ElementLimits elementLimits(const QuantFormat& format) {
+  switch (format.element) {
+    // OCP 8-bit Floating Point Specification (OFP8) rev. 1.0: E4M3 has bias 7, no
+    // infinities and one NaN mantissa pattern, so its largest value is 1.75 * 2^8;
+    // E5M2 has bias 15 and IEEE-style infinities, largest 1.75 * 2^15.
+    case Element::kE4M3: return {448.0, -6, 8, 3};
+    case Element::kE5M2: return {57344.0, -14, 15, 2};
+    case Element::kInt:
+      // qmax, and for power-of-two scales the exponent that puts a group's absmax in
+      // [2^(bits-2), 2^(bits-1)) steps: OCP MX's INT8 (emax 0, implicit scale 2^-6).
+      return {double((1 << (format.bits - 1)) - 1), 0, format.bits - 2, 0};
+  }
+  return {};
+}
+
+const char* elementName(Element element) {
+  switch (element) {
+    case Element::kInt: return "int";
+    case Element::kE4M3: return "e4m3";
+    case Element::kE5M2: return "e5m2";
+  }
+  return "?";
 }
 
 const char* granularityName(Granularity granularity) {

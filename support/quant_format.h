@@ -4,13 +4,29 @@
 // (`int8:channel:rtn`, `int7:channel:sr`, `int8:block64:rtn:clip=mse`), so that form is
 // part of the file formats: toString() and parse() round-trip and stay stable.
 //
-// Text grammar:  int<bits>:<granularity>:<rounding>[:asym][:clip=mse|clip=p<percent>]
-//   bits         2..8
+// Text grammar:  <element>:<granularity>:<rounding>[:scale=e8m0|scale=two_level][:asym]
+//                 [:clip=mse|clip=p<percent>]
+//   element      int<bits>, bits 2..8 (a symmetric or asymmetric integer grid), or an
+//                OCP FP8 element: e4m3 (max 448, subnormals down to 2^-9, no infinity)
+//                or e5m2 (max 57344, subnormals down to 2^-16); FP8 conversions
+//                saturate to the largest finite value, as OCP's saturating mode
 //   granularity  tensor | channel | block<N>   (N = block length along the contracting dim)
 //   rounding     rtn (round to nearest, ties to even) | sr (stochastic rounding)
 //   asym         asymmetric grid with a zero point (default: symmetric, no zero point)
 //   clip=p99.9   clip at the 99.9th percentile of |x| (of x per tail when asymmetric)
 //   clip=mse     clip at the ratio of the range that minimizes the quantization MSE
+//   scale=e8m0   each group's scale is a power of two, as OCP Microscaling (MX) stores
+//                it: 2^(floor(log2 absmax) - emax of the element). MXFP8 E4M3 is
+//                e4m3:block32:rtn:scale=e8m0, MXINT8 int8:block32:rtn:scale=e8m0.
+//   scale=two_level  MOSS: one f32 scale per tensor (absmax / max element) times a
+//                power-of-two local scale per group, 2^ceil(log2(group absmax /
+//                tensor absmax)), so no group clips
+// Aliases parse to their canonical form: mxfp8_e4m3, mxfp8_e5m2 and mxint8, each
+// optionally followed by :rtn or :sr (default rtn).
+// FP8 elements take no asym or clip fields; scale=e8m0 and scale=two_level need
+// block<N> granularity, and two_level an FP8 element.
+// A format other than an integer grid with f32 scales is *emulated* on CPUs: the GEMM
+// reads the dequantized values (exactly the values the format represents) in f32.
 // toString() writes the optional fields in that order; parse() accepts them in any
 // order but each at most once.
 #include <cstdint>
@@ -22,9 +38,12 @@ namespace pgq {
 enum class Granularity { kPerTensor, kPerChannel, kPerBlock };
 enum class Rounding { kNearest, kStochastic };
 enum class Clipping { kNone, kPercentile, kMse };
+enum class Element { kInt, kE4M3, kE5M2 };
+enum class ScaleKind { kF32, kE8M0, kTwoLevel };
 
 struct QuantFormat {
-  int bits = 8;
+  Element element = Element::kInt;
+  int bits = 8;  // 8 for FP8 elements
   // One scale for the whole tensor, one per channel (non-contracting index, per batch),
   // or one per block of `block` elements of a channel along the contracting dimension.
   Granularity granularity = Granularity::kPerChannel;
@@ -36,6 +55,12 @@ struct QuantFormat {
   Clipping clipping = Clipping::kNone;
   // For kPercentile: in (0, 100]; 100 means no clipping. Ignored otherwise.
   double percentile = 100.0;
+  ScaleKind scale = ScaleKind::kF32;
+
+  bool isFloat() const { return element != Element::kInt; }
+  // Runs as quantize -> dequantize -> f32 GEMM on CPUs (everything but int grids with
+  // f32 scales, which run as int8 GEMMs).
+  bool isEmulated() const { return isFloat() || scale != ScaleKind::kF32; }
 
   // Throws pgq::Error naming the bad field and what was expected.
   void validate() const;
@@ -61,6 +86,23 @@ QuantFormat perBlockFormat(int bits, int block, Rounding rounding = Rounding::kN
 int64_t quantBlockCount(const QuantFormat& format, int64_t contract);
 int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
+
+// The family a hardware model lists among the formats it runs natively:
+// int8 (integer grid, f32 scales), fp8 (FP8 elements, f32 scales), mxfp8, mxint8
+// (power-of-two block scales) or moss_fp8 (two-level scales).
+std::string_view formatFamily(const QuantFormat& format);
+inline constexpr std::string_view kFormatFamilies[] = {"int8", "fp8", "mxfp8", "mxint8", "moss_fp8"};
+
+// Element value limits: the largest finite value, the smallest normal exponent and
+// the mantissa bits of an FP8 element (int: qmax, 0, 0).
+struct ElementLimits {
+  double max = 0;
+  int emin = 0;       // exponent of the smallest normal value
+  int emax = 0;       // exponent of the largest normal value (OCP MX's emax_elem)
+  int mantissa = 0;   // stored mantissa bits
+};
+ElementLimits elementLimits(const QuantFormat& format);
+const char* elementName(Element element);  // int | e4m3 | e5m2
 
 const char* granularityName(Granularity granularity);
 const char* roundingName(Rounding rounding);

@@ -17,6 +17,46 @@ TEST(QuantFormat, TextRoundTrips) {
   }
 }
 
+TEST(QuantFormat, FloatAndMicroscalingTextRoundTrips) {
+  for (const char* text : {"e4m3:tensor:rtn", "e5m2:channel:sr", "e4m3:block32:rtn:scale=e8m0",
+                           "e5m2:block32:sr:scale=e8m0", "int8:block32:rtn:scale=e8m0",
+                           "e4m3:block16:rtn:scale=two_level", "e4m3:block128:rtn"}) {
+    QuantFormat format = QuantFormat::parse(text);
+    EXPECT_EQ(format.toString(), text);
+    EXPECT_TRUE(format.isEmulated()) << text;
+  }
+  EXPECT_FALSE(QuantFormat::parse("int8:block32:rtn").isEmulated());
+}
+
+TEST(QuantFormat, MicroscalingAliasesParseToTheCanonicalForm) {
+  EXPECT_EQ(QuantFormat::parse("mxfp8_e4m3").toString(), "e4m3:block32:rtn:scale=e8m0");
+  EXPECT_EQ(QuantFormat::parse("mxfp8_e5m2:sr").toString(), "e5m2:block32:sr:scale=e8m0");
+  EXPECT_EQ(QuantFormat::parse("mxint8:rtn").toString(), "int8:block32:rtn:scale=e8m0");
+  EXPECT_THROW(QuantFormat::parse("mxfp8_e4m3:block64"), Error);
+  EXPECT_THROW(QuantFormat::parse("mxfp4"), Error);
+}
+
+TEST(QuantFormat, FamiliesAndElementLimits) {
+  EXPECT_EQ(formatFamily(QuantFormat::parse("int7:channel:sr")), "int8");
+  EXPECT_EQ(formatFamily(QuantFormat::parse("e4m3:tensor:rtn")), "fp8");
+  EXPECT_EQ(formatFamily(QuantFormat::parse("mxfp8_e5m2")), "mxfp8");
+  EXPECT_EQ(formatFamily(QuantFormat::parse("mxint8")), "mxint8");
+  EXPECT_EQ(formatFamily(QuantFormat::parse("e4m3:block32:rtn:scale=two_level")), "moss_fp8");
+  EXPECT_EQ(elementLimits(QuantFormat::parse("e4m3:tensor:rtn")).max, 448.0);
+  EXPECT_EQ(elementLimits(QuantFormat::parse("e5m2:tensor:rtn")).max, 57344.0);
+  EXPECT_EQ(elementLimits(QuantFormat::parse("mxint8")).max, 127.0);
+  EXPECT_EQ(elementLimits(QuantFormat::parse("mxint8")).emax, 6);
+}
+
+TEST(QuantFormat, RejectsBadFloatFormats) {
+  for (const char* text : {"e4m3:channel:rtn:asym", "e5m2:tensor:rtn:clip=mse", "e4m3:channel:rtn:scale=e8m0",
+                           "e4m3:tensor:rtn:scale=two_level", "int8:block32:rtn:scale=two_level",
+                           "int8:block32:rtn:scale=e8m0:asym", "e4m3:block32:rtn:scale=e8m0:scale=e8m0",
+                           "e3m4:tensor:rtn", "fp8:tensor:rtn", "e4m3:block32:rtn:scale=f16"}) {
+    EXPECT_THROW(QuantFormat::parse(text), Error) << text;
+  }
+}
+
 TEST(QuantFormat, ParsesFields) {
   QuantFormat format = QuantFormat::parse("int7:block32:sr:clip=p99.5:asym");
   EXPECT_EQ(format.bits, 7);
