@@ -49,7 +49,7 @@ CandidateSqnrs candidateSqnrs(const Profile& profile, const HardwareModel& hw, c
   Recipe all = generateRecipe(profile, hw, p, "profile.yaml");
   CandidateSqnrs c;
   for (const RecipeEntry& e : all.entries) {
-    if (e.decision != Decision::kInt8) continue;
+    if (e.decision != Decision::kQuantize) continue;
     const GemmProfile* g = profile.find(e.label);
     PGQ_ASSERT(g != nullptr, "recipe entry '{}' is not a GEMM of its profile", e.label);
     (g->direction == GemmDirection::kFwd ? c.fwd : c.bwd).push_back(e.min_sqnr);

@@ -15,6 +15,7 @@ void addRecipeCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("recipe", "Decide which GEMMs run in int8, from a profile, a hardware model and a policy");
   static std::string profile, hardware, policy, out;
   static bool explain = false;
+  static double token_scale = 1.0;
   cmd->add_option("--profile", profile, "Profile written by pgq train --profile-out")->required();
   cmd->add_option("--hardware", hardware,
                   fmt::format("Hardware model: a preset ({}) or a YAML file (pgq hwprobe writes one)",
@@ -25,6 +26,11 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent");
   static std::string model;
   cmd->add_option("--model", model, "Check that the profile was made with this model (preset, YAML or ONNX file)");
+  cmd->add_option("--token-scale", token_scale,
+                  "The target run processes this many times the profiled run's tokens per device (e.g. 8 for batch 64 "
+                  "profiled at batch 8): the roofline sees GEMMs that large; SQNR stays as profiled")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
   cmd->callback([] {
     Profile p = loadProfile(profile);
@@ -34,7 +40,7 @@ void addRecipeCommand(CLI::App& app) {
     }
     HardwareModel hw = loadHardwareModel(hardware);
     Policy pol = loadPolicy(policy);
-    Recipe recipe = generateRecipe(p, hw, pol, profile);
+    Recipe recipe = generateRecipe(scaleTokens(p, token_scale), hw, pol, profile);
     if (out.empty()) {
       fmt::print("{}", recipeToYaml(recipe));
     } else {

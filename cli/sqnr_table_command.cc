@@ -13,13 +13,26 @@ void addSqnrTableCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("sqnr-table", "Show the SQNR of every GEMM input of a profile, lowest first");
   static std::string profile_path, format = "int8:channel:rtn", plot;
   static bool csv = false, json = false;
+  static std::vector<std::string> compare;
+  static size_t top = 15;
   cmd->add_option("PROFILE", profile_path, "Profile written by pgq train --profile-out")->required();
   cmd->add_option("--format", format, "Quantization format to show (one the profile measured)")->capture_default_str();
   auto* csv_flag = cmd->add_flag("--csv", csv, "Print CSV instead of a markdown table");
   cmd->add_flag("--json", json, "Print JSON instead of a markdown table")->excludes(csv_flag);
+  cmd->add_option("--compare", compare,
+                  "Compare formats side by side: schemes (int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or formats, "
+                  "comma-separated; shows ranks and rank shifts")
+      ->delimiter(',');
+  cmd->add_option("--top", top, "With --compare: how many inputs to list")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--plot", plot, "Also draw ln(1+SQNR) per GEMM (forward and backward panels) to FILE.svg or .png");
   cmd->callback([] {
     Profile profile = loadProfile(profile_path);
+    if (!compare.empty()) {
+      SqnrComparison c = compareSqnr(profile, compare);
+      if (json) throw Error("--compare prints markdown or --csv, not --json");
+      fmt::print("{}", csv ? sqnrComparisonCsv(c) : sqnrComparisonMarkdown(c, top));
+      return;
+    }
     std::vector<SqnrRow> rows = sqnrRows(profile, format);
     if (csv) fmt::print("{}", sqnrTableCsv(rows));
     else if (json) fmt::print("{}", sqnrTableJson(rows, format));

@@ -106,6 +106,10 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--profile-granularity", o.profile_granularity,
                   "Also profile this scale granularity: tensor, channel or block<N>")
       ->capture_default_str();
+  cmd->add_option("--profile-formats", o.profile_formats,
+                  "Also profile these FP8/MX schemes (fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or formats "
+                  "(e4m3:channel:rtn), comma-separated")
+      ->delimiter(',');
   cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
   cmd->add_option("--hardware", o.hardware,
                   "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");

@@ -483,14 +483,43 @@ TensorType Rule::run() const {
     case Op::kQuantParams: {
       requireDType(0, DType::kF32);
       side();
+      if (attrs_.has(AttrKey::kAmaxHistory)) {
+        int64_t h = attrs_.getInt(AttrKey::kAmaxHistory);
+        if (h < 0) fail(fmt::format("amax_history must be >= 0, got {}", h));
+        if (h > 0 && !format(AttrKey::kFormat).isEmulated())
+          fail(fmt::format("amax_history (delayed scaling) is for FP8/MX formats, got {}",
+                           format(AttrKey::kFormat).toString()));
+        if (h > 0 && format(AttrKey::kFormat).granularity != Granularity::kPerTensor)
+          fail(fmt::format("amax_history (delayed scaling) needs a per-tensor format, got {}",
+                           format(AttrKey::kFormat).toString()));
+      }
+      if (attrs_.has(AttrKey::kAmaxCompute)) {
+        const std::string& c = attrs_.getString(AttrKey::kAmaxCompute);
+        if (c != "max" && c != "most_recent") fail(fmt::format("amax_compute must be max or most_recent, got '{}'", c));
+      }
       int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
                                       format(AttrKey::kFormat));
       return {DType::kF32, Shape{count}};
+    }
+    case Op::kFakeQuant: {
+      requireDType(0, DType::kF32);
+      requireDType(1, DType::kF32);
+      side();
+      const QuantFormat& f = format(AttrKey::kFormat);
+      if (!f.isEmulated())
+        fail(fmt::format("format {} runs as int8 (quantize + qmatmul), not fake_quant", f.toString()));
+      int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims), f);
+      if (operand(1).shape != Shape({count}))
+        fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
+      return {DType::kF32, operand(0).shape};
     }
     case Op::kQuantize: {
       requireDType(0, DType::kF32);
       requireDType(1, DType::kF32);
       GemmOperand s = side();
+      if (format(AttrKey::kFormat).isEmulated())
+        fail(fmt::format("format {} has no int8 storage here: it runs as fake_quant",
+                         format(AttrKey::kFormat).toString()));
       int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
                                       format(AttrKey::kFormat));
       if (operand(1).shape != Shape({count}))

@@ -144,4 +144,15 @@ void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, i
   reduceColumns(op, x, y, outer, mid, inner);
 }
 
+float finiteAbsmax(const float* x, int64_t n) {
+  float m = 0.0f;
+#pragma omp parallel for simd reduction(max : m) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    // NaN fails the comparison; +-Inf is excluded explicitly.
+    m = (a > m && a <= std::numeric_limits<float>::max()) ? a : m;
+  }
+  return m;
+}
+
 }  // namespace pgq::kernels

@@ -19,4 +19,8 @@ enum class ReduceOp {
 
 void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, int64_t inner);
 
+// max |x[i]| over the finite elements (0 when there is none): delayed scaling's amax.
+// A max is exact in any order, so the result does not depend on the thread count.
+float finiteAbsmax(const float* x, int64_t n);
+
 }  // namespace pgq::kernels

@@ -35,6 +35,9 @@ class Rewriter {
 
   Builder b_;
   int64_t seed_;
+  // Delayed scaling of the GEMM being rewritten (0: just in time).
+  int64_t amax_history_ = 0;
+  std::string amax_compute_ = "max";
   int64_t next_seed_ = 0;
 };
 
@@ -83,13 +86,26 @@ QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, GemmOperand side, c
   a.set(AttrKey::kSide, side);
   a.set(AttrKey::kContractDims, contract);
   if (!batch.empty()) a.set(AttrKey::kBatchDims, batch);
-  Node* params = b_.create(Op::kQuantParams, {value}, a, std::nullopt, fmt::format("{}.{}_scales", gemm->name(), side));
+  Attrs pa = a;
+  if (amax_history_ > 0) {
+    pa.set(AttrKey::kAmaxHistory, amax_history_);
+    pa.set(AttrKey::kAmaxCompute, amax_compute_);
+  }
+  Node* params = b_.create(Op::kQuantParams, {value}, std::move(pa), std::nullopt,
+                           fmt::format("{}.{}_scales", gemm->name(), side));
   a.set(AttrKey::kSeed, seed_ + next_seed_++);
+  if (format.isEmulated()) {
+    // FP8 / MX: the values the format represents, in f32, for an f32 GEMM.
+    Node* q = b_.create(Op::kFakeQuant, {value, params}, a, std::nullopt, fmt::format("{}.{}_fq", gemm->name(), side));
+    return {params, q};
+  }
   Node* q = b_.create(Op::kQuantize, {value, params}, a, std::nullopt, fmt::format("{}.{}_q", gemm->name(), side));
   return {params, q};
 }
 
 void Rewriter::rewrite(Node* gemm, const GemmDecision& d) {
+  amax_history_ = d.amax_history;
+  amax_compute_ = d.amax_compute;
   DotDims dims = DotDims::fromAttrs(gemm->attrs());
   Node* lhs = readable(gemm, gemm->operand(0), GemmOperand::kLhs, dims.lhs_contract, dims.lhs_batch);
   Node* rhs = readable(gemm, gemm->operand(1), GemmOperand::kRhs, dims.rhs_contract, dims.rhs_batch);
@@ -101,6 +117,17 @@ void Rewriter::rewrite(Node* gemm, const GemmDecision& d) {
   dims.toAttrs(a);
   a.set(AttrKey::kLhsFormat, d.lhs_format);
   a.set(AttrKey::kRhsFormat, d.rhs_format);
+  if (d.lhs_format.isEmulated() != d.rhs_format.isEmulated())
+    throw Error(fmt::format("GEMM '{}': formats {} and {} mix an int8 operand with an emulated (FP8/MX) one; use "
+                            "two int8 or two FP8/MX formats",
+                            gemm->attrs().getStringOr(AttrKey::kLabel, gemm->name()), d.lhs_format.toString(),
+                            d.rhs_format.toString()));
+  if (d.lhs_format.isEmulated()) {
+    // An emulated GEMM: the f32 matmul itself, reading the fake-quantized operands.
+    Node* mm = b_.create(Op::kMatMul, {ql.values, qr.values}, std::move(a), std::nullopt, gemm->name() + ".emulated");
+    b_.graph().replaceAllUsesWith(gemm, mm);
+    return;
+  }
   Node* q = b_.create(Op::kQMatMul, {ql.values, qr.values, ql.params, qr.params}, std::move(a), std::nullopt,
                       gemm->name() + ".int8");
   b_.graph().replaceAllUsesWith(gemm, q);
@@ -117,7 +144,7 @@ bool QuantizeGemms::run(Graph& graph, PassContext&) {
   for (Node* node : graph.postOrder()) {
     if (node->op() != Op::kMatMul) continue;
     auto it = decisions.find(node->attrs().getStringOr(AttrKey::kLabel, ""));
-    if (it == decisions.end() || it->second.decision != Decision::kInt8) continue;
+    if (it == decisions.end() || it->second.decision != Decision::kQuantize) continue;
     rewriter.rewrite(node, it->second);
     changed = true;
   }

@@ -27,6 +27,17 @@ bool HardwareModel::runsExactly(int lhs_bits, int rhs_bits) const {
   return std::max(lhs_bits, rhs_bits) <= max_bits_one && std::min(lhs_bits, rhs_bits) <= max_bits_both;
 }
 
+bool HardwareModel::runsFamily(std::string_view family) const {
+  return std::find(formats.begin(), formats.end(), family) != formats.end();
+}
+
+double HardwareModel::gemmRate(const QuantFormat& format) const {
+  std::string_view family = formatFamily(format);
+  if (family == "mxfp8") return gemm_mxfp8 > 0 ? gemm_mxfp8 : gemm_fp8;
+  if (family == "fp8" || family == "moss_fp8") return gemm_fp8;
+  return gemm_int8;
+}
+
 std::string HardwareModel::int8Limits() const {
   return fmt::format("{}: exact up to {} x {} bits", vnni ? "VNNI" : "no VNNI", max_bits_one, max_bits_both);
 }
@@ -41,27 +52,59 @@ double rate(const ConfigNode& map, std::string_view key) {
 
 HardwareModel fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "source", "threads", "peak_gflops", "gemm_gflops", "memory_bandwidth_gbs",
-                  "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8", "interconnect"});
+                  "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8", "interconnect", "formats",
+                  "high_precision"});
   HardwareModel hw;
   hw.name = root.getString("name");
   hw.source = root.getString("source", "");
   hw.threads = root.getInt("threads", 1, 1 << 20);
   ConfigNode peak = root.child("peak_gflops");
-  peak.allowOnly({"f32", "bf16", "int8"});
+  peak.allowOnly({"f32", "bf16", "int8", "fp8", "mxfp8"});
   hw.peak_f32 = rate(peak, "f32");
   hw.peak_bf16 = rate(peak, "bf16");
   hw.peak_int8 = rate(peak, "int8");
+  hw.peak_fp8 = peak.getDouble("fp8", 0.0, 0.0, kMaxRate);
+  hw.peak_mxfp8 = peak.getDouble("mxfp8", 0.0, 0.0, kMaxRate);
   ConfigNode gemm = root.child("gemm_gflops");
-  gemm.allowOnly({"f32", "bf16", "int8"});
+  gemm.allowOnly({"f32", "bf16", "int8", "fp8", "mxfp8"});
   hw.gemm_f32 = rate(gemm, "f32");
   hw.gemm_bf16 = rate(gemm, "bf16");
   hw.gemm_int8 = rate(gemm, "int8");
-  if (hw.gemm_f32 > hw.peak_f32 * 1.05 || hw.gemm_bf16 > hw.peak_bf16 * 1.05 || hw.gemm_int8 > hw.peak_int8 * 1.05)
+  hw.gemm_fp8 = gemm.getDouble("fp8", 0.0, 0.0, kMaxRate);
+  hw.gemm_mxfp8 = gemm.getDouble("mxfp8", 0.0, 0.0, kMaxRate);
+  if (hw.gemm_f32 > hw.peak_f32 * 1.05 || hw.gemm_bf16 > hw.peak_bf16 * 1.05 || hw.gemm_int8 > hw.peak_int8 * 1.05 ||
+      hw.gemm_fp8 > hw.peak_fp8 * 1.05 || hw.gemm_mxfp8 > std::max(hw.peak_mxfp8, hw.peak_fp8) * 1.05)
     root.fail("gemm_gflops", "achieved GEMM rates cannot exceed the peak rates");
+  if ((hw.peak_fp8 > 0) != (hw.gemm_fp8 > 0))
+    root.fail(hw.peak_fp8 > 0 ? "gemm_gflops" : "peak_gflops", "fp8 needs both a peak and an achieved GEMM rate");
+  if (root.has("formats")) {
+    hw.formats.clear();
+    std::vector<std::string_view> families(std::begin(kFormatFamilies), std::end(kFormatFamilies));
+    for (const ConfigNode& item : root.child("formats").items()) {
+      std::string family = item.asString();
+      if (std::find(families.begin(), families.end(), family) == families.end())
+        item.failHere(fmt::format("unknown format family '{}' (expected one of {})", family, fmt::join(families, ", ")));
+      if (std::find(hw.formats.begin(), hw.formats.end(), family) != hw.formats.end())
+        root.fail("formats", fmt::format("'{}' is listed twice", family));
+      bool float8 = family == "fp8" || family == "mxfp8" || family == "moss_fp8";
+      if (float8 && hw.gemm_fp8 <= 0)
+        root.fail("formats", fmt::format("lists '{}' but peak_gflops / gemm_gflops give no fp8 rate", family));
+      hw.formats.push_back(family);
+    }
+    if (hw.formats.empty()) root.fail("formats", "lists no format family (int8, fp8, mxfp8, mxint8, moss_fp8)");
+  } else if (hw.gemm_fp8 > 0) {
+    hw.formats = {"int8", "fp8"};
+  }
+  hw.high_precision = root.getEnum("high_precision", {"f32", "bf16"}, "f32") == "bf16" ? DType::kBF16 : DType::kF32;
   hw.bandwidth_gbs = root.getDouble("memory_bandwidth_gbs", 1e-6, kMaxRate);
   if (root.has("ridge_flop_per_byte")) {
     ConfigNode ridge = root.child("ridge_flop_per_byte");
-    ridge.allowOnly({"f32", "bf16", "int8"});
+    ridge.allowOnly({"f32", "bf16", "int8", "fp8"});
+    if (ridge.has("fp8")) {
+      double given = ridge.getDouble("fp8", 1e-9, kMaxRate), derived = hw.peak_fp8 / hw.bandwidth_gbs;
+      if (std::abs(given - derived) > 0.05 * derived)
+        ridge.fail("fp8", fmt::format("{} flop/byte does not match peak / bandwidth = {:.3g}", given, derived));
+    }
     for (auto [key, dtype] : {std::pair{"f32", DType::kF32}, {"bf16", DType::kBF16}, {"int8", DType::kS8}}) {
       if (!ridge.has(key)) continue;
       double given = ridge.getDouble(key, 1e-9, kMaxRate);
@@ -116,24 +159,31 @@ HardwareModel loadHardwareModel(const std::string& spec) {
 }
 
 std::string hardwareToYaml(const HardwareModel& hw) {
-  return fmt::format(
-      "# pgq hardware model. Rates in GFLOP/s (int8: GOP/s) and GB/s.\n"
-      "name: {}\nsource: \"{}\"\nthreads: {}\n"
-      "peak_gflops: {{f32: {:.6g}, bf16: {:.6g}, int8: {:.6g}}}\n"
-      "gemm_gflops: {{f32: {:.6g}, bf16: {:.6g}, int8: {:.6g}}}\n"
-      "memory_bandwidth_gbs: {:.6g}\n"
-      "# Derived: peak / bandwidth.\n"
-      "ridge_flop_per_byte: {{f32: {:.4g}, bf16: {:.4g}, int8: {:.4g}}}\n"
-      "quantize_gbs: {{rtn: {:.6g}, sr: {:.6g}}}\n"
-      "call_overhead_us: {:.6g}\n"
-      "int8: {{vnni: {}, max_bits_one: {}, max_bits_both: {}}}\n",
-      hw.name, hw.source, hw.threads, hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.gemm_f32, hw.gemm_bf16,
-      hw.gemm_int8, hw.bandwidth_gbs, hw.ridge(DType::kF32), hw.ridge(DType::kBF16), hw.ridge(DType::kS8),
-      hw.quantize_rtn_gbs, hw.quantize_sr_gbs, hw.call_overhead_us, hw.vnni ? "true" : "false", hw.max_bits_one,
-      hw.max_bits_both) +
-         (hw.interconnect_gbs > 0 ? fmt::format("interconnect: {{gbs: {:.6g}, latency_us: {:.6g}}}\n",
-                                                hw.interconnect_gbs, hw.interconnect_latency_us)
-                                  : std::string());
+  auto rates = [&](double f32, double bf16, double int8, double fp8, double mxfp8) {
+    std::string text = fmt::format("{{f32: {:.6g}, bf16: {:.6g}, int8: {:.6g}", f32, bf16, int8);
+    if (fp8 > 0) text += fmt::format(", fp8: {:.6g}", fp8);
+    if (mxfp8 > 0) text += fmt::format(", mxfp8: {:.6g}", mxfp8);
+    return text + "}";
+  };
+  std::string out = fmt::format("# pgq hardware model. Rates in GFLOP/s (int8: GOP/s) and GB/s.\n"
+                                "name: {}\nsource: \"{}\"\nthreads: {}\n",
+                                hw.name, hw.source, hw.threads);
+  if (hw.high_precision != DType::kF32) out += fmt::format("high_precision: {}\n", dtypeName(hw.high_precision));
+  out += fmt::format("formats: [{}]\n", fmt::join(hw.formats, ", "));
+  out += fmt::format("peak_gflops: {}\n", rates(hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.peak_fp8, hw.peak_mxfp8));
+  out += fmt::format("gemm_gflops: {}\n", rates(hw.gemm_f32, hw.gemm_bf16, hw.gemm_int8, hw.gemm_fp8, hw.gemm_mxfp8));
+  out += fmt::format("memory_bandwidth_gbs: {:.6g}\n# Derived: peak / bandwidth.\n", hw.bandwidth_gbs);
+  out += fmt::format("ridge_flop_per_byte: {{f32: {:.4g}, bf16: {:.4g}, int8: {:.4g}{}}}\n", hw.ridge(DType::kF32),
+                     hw.ridge(DType::kBF16), hw.ridge(DType::kS8),
+                     hw.peak_fp8 > 0 ? fmt::format(", fp8: {:.4g}", hw.peak_fp8 / hw.bandwidth_gbs) : std::string());
+  out += fmt::format("quantize_gbs: {{rtn: {:.6g}, sr: {:.6g}}}\ncall_overhead_us: {:.6g}\n", hw.quantize_rtn_gbs,
+                     hw.quantize_sr_gbs, hw.call_overhead_us);
+  out += fmt::format("int8: {{vnni: {}, max_bits_one: {}, max_bits_both: {}}}\n", hw.vnni ? "true" : "false",
+                     hw.max_bits_one, hw.max_bits_both);
+  if (hw.interconnect_gbs > 0)
+    out += fmt::format("interconnect: {{gbs: {:.6g}, latency_us: {:.6g}}}\n", hw.interconnect_gbs,
+                       hw.interconnect_latency_us);
+  return out;
 }
 
 double estimateCollectiveUs(const HardwareModel& hw, CollectiveKind kind, double bytes, int64_t devices) {
@@ -146,6 +196,14 @@ double estimateCollectiveUs(const HardwareModel& hw, CollectiveKind kind, double
 
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype, bool lhs_sr,
                           bool rhs_sr) {
+  QuantFormat lhs = perChannelFormat(8, lhs_sr ? Rounding::kStochastic : Rounding::kNearest);
+  QuantFormat rhs = perChannelFormat(8, rhs_sr ? Rounding::kStochastic : Rounding::kNearest);
+  return estimateGemm(hw, shape, dtype, lhs, rhs);
+}
+
+GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype,
+                          const QuantFormat& lhs, const QuantFormat& rhs) {
+  const bool lhs_sr = lhs.rounding == Rounding::kStochastic, rhs_sr = rhs.rounding == Rounding::kStochastic;
   PGQ_ASSERT(shape.size() == 4, "gemm shape must be [batch, M, K, N]");
   const double b = static_cast<double>(shape[0]), m = static_cast<double>(shape[1]),
                k = static_cast<double>(shape[2]), n = static_cast<double>(shape[3]);
@@ -158,14 +216,21 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   GemmEstimate e;
   double elem = static_cast<double>(dtypeSize(dtype));
   e.high_precision_us = roofline(hw.gemmRate(dtype), elem * (a_elems + b_elems) + 4.0 * c_elems);
-  e.int8_gemm_us = roofline(hw.gemm_int8, a_elems + b_elems + 4.0 * c_elems);
-  // Quantizing an operand reads its f32 values and writes one byte each.
+  // MX formats also move one E8M0 scale byte per block.
+  auto stored = [](const QuantFormat& f) {
+    return f.scale == ScaleKind::kF32 ? 1.0 : 1.0 + 1.0 / static_cast<double>(f.block);
+  };
+  e.int8_gemm_us = roofline(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + 4.0 * c_elems);
+  // Quantizing an operand reads its high-precision values and writes one byte each.
   auto quantize = [&](double elems, bool sr) {
     double gbs = sr ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;
-    return 5.0 * elems / (gbs * 1e3) + hw.call_overhead_us;
+    return (elem + 1.0) * elems / (gbs * 1e3) + hw.call_overhead_us;
   };
-  // The rescale reads the s32 result and writes f32 in place.
-  e.quantization_us = quantize(a_elems, lhs_sr) + quantize(b_elems, rhs_sr) + 8.0 * c_elems / bw;
+  // The int8 rescale reads the s32 result and writes f32 in place; FP8 and MX GEMMs
+  // apply their scales in the GEMM's epilogue (cuBLASLt's scale pointers, MX block scales
+  // in the tensor core), so they write the result once, as the GEMM above counts.
+  const bool fused_scales = lhs.isEmulated();
+  e.quantization_us = quantize(a_elems, lhs_sr) + quantize(b_elems, rhs_sr) + (fused_scales ? 0.0 : 8.0 * c_elems / bw);
   return e;
 }
 

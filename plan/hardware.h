@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "support/quant_format.h"
 
 namespace pgq {
 
@@ -22,6 +23,13 @@ struct HardwareModel {
   // Peak arithmetic rates and what GEMMs achieve, GFLOP/s (int8: GOP/s).
   double peak_f32 = 0, peak_bf16 = 0, peak_int8 = 0;
   double gemm_f32 = 0, gemm_bf16 = 0, gemm_int8 = 0;
+  // FP8 and MXFP8 GEMM rates (0: the hardware has none). MXFP8 defaults to the FP8 rate.
+  double peak_fp8 = 0, gemm_fp8 = 0, peak_mxfp8 = 0, gemm_mxfp8 = 0;
+  // The dtype GEMMs run in when not quantized: f32 (CPUs) or bf16 (GPU training).
+  DType high_precision = DType::kF32;
+  // The format families (support/quant_format.h formatFamily) this hardware runs
+  // natively; a recipe for it may use only these.
+  std::vector<std::string> formats = {"int8"};
   double bandwidth_gbs = 0;
   double quantize_rtn_gbs = 0;  // scales + quantize, bytes in + out per second
   double quantize_sr_gbs = 0;
@@ -39,6 +47,9 @@ struct HardwareModel {
   bool runsExactly(int lhs_bits, int rhs_bits) const;
   // The exact pairs in words: "no VNNI: exact up to 8 x 7 bits".
   std::string int8Limits() const;
+  bool runsFamily(std::string_view family) const;
+  // The achieved GEMM rate of a quantized GEMM in `format` (by family), GFLOP/s.
+  double gemmRate(const QuantFormat& format) const;
   double ridge(DType dtype) const;  // flop per byte at the peak rate
   double peak(DType dtype) const;
   double gemmRate(DType dtype) const;
@@ -71,5 +82,11 @@ double estimateCollectiveUs(const HardwareModel& hw, CollectiveKind kind, double
 // `lhs_sr` / `rhs_sr` whether that operand is quantized with stochastic rounding.
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype, bool lhs_sr,
                           bool rhs_sr);
+// The same for a GEMM quantized to `lhs` x `rhs` (any family this hardware runs): the
+// quantized GEMM at the family's rate with one byte per element (plus one scale byte
+// per block for MX), and quantization traffic reading `dtype` and writing one byte;
+// FP8/MX scales are applied in the GEMM's epilogue (no separate rescale pass).
+GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype,
+                          const QuantFormat& lhs, const QuantFormat& rhs);
 
 }  // namespace pgq

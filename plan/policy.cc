@@ -1,9 +1,11 @@
 #include "plan/policy.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <re2/re2.h>
 
 #include "ir/quant.h"
@@ -19,6 +21,18 @@ std::string PolicyRule::describe() const {
   if (role) parts.push_back(fmt::format("role {}", *role));
   if (layer_min >= 0 || layer_max >= 0) parts.push_back(fmt::format("layers {}..{}", layer_min, layer_max));
   return parts.empty() ? std::string("every GEMM") : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+SchemeFormats schemeFormats(std::string_view scheme, const std::string& rounding, const std::string& gradient_rounding) {
+  const std::string& r = rounding;
+  const std::string& g = gradient_rounding;
+  if (scheme == "fp8") return {fmt::format("e4m3:tensor:{}", r), fmt::format("e5m2:tensor:{}", g)};
+  if (scheme == "fp8_e4m3") return {fmt::format("e4m3:tensor:{}", r), fmt::format("e4m3:tensor:{}", g)};
+  if (scheme == "mxfp8") return {fmt::format("e4m3:block32:{}:scale=e8m0", r), fmt::format("e4m3:block32:{}:scale=e8m0", g)};
+  if (scheme == "mxint8") return {fmt::format("int8:block32:{}:scale=e8m0", r), fmt::format("int8:block32:{}:scale=e8m0", g)};
+  if (scheme == "moss_fp8")
+    return {fmt::format("e4m3:block32:{}:scale=two_level", r), fmt::format("e5m2:block32:{}:scale=two_level", g)};
+  throw Error(fmt::format("unknown format scheme '{}' (expected one of {})", scheme, fmt::join(kFormatSchemes, ", ")));
 }
 
 namespace {
@@ -68,11 +82,11 @@ PolicyRule readRule(const ConfigNode& node) {
     r.layer_max = range[1].asInt();
     if (r.layer_min < 0 || r.layer_max < r.layer_min) node.fail("layers", "expected 0 <= first <= last");
   }
-  r.action = node.getEnum("action", {"quantize", "keep"}) == "quantize" ? Decision::kInt8 : Decision::kKeep;
+  r.action = node.getEnum("action", {"quantize", "keep"}) == "quantize" ? Decision::kQuantize : Decision::kKeep;
   for (auto [key, field] : {std::pair{"lhs_format", &r.lhs_format}, {"rhs_format", &r.rhs_format}}) {
     *field = node.getString(key, "");
     if (field->empty()) continue;
-    if (r.action != Decision::kInt8) node.fail(key, "only a quantize rule can name formats");
+    if (r.action != Decision::kQuantize) node.fail(key, "only a quantize rule can name formats");
     try {
       quantFormatBits(*field);
     } catch (const Error& e) {
@@ -81,12 +95,13 @@ PolicyRule readRule(const ConfigNode& node) {
   }
   if (r.lhs_format.empty() != r.rhs_format.empty()) node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
   r.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
-  if (r.smooth > 0 && r.action != Decision::kInt8) node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
+  if (r.smooth > 0 && r.action != Decision::kQuantize) node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
   return r;
 }
 
 Policy fromNode(const ConfigNode& root) {
-  root.allowOnly({"name", "forward", "backward", "bits", "granularity", "min_speedup", "low_sqnr", "rules"});
+  root.allowOnly({"name", "forward", "backward", "bits", "granularity", "min_speedup", "low_sqnr", "rules", "formats",
+                  "scaling"});
   Policy p;
   p.name = root.getString("name", root.file());
   p.forward = readDirection(root.child("forward"));
@@ -97,6 +112,29 @@ Policy fromNode(const ConfigNode& root) {
   p.min_speedup = root.getDouble("min_speedup", 1.05, 0.0, 100.0);
   p.low_sqnr = root.getString("low_sqnr", "keep");
   if (p.low_sqnr != "keep") checkGranularity(root, "low_sqnr", p.low_sqnr);
+  if (root.has("formats")) {
+    p.formats.clear();
+    for (const ConfigNode& item : root.child("formats").items()) {
+      std::string scheme = item.asString();
+      if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), scheme) == std::end(kFormatSchemes))
+        item.failHere(fmt::format("unknown format scheme '{}' (expected one of {})", scheme, fmt::join(kFormatSchemes, ", ")));
+      if (std::find(p.formats.begin(), p.formats.end(), scheme) != p.formats.end())
+        item.failHere(fmt::format("format scheme '{}' is listed twice", scheme));
+      p.formats.push_back(scheme);
+    }
+    if (p.formats.empty()) root.fail("formats", "lists no format scheme");
+  }
+  if (root.has("scaling")) {
+    ConfigNode scaling = root.child("scaling");
+    scaling.allowOnly({"amax_history", "amax_compute"});
+    p.amax_history = scaling.getInt("amax_history", 1, 1 << 20);
+    p.amax_compute = scaling.getEnum("amax_compute", {"max", "most_recent"}, "max");
+    bool per_tensor_fp8 = std::any_of(p.formats.begin(), p.formats.end(),
+                                      [](const std::string& f) { return f == "fp8" || f == "fp8_e4m3"; });
+    if (!per_tensor_fp8)
+      root.fail("scaling", "delayed scaling (amax_history) applies to the per-tensor FP8 schemes fp8 and fp8_e4m3; "
+                           "`formats` lists neither");
+  }
   if (root.has("rules"))
     for (const ConfigNode& rule : root.child("rules").items()) p.rules.push_back(readRule(rule));
   return p;

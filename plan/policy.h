@@ -46,6 +46,25 @@ struct PolicyRule {
   std::string describe() const;
 };
 
+// A format scheme: what a recipe quantizes a GEMM's operands to, by role, as the
+// training libraries name them:
+//   int8      the policy's bits and granularity (integer grid, f32 scales)
+//   fp8       per-tensor e4m3 for weights and activations, e5m2 for gradients
+//             (Transformer Engine's HYBRID format)
+//   fp8_e4m3  per-tensor e4m3 for every operand (TE's E4M3 format)
+//   mxfp8     OCP MXFP8 E4M3, blocks of 32 with E8M0 scales, every operand (TE's
+//             MXFP8BlockScaling default)
+//   mxint8    OCP MXINT8, blocks of 32 with E8M0 scales
+//   moss_fp8  MOSS two-level scales over blocks of 32: e4m3, e5m2 for gradients
+inline constexpr std::string_view kFormatSchemes[] = {"int8", "fp8", "fp8_e4m3", "mxfp8", "mxint8", "moss_fp8"};
+struct SchemeFormats {
+  std::string operand;   // weights and activations
+  std::string gradient;  // gradient operands
+};
+// Formats of an FP8/MX scheme (not int8) with the given roundings ("rtn" | "sr").
+SchemeFormats schemeFormats(std::string_view scheme, const std::string& rounding,
+                            const std::string& gradient_rounding);
+
 struct Policy {
   std::string name;
   DirectionPolicy forward;
@@ -57,6 +76,12 @@ struct Policy {
   // with a refined format (e.g. "block64", "channel:clip=mse") instead.
   std::string low_sqnr = "keep";
   std::vector<PolicyRule> rules;
+  // Candidate schemes in order of preference: a GEMM takes the first one the hardware
+  // runs natively that passes the roofline and the SQNR threshold (default: int8).
+  std::vector<std::string> formats = {"int8"};
+  // Delayed scaling for per-tensor FP8 schemes (0: just in time).
+  int64_t amax_history = 0;
+  std::string amax_compute = "max";
 };
 
 // A standard policy name, or a policy YAML file. Throws pgq::Error naming the file

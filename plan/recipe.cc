@@ -28,12 +28,22 @@ double RecipeSummary::estimatedStepSpeedup() const {
   return measured_step_ms / (other + est_gemm_int8_ms);
 }
 
+std::string decisionText(const RecipeEntry& e) {
+  if (e.decision != Decision::kQuantize) return std::string(nameOf(e.decision));
+  try {
+    return std::string(formatFamily(QuantFormat::parse(e.lhs_format)));
+  } catch (const Error&) {
+    return "quantize";
+  }
+}
+
 std::string recipeToYaml(const Recipe& r) {
   YAML::Emitter out;
   out.SetDoublePrecision(6);
   out << YAML::Comment(
       "pgq recipe (stage ii): one entry per GEMM, first match wins; edit freely.\n"
-      "decision: int8 | keep. An entry may use `match: REGEX` (with optional direction/role\n"
+      "decision: keep, or the formats' family: int8 | fp8 | mxfp8 | mxint8 | moss_fp8 (FP8 and MX\n"
+      "GEMMs are emulated on CPUs: quantize -> dequantize -> f32 GEMM). An entry may use `match: REGEX` (with optional direction/role\n"
       "filters) instead of `label:`. GEMMs no entry matches stay in high precision.\n"
       "entry_count detects a file cut short: update or delete it when you add or remove entries.");
   out << YAML::BeginMap;
@@ -61,11 +71,15 @@ std::string recipeToYaml(const Recipe& r) {
     else out << YAML::Key << "match" << YAML::Value << e.match.text();
     if (e.direction) out << YAML::Key << "direction" << YAML::Value << std::string(e.direction->name());
     if (e.role) out << YAML::Key << "role" << YAML::Value << std::string(nameOf(*e.role));
-    out << YAML::Key << "decision" << YAML::Value << std::string(nameOf(e.decision));
-    if (e.decision == Decision::kInt8) {
+    out << YAML::Key << "decision" << YAML::Value << decisionText(e);
+    if (e.decision == Decision::kQuantize) {
       out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
       out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
       if (e.smooth > 0) out << YAML::Key << "smooth" << YAML::Value << e.smooth;
+      if (e.amax_history > 0) {
+        out << YAML::Key << "amax_history" << YAML::Value << e.amax_history;
+        out << YAML::Key << "amax_compute" << YAML::Value << e.amax_compute;
+      }
     }
     if (!e.reason.empty()) out << YAML::Key << "reason" << YAML::Value << e.reason;
     if (e.min_sqnr > 0) out << YAML::Key << "min_sqnr" << YAML::Value << e.min_sqnr;
@@ -90,7 +104,7 @@ void checkFormat(const ConfigNode& node, std::string_view key, const std::string
 
 RecipeEntry readEntry(const ConfigNode& node) {
   node.allowOnly({"label", "match", "direction", "role", "decision", "lhs_format", "rhs_format", "smooth",
-                  "reason", "min_sqnr", "est_speedup"});
+                  "amax_history", "amax_compute", "reason", "min_sqnr", "est_speedup"});
   RecipeEntry e;
   e.line = node.yaml().Mark().line + 1;
   e.label = node.getString("label", "");
@@ -104,15 +118,36 @@ RecipeEntry readEntry(const ConfigNode& node) {
   if (node.has("role")) e.role = parseName<OperandRole>(node.getEnum("role", allNames<OperandRole>()));
   if (!e.label.empty() && (e.direction || e.role))
     node.failHere("direction/role filters go with `match`, not with an exact `label`");
-  e.decision = *parseName<Decision>(node.getEnum("decision", allNames<Decision>()));
-  if (e.decision == Decision::kInt8) {
+  std::vector<std::string_view> decisions = {"keep", "quantize"};
+  for (std::string_view family : kFormatFamilies) decisions.push_back(family);
+  const std::string decision = node.getEnum("decision", decisions);
+  e.decision = decision == "keep" ? Decision::kKeep : Decision::kQuantize;
+  if (e.decision == Decision::kQuantize) {
     e.lhs_format = node.getString("lhs_format");
     e.rhs_format = node.getString("rhs_format");
     checkFormat(node, "lhs_format", e.lhs_format);
     checkFormat(node, "rhs_format", e.rhs_format);
+    const QuantFormat lhs = QuantFormat::parse(e.lhs_format), rhs = QuantFormat::parse(e.rhs_format);
+    if (lhs.isEmulated() != rhs.isEmulated())
+      node.fail("rhs_format", fmt::format("{} and {} mix an int8 operand with an FP8/MX one; give both operands "
+                                          "int8 formats or both FP8/MX formats",
+                                          e.lhs_format, e.rhs_format));
+    if (decision != "quantize" && formatFamily(lhs) != decision)
+      node.fail("decision", fmt::format("decision '{}' but lhs_format {} is of family {}", decision, e.lhs_format,
+                                        formatFamily(lhs)));
     e.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
-  } else if (node.has("lhs_format") || node.has("rhs_format") || node.has("smooth")) {
-    node.failHere("a `keep` decision takes no formats or smoothing");
+    if (node.has("amax_history")) {
+      e.amax_history = node.getInt("amax_history", 0, 1, 1 << 20);
+      e.amax_compute = node.getEnum("amax_compute", {"max", "most_recent"}, "max");
+      for (const auto& [key, text, f] : {std::tuple{"lhs_format", e.lhs_format, lhs}, {"rhs_format", e.rhs_format, rhs}})
+        if (f.granularity != Granularity::kPerTensor || !f.isEmulated())
+          node.fail("amax_history", fmt::format("delayed scaling (amax_history) needs per-tensor FP8 formats; {} is {}",
+                                                key, text));
+    } else if (node.has("amax_compute")) {
+      node.failHere("amax_compute goes with amax_history (delayed scaling)");
+    }
+  } else if (node.has("lhs_format") || node.has("rhs_format") || node.has("smooth") || node.has("amax_history")) {
+    node.failHere("a `keep` decision takes no formats, smoothing or scaling");
   }
   e.reason = node.getString("reason", "");
   e.min_sqnr = node.getDouble("min_sqnr", 0.0, 0.0, 1e300);
@@ -201,13 +236,23 @@ void checkRecipeModel(const Recipe& recipe, const std::string& model, const std:
 
 void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw) {
   for (const RecipeEntry& e : recipe.entries) {
-    if (e.decision != Decision::kInt8 || hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
+    if (e.decision != Decision::kQuantize) continue;
+    auto what = [&] {
+      return e.label.empty() ? fmt::format("entry `match: {}`", e.match.text()) : fmt::format("GEMM '{}'", e.label);
+    };
+    for (const std::string& text : {e.lhs_format, e.rhs_format}) {
+      std::string_view family = formatFamily(QuantFormat::parse(text));
+      if (!hw.runsFamily(family))
+        throw Error(fmt::format("{}:{}: {}: format {} ({}) does not run on hardware '{}' (it runs: {}); make the "
+                                "recipe for this hardware or pass the hardware the recipe was made for",
+                                recipe.source, e.line, what(), text, family, hw.name, fmt::join(hw.formats, ", ")));
+    }
+    if (QuantFormat::parse(e.lhs_format).isEmulated() ||
+        hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
       continue;
     throw Error(fmt::format("{}:{}: {}: {} x {} cannot run exactly on hardware '{}' ({}; a wider pair saturates "
                             "silently): narrow one operand's format",
-                            recipe.source, e.line,
-                            e.label.empty() ? fmt::format("entry `match: {}`", e.match.text()) : fmt::format("GEMM '{}'", e.label),
-                            e.lhs_format, e.rhs_format, hw.name, hw.int8Limits()));
+                            recipe.source, e.line, what(), e.lhs_format, e.rhs_format, hw.name, hw.int8Limits()));
   }
 }
 
@@ -219,6 +264,7 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     std::string label;
     GemmDirection direction;
     OperandRoles roles;
+    int64_t k;  // the contracting length
   };
   std::vector<Gemm> gemms;
   std::unordered_set<const Node*> live = liveNodes(graph);
@@ -227,7 +273,10 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     const Attrs& a = node->attrs();
     PGQ_ASSERT(a.has(AttrKey::kLabel) && a.has(AttrKey::kDirection) && a.has(AttrKey::kRoles),
                "resolveRecipe needs tag_metadata (matmul %{})", node->name());
-    gemms.push_back({a.getString(AttrKey::kLabel), a.getDirection(AttrKey::kDirection), a.getRoles(AttrKey::kRoles)});
+    int64_t k = 1;
+    for (int64_t d : a.getInts(AttrKey::kLhsContract)) k *= node->operand(0)->shape().dim(static_cast<int>(d));
+    gemms.push_back(
+        {a.getString(AttrKey::kLabel), a.getDirection(AttrKey::kDirection), a.getRoles(AttrKey::kRoles), k});
   }
   auto where = [&](const RecipeEntry& e) { return fmt::format("{}:{}", recipe.source, e.line); };
   // A generated recipe has one label entry per GEMM: trying every entry on every GEMM
@@ -263,11 +312,19 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       const RecipeEntry& e = recipe.entries[i];
       used[i] = true;
       d.decision = e.decision;
-      if (e.decision == Decision::kInt8) {
+      if (e.decision == Decision::kQuantize) {
         d.lhs_format = QuantFormat::parse(e.lhs_format);
         d.rhs_format = QuantFormat::parse(e.rhs_format);
+        // MX blocks must tile the contracting dimension (OCP MX has no partial blocks).
+        for (const auto& [key, f] : {std::pair{"lhs_format", d.lhs_format}, {"rhs_format", d.rhs_format}})
+          if (f.scale != ScaleKind::kF32 && g.k % f.block != 0)
+            throw Error(fmt::format("{}: field '{}': GEMM '{}': MX block {} does not divide its contracting "
+                                    "dimension K = {}; keep this GEMM or use a block that divides K",
+                                    where(e), key, g.label, f.block, g.k));
       }
       d.smooth = e.smooth;
+      d.amax_history = e.amax_history;
+      d.amax_compute = e.amax_compute;
       d.reason = e.reason.empty() ? fmt::format("{} entry", where(e)) : e.reason;
     }
     out.emplace_back(g.label, d);

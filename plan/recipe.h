@@ -43,6 +43,11 @@ struct RecipeEntry {
   std::string lhs_format;
   std::string rhs_format;
   double smooth = 0;  // SmoothQuant alpha in (0, 1]; 0 = off
+  // Delayed scaling (per-tensor formats, as Transformer Engine's DelayedScaling): the
+  // scale comes from the amax of the last amax_history steps reduced by amax_compute
+  // (max | most_recent). 0: just in time (this step's absmax).
+  int64_t amax_history = 0;
+  std::string amax_compute = "max";
   std::string reason;
   // Informational, from generation: the lower input SQNR in the chosen formats and
   // the roofline estimate of the int8 speedup (0 when unknown).
@@ -82,6 +87,9 @@ struct GemmDecision {
   QuantFormat lhs_format;  // int8 only
   QuantFormat rhs_format;
   double smooth = 0;
+  // Delayed scaling (per-tensor formats): amax history length, 0 = just in time.
+  int64_t amax_history = 0;
+  std::string amax_compute = "max";
   std::string reason;
 };
 

@@ -79,7 +79,60 @@ Choice chooseFormats(const GemmProfile& g, const HardwareModel& hw, const Policy
   return c;
 }
 
+// The formats of a FP8/MX scheme for this GEMM, with their SQNR from the profile (which
+// must have measured them: SQNR of a float format cannot be derived from int8's).
+Choice schemeChoice(const GemmProfile& g, const DirectionPolicy& dp, const std::string& scheme,
+                    const std::string& profile_path) {
+  SchemeFormats f = schemeFormats(scheme, dp.rounding, dp.gradient_rounding);
+  Choice c;
+  auto pick = [&](const OperandProfile& o, std::string& format, double& sqnr) {
+    format = o.role == OperandRole::kGradient ? f.gradient : f.operand;
+    const FormatStats* stats = o.find(format);
+    if (!stats)
+      throw Error(fmt::format("{}: GEMM '{}' {} ({}): the profile has no statistics for {} (scheme {}); profile with "
+                              "pgq train --profile-formats {} (it records every format of the scheme)",
+                              profile_path, g.label, o.side, o.roleName(), format, scheme, scheme));
+    sqnr = stats->sqnr_mean;
+  };
+  pick(g.lhs(), c.lhs, c.sqnr_lhs);
+  pick(g.rhs(), c.rhs, c.sqnr_rhs);
+  return c;
+}
+
+// Why a scheme cannot take this GEMM at all (empty: it can): an MX block that does not
+// divide the contracting dimension.
+std::string blockMismatch(const GemmProfile& g, const Choice& c) {
+  const int64_t k = g.device_shape.size() == 4 ? g.device_shape[2] : 0;
+  for (const std::string& text : {c.lhs, c.rhs}) {
+    QuantFormat f = QuantFormat::parse(text);
+    if (f.granularity == Granularity::kPerBlock && f.scale != ScaleKind::kF32 && k % f.block != 0)
+      return fmt::format("block {} does not divide K = {}", f.block, k);
+  }
+  return "";
+}
+
 }  // namespace
+
+Profile scaleTokens(const Profile& profile, double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) throw Error(fmt::format("token scale must be > 0, got {}", factor));
+  Profile out = profile;
+  if (factor == 1.0) return out;
+  for (GemmProfile& g : out.gemms) {
+    const bool lhs_weight = g.lhs().role == OperandRole::kWeight, rhs_weight = g.rhs().role == OperandRole::kWeight;
+    // [batch, M, K, N]: the dim the tokens run along.
+    const size_t dim = rhs_weight ? 1 : lhs_weight ? 3 : g.gemm_shape[0] > 1 ? 0 : 2;
+    auto elems = [](const std::vector<int64_t>& s) {
+      return static_cast<double>(s[0]) * static_cast<double>(s[1] * s[2] + s[2] * s[3] + s[1] * s[3]);
+    };
+    const double before = elems(g.device_shape);
+    for (std::vector<int64_t>* shape : {&g.gemm_shape, &g.device_shape})
+      (*shape)[dim] = std::max<int64_t>(1, std::llround(static_cast<double>((*shape)[dim]) * factor));
+    g.flops = static_cast<int64_t>(static_cast<double>(g.flops) * factor);
+    g.bytes = static_cast<int64_t>(static_cast<double>(g.bytes) * elems(g.device_shape) / before);
+  }
+  out.run.step_ms = 0;  // the profiled step time is not this run's
+  return out;
+}
 
 Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Policy& policy,
                       const std::string& profile_path) {
@@ -90,7 +143,20 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   recipe.hardware = hw.name;
   recipe.profile = profile_path;
   RecipeSummary& sum = recipe.summary;
-  sum.measured_step_ms = profile.run.step_ms;
+  // The profiled step was measured on this CPU; its non-GEMM time says nothing about a
+  // GPU target, whose estimate is then GEMM time only.
+  const bool gpu = hw.high_precision != DType::kF32;
+  sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
+  const bool schemes = policy.formats != std::vector<std::string>{"int8"};
+  const std::string kept = fmt::format("kept {}", dtypeName(hw.high_precision));
+  for (const std::string& scheme : policy.formats) {
+    // A policy asking for a format the hardware lacks is a mistake, not a GEMM decision.
+    std::string family = scheme == "int8" ? "int8" : std::string(formatFamily(QuantFormat::parse(schemeFormats(scheme, "rtn", "rtn").operand)));
+    if (!hw.runsFamily(family))
+      throw Error(fmt::format("policy {}: field 'formats' asks for {} ({}), which hardware '{}' does not run natively "
+                              "(it runs: {}); choose another --hardware or remove {} from the policy's formats",
+                              policy.name, scheme, family, hw.name, fmt::join(hw.formats, ", "), scheme));
+  }
 
   for (const GemmProfile& g : profile.gemms) {
     bool forward = g.direction == GemmDirection::kFwd;
@@ -98,11 +164,16 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
     (forward ? sum.fwd_total : sum.bwd_total) += 1;
     RecipeEntry e;
     e.label = g.label;
-    Choice c = chooseFormats(g, hw, policy, dp, policy.granularity);
-    auto stochastic = [](const std::string& format) {
-      return QuantFormat::parse(format).rounding == Rounding::kStochastic;
+    auto choiceFor = [&](const std::string& scheme) {
+      return scheme == "int8" ? chooseFormats(g, hw, policy, dp, policy.granularity)
+                              : schemeChoice(g, dp, scheme, profile_path);
     };
-    GemmEstimate est = estimateGemm(hw, g.device_shape, DType::kF32, stochastic(c.lhs), stochastic(c.rhs));
+    auto estimate = [&](const Choice& with) {
+      return estimateGemm(hw, g.device_shape, hw.high_precision, QuantFormat::parse(with.lhs),
+                          QuantFormat::parse(with.rhs));
+    };
+    Choice c = choiceFor(policy.formats.front());
+    GemmEstimate est = estimate(c);
     e.est_speedup = est.speedup();
     e.gemm_shape = g.gemm_shape;
     e.device_shape = g.device_shape;
@@ -112,10 +183,16 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
     std::string sqnr_detail = fmt::format("{} {} {}, {} {} {}", g.lhs().roleName(), c.lhs, sqnrText(c.sqnr_lhs), g.rhs().roleName(),
                                           c.rhs, sqnrText(c.sqnr_rhs));
     auto quantize = [&](const Choice& with, std::string reason) {
-      e.decision = Decision::kInt8;
+      e.decision = Decision::kQuantize;
       e.lhs_format = with.lhs;
       e.rhs_format = with.rhs;
       e.reason = std::move(reason);
+      QuantFormat lf = QuantFormat::parse(with.lhs), rf = QuantFormat::parse(with.rhs);
+      if (policy.amax_history > 0 && lf.isEmulated() && lf.granularity == Granularity::kPerTensor &&
+          rf.granularity == Granularity::kPerTensor) {
+        e.amax_history = policy.amax_history;
+        e.amax_compute = policy.amax_compute;
+      }
     };
     auto keep = [&](std::string reason) {
       e.decision = Decision::kKeep;
@@ -130,7 +207,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
       }
     if (rule) {
       if (rule->action == Decision::kKeep) {
-        keep(fmt::format("{}, policy rule ({}): kept f32", g.direction, rule->describe()));
+        keep(fmt::format("{}, policy rule ({}): {}", g.direction, rule->describe(), kept));
       } else {
         Choice forced = c;
         if (!rule->lhs_format.empty()) {
@@ -148,9 +225,43 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
                                      rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", rule->smooth) : ""));
         e.smooth = rule->smooth;
       }
+    } else if (schemes && dp.quantize) {
+      // Among the policy's schemes, the first that fits, pays off on the roofline and
+      // passes the SQNR threshold; otherwise high precision, with every scheme's reason.
+      std::vector<std::string> tried;
+      bool done = false;
+      for (const std::string& scheme : policy.formats) {
+        Choice sc = choiceFor(scheme);
+        if (std::string why = blockMismatch(g, sc); !why.empty()) {
+          tried.push_back(fmt::format("{}: {}", scheme, why));
+          continue;
+        }
+        GemmEstimate se = estimate(sc);
+        if (se.speedup() < policy.min_speedup) {
+          tried.push_back(fmt::format("{}: est. {:.2f}x < {:.2f}x", scheme, se.speedup(), policy.min_speedup));
+          continue;
+        }
+        double t = dp.threshold, sq = sc.minSqnr();
+        bool pass = dp.invert ? sq < t : (t <= 0 || sq > t);
+        if (!pass) {
+          tried.push_back(fmt::format("{}: min SQNR {} {} {}", scheme, sqnrText(sq), dp.invert ? ">=" : "<=", sqnrText(t)));
+          continue;
+        }
+        est = se;
+        e.est_speedup = se.speedup();
+        e.min_sqnr = sq;
+        std::string before = tried.empty() ? "" : fmt::format("; not {}", fmt::join(tried, "; "));
+        quantize(sc, fmt::format("{}, min SQNR {}{}, est. {:.2f}x on {}: {} ({} {} {}, {} {} {}){}", g.direction,
+                                 sqnrText(sq), t > 0 ? fmt::format(" {} {}", dp.invert ? "<" : ">", sqnrText(t)) : "",
+                                 se.speedup(), hw.name, scheme, g.lhs().roleName(), sc.lhs, sqnrText(sc.sqnr_lhs),
+                                 g.rhs().roleName(), sc.rhs, sqnrText(sc.sqnr_rhs), before));
+        done = true;
+        break;
+      }
+      if (!done) keep(fmt::format("{}, {}: {}", g.direction, kept, fmt::join(tried, "; ")));
     } else if (!dp.quantize) {
-      keep(fmt::format("{}, policy {} does not quantize {} GEMMs: kept f32", g.direction, policy.name,
-                       forward ? "forward" : "backward"));
+      keep(fmt::format("{}, policy {} does not quantize {} GEMMs: {}", g.direction, policy.name,
+                       forward ? "forward" : "backward", kept));
     } else if (e.est_speedup < policy.min_speedup) {
       keep(fmt::format("{}, intensity {:.0f} flop/B, est. int8 {:.2f}x (< {:.2f}x) with quantization traffic: not worth "
                        "it, kept f32",
@@ -178,7 +289,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
                          sqnrText(t), est_note, sqnr_detail));
       }
     }
-    bool int8 = e.decision == Decision::kInt8;
+    bool int8 = e.decision == Decision::kQuantize;
     if (int8) (forward ? sum.fwd_int8 : sum.bwd_int8) += 1;
     sum.est_gemm_ms += est.high_precision_us / 1e3;
     sum.est_gemm_int8_ms += (int8 ? est.int8Us() : est.high_precision_us) / 1e3;
@@ -190,19 +301,44 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
 std::string explainRecipe(const Recipe& r) {
   const RecipeSummary& s = r.summary;
   std::string out = fmt::format("recipe {} for model {} on {} (profile {})\n", r.name, r.model, r.hardware, r.profile);
-  out += fmt::format("  forward GEMMs:  {:>3} of {:>3} in int8\n", s.fwd_int8, s.fwd_total);
-  out += fmt::format("  backward GEMMs: {:>3} of {:>3} in int8\n", s.bwd_int8, s.bwd_total);
+  // Quantized GEMMs by format family ("int8", "fp8", ...).
+  std::map<std::string, int> families;
+  bool emulated = false;
+  for (const RecipeEntry& e : r.entries)
+    if (e.decision == Decision::kQuantize) {
+      QuantFormat f = QuantFormat::parse(e.lhs_format);
+      families[std::string(formatFamily(f))] += 1;
+      emulated = emulated || f.isEmulated();
+    }
+  std::string in = families.size() == 1 ? fmt::format("in {}", families.begin()->first) : "quantized";
+  out += fmt::format("  forward GEMMs:  {:>3} of {:>3} {}\n", s.fwd_int8, s.fwd_total, in);
+  out += fmt::format("  backward GEMMs: {:>3} of {:>3} {}\n", s.bwd_int8, s.bwd_total, in);
+  if (families.size() > 1)
+    for (const auto& [family, n] : families) out += fmt::format("    {:<8} {:>3} GEMMs\n", family, n);
+  if (emulated)
+    out += fmt::format("  FP8/MX GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
+                       "numerics at f32 speed); the estimates below are hardware {}'s\n",
+                       r.hardware);
   // Why GEMMs were kept, grouped by the first words of their reason.
   std::map<std::string, int> kept;
   for (const RecipeEntry& e : r.entries) {
     if (e.decision != Decision::kKeep) continue;
-    std::string why = e.reason.find("min SQNR") != std::string::npos   ? "failed the SQNR threshold"
-                      : e.reason.find("not worth it") != std::string::npos ? "roofline: not faster in int8"
-                      : e.reason.find("policy rule") != std::string::npos  ? "a policy rule"
-                                                                            : "direction not quantized by the policy";
+    // The category of the first reason the text gives (a scheme list gives one per scheme).
+    const std::pair<const char*, const char*> kMarkers[] = {{"does not divide", "MX block does not divide K"},
+                                                            {"min SQNR", "failed the SQNR threshold"},
+                                                            {"not worth it", "roofline: not faster quantized"},
+                                                            {"x < ", "roofline: not faster quantized"},
+                                                            {"policy rule", "a policy rule"}};
+    std::string why = "direction not quantized by the policy";
+    size_t first = std::string::npos;
+    for (const auto& [marker, category] : kMarkers)
+      if (size_t at = e.reason.find(marker); at < first) {
+        first = at;
+        why = category;
+      }
     kept[why] += 1;
   }
-  for (const auto& [why, n] : kept) out += fmt::format("  kept in f32: {:>3} ({})\n", n, why);
+  for (const auto& [why, n] : kept) out += fmt::format("  kept in high precision: {:>3} ({})\n", n, why);
   std::vector<const RecipeEntry*> lowest;
   for (const RecipeEntry& e : r.entries)
     if (e.min_sqnr > 0) lowest.push_back(&e);
@@ -225,12 +361,14 @@ std::string explainRecipe(const Recipe& r) {
   }
   out += parallel ? "  lowest min-input SQNR (global shape, per device):\n" : "  lowest min-input SQNR:\n";
   for (size_t i = 0; i < std::min<size_t>(5, lowest.size()); ++i) {
-    out += fmt::format("    {:<28} {:>9}  {}", lowest[i]->label, sqnrText(lowest[i]->min_sqnr), lowest[i]->decision);
+    out += fmt::format("    {:<28} {:>9}  {}", lowest[i]->label, sqnrText(lowest[i]->min_sqnr),
+                       lowest[i]->decision == Decision::kKeep ? std::string("keep")
+                                                              : std::string(formatFamily(QuantFormat::parse(lowest[i]->lhs_format))));
     if (parallel)
       out += fmt::format("  {} / {}", gemmShapeText(lowest[i]->gemm_shape), gemmShapeText(lowest[i]->device_shape));
     out += "\n";
   }
-  out += fmt::format("  estimated GEMM time: {:.1f} ms -> {:.1f} ms ({:.2f}x)\n", s.est_gemm_ms, s.est_gemm_int8_ms,
+  out += fmt::format("  estimated GEMM time on {}: {:.1f} ms -> {:.1f} ms ({:.2f}x)\n", r.hardware, s.est_gemm_ms, s.est_gemm_int8_ms,
                      s.est_gemm_ms / std::max(s.est_gemm_int8_ms, 1e-9));
   if (s.measured_step_ms > 0)
     out += fmt::format("  estimated step time: {:.1f} ms -> {:.1f} ms ({:.2f}x; non-GEMM time from the profiled run)\n",

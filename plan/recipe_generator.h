@@ -17,6 +17,14 @@
 
 namespace pgq {
 
+// The profile's GEMMs as a run with `factor` times the tokens per device would run them
+// (a CPU profile at batch 8 for a GPU run at batch 64: factor 8), for the roofline only:
+// statistics are kept as profiled. The dim that grows follows from the operands'
+// roles: a weight x activation GEMM's token rows (M, or N when the weight is the lhs),
+// a weight gradient's contracting dim (activation^T x gradient), and the batch dim of
+// a batched GEMM between activations (attention). Throws pgq::Error unless factor > 0.
+Profile scaleTokens(const Profile& profile, double factor);
+
 Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Policy& policy,
                       const std::string& profile_path);
 

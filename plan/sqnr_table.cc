@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "plan/policy.h"
+#include "support/quant_format.h"
 #include "support/errors.h"
 
 namespace pgq {
@@ -95,6 +99,106 @@ std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& f
         r.gemm_shape[2], r.gemm_shape[3], r.intensity, input(r.lhs), input(r.rhs));
   }
   return out + "\n]}\n";
+}
+
+int CompareRow::maxRankShift() const {
+  int shift = 0;
+  for (int r : rank) shift = std::max(shift, std::abs(r - rank.front()));
+  return shift;
+}
+
+SqnrComparison compareSqnr(const Profile& profile, const std::vector<std::string>& columns) {
+  if (columns.empty()) throw Error("compare at least one format");
+  SqnrComparison c;
+  c.columns = columns;
+  auto formatOf = [](const std::string& column, const OperandProfile& o) {
+    if (column == "int8") return std::string("int8:channel:rtn");
+    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), column) != std::end(kFormatSchemes)) {
+      SchemeFormats f = schemeFormats(column, "rtn", "rtn");
+      return o.role == OperandRole::kGradient ? f.gradient : f.operand;
+    }
+    return QuantFormat::parse(column).toString();
+  };
+  for (const GemmProfile& g : profile.gemms)
+    for (int side = 0; side < 2; ++side) {
+      const OperandProfile& o = g.operands[static_cast<size_t>(side)];
+      CompareRow row{g.label, o.side, *o.role, g.direction, {}, {}, {}};
+      for (const std::string& column : columns) {
+        std::string format = formatOf(column, o);
+        const FormatStats* f = o.find(format);
+        if (!f)
+          throw Error(fmt::format("{}: {} {} was not profiled in {} (column {}); profile with pgq train "
+                                  "--profile-formats {}",
+                                  profile.source, g.label, o.side, format, column, column));
+        row.formats.push_back(format);
+        row.sqnr.push_back(f->sqnr_mean);
+      }
+      c.rows.push_back(std::move(row));
+    }
+  // Ranks per column (ties keep profile order).
+  const size_t n = c.rows.size();
+  for (size_t k = 0; k < columns.size(); ++k) {
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return c.rows[a].sqnr[k] < c.rows[b].sqnr[k]; });
+    for (size_t i = 0; i < n; ++i) {
+      c.rows[order[i]].rank.resize(columns.size());
+      c.rows[order[i]].rank[k] = static_cast<int>(i + 1);
+    }
+  }
+  for (size_t k = 0; k < columns.size(); ++k) {
+    double d2 = 0;
+    for (const CompareRow& r : c.rows) d2 += std::pow(r.rank[k] - r.rank[0], 2);
+    const double nn = static_cast<double>(n);
+    c.spearman.push_back(n > 1 ? 1.0 - 6.0 * d2 / (nn * (nn * nn - 1.0)) : 1.0);
+  }
+  std::stable_sort(c.rows.begin(), c.rows.end(), [](const CompareRow& a, const CompareRow& b) { return a.rank[0] < b.rank[0]; });
+  return c;
+}
+
+namespace {
+
+std::string compareLine(const CompareRow& r) {
+  std::string line = fmt::format("| {} | {} | {} | {} |", r.label, r.side, r.role, r.direction);
+  for (size_t k = 0; k < r.sqnr.size(); ++k) line += fmt::format(" {:.4g} ({}) |", r.sqnr[k], r.rank[k]);
+  return line + fmt::format(" {} |\n", r.maxRankShift());
+}
+
+}  // namespace
+
+std::string sqnrComparisonMarkdown(const SqnrComparison& c, size_t top) {
+  std::string head = "| GEMM | side | role | direction |";
+  std::string rule = "|---|---|---|---|";
+  for (const std::string& column : c.columns) {
+    head += fmt::format(" {} SQNR (rank) |", column);
+    rule += "---|";
+  }
+  head += " max rank shift |\n";
+  rule += "---|\n";
+  std::string out = fmt::format("SQNR of {} GEMM inputs per format (rank 1 = lowest; round to nearest)\n\n",
+                                c.rows.size());
+  out += "Spearman rank correlation with " + c.columns.front() + ":";
+  for (size_t k = 0; k < c.columns.size(); ++k) out += fmt::format(" {} {:.3f}{}", c.columns[k], c.spearman[k], k + 1 < c.columns.size() ? "," : "");
+  out += fmt::format("\n\nThe {} lowest in {}:\n\n", std::min(top, c.rows.size()), c.columns.front()) + head + rule;
+  for (size_t i = 0; i < std::min(top, c.rows.size()); ++i) out += compareLine(c.rows[i]);
+  std::vector<const CompareRow*> movers;
+  for (const CompareRow& r : c.rows) movers.push_back(&r);
+  std::stable_sort(movers.begin(), movers.end(), [](auto* a, auto* b) { return a->maxRankShift() > b->maxRankShift(); });
+  out += fmt::format("\nThe {} largest rank shifts:\n\n", std::min(top, movers.size())) + head + rule;
+  for (size_t i = 0; i < std::min(top, movers.size()); ++i) out += compareLine(*movers[i]);
+  return out;
+}
+
+std::string sqnrComparisonCsv(const SqnrComparison& c) {
+  std::string out = "label,side,role,direction";
+  for (const std::string& column : c.columns) out += fmt::format(",{0}_format,{0}_sqnr,{0}_rank", column);
+  out += ",max_rank_shift\n";
+  for (const CompareRow& r : c.rows) {
+    out += fmt::format("{},{},{},{}", r.label, r.side, r.role, r.direction);
+    for (size_t k = 0; k < r.sqnr.size(); ++k) out += fmt::format(",{},{:.9g},{}", r.formats[k], r.sqnr[k], r.rank[k]);
+    out += fmt::format(",{}\n", r.maxRankShift());
+  }
+  return out;
 }
 
 }  // namespace pgq

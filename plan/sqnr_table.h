@@ -29,6 +29,34 @@ struct SqnrRow {
 // Throws pgq::Error naming the first operand that lacks the format.
 std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format);
 
+// The same inputs in several formats side by side: one row per GEMM input with its SQNR
+// in each column's format and its rank there (1 = lowest of all inputs). A column is a
+// format scheme (plan/policy.h: int8 means int8:channel:rtn; fp8, mxfp8, ... their
+// formats with round to nearest, the gradient format for gradient operands) or one
+// format text for every operand. Rows are sorted by the first column.
+struct CompareRow {
+  std::string label;
+  std::string side;  // lhs | rhs
+  OperandRole role = OperandRole::kActivation;
+  GemmDirection direction = GemmDirection::kFwd;
+  std::vector<std::string> formats;  // per column: the format measured
+  std::vector<double> sqnr;          // per column
+  std::vector<int> rank;             // per column
+  int maxRankShift() const;          // largest |rank - first column's rank|
+};
+struct SqnrComparison {
+  std::vector<std::string> columns;
+  std::vector<CompareRow> rows;
+  // Spearman rank correlation of each column with the first (1 for the first).
+  std::vector<double> spearman;
+};
+// Throws pgq::Error naming the first input that lacks a column's format and the
+// --profile-formats value that records it.
+SqnrComparison compareSqnr(const Profile& profile, const std::vector<std::string>& columns);
+// `top`: the inputs listed individually (the lowest, then the largest rank shifts).
+std::string sqnrComparisonMarkdown(const SqnrComparison& c, size_t top);
+std::string sqnrComparisonCsv(const SqnrComparison& c);
+
 std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::string& format);
 std::string sqnrTableCsv(const std::vector<SqnrRow>& rows);
 std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format);

@@ -18,6 +18,7 @@
 #include "ir/quant.h"
 #include "kernels/convert.h"
 #include "kernels/elementwise.h"
+#include "kernels/float_quant.h"
 #include "kernels/gemm.h"
 #include "kernels/kernel_error.h"
 #include "kernels/layout.h"
@@ -115,6 +116,7 @@ class CpuBackend final : public Backend {
   Kernel lowerConvert(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const;
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
   Kernel lowerSmoothScales(const Node& node, LoweringContext& ctx) const;
   Kernel lowerCollective(const Node& node, LoweringContext& ctx) const;
@@ -175,6 +177,7 @@ bool CpuBackend::supports(const Node& node, std::string* why) const {
       return node.operand(0)->dtype() == DType::kF32 ? true : no("quant_stats of a non-f32 tensor");
     case Op::kQuantParams:
     case Op::kQuantize:
+    case Op::kFakeQuant:
       if (operandOrder(node.operand(0)->shape().rank(), node.attrs().getInts(AttrKey::kContractDims),
                        node.attrs().getIntsOr(AttrKey::kBatchDims, {})) == OperandOrder::kNeedsPermute)
         return no("the operand's dims are not [batch, free, contract] or [batch, contract, free]");
@@ -402,6 +405,8 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   int x = ctx.operand(0).slot, y = ctx.result();
   if (node.op() == Op::kQuantParams) {
     size_t count = static_cast<size_t>(node.shape().numElements());
+    const int64_t history = node.attrs().has(AttrKey::kAmaxHistory) ? node.attrs().getInt(AttrKey::kAmaxHistory) : 0;
+    if (history > 0) return lowerDelayedScale(node, x, y, n, history);
     return [=](const RunContext& rc) {
       k::computeQuantParams({rc.as<float>(x), n}, view, format, {rc.as<float>(y), count});
     };
@@ -409,6 +414,11 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   int params = ctx.operand(1).slot;
   size_t count = static_cast<size_t>(node.operand(1)->shape().numElements());
   const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
+  if (node.op() == Op::kFakeQuant)
+    return [=](const RunContext& rc) {
+      k::fakeQuantize({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count},
+                      {rc.as<float>(y), n}, {seed, static_cast<uint64_t>(rc.step())});
+    };
   if (node.dtype() == DType::kU8)
     return [=](const RunContext& rc) {
       // The step is the stream offset: every step draws fresh stochastic-rounding noise.
@@ -418,6 +428,34 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   return [=](const RunContext& rc) {
     k::quantize({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count}, std::span<int8_t>(rc.as<int8_t>(y), n),
                 {seed, static_cast<uint64_t>(rc.step())});
+  };
+}
+
+// Delayed scaling (Transformer Engine's DelayedScaling): the per-tensor scale of step t
+// comes from the amax history of the steps before it, reduced by `amax_compute` (max or
+// most_recent); this step's amax then enters the history, which keeps the last
+// `history` steps. The first step has no history and scales just in time. The history
+// lives with the lowered kernel: it starts empty in every process (and after a resume).
+Kernel CpuBackend::lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const {
+  const k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
+  const bool most_recent = node.attrs().getStringOr(AttrKey::kAmaxCompute, "max") == "most_recent";
+  struct State {
+    std::vector<float> amax;  // ring of the last `history` amax values
+    int64_t seen = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->amax.assign(static_cast<size_t>(history), 0.0f);
+  return [=](const RunContext& rc) {
+    const float now = k::finiteAbsmax(rc.as<float>(x), static_cast<int64_t>(n));
+    float amax = now;
+    if (state->seen > 0) {
+      const int64_t have = std::min(state->seen, history);
+      const size_t last = static_cast<size_t>((state->seen - 1) % history);
+      amax = most_recent ? state->amax[last] : *std::max_element(state->amax.begin(), state->amax.begin() + have);
+    }
+    *rc.as<float>(y) = k::emulatedScaleFromAbsmax(amax, amax, format);
+    state->amax[static_cast<size_t>(state->seen % history)] = now;
+    ++state->seen;
   };
 }
 
@@ -590,7 +628,7 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
     case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean: return lowerReduce(node, ctx);
     case Op::kConvert: return lowerConvert(node, ctx);
     case Op::kQuantStats: return lowerQuantStats(node, ctx);
-    case Op::kQuantParams: case Op::kQuantize: return lowerQuantize(node, ctx);
+    case Op::kQuantParams: case Op::kQuantize: case Op::kFakeQuant: return lowerQuantize(node, ctx);
     case Op::kQMatMul: return lowerQMatMul(node, ctx);
     case Op::kSmoothScales: return lowerSmoothScales(node, ctx);
     case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "frontend/autodiff.h"
@@ -20,6 +21,7 @@
 #include "kernels/optim.h"
 #include "passes/training_pipeline.h"
 #include "plan/hardware.h"
+#include "plan/policy.h"
 #include "plan/recipe.h"
 #include "runtime/checkpoint.h"
 #include "runtime/corpus_tokens.h"
@@ -75,6 +77,20 @@ ProfileFormats profileFormats(const TrainOptions& o) {
   };
   add(8, "channel");
   add(o.profile_bits, o.profile_granularity);
+  auto once = [](std::vector<std::string>& list, const std::string& format) {
+    if (std::find(list.begin(), list.end(), format) == list.end()) list.push_back(format);
+  };
+  for (const std::string& item : o.profile_formats) {
+    if (item == "int8") continue;  // always profiled
+    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) != std::end(kFormatSchemes)) {
+      SchemeFormats rtn = schemeFormats(item, "rtn", "rtn"), sr = schemeFormats(item, "rtn", "sr");
+      once(p.formats, rtn.operand);
+      once(p.gradient_formats, rtn.gradient);
+      once(p.gradient_formats, sr.gradient);
+    } else {
+      once(p.formats, QuantFormat::parse(item).toString());
+    }
+  }
   p.outputs = o.profile_outputs;
   return p;
 }
@@ -142,6 +158,8 @@ HardwareModel thisCpu() {
   cpu.vnni = caps.vnni;
   cpu.max_bits_one = caps.max_bits_one;
   cpu.max_bits_both = caps.max_bits_both;
+  // FP8 and MX formats run emulated here (fake_quant + f32 GEMM): every family trains.
+  cpu.formats.assign(std::begin(kFormatFamilies), std::end(kFormatFamilies));
   return cpu;
 }
 
@@ -159,6 +177,15 @@ void validateTrainOptions(const TrainOptions& o) {
   validateOptimizerConfig(o.optimizer);
   kWarmup.check(o.optimizer.warmup, o.steps);
   kProfileBits.check(o.profile_bits);
+  for (const std::string& item : o.profile_formats) {
+    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) != std::end(kFormatSchemes)) continue;
+    try {
+      QuantFormat::parse(item);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--profile-formats: '{}' is neither a format scheme ({}) nor a format: {}", item,
+                              fmt::join(kFormatSchemes, ", "), e.what()));
+    }
+  }
   kProfileSteps.check(o.profile_steps, o.steps);
   kProfileWarmup.check(o.profile_warmup, o.steps);
   // Both are at most --steps, itself at most kMaxSteps: the sum cannot overflow.

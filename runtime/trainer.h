@@ -74,6 +74,10 @@ struct TrainOptions {
   // CPU needs it and stochastic rounding for gradients.
   int profile_bits = 8;
   std::string profile_granularity = "channel";
+  // Also these FP8/MX schemes (plan/policy.h: fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8: each
+  // adds its operand format with round-to-nearest and its gradient format with both
+  // roundings) or explicit formats ("e4m3:channel:rtn").
+  std::vector<std::string> profile_formats;
 
   // Stage (iii): train with the GEMMs the recipe chooses in int8, as the recipe says.
   // The hardware model (optional) is checked to run the recipe's formats exactly and

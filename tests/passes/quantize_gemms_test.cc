@@ -189,5 +189,96 @@ TEST(QuantizeGemms, SmoothQuantCutsTheErrorOfOutlierChannels) {
   EXPECT_LT(smoothed, plain / 2) << "plain " << plain << " smoothed " << smoothed;
 }
 
+// FP8 and MX have no int8 kernels here: each operand becomes the values its format
+// represents (fake_quant), read by an f32 matmul that records the formats.
+TEST(QuantizeGemms, EmulatesFp8AndMxGemmsWithFakeQuantAndAnF32Matmul) {
+  Recipe recipe = parseRecipe(R"(gemms:
+  - {label: up, decision: mxfp8, lhs_format: mxfp8_e4m3, rhs_format: mxfp8_e4m3}
+  - {label: down, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn"}
+)",
+                              "r.yaml");
+  auto g = rewritten(kMlp, recipe);
+  std::string text = printGraph(*g);
+  EXPECT_NE(text.find(R"(%h.lhs_fq = fake_quant(%x, %h.lhs_scales) {format="e4m3:block32:rtn:scale=e8m0", side="lhs", contract_dims=[1], seed=0} : f32[64,32])"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%h.emulated = matmul(%h.lhs_fq, %h.rhs_fq) {lhs_contract=[1], rhs_contract=[0], label="up")"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(lhs_format="e4m3:tensor:rtn")"), std::string::npos) << text;
+  for (const Node* n : g->nodes()) EXPECT_NE(n->op(), Op::kQMatMul);
+  EXPECT_EQ(printGraph(*parseGraph(text)), text);
+
+  // The emulated GEMM is the f32 product of the fake-quantized operands, and its error
+  // against f32 is what the operands' SQNRs predict.
+  auto original = parseGraph(kMlp);
+  Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{64, 32}}, 1));
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+  Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+  Executor a(*original), b(*g);
+  for (Executor* e : {&a, &b}) {
+    e->bind("x", x);
+    e->bind("w", w);
+    e->bind("w2", w2);
+    e->run(5);
+  }
+  double error = testing::relativeSquaredError(a.output<float>(0), b.output<float>(0));
+  EXPECT_GT(error, 1e-6);  // something was quantized
+  EXPECT_LT(error, 0.01);  // ~1/SQNR of e4m3 (~30 dB) per GEMM
+  // An MX block that does not tile K (down's K is 48) is refused, naming the entry.
+  Recipe odd = parseRecipe("gemms:\n  - {label: down, decision: mxfp8, lhs_format: mxfp8_e4m3, rhs_format: mxfp8_e4m3}\n",
+                           "odd.yaml");
+  try {
+    rewritten(kMlp, odd);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("odd.yaml:2: field 'lhs_format': GEMM 'down': MX block 32 does not divide"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(QuantizeGemms, RefusesToMixInt8AndFp8Operands) {
+  EXPECT_THROW(parseRecipe(R"(gemms:
+  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "int8:channel:rtn"}
+)",
+                           "r.yaml"),
+               Error);
+  try {
+    parseRecipe("gemms:\n  - {label: up, decision: int8, lhs_format: \"e4m3:tensor:rtn\", rhs_format: \"e4m3:tensor:rtn\"}\n",
+                "r.yaml");
+    FAIL() << "a decision that is not the formats' family must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("r.yaml:2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("family fp8"), std::string::npos) << e.what();
+  }
+}
+
+// Delayed scaling: the scale of a step comes from the amax of the steps before it.
+TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
+  Recipe recipe = parseRecipe(R"(gemms:
+  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn", amax_history: 2}
+)",
+                              "r.yaml");
+  auto g = rewritten(kMlp, recipe);
+  EXPECT_NE(printGraph(*g).find("amax_history=2, amax_compute=\"max\""), std::string::npos) << printGraph(*g);
+  g->addOutput(g->find("h.lhs_scales"));
+  Executor e(*g);
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+  Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+  e.bind("w", w);
+  e.bind("w2", w2);
+  std::vector<float> scales;
+  for (float amax : {1.0f, 4.0f, 2.0f, 0.5f, 0.5f}) {
+    Tensor x(TensorType{DType::kF32, Shape{64, 32}});
+    std::fill(x.data<float>(), x.data<float>() + 64 * 32, 0.25f);
+    x.data<float>()[7] = amax;
+    e.bind("x", x);
+    e.run(0);
+    scales.push_back(e.output<float>(1)[0]);
+  }
+  // Step 0 has no history (just in time); then max over the last two steps.
+  const std::vector<float> amax_used = {1.0f, 1.0f, 4.0f, 4.0f, 2.0f};
+  for (size_t i = 0; i < scales.size(); ++i) EXPECT_FLOAT_EQ(scales[i], amax_used[i] / 448.0f) << "step " << i;
+}
+
 }  // namespace
 }  // namespace pgq

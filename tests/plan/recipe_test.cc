@@ -76,7 +76,7 @@ const RecipeEntry& entry(const Recipe& r, const std::string& label) {
 TEST(RecipeGenerator, ForwardOnlyAndRoofline) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe r = generateRecipe(testProfile(), hw, loadPolicy("F"), "p.yaml");
-  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, Decision::kInt8);
+  EXPECT_EQ(entry(r, "layer0/mlp/up").decision, Decision::kQuantize);
   EXPECT_EQ(entry(r, "layer0/mlp/up:dgrad").decision, Decision::kKeep);
   EXPECT_NE(entry(r, "layer0/mlp/up:dgrad").reason.find("does not quantize backward GEMMs"), std::string::npos);
   EXPECT_EQ(entry(r, "tiny").decision, Decision::kKeep);
@@ -106,16 +106,16 @@ TEST(RecipeGenerator, NarrowsTheHigherSqnrSideWithoutVnni) {
 TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe t = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
-  EXPECT_EQ(entry(t, "layer0/mlp/up:dgrad").decision, Decision::kInt8);  // min SQNR 25 (SR) > 10
+  EXPECT_EQ(entry(t, "layer0/mlp/up:dgrad").decision, Decision::kQuantize);  // min SQNR 25 (SR) > 10
   EXPECT_EQ(entry(t, "get_logits:dgrad").decision, Decision::kKeep);     // 0.25 <= 10
   EXPECT_NE(entry(t, "get_logits:dgrad").reason.find("min SQNR 0.25 <= 10: kept f32"), std::string::npos)
       << entry(t, "get_logits:dgrad").reason;
   Recipe adv = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR<10"), "p.yaml");
   EXPECT_EQ(entry(adv, "layer0/mlp/up:dgrad").decision, Decision::kKeep);
-  EXPECT_EQ(entry(adv, "get_logits:dgrad").decision, Decision::kInt8);
+  EXPECT_EQ(entry(adv, "get_logits:dgrad").decision, Decision::kQuantize);
   EXPECT_NE(entry(adv, "get_logits:dgrad").reason.find("(adversarial)"), std::string::npos);
   // Forward GEMMs are quantized either way.
-  EXPECT_EQ(entry(adv, "layer0/mlp/up").decision, Decision::kInt8);
+  EXPECT_EQ(entry(adv, "layer0/mlp/up").decision, Decision::kQuantize);
 }
 
 TEST(RecipeGenerator, RulesAndRefinements) {
@@ -134,7 +134,7 @@ rules:
   EXPECT_EQ(entry(r, "layer0/mlp/up:wgrad").lhs_format, "int8:block32:rtn");
   // get_logits:dgrad fails the threshold and is refined to block scales.
   const RecipeEntry& logits = entry(r, "get_logits:dgrad");
-  EXPECT_EQ(logits.decision, Decision::kInt8);
+  EXPECT_EQ(logits.decision, Decision::kQuantize);
   EXPECT_EQ(logits.lhs_format, "int8:block64:sr");
   EXPECT_NE(logits.reason.find("block64 scales instead"), std::string::npos) << logits.reason;
 }
@@ -172,7 +172,7 @@ gemms:
       EXPECT_EQ(decision.decision, Decision::kKeep);
       EXPECT_EQ(decision.reason, "hand-picked");
     } else {
-      EXPECT_EQ(decision.decision, Decision::kInt8);
+      EXPECT_EQ(decision.decision, Decision::kQuantize);
     }
   }
   auto errorOf = [&](const std::string& yaml) {
