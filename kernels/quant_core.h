@@ -141,10 +141,10 @@ class SrState {
 // The sr_* arrays (SrConstants, one per element) are needed by per-element stochastic
 // runs only; broadcast runs derive the constants from inv and add. sr_pre is null unless
 // some group of the plan is prescaled.
-// row_len > 0 (broadcast runs only): the run is len / row_len consecutive rows of
-// row_len elements, a multiple of 32, starting at a multiple of 32; row j has the
-// parameters inv[j], add[j], scale[j]. One call then covers many short rows (e.g. the
-// rows of an activation with per-row scales), which saves a call per row.
+// row_len > 0 (broadcast runs only): the run is len / row_len consecutive rows (or blocks
+// of a row) of row_len elements, a multiple of 32, starting at a multiple of 32; row j
+// has the parameters inv[j], add[j], scale[j]. One call then covers many short rows
+// (e.g. the rows of an activation with per-row scales), which saves a call per row.
 struct RunParams {
   const float* inv;
   const float* add;
@@ -451,13 +451,17 @@ class QuantPlan {
 
   // f(index, len, RunParams, per_element) for every run of the unit. With rows_at_once,
   // the rows of a unit with per-row groups may come as one run with RunParams::row_len
-  // (for callers that hand the runs to processRun, which understands it).
+  // (for callers that hand the runs to processRun, which understands it). With
+  // blocks_at_once, so may the consecutive full blocks of a row with per-block groups
+  // along it, when blocks and rows are multiples of 32 elements (the emulated formats'
+  // runs use it; quantize() does not).
   template <typename F>
-  void forEachRun(int64_t unit, F&& f, bool rows_at_once = false) const {
+  void forEachRun(int64_t unit, F&& f, bool rows_at_once = false,
+                  bool blocks_at_once = false) const {
     if (chunks_per_row_ > 1) {
       int64_t row = unit / chunks_per_row_;
       int64_t c0 = (unit % chunks_per_row_) * col_chunk_;
-      visitRow(row, c0, std::min(view_.cols, c0 + col_chunk_), f);
+      visitRow(row, c0, std::min(view_.cols, c0 + col_chunk_), f, blocks_at_once);
       return;
     }
     int64_t r0 = unit * rows_per_unit_;
@@ -473,12 +477,12 @@ class QuantPlan {
       f(r0 * view_.cols, (r1 - r0) * view_.cols, p, false);
       return;
     }
-    for (int64_t row = r0; row < r1; ++row) visitRow(row, 0, view_.cols, f);
+    for (int64_t row = r0; row < r1; ++row) visitRow(row, 0, view_.cols, f, blocks_at_once);
   }
 
  private:
   template <typename F>
-  void visitRow(int64_t row, int64_t c0, int64_t c1, F& f) const {
+  void visitRow(int64_t row, int64_t c0, int64_t c1, F& f, bool blocks_at_once) const {
     const int64_t base = row * view_.cols;
     if (format_.granularity == Granularity::kPerTensor) {
       f(base + c0, c1 - c0, at(0), false);
@@ -487,7 +491,19 @@ class QuantPlan {
         f(base + c0, c1 - c0, at(row), false);
         return;
       }
-      for (int64_t cs = c0; cs < c1;) {
+      int64_t cs = c0;
+      if (blocks_at_once && format_.block % 32 == 0 && view_.cols % 32 == 0) {
+        // The full blocks of [cs, c1) in one run, when cs is a block boundary (a column
+        // chunk of a long row may start inside a block).
+        const int64_t full = (c1 - cs) / format_.block;
+        if (cs % format_.block == 0 && full > 1) {
+          RunParams p = at(row * blocks_ + cs / format_.block);
+          p.row_len = format_.block;
+          f(base + cs, full * format_.block, p, false);
+          cs += full * format_.block;
+        }
+      }
+      for (; cs < c1;) {
         int64_t j = cs / format_.block;
         int64_t ce = std::min(c1, (j + 1) * format_.block);
         f(base + cs, ce - cs, at(row * blocks_ + j), false);
@@ -535,6 +551,12 @@ class QuantPlan {
   int64_t chunks_per_row_ = 1;
   int64_t col_chunk_ = 0;
 };
+
+// Per-group ranges [mn[g], mx[g]] of the finite values, widened to contain 0 (group order
+// of quant_format.h). Parallel over rows or column chunks; the result does not depend on
+// the thread count.
+void groupRanges(const float* x, const OperandView& view, const QuantFormat& format,
+                 std::vector<float>& mn, std::vector<float>& mx);
 
 // Throws KernelError unless every scale of params is finite and >= kMinScale and every
 // zero point (asymmetric) is an integer on the grid: a params buffer computed for

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/float_quant_core.h"
 #include "kernels/quant_core.h"
 
 namespace pgq::kernels {
@@ -53,8 +54,8 @@ struct StatsSink {
   __m256 lo_edge;
   __m256 hi_edge;
 
-  StatsSink(int lo, int hi)
-      : lo_edge(_mm256_set1_ps(float(lo) - 0.5f)), hi_edge(_mm256_set1_ps(float(hi) + 0.5f)) {}
+  // A value v = x * inv + add below lo_edge or above hi_edge counts as clipped.
+  StatsSink(float lo, float hi) : lo_edge(_mm256_set1_ps(lo)), hi_edge(_mm256_set1_ps(hi)) {}
 
   static void count(__m256i& counter, __m256 mask) {
     counter = _mm256_sub_epi32(counter, _mm256_castps_si256(mask));
@@ -135,11 +136,29 @@ struct StatsSink {
   }
 };
 
+// One work unit with the arithmetic of quantize() (integer grids with f32 scales; clipped
+// beyond the grid by more than half a step) or of fakeQuantize() (emulated formats; the
+// lanes' t is the element value, add 0, and clipped is beyond the element max by more
+// than half the step there: values that saturation moved).
 template <bool kWide>
-Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x, bool stochastic,
-                  SrStream sr) {
+Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x,
+                  const QuantFormat& format, SrStream sr) {
   detail::SrState sr_state(sr);
-  StatsSink<kWide> sink(plan.lo(), plan.hi());
+  const bool stochastic = format.rounding == Rounding::kStochastic;
+  if (format.isEmulated()) {
+    const detail::EmulatedGrid grid = detail::emulatedGridOf(format);
+    const detail::GridLanes lanes(grid);
+    StatsSink<kWide> sink(-grid.clip_edge, grid.clip_edge);
+    plan.forEachRun(
+        unit,
+        [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
+          detail::emulatedRunAny(stochastic, grid.int_element, per_elem, x + index, index, len, p,
+                                 lanes, &sr_state, sink);
+        },
+        /*rows_at_once=*/true, /*blocks_at_once=*/true);
+    return sink.result();
+  }
+  StatsSink<kWide> sink(float(plan.lo()) - 0.5f, float(plan.hi()) + 0.5f);
   plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
     detail::processRunAny(stochastic, per_elem, x + index, index, len, p, plan.lo(), plan.hi(),
                           &sr_state, sink);
@@ -155,14 +174,17 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
                                 const QuantFormat& format, std::span<const float> params,
                                 SrStream sr) {
   detail::checkQuantArgs("quantStats", int64_t(x.size()), view, format, int64_t(params.size()));
-  detail::QuantPlan plan(view, format, params, 0);
-  const bool stochastic = format.rounding == Rounding::kStochastic;
+  if (format.isEmulated()) {
+    detail::checkEmulatedParams("quantStats", format, params, quantGroupCount(view, format));
+  }
+  const detail::QuantPlan plan = format.isEmulated() ? detail::emulatedPlan(view, format, params)
+                                                     : detail::QuantPlan(view, format, params, 0);
   std::vector<Partial> partials(plan.units());
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < plan.units(); ++unit) {
-    Partial p = unitStats<false>(plan, unit, x.data(), stochastic, sr);
+    Partial p = unitStats<false>(plan, unit, x.data(), format, sr);
     if (!std::isfinite(p.signal) || !std::isfinite(p.noise)) {
-      p = unitStats<true>(plan, unit, x.data(), stochastic, sr);
+      p = unitStats<true>(plan, unit, x.data(), format, sr);
     }
     partials[unit] = p;
   }

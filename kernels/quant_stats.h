@@ -5,14 +5,18 @@
 // accumulates the sums below. Two passes over the data (scales, then quantize + sums);
 // clipping formats add the clip search of computeQuantParams(). Sums are accumulated in
 // double per fixed work unit and combined in unit order: the result does not depend on
-// the thread count.
+// the thread count. Emulated formats (float_quant.h) are described the same way with the
+// arithmetic of computeQuantParams() + fakeQuantize(): Q(x) is the value the GEMM reads.
 //
 // Definitions (over the finite elements unless said otherwise):
 //   mean_square  E[x^2]                      mse        E[(Q(x) - x)^2]
 //   sqnr         mean_square / mse, a ratio (not dB), capped at kSqnrCap
 //   zero_fraction       fraction with x == 0
 //   underflow_fraction  fraction with x != 0 whose quantized value is 0
-//   clipped_fraction    fraction beyond the grid by more than half a step (saturated)
+//   clipped_fraction    fraction beyond the grid by more than half a step (saturated):
+//                       |x / s| > qmax + 1/2 for int grids, > max + half the step at max
+//                       for FP8 elements (464 for e4m3, 61440 for e5m2), i.e. the values
+//                       that saturation moved (within that margin rtn rounds to max anyway)
 //   nan_count, inf_count   over all elements; NaN/Inf take no part in anything else
 // Edge cases: when the error is exactly 0 (an all-zero tensor, a tensor with no finite
 // element, or values that all land on the grid) sqnr is kSqnrCap, never 0/0. A constant

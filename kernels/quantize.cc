@@ -6,6 +6,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "kernels/float_quant.h"
 #include "kernels/kernel_error.h"
 #include "kernels/quant_clip.h"
 #include "kernels/quant_core.h"
@@ -80,18 +81,26 @@ QuantPlan::QuantPlan(const OperandView& view, const QuantFormat& format,
   // Per-column groups of a view with K along the rows are walked [batch][block][column].
   const bool transpose = !view.contract_along_cols && format.granularity == Granularity::kPerBlock;
   checkParamValues("quantize", format, params, groups);
-  for (int64_t g = 0; g < groups; ++g) {
+  auto place = [&](int64_t g, int64_t slot) {
     const float scale = params[g];
     const float zero_point = format.asymmetric ? params[groups + g] : 0.0f;
-    int64_t slot = g;
-    if (transpose) {
-      int64_t j = g % blocks_;
-      int64_t bc = g / blocks_;
-      slot = ((bc / view.cols) * blocks_ + j) * view.cols + bc % view.cols;
-    }
     inv_[slot] = 1.0f / scale;
     add_[slot] = zero_point + float(storage_offset);
     scale_[slot] = scale;
+  };
+  if (transpose) {
+    // Group (b * cols + c) * blocks + j goes to slot (b * blocks + j) * cols + c, written
+    // in slot order (with 32-row blocks, integer divisions per group or writes a row
+    // apart cost more than the rest of a quantization).
+    for (int64_t b = 0; b < view.batch; ++b) {
+      for (int64_t j = 0; j < blocks_; ++j) {
+        for (int64_t c = 0; c < view.cols; ++c) {
+          place((b * view.cols + c) * blocks_ + j, (b * blocks_ + j) * view.cols + c);
+        }
+      }
+    }
+  } else {
+    for (int64_t g = 0; g < groups; ++g) place(g, g);
   }
   // Per-element stochastic runs (per-column groups, visitRow's last case) read the
   // fixed-point constants from arrays; broadcast runs derive them per run.
@@ -222,9 +231,10 @@ void foldColumns(const float* x, int64_t rows, int64_t stride, int64_t n, float*
   }
 }
 
-// Per-group ranges [mn[g], mx[g]] of the finite values (group order of quant_format.h).
-void groupRanges(const float* x, const OperandView& view, const QuantFormat& format,
-                 std::vector<float>& mn, std::vector<float>& mx) {
+}  // namespace
+
+void detail::groupRanges(const float* x, const OperandView& view, const QuantFormat& format,
+                         std::vector<float>& mn, std::vector<float>& mx) {
   const int64_t groups = quantGroupCount(view, format);
   const int64_t blocks = blockCount(view, format);
   mn.assign(groups, 0.0f);
@@ -273,6 +283,17 @@ void groupRanges(const float* x, const OperandView& view, const QuantFormat& for
         }
       }
     }
+  }
+}
+
+namespace {
+
+// Rejects emulated formats in the int8-storage kernels.
+void checkIntStorage(const char* what, const QuantFormat& format) {
+  if (format.isEmulated()) {
+    throw KernelError::format(
+        "{}: format {} is an emulated format: use fakeQuantize (float_quant.h)", what,
+        format.toString());
   }
 }
 
@@ -329,6 +350,7 @@ template <typename T>
 void quantizeInto(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                   std::span<const float> params, std::span<T> out, SrStream sr, GemmSide side) {
   detail::checkQuantArgs("quantize", int64_t(x.size()), view, format, int64_t(params.size()));
+  checkIntStorage("quantize", format);
   if (int64_t(out.size()) != view.elements()) {
     throw KernelError::format("quantize: output has {} elements, the view needs {}", out.size(),
                               view.elements());
@@ -355,6 +377,7 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
                          SrStream sr, GemmSide side) {
   detail::checkQuantArgs("quantizeDynamic", int64_t(x.size()), view, format,
                          int64_t(params.size()));
+  checkIntStorage("quantizeDynamic", format);
   const bool fused = view.contract_along_cols && format.granularity != Granularity::kPerTensor &&
                      format.clipping == Clipping::kNone;
   if (!fused) {
@@ -405,6 +428,7 @@ template <typename T>
 void dequantizeFrom(std::span<const T> q, const OperandView& view, const QuantFormat& format,
                     std::span<const float> params, std::span<float> out, GemmSide side) {
   detail::checkQuantArgs("dequantize", int64_t(q.size()), view, format, int64_t(params.size()));
+  checkIntStorage("dequantize", format);
   if (int64_t(out.size()) != view.elements()) {
     throw KernelError::format("dequantize: output has {} elements, the view needs {}", out.size(),
                               view.elements());
@@ -426,10 +450,14 @@ void dequantizeFrom(std::span<const T> q, const OperandView& view, const QuantFo
 
 void computeQuantParams(std::span<const float> x, const OperandView& view,
                         const QuantFormat& format, std::span<float> params) {
+  if (format.isEmulated()) {
+    computeEmulatedScales(x, view, format, params);
+    return;
+  }
   detail::checkQuantArgs("computeQuantParams", int64_t(x.size()), view, format,
                          int64_t(params.size()));
   std::vector<float> mn, mx;
-  groupRanges(x.data(), view, format, mn, mx);
+  detail::groupRanges(x.data(), view, format, mn, mx);
   const int64_t groups = int64_t(mn.size());
   const bool clip = format.clipping != Clipping::kNone;
 #pragma omp parallel if (clip && groups > 1)

@@ -1,0 +1,233 @@
+#pragma once
+// Internal to kernels/: the lane arithmetic of fake quantization (float_quant.h has the
+// numerics), shared by fakeQuantize() and quantStats() so that the statistics describe
+// exactly the values the GEMM reads. Not part of the public API.
+//
+// Q(v) of float_quant.h in eight lanes, from the float bits of c = clamp(v, -max, max):
+// the exponent field of c, raised to emin's, gives the step q = 2^(e - m) and 1/q =
+// 2^(m - e) as exact powers of two built from bits, so c * (1/q) is exact and a
+// multiplication by q puts the rounded integer back. A float subnormal c has exponent
+// field 0, below every emin, so it takes the smallest step like any other value below
+// 2^emin. Int elements skip all that: their step is 1.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "kernels/quant_core.h"
+
+namespace pgq::kernels::detail {
+
+// A format's element grid as the lanes need it.
+struct EmulatedGrid {
+  bool int_element = false;  // step 1 everywhere; the fields below are FP8's
+  float max = 0.0f;          // largest element magnitude
+  float clip_edge = 0.0f;    // |v| above which saturation changed the rounding:
+                             // max + half the step at max (as the int path's qmax + 1/2)
+  int32_t lo_exp = 0;        // exponent field floor, (emin + 127) << 23
+  int32_t mantissa = 0;      // m << 23
+};
+EmulatedGrid emulatedGridOf(const QuantFormat& format);
+
+// Throws KernelError unless format is valid and emulated.
+void checkEmulatedFormat(const char* what, const QuantFormat& format);
+// Throws KernelError unless every scale is a finite float >= kMinScale (a power of two
+// for scale=e8m0): params computed for another format are caught here.
+void checkEmulatedParams(const char* what, const QuantFormat& format, std::span<const float> params,
+                         int64_t groups);
+
+// A QuantPlan (quant_core.h) over the groups of an emulated format: the walk into work
+// units and runs of one group (or one scale per element of a row). Its stochastic-rounding
+// tables are not needed here, so it is built as for round-to-nearest.
+inline QuantPlan emulatedPlan(const OperandView& view, const QuantFormat& format,
+                              std::span<const float> params) {
+  QuantFormat nearest = format;
+  nearest.rounding = Rounding::kNearest;
+  return QuantPlan(view, nearest, params, 0);
+}
+
+// EmulatedGrid broadcast to eight lanes, with the exponent-field sums the steps need.
+struct GridLanes {
+  __m256 max;
+  __m256 neg_max;
+  __m256i lo_exp;
+  __m256i step_sub;   // q's bits = exponent field - (m << 23)
+  __m256i inv_add;    // 1/q's bits = ((254 + m) << 23) - exponent field
+  __m256i inv16_add;  // 2^16/q's bits = ((270 + m) << 23) - exponent field
+
+  explicit GridLanes(const EmulatedGrid& g)
+      : max(_mm256_set1_ps(g.max)),
+        neg_max(_mm256_set1_ps(-g.max)),
+        lo_exp(_mm256_set1_epi32(g.lo_exp)),
+        step_sub(_mm256_set1_epi32(g.mantissa)),
+        inv_add(_mm256_set1_epi32((254 << 23) + g.mantissa)),
+        inv16_add(_mm256_set1_epi32((270 << 23) + g.mantissa)) {}
+};
+
+// Q(v) of eight lanes (float_quant.h) for FP8 elements or (kInt) int elements, whose step
+// is 1; r holds the 16 noise bits of each lane (stochastic only).
+template <bool kStochastic, bool kInt>
+inline __m256 roundElementLanes(__m256 v, const GridLanes& g, __m256i r) {
+  // max and min return their second operand when either is NaN: NaN lanes keep c = NaN.
+  const __m256 c = _mm256_min_ps(g.max, _mm256_max_ps(g.neg_max, v));
+  __m256 q = _mm256_set1_ps(1.0f);
+  __m256 inv = q;
+  __m256 inv16 = _mm256_set1_ps(kSrFixedOne);
+  if constexpr (!kInt) {
+    // |c| <= max, so the exponent field is at most emax's (NaN's is all ones, and its
+    // lanes give NaN whatever the step).
+    __m256i e = _mm256_and_si256(_mm256_castps_si256(c), _mm256_set1_epi32(0x7F800000));
+    e = _mm256_max_epi32(e, g.lo_exp);
+    q = _mm256_castsi256_ps(_mm256_sub_epi32(e, g.step_sub));
+    if constexpr (kStochastic) {
+      inv16 = _mm256_castsi256_ps(_mm256_sub_epi32(g.inv16_add, e));
+    } else {
+      inv = _mm256_castsi256_ps(_mm256_sub_epi32(g.inv_add, e));
+    }
+  }
+  if constexpr (kStochastic) {
+    // |f| * 2^16 < 2^23 (|f| < 2^(m+1) <= 8 for FP8, <= 127 for int), so the truncation
+    // to int32 and the sum with r < 2^16 cannot overflow; the arithmetic shift floors.
+    const __m256i fixed = _mm256_cvttps_epi32(_mm256_mul_ps(c, inv16));
+    const __m256i t = _mm256_srai_epi32(_mm256_add_epi32(fixed, r), 16);
+    // t * q is exact; adding c - c (0, or NaN in NaN lanes) keeps NaN.
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), q, _mm256_sub_ps(c, c));
+  } else if constexpr (kInt) {
+    return _mm256_round_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    return _mm256_mul_ps(
+        _mm256_round_ps(_mm256_mul_ps(c, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), q);
+  }
+}
+
+// Fake-quantizes 32 elements xs[0, 32) into the sinks' Lanes (quant_core.h): t = Q(v),
+// the element value in units of the scale, add = 0; ti is not set. Per-element runs read
+// inv and scale at q (offset to the block).
+template <bool kStochastic, bool kInt, bool kPerElement>
+__attribute__((always_inline)) inline void emulatedBlock(const float* xs, const RunParams& q,
+                                                         __m256i w0, __m256i w1, const GridLanes& g,
+                                                         Lanes& l) {
+  for (int k = 0; k < 4; ++k) {
+    l.x[k] = _mm256_loadu_ps(xs + 8 * k);
+    l.inv[k] = kPerElement ? _mm256_loadu_ps(q.inv + 8 * k) : _mm256_broadcast_ss(q.inv);
+    l.scale[k] = kPerElement ? _mm256_loadu_ps(q.scale + 8 * k) : _mm256_broadcast_ss(q.scale);
+    l.add[k] = _mm256_setzero_ps();
+    const __m256i r = kStochastic ? noiseLanes(w0, w1, k) : _mm256_setzero_si256();
+    l.t[k] = roundElementLanes<kStochastic, kInt>(_mm256_mul_ps(l.x[k], l.inv[k]), g, r);
+  }
+}
+
+// Fake-quantizes the run x[0, len) (element indices index .. index+len-1) of one group,
+// or of one scale per element, and hands each 32 elements to sink(first_index, lanes,
+// valid), as processRun (quant_core.h) does for the int grid. Stochastic runs are split
+// at multiples of 32 element indices so that each full block takes its 16 noise words
+// from the SrState buffer; the ragged head and tail go through a zero-padded copy (its
+// padding lanes give t = 0).
+template <bool kStochastic, bool kInt, bool kPerElement, typename Sink>
+__attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int64_t index,
+                                                            int64_t len, const RunParams& p,
+                                                            const GridLanes& g, SrState* sr,
+                                                            Sink& sink) {
+  auto block = [&](const float* xs, const RunParams& q, int64_t at, int valid,
+                   const uint32_t* w16) {
+    __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
+    if constexpr (kStochastic) {
+      const uint32_t* w = w16 != nullptr ? w16 : sr->at(index + at);
+      w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
+      w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
+    }
+    Lanes l;
+    emulatedBlock<kStochastic, kInt, kPerElement>(xs, q, w0, w1, g, l);
+    sink(index + at, l, valid);
+  };
+  auto partial = [&](int64_t at, int n) {
+    alignas(32) float xb[32] = {};
+    std::memcpy(xb, x + at, sizeof(float) * n);
+    // Element j of the block takes the same place in the words as in a full block.
+    alignas(32) uint32_t wb[16] = {};
+    if constexpr (kStochastic) {
+      for (int j = 0; j < n; ++j) {
+        wb[j % 8 + 8 * (j / 16)] |= sr->bits16(index + at + j) << (16 * ((j / 8) % 2));
+      }
+    }
+    if constexpr (kPerElement) {
+      alignas(32) float ib[32] = {}, sb[32] = {};
+      std::memcpy(ib, p.inv + at, sizeof(float) * n);
+      std::memcpy(sb, p.scale + at, sizeof(float) * n);
+      block(xb, RunParams{ib, nullptr, sb}, at, n, wb);
+    } else {
+      block(xb, p, at, n, wb);
+    }
+  };
+  int64_t pos = 0;
+  if constexpr (kStochastic) {
+    const int64_t head = std::min<int64_t>(len, (32 - (index & 31)) & 31);
+    if (head > 0) partial(0, int(head));
+    pos = head;
+  }
+  for (; pos + 32 <= len; pos += 32) {
+    if constexpr (kPerElement) {
+      block(x + pos, RunParams{p.inv + pos, nullptr, p.scale + pos}, pos, 32, nullptr);
+    } else {
+      block(x + pos, p, pos, 32, nullptr);  // by reference (see offsetParams)
+    }
+  }
+  if (pos < len) partial(pos, int(len - pos));
+}
+
+// A run as QuantPlan::forEachRun gives it: one group's, one scale per element, or
+// (RunParams::row_len > 0) consecutive rows or blocks with a scale each, whose lengths are
+// multiples of 32 from a multiple of 32 (so every 32 elements are a full, aligned block:
+// MX blocks take this tight loop).
+template <bool kStochastic, bool kInt, bool kPerElement, typename Sink>
+void emulatedRun(const float* x, int64_t index, int64_t len, const RunParams& p, const GridLanes& g,
+                 SrState* sr, Sink& sink) {
+  // A local copy of the sink keeps its members (the output pointer) in registers, as in
+  // stochasticBlocksVaes (quant_core.h).
+  Sink local = sink;
+  if constexpr (!kPerElement) {
+    if (p.row_len > 0) {
+      for (int64_t j = 0, at = 0; at < len; ++j, at += p.row_len) {
+        const RunParams q{p.inv + j, nullptr, p.scale + j};
+        for (int64_t pos = at; pos < at + p.row_len; pos += 32) {
+          __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
+          if constexpr (kStochastic) {
+            const uint32_t* w = sr->at(index + pos);
+            w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
+            w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
+          }
+          Lanes l;
+          emulatedBlock<kStochastic, kInt, false>(x + pos, q, w0, w1, g, l);
+          local(index + pos, l, 32);
+        }
+      }
+      sink = local;
+      return;
+    }
+  }
+  emulatedGroupRun<kStochastic, kInt, kPerElement>(x, index, len, p, g, sr, local);
+  sink = local;
+}
+
+// Dispatches emulatedRun on the rounding mode, the element kind and the parameter layout.
+template <typename Sink>
+void emulatedRunAny(bool stochastic, bool int_element, bool per_element, const float* x,
+                    int64_t index, int64_t len, const RunParams& p, const GridLanes& g, SrState* sr,
+                    Sink& sink) {
+  auto run = [&]<bool kStochastic, bool kInt>() {
+    if (per_element) {
+      emulatedRun<kStochastic, kInt, true>(x, index, len, p, g, sr, sink);
+    } else {
+      emulatedRun<kStochastic, kInt, false>(x, index, len, p, g, sr, sink);
+    }
+  };
+  if (stochastic) {
+    int_element ? run.template operator()<true, true>() : run.template operator()<true, false>();
+  } else {
+    int_element ? run.template operator()<false, true>() : run.template operator()<false, false>();
+  }
+}
+
+}  // namespace pgq::kernels::detail
