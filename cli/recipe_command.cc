@@ -1,4 +1,6 @@
 // `pgq recipe`: stage (ii), from a profile to a recipe with a reason per GEMM.
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -7,9 +9,32 @@
 #include "plan/hardware.h"
 #include "plan/policy.h"
 #include "plan/profile.h"
+#include "plan/recipe_export.h"
 #include "plan/recipe_generator.h"
+#include "support/errors.h"
 
 namespace pgq::cli {
+namespace {
+
+// Checked before any work, so that a mistyped path costs no recipe generation.
+void checkExportPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path file(path);
+  fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(fmt::format("--export-torch {}: directory '{}' does not exist; create it first", path, dir.string()));
+  if (file.filename().empty() || fs::is_directory(file, ec))
+    throw Error(fmt::format("--export-torch {}: is a directory; give a file such as {}", path,
+                            (dir / "recipe.json").string()));
+  try {
+    torchFilterPath(path);  // refuses a JSON path the filter would overwrite
+  } catch (const Error& e) {
+    throw Error(fmt::format("--export-torch {}", e.what()));
+  }
+}
+
+}  // namespace
 
 void addRecipeCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("recipe", "Decide which GEMMs run in int8, from a profile, a hardware model and a policy");
@@ -31,8 +56,13 @@ void addRecipeCommand(CLI::App& app) {
                   "profiled at batch 8): the roofline sees GEMMs that large; SQNR stays as profiled")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  static std::string export_torch;
+  cmd->add_option("--export-torch", export_torch,
+                  "Also write the recipe for PyTorch: FILE.json (the nn.Linear modules to quantize with Transformer "
+                  "Engine or torchao) and FILE.py beside it (torchao's module_filter_fn)");
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
   cmd->callback([] {
+    if (!export_torch.empty()) checkExportPath(export_torch);
     Profile p = loadProfile(profile);
     if (!model.empty()) {
       ModelConfig m = loadModelConfig(model);
@@ -46,6 +76,10 @@ void addRecipeCommand(CLI::App& app) {
     } else {
       writeRecipe(out, recipe);
       fmt::print(stderr, "recipe: {}\n", out);
+    }
+    if (!export_torch.empty()) {
+      std::string filter = writeTorchExport(export_torch, recipe);
+      fmt::print(stderr, "PyTorch export: {} and {}\n", export_torch, filter);
     }
     if (explain) fmt::print(out.empty() ? stderr : stdout, "{}", explainRecipe(recipe));
   });

@@ -10,6 +10,7 @@
 #include "plan/policy.h"
 #include "support/quant_format.h"
 #include "support/errors.h"
+#include "support/json_text.h"
 
 namespace pgq {
 
@@ -36,19 +37,6 @@ std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format)
   std::stable_sort(rows.begin(), rows.end(), [](const SqnrRow& a, const SqnrRow& b) { return a.minSqnr() < b.minSqnr(); });
   return rows;
 }
-
-namespace {
-
-std::string jsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::string& format) {
   std::string out = fmt::format(

@@ -59,6 +59,10 @@ class Cli : public ::testing::Test {
     std::ofstream(dir_ / name, std::ios::binary) << text;
     return (dir_ / name).string();
   }
+  static std::string read(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
   fs::path dir_;
 };
 
@@ -508,6 +512,16 @@ TEST_F(Cli, RecipeThenQuantizedTraining) {
   EXPECT_NE(r.out.find("recipe F+B_SR>1 for model tiny on epyc-zen3-2c"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("backward GEMMs:"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(recipe));
+  // The PyTorch export: the JSON and the filter beside it; attention's batched GEMMs
+  // are no modules.
+  std::string exported = (dir_ / "F+B.json").string();
+  Result e = pgq("recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F+B --export-torch " + exported);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("PyTorch export: " + exported + " and " + (dir_ / "F+B.py").string()), std::string::npos) << e.out;
+  std::string json = read(exported);
+  EXPECT_NE(json.find("\"layer0.attn.q\": {\n      \"label\": \"layer0/attn/q\""), std::string::npos) << json;
+  EXPECT_NE(json.find("{\"label\": \"layer0/attn/scores\", \"direction\": \"fwd\""), std::string::npos) << json;
+  EXPECT_NE(read(dir_ / "F+B.py").find("def module_filter_fn(module, fqn):"), std::string::npos);
   // Every tiny GEMM is too small to win on this CPU; force them all to int8 by hand,
   // the way a user edits a recipe.
   std::string forced = write("forced.yaml", R"(gemms:
@@ -597,6 +611,14 @@ TEST_F(Cli, StageTwoBadInputs) {
            (dir_ / "t").string(),
        "wide.yaml:3: GEMM 'layer0/mlp/down': int8:channel:rtn x int8:channel:rtn cannot run exactly on hardware "
        "'epyc-zen3-2c' (no VNNI: exact up to 8 x 7 bits"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-torch " +
+           (dir_ / "no/such/r.json").string(),
+       "--export-torch " + (dir_ / "no/such/r.json").string() + ": directory '" + (dir_ / "no/such").string() +
+           "' does not exist"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-torch " + dir_.string(),
+       "--export-torch " + dir_.string() + ": is a directory"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-torch " + (dir_ / "r.py").string(),
+       "the PyTorch export's JSON cannot end in .py"},
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " + forced,
        "policy forced, rule (every GEMM): forces int8:channel:rtn x int8:channel:rtn on GEMM 'layer0/attn/q', which "
        "hardware 'epyc-zen3-2c' cannot run exactly"},
