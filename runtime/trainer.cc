@@ -28,6 +28,7 @@
 #include "runtime/data_loader.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/metrics.h"
+#include "runtime/mpi.h"
 #include "runtime/param_init.h"
 #include "runtime/profile_collector.h"
 #include "runtime/progress.h"
@@ -310,6 +311,14 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
     checkRecipeModel(*recipe, o.model.name, o.model.source);
     if (hardware) checkRecipeRunsExactly(*recipe, *hardware);
     checkRecipeRunsExactly(*recipe, thisCpu());
+    int emulated = 0;
+    for (const RecipeEntry& e : recipe->entries)
+      emulated += e.decision == Decision::kQuantize && QuantFormat::parse(e.lhs_format).isEmulated();
+    if (emulated > 0 && worldRankOrZero() == 0)
+      spdlog::info("recipe {}: {} entries in FP8/MX formats run emulated on this CPU (quantize -> dequantize -> f32 "
+                   "GEMM): the formats' numerics at f32 speed; the speed on the recipe's hardware ({}) is what pgq "
+                   "recipe --explain estimates",
+                   o.recipe_path, emulated, recipe->hardware.empty() ? "not recorded" : recipe->hardware);
   }
   const bool data_parallel = job.replicas > 1;
   try {
