@@ -106,6 +106,9 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--profile-granularity", o.profile_granularity,
                   "Also profile this scale granularity: tensor, channel or block<N>")
       ->capture_default_str();
+  addNumber(cmd, ranges::kProfileAmaxHistory, o.profile_amax_history,
+            "Amax history length H of the delayed scaling the profile measures (Transformer Engine's "
+            "amax_history_len)");
   cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
   cmd->add_option("--hardware", o.hardware,
                   "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");
