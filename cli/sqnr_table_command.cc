@@ -1,4 +1,5 @@
-// `pgq sqnr-table`: the table (and plot) a user inspects after profiling.
+// `pgq sqnr-table`: the table (and plot) a user inspects after profiling, or with
+// --scaling the table of how often FP8 scaling strategies would have clipped.
 #include <fmt/format.h>
 
 #include "app/sqnr_plot.h"
@@ -12,25 +13,39 @@ namespace pgq::cli {
 void addSqnrTableCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("sqnr-table", "Show the SQNR of every GEMM input of a profile, lowest first");
   static std::string profile_path, format = "int8:channel:rtn", plot;
-  static bool csv = false, json = false;
+  static bool csv = false, json = false, scaling = false;
   static std::vector<std::string> compare;
   static size_t top = 15;
   cmd->add_option("PROFILE", profile_path, "Profile written by pgq train --profile-out")->required();
   cmd->add_option("--format", format, "Quantization format to show (one the profile measured)")->capture_default_str();
   auto* csv_flag = cmd->add_flag("--csv", csv, "Print CSV instead of a markdown table");
   cmd->add_flag("--json", json, "Print JSON instead of a markdown table")->excludes(csv_flag);
+  auto* plot_option = cmd->add_option(
+      "--plot", plot, "Also draw ln(1+SQNR) per GEMM (forward and backward panels) to FILE.svg or .png");
+  auto* scaling_flag = cmd->add_flag("--scaling", scaling,
+                                     "Show instead how often delayed scaling and predicted weight scales would have "
+                                     "clipped each GEMM input (any format)")
+                           ->excludes(plot_option);
   cmd->add_option("--compare", compare,
                   "Compare formats side by side: schemes (int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or formats, "
                   "comma-separated; shows ranks and rank shifts")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->excludes(plot_option)
+      ->excludes(scaling_flag);
   cmd->add_option("--top", top, "With --compare: how many inputs to list")->check(CLI::Range(1, 1000000))->capture_default_str();
-  cmd->add_option("--plot", plot, "Also draw ln(1+SQNR) per GEMM (forward and backward panels) to FILE.svg or .png");
   cmd->callback([] {
     Profile profile = loadProfile(profile_path);
     if (!compare.empty()) {
       SqnrComparison c = compareSqnr(profile, compare);
       if (json) throw Error("--compare prints markdown or --csv, not --json");
       fmt::print("{}", csv ? sqnrComparisonCsv(c) : sqnrComparisonMarkdown(c, top));
+      return;
+    }
+    if (scaling) {
+      std::vector<ScalingRow> rows = scalingRows(profile);
+      if (csv) fmt::print("{}", scalingTableCsv(rows));
+      else if (json) fmt::print("{}", scalingTableJson(rows));
+      else fmt::print("{}", scalingTableMarkdown(rows));
       return;
     }
     std::vector<SqnrRow> rows = sqnrRows(profile, format);

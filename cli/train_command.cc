@@ -110,6 +110,9 @@ void addTrainCommand(CLI::App& app) {
                   "Also profile these FP8/MX schemes (fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or formats "
                   "(e4m3:channel:rtn), comma-separated")
       ->delimiter(',');
+  addNumber(cmd, ranges::kProfileAmaxHistory, o.profile_amax_history,
+            "Amax history length H of the delayed scaling the profile measures (Transformer Engine's "
+            "amax_history_len)");
   cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
   cmd->add_option("--hardware", o.hardware,
                   "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");

@@ -69,7 +69,23 @@ void emitOperand(YAML::Emitter& out, const OperandProfile& o) {
     out << YAML::Key << "clipped_fraction" << YAML::Value << f.clipped_fraction;
     out << YAML::EndMap;
   }
-  out << YAML::EndSeq << YAML::EndMap;
+  out << YAML::EndSeq;
+  if (const std::optional<ScalingStats>& s = o.scaling) {
+    out << YAML::Key << "scaling" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "steps" << YAML::Value << s->steps;
+    out << YAML::Key << "delayed_history" << YAML::Value << s->delayed_history;
+    out << YAML::Key << "delayed_clip_fraction" << YAML::Value << s->delayed_clip_fraction;
+    out << YAML::Key << "delayed_worst_ratio" << YAML::Value << s->delayed_worst_ratio;
+    if (const std::optional<PredictedScaling>& p = s->predicted) {
+      out << YAML::Key << "predicted_clip_fraction" << YAML::Value << p->clip_fraction;
+      out << YAML::Key << "predicted_worst_ratio" << YAML::Value << p->worst_ratio;
+      out << YAML::Key << "predicted_overestimate" << YAML::Value << p->overestimate;
+      out << YAML::Key << "predicted_rigorous_clip_fraction" << YAML::Value << p->rigorous_clip_fraction;
+      out << YAML::Key << "predicted_rigorous_overestimate" << YAML::Value << p->rigorous_overestimate;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
 }
 
 std::vector<int64_t> intList(const ConfigNode& node, std::string_view key, size_t exact_size = 0) {
@@ -112,9 +128,40 @@ FormatStats readFormat(const ConfigNode& node) {
   return f;
 }
 
+// Every field is required; the predicted ones only on weights (`weight`), where they are
+// all or none (a profile made without the optimizer's learning rates has none).
+ScalingStats readScaling(const ConfigNode& node, bool weight) {
+  node.allowOnly({"steps", "delayed_history", "delayed_clip_fraction", "delayed_worst_ratio",
+                  "predicted_clip_fraction", "predicted_worst_ratio", "predicted_overestimate",
+                  "predicted_rigorous_clip_fraction", "predicted_rigorous_overestimate"});
+  ScalingStats s;
+  s.steps = node.getInt("steps", 2, INT64_MAX);
+  s.delayed_history = node.getInt("delayed_history", 1, s.steps - 1);
+  s.delayed_clip_fraction = node.getDouble("delayed_clip_fraction", 0.0, 1.0);
+  // A ratio of a clipping strategy is >= 1 by definition (1 when it never clipped).
+  s.delayed_worst_ratio = node.getDouble("delayed_worst_ratio", 1.0, 1e300);
+  constexpr std::string_view kPredicted[] = {"predicted_clip_fraction", "predicted_worst_ratio",
+                                             "predicted_overestimate", "predicted_rigorous_clip_fraction",
+                                             "predicted_rigorous_overestimate"};
+  size_t given = 0;
+  for (std::string_view key : kPredicted) given += node.has(key) ? 1 : 0;
+  if (given == 0) return s;
+  if (!weight)
+    for (std::string_view key : kPredicted)
+      if (node.has(key)) node.fail(key, "predicted scales are for weight operands only");
+  PredictedScaling p;
+  p.clip_fraction = node.getDouble("predicted_clip_fraction", 0.0, 1.0);
+  p.worst_ratio = node.getDouble("predicted_worst_ratio", 1.0, 1e300);
+  p.overestimate = node.getDouble("predicted_overestimate", 0.0, 1e300);
+  p.rigorous_clip_fraction = node.getDouble("predicted_rigorous_clip_fraction", 0.0, 1.0);
+  p.rigorous_overestimate = node.getDouble("predicted_rigorous_overestimate", 0.0, 1e300);
+  s.predicted = p;
+  return s;
+}
+
 OperandProfile readOperand(const ConfigNode& node) {
   node.allowOnly({"side", "role", "tensor", "shape", "contract_dims", "batch_dims", "absmax", "absmax_mean", "rms",
-                  "zero_fraction", "nonfinite_fraction", "formats"});
+                  "zero_fraction", "nonfinite_fraction", "formats", "scaling"});
   OperandProfile o;
   o.side = node.getEnum("side", {"lhs", "rhs", "out"});
   // The GEMM's result has no operand role.
@@ -132,6 +179,7 @@ OperandProfile readOperand(const ConfigNode& node) {
   o.nonfinite_fraction = node.getDouble("nonfinite_fraction", 0.0, 1.0);
   for (const ConfigNode& f : node.child("formats").items()) o.formats.push_back(readFormat(f));
   if (o.formats.empty()) node.fail("formats", "expected at least one format");
+  if (node.has("scaling")) o.scaling = readScaling(node.child("scaling"), o.role == OperandRole::kWeight);
   return o;
 }
 
@@ -213,16 +261,24 @@ std::string profileToYaml(const Profile& profile) {
 std::string profileToCsv(const Profile& profile) {
   std::string csv =
       "label,direction,layer,batch,m,k,n,flops,bytes,intensity,side,role,tensor,absmax,rms,zero_fraction,"
-      "format,sqnr_mean,sqnr_min,sqnr_max,sqnr_min_db,underflow_fraction,clipped_fraction\n";
+      "format,sqnr_mean,sqnr_min,sqnr_max,sqnr_min_db,underflow_fraction,clipped_fraction,"
+      "delayed_clip_fraction,delayed_worst_ratio,predicted_clip_fraction\n";
   for (const GemmProfile& g : profile.gemms)
-    for (const OperandProfile& o : g.operands)
+    for (const OperandProfile& o : g.operands) {
+      // The scaling strategies are per operand, repeated on its format rows; empty when
+      // not measured.
+      std::string scaling = ",,";
+      if (const std::optional<ScalingStats>& s = o.scaling)
+        scaling = fmt::format("{:.9g},{:.9g},{}", s->delayed_clip_fraction, s->delayed_worst_ratio,
+                              s->predicted ? fmt::format("{:.9g}", s->predicted->clip_fraction) : "");
       for (const FormatStats& f : o.formats)
-        csv += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.9g},{:.9g},{:.9g},{},{:.9g},{:.9g},{:.9g},{:.4f},{:.9g},{:.9g}\n",
+        csv += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.9g},{:.9g},{:.9g},{},{:.9g},{:.9g},{:.9g},{:.4f},{:.9g},{:.9g},{}\n",
                            g.label, g.direction, g.layer, g.gemm_shape[0], g.gemm_shape[1], g.gemm_shape[2],
                            g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.side, o.roleName(), o.tensor, o.absmax,
                            o.rms, o.zero_fraction, f.format, f.sqnr_mean, f.sqnr_min, f.sqnr_max,
                            10.0 * std::log10(std::max(f.sqnr_min, 1e-30)), f.underflow_fraction,
-                           f.clipped_fraction);
+                           f.clipped_fraction, scaling);
+    }
   return csv;
 }
 

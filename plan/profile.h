@@ -24,6 +24,35 @@ struct FormatStats {
   double clipped_fraction = 0;
 };
 
+// Scaling strategies: how often the per-tensor scales of FP8 training (Transformer
+// Engine, MOSS) would have clipped an operand over the logged steps t = 0 .. steps-1,
+// computed from its absmax series (plan/scaling_strategies.h; docs/PROFILING.md,
+// "Scaling strategies"). Just-in-time scaling (this step's absmax) never clips: it is
+// what the SQNR columns measure. Whether a strategy clips depends only on the absmax
+// series, not on the element format.
+//
+// Predicted weight scales (MOSS's automatic scaling for weights): amax_pred[t] =
+// absmax[t-1] + lr[t-1] x 1, an element moving by at most about lr in an Adam step.
+struct PredictedScaling {
+  double clip_fraction = 0;  // of the steps t >= 1 with absmax[t] > amax_pred[t]
+  double worst_ratio = 1;    // max of absmax[t] / amax_pred[t]; 1 when it never clipped
+  double overestimate = 1;   // mean of amax_pred[t] / absmax[t]
+  // The same with AdamW's exact bound on |update| / lr at that step instead of 1
+  // (adamUpdateBound(), plan/scaling_strategies.h): it never clips on f32 weights.
+  double rigorous_clip_fraction = 0;
+  double rigorous_overestimate = 1;
+};
+
+struct ScalingStats {
+  int64_t steps = 0;            // logged steps (>= 2); fractions are over t = 1 .. steps-1
+  int64_t delayed_history = 0;  // H: min(the requested amax history, steps - 1)
+  // Delayed scaling (TE's DelayedScaling, amax_compute_algo "max"): the scale of step t
+  // comes from max(absmax[t-H .. t-1]).
+  double delayed_clip_fraction = 0;  // of the steps t >= 1 with absmax[t] above it
+  double delayed_worst_ratio = 1;    // max of absmax[t] / that amax; 1 when it never clipped
+  std::optional<PredictedScaling> predicted;  // weight operands only
+};
+
 struct OperandProfile {
   std::string side;                 // lhs | rhs | out
   std::optional<OperandRole> role;  // none for the GEMM's result ("output" in files)
@@ -37,6 +66,7 @@ struct OperandProfile {
   double zero_fraction = 0;
   double nonfinite_fraction = 0;
   std::vector<FormatStats> formats;
+  std::optional<ScalingStats> scaling;  // none when fewer than 2 steps were logged
 
   const FormatStats* find(const std::string& format) const;
   // weight | activation | gradient | output
@@ -100,10 +130,11 @@ std::string profileToCsv(const Profile& profile);
 // returns the CSV path. On failure throws pgq::Error and leaves no partial file.
 std::string writeProfile(const std::string& path, const Profile& profile);
 // Reads and validates a profile: every field present and of the right kind, formats
-// well formed, fractions in [0, 1], SQNR >= 0, lhs and rhs operands for every GEMM,
-// and as many GEMMs as `gemm_count` (written before the list, so that a file cut short
-// after any GEMM, still valid YAML, is caught). Errors name the file, the line and the
-// field.
+// well formed, fractions in [0, 1], SQNR >= 0, each operand's `scaling` record complete
+// when present (older profiles have none; `predicted_*` fields on weights only), lhs
+// and rhs operands for every GEMM, and as many GEMMs as `gemm_count` (written before
+// the list, so that a file cut short after any GEMM, still valid YAML, is caught).
+// Errors name the file, the line and the field.
 Profile loadProfile(const std::string& path);
 Profile parseProfile(const std::string& yaml_text, const std::string& source);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -188,5 +189,84 @@ std::string sqnrComparisonCsv(const SqnrComparison& c) {
   }
   return out;
 }
+
+std::vector<ScalingRow> scalingRows(const Profile& profile) {
+  std::vector<ScalingRow> rows;
+  for (const GemmProfile& g : profile.gemms)
+    for (const OperandProfile& o : g.operands) {
+      if (!o.scaling)
+        throw Error(fmt::format("{}: {} {} has no scaling record (it needs a profile of 2 or more steps made by a "
+                                "pgq that records them: pgq train --profile-steps N)",
+                                profile.source, g.label, o.side));
+      rows.push_back({g.label, g.direction, o.side, std::string(o.roleName()), *o.scaling});
+    }
+  auto key = [](const ScalingRow& r) {
+    const ScalingStats& s = r.scaling;
+    return std::tuple(s.delayed_worst_ratio, s.delayed_clip_fraction, s.predicted ? s.predicted->clip_fraction : -1.0);
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const ScalingRow& a, const ScalingRow& b) { return key(a) > key(b); });
+  return rows;
+}
+
+std::string scalingTableMarkdown(const std::vector<ScalingRow>& rows) {
+  const ScalingStats& first = rows.front().scaling;
+  std::string out = fmt::format(
+      "Scaling strategies of GEMM inputs over {} logged steps: how often a per-tensor scale taken from the amax "
+      "history of the previous {} steps (delayed scaling) or, for weights, from the previous step's amax + lr "
+      "(predicted) would have clipped the operand (a ratio above 1: by how much at worst); worst first\n\n"
+      "| # | GEMM | direction | operand | role | delayed clips | delayed worst ratio | predicted clips | "
+      "predicted worst ratio | predicted over-estimate |\n|---|---|---|---|---|---|---|---|---|---|\n",
+      first.steps, first.delayed_history);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ScalingRow& r = rows[i];
+    const ScalingStats& s = r.scaling;
+    std::string predicted = "- | - | -";
+    if (const std::optional<PredictedScaling>& p = s.predicted)
+      predicted = fmt::format("{:.1f}% | {:.6g} | {:.6g}", 100 * p->clip_fraction, p->worst_ratio, p->overestimate);
+    out += fmt::format("| {} | {} | {} | {} | {} | {:.1f}% | {:.6g} | {} |\n", i + 1, r.label, r.direction, r.side,
+                       r.role, 100 * s.delayed_clip_fraction, s.delayed_worst_ratio, predicted);
+  }
+  return out;
+}
+
+std::string scalingTableCsv(const std::vector<ScalingRow>& rows) {
+  std::string out =
+      "rank,label,direction,side,role,steps,delayed_history,delayed_clip_fraction,delayed_worst_ratio,"
+      "predicted_clip_fraction,predicted_worst_ratio,predicted_overestimate,predicted_rigorous_clip_fraction,"
+      "predicted_rigorous_overestimate\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ScalingRow& r = rows[i];
+    const ScalingStats& s = r.scaling;
+    std::string predicted = ",,,,";
+    if (const std::optional<PredictedScaling>& p = s.predicted)
+      predicted = fmt::format("{:.9g},{:.9g},{:.9g},{:.9g},{:.9g}", p->clip_fraction, p->worst_ratio, p->overestimate,
+                              p->rigorous_clip_fraction, p->rigorous_overestimate);
+    out += fmt::format("{},{},{},{},{},{},{},{:.9g},{:.9g},{}\n", i + 1, r.label, r.direction, r.side, r.role, s.steps,
+                       s.delayed_history, s.delayed_clip_fraction, s.delayed_worst_ratio, predicted);
+  }
+  return out;
+}
+
+std::string scalingTableJson(const std::vector<ScalingRow>& rows) {
+  std::string out = "{\"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ScalingRow& r = rows[i];
+    const ScalingStats& s = r.scaling;
+    std::string predicted = "null";
+    if (const std::optional<PredictedScaling>& p = s.predicted)
+      predicted = fmt::format(
+          "{{\"clip_fraction\": {:.9g}, \"worst_ratio\": {:.9g}, \"overestimate\": {:.9g}, "
+          "\"rigorous_clip_fraction\": {:.9g}, \"rigorous_overestimate\": {:.9g}}}",
+          p->clip_fraction, p->worst_ratio, p->overestimate, p->rigorous_clip_fraction, p->rigorous_overestimate);
+    out += fmt::format(
+        "{}\n  {{\"rank\": {}, \"label\": {}, \"direction\": {}, \"side\": {}, \"role\": {}, \"steps\": {}, "
+        "\"delayed_history\": {}, \"delayed_clip_fraction\": {:.9g}, \"delayed_worst_ratio\": {:.9g}, "
+        "\"predicted\": {}}}",
+        i ? "," : "", i + 1, jsonString(r.label), jsonString(nameOf(r.direction)), jsonString(r.side),
+        jsonString(r.role), s.steps, s.delayed_history, s.delayed_clip_fraction, s.delayed_worst_ratio, predicted);
+  }
+  return out + "\n]}\n";
+}
+
 
 }  // namespace pgq

@@ -61,4 +61,25 @@ std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::strin
 std::string sqnrTableCsv(const std::vector<SqnrRow>& rows);
 std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format);
 
+// The scaling table (`pgq sqnr-table --scaling`): one row per GEMM operand, how often
+// delayed scaling and predicted weight scales would have clipped it (ScalingStats).
+struct ScalingRow {
+  std::string label;
+  GemmDirection direction = GemmDirection::kFwd;
+  std::string side;  // lhs | rhs | out
+  std::string role;  // weight | activation | gradient | output
+  ScalingStats scaling;
+};
+
+// Rows of every operand, the one delayed scaling clipped by the largest ratio first
+// (then the most often, then by predicted weight scales' clip fraction): a clip by 1.001
+// saturates the top 0.1% of the range, one by 3 everything above a third of the
+// largest value. Throws pgq::Error when an operand has no scaling record (a profile of
+// one step, or from an older pgq).
+std::vector<ScalingRow> scalingRows(const Profile& profile);
+
+std::string scalingTableMarkdown(const std::vector<ScalingRow>& rows);
+std::string scalingTableCsv(const std::vector<ScalingRow>& rows);
+std::string scalingTableJson(const std::vector<ScalingRow>& rows);
+
 }  // namespace pgq

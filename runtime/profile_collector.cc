@@ -11,7 +11,9 @@
 
 namespace pgq {
 
-ProfileCollector::ProfileCollector(const Graph& graph) : graph_(graph) {
+ProfileCollector::ProfileCollector(const Graph& graph, int64_t amax_history)
+    : graph_(graph), amax_history_(amax_history) {
+  PGQ_ASSERT(amax_history >= 1, "amax history {}", amax_history);
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const Node* node = graph.outputs()[i];
     if (node->op() != Op::kQuantStats) continue;
@@ -20,7 +22,7 @@ ProfileCollector::ProfileCollector(const Graph& graph) : graph_(graph) {
   PGQ_ASSERT(!outputs_.empty(), "graph @{} has no statistics outputs (run instrument_stats)", graph.name());
 }
 
-void ProfileCollector::add(const Executor& executor) {
+void ProfileCollector::add(const Executor& executor, std::optional<WeightStepBound> update) {
   auto field = [](const float* row, StatField f) { return static_cast<double>(row[static_cast<int>(f)]); };
   for (StatsOutput& out : outputs_) {
     std::span<const float> rows = executor.output<float>(out.output_index);
@@ -39,17 +41,34 @@ void ProfileCollector::add(const Executor& executor) {
     double absmax = field(rows.data(), StatField::kAbsmax);
     out.absmax_max = steps_ == 0 ? absmax : std::max(out.absmax_max, absmax);
     out.absmax_sum += absmax;
+    out.absmax_series.push_back(absmax);
     out.rms_sum += std::sqrt(field(rows.data(), StatField::kMeanSquare));
     out.zero_sum += field(rows.data(), StatField::kZeroFraction);
     out.nonfinite_sum += field(rows.data(), StatField::kNonfiniteFraction);
   }
+  if (update) updates_.push_back(*update);
+  else every_step_updated_ = false;
   ++steps_;
 }
 
 // Sums add over the job's processes (over the replicas, then over the devices of each),
 // extremes take the extreme: every process ends with the same totals.
+//
+// The absmax series is combined step by step, as a max over the data-parallel replicas
+// only: replicas scale an operand together (Transformer Engine reduces amax over the
+// data-parallel group so that every replica uses the same scale), so a strategy clips
+// at step t when the largest absmax any replica saw at t exceeds its prediction. Taking
+// the max per step before computing the strategies, not after, matters: combining the
+// replicas' clip fractions would count a spike on one replica as a clip even when
+// another replica's larger history covers it. Each tensor-parallel device keeps its own
+// series (it scales its own part of a split operand); scalingOf() combines the devices.
 std::vector<ProfileCollector::StatsOutput> ProfileCollector::combined(Collectives& job) const {
   std::vector<StatsOutput> all = outputs_;
+  std::vector<double> series;
+  for (const StatsOutput& o : all) series.insert(series.end(), o.absmax_series.begin(), o.absmax_series.end());
+  job.allReduceMax(series.data(), static_cast<int64_t>(series.size()), DeviceGroup::kData);
+  for (size_t i = 0, at = 0; i < all.size(); ++i, at += static_cast<size_t>(steps_))
+    std::copy_n(series.begin() + static_cast<std::ptrdiff_t>(at), steps_, all[i].absmax_series.begin());
   std::vector<double> sums, maxes;
   for (const StatsOutput& o : all) {
     for (const Accumulator& a : o.per_format) {
@@ -75,10 +94,47 @@ std::vector<ProfileCollector::StatsOutput> ProfileCollector::combined(Collective
   return all;
 }
 
+// The devices of a tensor-parallel group each scale their own part: a strategy's clip
+// fraction and over-estimate are the mean over the devices, its worst ratio the worst
+// any device saw. The devices of a replicated operand see the same series and agree.
+std::vector<std::optional<ScalingStats>> ProfileCollector::scalingOf(const std::vector<StatsOutput>& outputs,
+                                                                     Collectives* job) const {
+  std::vector<std::optional<ScalingStats>> all(outputs.size());
+  if (steps_ < 2) return all;
+  std::span<const WeightStepBound> updates;
+  if (every_step_updated_) updates = updates_;
+  for (size_t i = 0; i < outputs.size(); ++i) all[i] = scalingStats(outputs[i].absmax_series, amax_history_, updates);
+  const int devices = job ? job->size(DeviceGroup::kTensor) : 1;
+  if (devices == 1) return all;
+  std::vector<double> sums, maxes;
+  for (const std::optional<ScalingStats>& s : all) {
+    sums.push_back(s->delayed_clip_fraction);
+    maxes.push_back(s->delayed_worst_ratio);
+    if (const std::optional<PredictedScaling>& p = s->predicted) {
+      sums.insert(sums.end(), {p->clip_fraction, p->overestimate, p->rigorous_clip_fraction, p->rigorous_overestimate});
+      maxes.push_back(p->worst_ratio);
+    }
+  }
+  job->allReduceSum(sums.data(), static_cast<int64_t>(sums.size()), DeviceGroup::kTensor);
+  job->allReduceMax(maxes.data(), static_cast<int64_t>(maxes.size()), DeviceGroup::kTensor);
+  size_t a = 0, m = 0;
+  for (std::optional<ScalingStats>& s : all) {
+    s->delayed_clip_fraction = sums[a++] / devices;
+    s->delayed_worst_ratio = maxes[m++];
+    if (std::optional<PredictedScaling>& p = s->predicted) {
+      p->clip_fraction = sums[a++] / devices, p->overestimate = sums[a++] / devices;
+      p->rigorous_clip_fraction = sums[a++] / devices, p->rigorous_overestimate = sums[a++] / devices;
+      p->worst_ratio = maxes[m++];
+    }
+  }
+  return all;
+}
+
 Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
   PGQ_ASSERT(steps_ > 0, "no profiled steps");
   const int processes = job ? job->worldSize() : 1;
   const std::vector<StatsOutput> outputs = processes > 1 ? combined(*job) : outputs_;
+  const std::vector<std::optional<ScalingStats>> scaling = scalingOf(outputs, processes > 1 ? job : nullptr);
   // The mean over every process's steps.
   const double n = static_cast<double>(steps_ * processes);
   // "label:side" -> the statistics node describing that operand.
@@ -103,6 +159,9 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     o.rms = s.rms_sum / n;
     o.zero_fraction = s.zero_sum / n;
     o.nonfinite_fraction = s.nonfinite_sum / n;
+    o.scaling = scaling[static_cast<size_t>(&s - outputs.data())];
+    // Predicted scales model the optimizer moving a parameter: weights only.
+    if (o.scaling && role != OperandRole::kWeight) o.scaling->predicted.reset();
     const auto& formats = s.node->attrs().getFormats(AttrKey::kFormats);
     for (size_t f = 0; f < formats.size(); ++f) {
       const Accumulator& a = s.per_format[f];

@@ -1,12 +1,15 @@
 #pragma once
 // Aggregates the quant_stats outputs of an instrumented graph over the logged steps
 // into a Profile (plan/profile.h): per GEMM operand and format, the mean, min and
-// max SQNR; absmax, rms, zero/underflow/non-finite fractions.
+// max SQNR; absmax, rms, zero/underflow/non-finite fractions; and from each operand's
+// absmax series, how often delayed or predicted scales would have clipped it.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ir/graph.h"
 #include "plan/profile.h"
+#include "plan/scaling_strategies.h"
 #include "runtime/collectives.h"
 #include "runtime/executor.h"
 
@@ -15,11 +18,13 @@ namespace pgq {
 class ProfileCollector {
  public:
   // `graph` has been through tag_metadata and instrument_stats; it must outlive the
-  // collector.
-  explicit ProfileCollector(const Graph& graph);
+  // collector. Delayed scaling is measured with an amax history of `amax_history` steps.
+  explicit ProfileCollector(const Graph& graph, int64_t amax_history = kDefaultAmaxHistory);
 
   // Reads the statistics outputs after one run of `executor` (which runs `graph`).
-  void add(const Executor& executor);
+  // `update` bounds the optimizer step that follows the run; the profile has predicted
+  // weight scales only when every step gave one.
+  void add(const Executor& executor, std::optional<WeightStepBound> update = std::nullopt);
   int64_t steps() const { return steps_; }
   // The profile so far; `run` describes the run that produced it. With `job`, every
   // process of the job calls it and each gets the statistics of all of them: the
@@ -36,12 +41,19 @@ class ProfileCollector {
     const Node* node;
     std::vector<Accumulator> per_format;
     double absmax_max = 0, absmax_sum = 0, rms_sum = 0, zero_sum = 0, nonfinite_sum = 0;
+    std::vector<double> absmax_series = {};  // one per step
   };
 
   std::vector<StatsOutput> combined(Collectives& job) const;
+  // The scaling strategies of each output (none before 2 steps); `job` combines the
+  // tensor-parallel devices.
+  std::vector<std::optional<ScalingStats>> scalingOf(const std::vector<StatsOutput>& outputs, Collectives* job) const;
 
   const Graph& graph_;
+  const int64_t amax_history_;
   std::vector<StatsOutput> outputs_;
+  std::vector<WeightStepBound> updates_;  // one per step while every step gave one
+  bool every_step_updated_ = true;
   int64_t steps_ = 0;
 };
 

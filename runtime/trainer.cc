@@ -187,6 +187,7 @@ void validateTrainOptions(const TrainOptions& o) {
                               fmt::join(kFormatSchemes, ", "), e.what()));
     }
   }
+  kProfileAmaxHistory.check(o.profile_amax_history);
   kProfileSteps.check(o.profile_steps, o.steps);
   kProfileWarmup.check(o.profile_warmup, o.steps);
   // Both are at most --steps, itself at most kMaxSteps: the sum cannot overflow.
@@ -411,7 +412,7 @@ void TrainingSession::Impl::buildInstrumented() {
   instrumented_exec = makeExecutor(*instrumented.graph, o.profile_ops);
   instrumented_exec->bind(instrumented.tokens, tokens);
   if (instrumented.targets) instrumented_exec->bind(instrumented.targets, targets);
-  collector = std::make_unique<ProfileCollector>(*instrumented.graph);
+  collector = std::make_unique<ProfileCollector>(*instrumented.graph, o.profile_amax_history);
   bindParams();
 }
 
@@ -499,7 +500,10 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
                          s.params[i].numElements(), p, scale);
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (profile) s.collector->add(exec);
+  // The update just applied moved each weight element by at most about lr (exactly: lr
+  // x adamUpdateBound): what the profile's predicted weight scales add to this step's
+  // absmax to predict the next one's.
+  if (profile) s.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
   StepRecord record;
   record.step = step + 1;
   record.loss = loss;

@@ -14,6 +14,7 @@
 #include "frontend/transformer.h"
 #include "passes/training_pipeline.h"
 #include "plan/profile.h"
+#include "plan/scaling_strategies.h"
 #include "runtime/corpus.h"
 #include "runtime/corpus_tokens.h"
 #include "runtime/collectives.h"
@@ -78,6 +79,9 @@ struct TrainOptions {
   // adds its operand format with round-to-nearest and its gradient format with both
   // roundings) or explicit formats ("e4m3:channel:rtn").
   std::vector<std::string> profile_formats;
+  // Amax history length H with which the profile measures delayed scaling
+  // (ScalingStats, plan/profile.h).
+  int64_t profile_amax_history = kDefaultAmaxHistory;
 
   // Stage (iii): train with the GEMMs the recipe chooses in int8, as the recipe says.
   // The hardware model (optional) is checked to run the recipe's formats exactly and

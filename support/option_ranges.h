@@ -63,6 +63,7 @@ inline constexpr OptionRange<int64_t> kProfileSteps{
 inline constexpr OptionRange<int64_t> kProfileWarmup{
     .name = "--profile-warmup", .min = 0, .max = kMaxSteps, .max_name = "--steps"};
 inline constexpr OptionRange<int64_t> kProfileBits{.name = "--profile-bits", .min = 2, .max = 8};
+inline constexpr OptionRange<int64_t> kProfileAmaxHistory{.name = "--profile-amax-history", .min = 1, .max = kMaxSteps};
 inline constexpr OptionRange<int64_t> kSeed{
     .name = "--seed", .min = 0, .max = std::numeric_limits<int64_t>::max()};
 

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "plan/profile.h"
 #include "runtime/run_dir_lock.h"
 
 namespace {
@@ -262,6 +263,9 @@ TEST_F(Cli, BadNumbersExitTwoNamingTheFlagBeforeAnyWork) {
       {"train", "--steps 10 --profile-warmup 8 --profile-steps 5 --profile-out P", "--profile-warmup"},
       {"train", "--profile-steps -1 --profile-out P", "--profile-steps"},
       {"train", "--profile-bits 1", "--profile-bits"},
+      {"train", "--profile-amax-history 0", "--profile-amax-history"},
+      {"train", "--profile-amax-history -3", "--profile-amax-history"},
+      {"train", "--profile-amax-history 1.5", "--profile-amax-history"},
       {"train", "--profile-bits 4294967304", "--profile-bits"},
       {"train", "--seed -1", "--seed"},
       {"train", "--seed nan", "--seed"},
@@ -565,6 +569,73 @@ TEST_F(Cli, ProfileOpsSplitsTrainingAndProfiledSteps) {
   ASSERT_EQ(both.code, 0) << both.out;
   EXPECT_NE(both.out.find("per-op time split of the training steps (3 steps"), std::string::npos) << both.out;
   EXPECT_NE(both.out.find("per-op time split of the profiled steps (stage i) (2 steps"), std::string::npos) << both.out;
+}
+
+// Every operand of a profile records how often delayed scaling would have clipped it,
+// and every weight how often predicted scales would have; `sqnr-table --scaling` shows it.
+TEST_F(Cli, ProfileRecordsScalingStrategies) {
+  std::string profile = (dir_ / "p.yaml").string();
+  Result r = pgq("train --model tiny --steps 4 --no-progress --profile-steps 4 --profile-amax-history 2 " +
+                 ("--profile-out " + profile) + " --out " + (dir_ / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  pgq::Profile p = pgq::loadProfile(profile);
+  int weights = 0, others = 0;
+  for (const pgq::GemmProfile& g : p.gemms)
+    for (const pgq::OperandProfile& o : g.operands) {
+      SCOPED_TRACE(g.label + ":" + o.side);
+      ASSERT_TRUE(o.scaling.has_value());
+      const pgq::ScalingStats& s = *o.scaling;
+      EXPECT_EQ(s.steps, 4);
+      EXPECT_EQ(s.delayed_history, 2);
+      // Over 3 steps t >= 1: a multiple of 1/3.
+      EXPECT_NEAR(s.delayed_clip_fraction * 3, std::round(s.delayed_clip_fraction * 3), 1e-6);
+      EXPECT_EQ(s.delayed_clip_fraction == 0, s.delayed_worst_ratio == 1);
+      EXPECT_EQ(s.predicted.has_value(), o.role == pgq::OperandRole::kWeight);
+      if (!s.predicted) {
+        ++others;
+        continue;
+      }
+      ++weights;
+      // AdamW's exact bound holds on f32 weights; it is at least MOSS's lr from step 1 on.
+      EXPECT_EQ(s.predicted->rigorous_clip_fraction, 0.0);
+      EXPECT_GE(s.predicted->rigorous_overestimate, s.predicted->overestimate);
+      EXPECT_GE(s.predicted->rigorous_overestimate, 1.0);
+      // An lr of at most 1e-3 on weights of absmax ~0.1: within a few percent.
+      EXPECT_LT(s.predicted->rigorous_overestimate, 1.1);
+    }
+  EXPECT_GT(weights, 0);
+  EXPECT_GT(others, weights);
+  std::ifstream csv_file(dir_ / "p.csv");
+  std::string header;
+  std::getline(csv_file, header);
+  EXPECT_NE(header.find(",delayed_clip_fraction,delayed_worst_ratio,predicted_clip_fraction"), std::string::npos)
+      << header;
+
+  Result table = pgq("sqnr-table --scaling " + profile);
+  ASSERT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("over 4 logged steps"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("| predicted clips |"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("| 1 | "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(" | weight | "), std::string::npos) << table.out;
+  Result csv = pgq("sqnr-table --scaling --csv " + profile);
+  ASSERT_EQ(csv.code, 0) << csv.out;
+  EXPECT_EQ(csv.out.substr(0, 36), "rank,label,direction,side,role,steps");
+  // The SQNR table is unchanged by the new record.
+  Result sqnr = pgq("sqnr-table " + profile);
+  EXPECT_NE(sqnr.out.find("| # | GEMM | direction | roles (lhs, rhs) |"), std::string::npos) << sqnr.out;
+  Result plot = pgq("sqnr-table --scaling " + profile + " --plot " + (dir_ / "s.svg").string());
+  EXPECT_NE(plot.code, 0);
+
+  // One logged step has no step to compare with: no record, and the table says so.
+  std::string one = (dir_ / "one.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 1 --no-progress --profile-steps 1 --profile-out " + one + " --out " +
+                (dir_ / "run1").string())
+                .code,
+            0);
+  EXPECT_FALSE(pgq::loadProfile(one).gemms[0].operands[0].scaling.has_value());
+  Result none = pgq("sqnr-table --scaling " + one);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.out.find("has no scaling record"), std::string::npos) << none.out;
 }
 
 TEST_F(Cli, StageTwoBadInputs) {

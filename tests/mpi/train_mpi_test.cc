@@ -142,5 +142,60 @@ TEST(MpiTraining, ProfileHasEveryRanksStatistics) {
   }
 }
 
+// The scaling strategies of a job: the replicas scale an operand together, so delayed
+// scaling clips at step 1 when the largest absmax any replica saw exceeds the largest
+// of step 0, and a tensor-parallel device scales its own part (the profile averages the
+// devices' clip fractions and keeps their worst ratio). Each rank's absmax at steps 0
+// and 1 comes from its own profile after each step (the mean of two values and one of
+// them give the other exactly).
+TEST(MpiTraining, DelayedScalingTakesTheReplicasMaxPerStep) {
+  std::unique_ptr<Collectives> job = makeMpiCollectives(g_tensor_parallel);
+  TrainOptions o = tinyOptions(g_tensor_parallel, job.get());
+  o.profile_steps = 2;
+  TrainingSession s(o);
+  s.step(0, true);
+  const Profile first = s.profile(0, /*this_process_only=*/true);
+  s.step(1, true);
+  const Profile mine = s.profile(0, /*this_process_only=*/true);
+  const Profile all = s.profile();
+  std::vector<double> step0, step1;
+  for (size_t g = 0; g < mine.gemms.size(); ++g)
+    for (size_t i = 0; i < mine.gemms[g].operands.size(); ++i) {
+      step0.push_back(first.gemms[g].operands[i].absmax);
+      step1.push_back(2 * mine.gemms[g].operands[i].absmax_mean - step0.back());
+    }
+  const auto n = static_cast<int64_t>(step0.size());
+  job->allReduceMax(step0.data(), n, DeviceGroup::kData);
+  job->allReduceMax(step1.data(), n, DeviceGroup::kData);
+  std::vector<double> clips(step0.size()), ratios(step0.size(), 1.0);
+  for (size_t k = 0; k < step0.size(); ++k)
+    if (step1[k] > step0[k]) clips[k] = 1, ratios[k] = step1[k] / step0[k];
+  job->allReduceSum(clips.data(), n, DeviceGroup::kTensor);
+  job->allReduceMax(ratios.data(), n, DeviceGroup::kTensor);
+  const double devices = job->size(DeviceGroup::kTensor);
+  size_t k = 0, clipped = 0;
+  for (size_t g = 0; g < all.gemms.size(); ++g)
+    for (size_t i = 0; i < all.gemms[g].operands.size(); ++i, ++k) {
+      const OperandProfile& op = all.gemms[g].operands[i];
+      const std::string where = all.gemms[g].label + ":" + op.side;
+      EXPECT_TRUE(op.scaling.has_value()) << where;
+      if (!op.scaling) continue;
+      EXPECT_EQ(op.scaling->steps, 2) << where;
+      EXPECT_EQ(op.scaling->delayed_clip_fraction, clips[k] / devices) << where;
+      EXPECT_NEAR(op.scaling->delayed_worst_ratio, ratios[k], 1e-12 * ratios[k]) << where;
+      EXPECT_EQ(op.scaling->predicted.has_value(), op.role == OperandRole::kWeight) << where;
+      // Replicas hold the same weights: without tensor parallelism the job's predicted
+      // scales are each process's own.
+      const OperandProfile& own = mine.gemms[g].operands[i];
+      if (devices == 1 && op.scaling->predicted && own.scaling && own.scaling->predicted) {
+        EXPECT_EQ(op.scaling->predicted->clip_fraction, own.scaling->predicted->clip_fraction) << where;
+        EXPECT_EQ(op.scaling->predicted->overestimate, own.scaling->predicted->overestimate) << where;
+      }
+      if (clips[k] > 0) ++clipped;
+    }
+  // Activations and gradients change between steps: some grow.
+  EXPECT_GT(clipped, 0u);
+}
+
 }  // namespace
 }  // namespace pgq

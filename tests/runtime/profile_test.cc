@@ -94,6 +94,11 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
       if (op.role == OperandRole::kGradient) {
         EXPECT_NE(op.find("int8:channel:sr"), nullptr);
       }
+      // The scaling strategies over the 3 steps (delayed scaling's history has 2).
+      ASSERT_TRUE(op.scaling.has_value());
+      EXPECT_EQ(op.scaling->steps, 3);
+      EXPECT_EQ(op.scaling->delayed_history, 2);
+      EXPECT_EQ(op.scaling->predicted.has_value(), op.role == OperandRole::kWeight);
     }
   }
   // The round trip through YAML is exact.
@@ -148,6 +153,17 @@ TEST_F(ProfileTest, BadOptionsFailBeforeTrainingAndLeaveNothingBehind) {
   EXPECT_THROW(train(o), Error);
   o.profile_out = dir_.string();  // a directory
   EXPECT_THROW(train(o), Error);
+  o.profile_out = (dir_ / "p.yaml").string();
+  o.profile_steps = 2;
+  o.profile_amax_history = 0;
+  try {
+    train(o);
+    ADD_FAILURE() << "an amax history of 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--profile-amax-history: expected an integer in [1, "), std::string::npos)
+        << e.what();
+  }
+  o.profile_amax_history = kDefaultAmaxHistory;
   o.profile_out = "";
   o.profile_steps = 2;
   EXPECT_THROW(train(o), Error);  // steps without an output
