@@ -78,6 +78,9 @@ struct Recipe {
   std::string profile;   // path of the profile it came from
   RecipeSummary summary;
   std::vector<RecipeEntry> entries;
+  // From generation, for explanations only (not written): e.g. policy schemes the
+  // hardware does not run, which were skipped.
+  std::vector<std::string> notes;
   std::string source;    // file it was loaded from
 };
 

@@ -149,14 +149,23 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
   const bool schemes = policy.formats != std::vector<std::string>{"int8"};
   const std::string kept = fmt::format("kept {}", dtypeName(hw.high_precision));
+  // Schemes the hardware does not run natively are skipped (and said so); a policy none
+  // of whose schemes runs there is a mistake, not a set of GEMM decisions.
+  std::vector<std::string> schemes_here;
   for (const std::string& scheme : policy.formats) {
-    // A policy asking for a format the hardware lacks is a mistake, not a GEMM decision.
-    std::string family = scheme == "int8" ? "int8" : std::string(formatFamily(QuantFormat::parse(schemeFormats(scheme, "rtn", "rtn").operand)));
-    if (!hw.runsFamily(family))
-      throw Error(fmt::format("policy {}: field 'formats' asks for {} ({}), which hardware '{}' does not run natively "
-                              "(it runs: {}); choose another --hardware or remove {} from the policy's formats",
-                              policy.name, scheme, family, hw.name, fmt::join(hw.formats, ", "), scheme));
+    std::string family =
+        scheme == "int8" ? "int8" : std::string(formatFamily(QuantFormat::parse(schemeFormats(scheme, "rtn", "rtn").operand)));
+    if (hw.runsFamily(family))
+      schemes_here.push_back(scheme);
+    else
+      recipe.notes.push_back(fmt::format("policy {} lists {} ({}), which hardware {} does not run natively (it runs: "
+                                         "{}): skipped",
+                                         policy.name, scheme, family, hw.name, fmt::join(hw.formats, ", ")));
   }
+  if (schemes_here.empty())
+    throw Error(fmt::format("policy {}: field 'formats' asks for {}, none of which hardware '{}' runs natively (it "
+                            "runs: {}); choose another --hardware or another policy",
+                            policy.name, fmt::join(policy.formats, ", "), hw.name, fmt::join(hw.formats, ", ")));
 
   for (const GemmProfile& g : profile.gemms) {
     bool forward = g.direction == GemmDirection::kFwd;
@@ -172,7 +181,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
       return estimateGemm(hw, g.device_shape, hw.high_precision, QuantFormat::parse(with.lhs),
                           QuantFormat::parse(with.rhs));
     };
-    Choice c = choiceFor(policy.formats.front());
+    Choice c = choiceFor(schemes_here.front());
     GemmEstimate est = estimate(c);
     e.est_speedup = est.speedup();
     e.gemm_shape = g.gemm_shape;
@@ -230,7 +239,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
       // passes the SQNR threshold; otherwise high precision, with every scheme's reason.
       std::vector<std::string> tried;
       bool done = false;
-      for (const std::string& scheme : policy.formats) {
+      for (const std::string& scheme : schemes_here) {
         Choice sc = choiceFor(scheme);
         if (std::string why = blockMismatch(g, sc); !why.empty()) {
           tried.push_back(fmt::format("{}: {}", scheme, why));
@@ -315,6 +324,7 @@ std::string explainRecipe(const Recipe& r) {
   out += fmt::format("  backward GEMMs: {:>3} of {:>3} {}\n", s.bwd_int8, s.bwd_total, in);
   if (families.size() > 1)
     for (const auto& [family, n] : families) out += fmt::format("    {:<8} {:>3} GEMMs\n", family, n);
+  for (const std::string& note : r.notes) out += fmt::format("  note: {}\n", note);
   if (emulated)
     out += fmt::format("  FP8/MX GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
                        "numerics at f32 speed); the estimates below are hardware {}'s\n",

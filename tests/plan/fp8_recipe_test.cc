@@ -145,13 +145,24 @@ TEST(GpuRecipe, DelayedScalingGoesIntoTheRecipe) {
 }
 
 TEST(GpuRecipe, FormatsTheTargetCannotRunAreRefused) {
-  // A policy asking for MXFP8 on a Hopper GPU.
+  // A policy choosing between FP8 and MXFP8 on a Hopper GPU: MXFP8 is skipped, said so.
+  Recipe hopper = generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"),
+                                 loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/gpu-auto.yaml"), "p.yaml");
+  EXPECT_EQ(entry(hopper, "layer0/mlp/up").lhs_format, "e4m3:tensor:rtn");
+  EXPECT_EQ(entry(hopper, "layer0/mlp/down").decision, Decision::kKeep);
+  EXPECT_NE(explainRecipe(hopper).find("note: policy gpu-auto lists mxfp8 (mxfp8), which hardware h100-sxm does not run "
+                                       "natively (it runs: int8, fp8): skipped"),
+            std::string::npos)
+      << explainRecipe(hopper);
+  // A policy asking only for MXFP8 there.
   try {
     generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"), loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/mxfp8.yaml"),
                    "p.yaml");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("field 'formats' asks for mxfp8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("field 'formats' asks for mxfp8, none of which hardware 'h100-sxm' runs"),
+              std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("h100-sxm"), std::string::npos) << e.what();
   }
   // A CPU model without FP8 asked for FP8.
