@@ -493,6 +493,13 @@ TensorType Rule::run() const {
           fail(fmt::format("amax_history (delayed scaling) needs a per-tensor format, got {}",
                            format(AttrKey::kFormat).toString()));
       }
+      if (attrs_.has(AttrKey::kPredictScale) && attrs_.getInt(AttrKey::kPredictScale) != 0) {
+        const QuantFormat& f = format(AttrKey::kFormat);
+        if (!f.isEmulated() || f.granularity != Granularity::kPerTensor)
+          fail(fmt::format("predict_scale needs a per-tensor FP8/MX format, got {}", f.toString()));
+        if (attrs_.has(AttrKey::kAmaxHistory) && attrs_.getInt(AttrKey::kAmaxHistory) > 0)
+          fail("predict_scale and amax_history are two scaling strategies: give one");
+      }
       if (attrs_.has(AttrKey::kAmaxCompute)) {
         const std::string& c = attrs_.getString(AttrKey::kAmaxCompute);
         if (c != "max" && c != "most_recent") fail(fmt::format("amax_compute must be max or most_recent, got '{}'", c));

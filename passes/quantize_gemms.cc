@@ -38,6 +38,7 @@ class Rewriter {
   // Delayed scaling of the GEMM being rewritten (0: just in time).
   int64_t amax_history_ = 0;
   std::string amax_compute_ = "max";
+  bool predict_weight_scale_ = false;
   int64_t next_seed_ = 0;
 };
 
@@ -87,7 +88,14 @@ QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, GemmOperand side, c
   a.set(AttrKey::kContractDims, contract);
   if (!batch.empty()) a.set(AttrKey::kBatchDims, batch);
   Attrs pa = a;
-  if (amax_history_ > 0) {
+  const bool weight = gemm->attrs().has(AttrKey::kRoles) &&
+                      gemm->attrs().getRoles(AttrKey::kRoles)[static_cast<size_t>(side)] == OperandRole::kWeight;
+  if (predict_weight_scale_ && weight) {
+    if (!format.isEmulated() || format.granularity != Granularity::kPerTensor)
+      throw Error(fmt::format("GEMM '{}': predict_weight_scale needs a per-tensor FP8/MX format on its weight, got {}",
+                              gemm->attrs().getStringOr(AttrKey::kLabel, gemm->name()), format.toString()));
+    pa.set(AttrKey::kPredictScale, int64_t{1});
+  } else if (amax_history_ > 0) {
     pa.set(AttrKey::kAmaxHistory, amax_history_);
     pa.set(AttrKey::kAmaxCompute, amax_compute_);
   }
@@ -106,6 +114,7 @@ QuantizedOperand Rewriter::quantize(Node* gemm, Node* value, GemmOperand side, c
 void Rewriter::rewrite(Node* gemm, const GemmDecision& d) {
   amax_history_ = d.amax_history;
   amax_compute_ = d.amax_compute;
+  predict_weight_scale_ = d.predict_weight_scale;
   DotDims dims = DotDims::fromAttrs(gemm->attrs());
   Node* lhs = readable(gemm, gemm->operand(0), GemmOperand::kLhs, dims.lhs_contract, dims.lhs_batch);
   Node* rhs = readable(gemm, gemm->operand(1), GemmOperand::kRhs, dims.rhs_contract, dims.rhs_batch);

@@ -126,8 +126,11 @@ Policy fromNode(const ConfigNode& root) {
   }
   if (root.has("scaling")) {
     ConfigNode scaling = root.child("scaling");
-    scaling.allowOnly({"amax_history", "amax_compute"});
-    p.amax_history = scaling.getInt("amax_history", 1, 1 << 20);
+    scaling.allowOnly({"amax_history", "amax_compute", "predict_weight_scales"});
+    p.amax_history = scaling.has("amax_history") || !scaling.has("predict_weight_scales")
+                         ? scaling.getInt("amax_history", 1, 1 << 20)
+                         : 0;
+    p.predict_weight_scales = scaling.getBool("predict_weight_scales", false);
     p.amax_compute = scaling.getEnum("amax_compute", {"max", "most_recent"}, "max");
     bool per_tensor_fp8 = std::any_of(p.formats.begin(), p.formats.end(),
                                       [](const std::string& f) { return f == "fp8" || f == "fp8_e4m3"; });

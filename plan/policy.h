@@ -82,6 +82,8 @@ struct Policy {
   // Delayed scaling for per-tensor FP8 schemes (0: just in time).
   int64_t amax_history = 0;
   std::string amax_compute = "max";
+  // Weights of per-tensor FP8 schemes take MOSS's predicted scales instead.
+  bool predict_weight_scales = false;
 };
 
 // A standard policy name, or a policy YAML file. Throws pgq::Error naming the file

@@ -80,6 +80,7 @@ std::string recipeToYaml(const Recipe& r) {
         out << YAML::Key << "amax_history" << YAML::Value << e.amax_history;
         out << YAML::Key << "amax_compute" << YAML::Value << e.amax_compute;
       }
+      if (e.predict_weight_scale) out << YAML::Key << "predict_weight_scale" << YAML::Value << true;
     }
     if (!e.reason.empty()) out << YAML::Key << "reason" << YAML::Value << e.reason;
     if (e.min_sqnr > 0) out << YAML::Key << "min_sqnr" << YAML::Value << e.min_sqnr;
@@ -104,7 +105,7 @@ void checkFormat(const ConfigNode& node, std::string_view key, const std::string
 
 RecipeEntry readEntry(const ConfigNode& node) {
   node.allowOnly({"label", "match", "direction", "role", "decision", "lhs_format", "rhs_format", "smooth",
-                  "amax_history", "amax_compute", "reason", "min_sqnr", "est_speedup"});
+                  "amax_history", "amax_compute", "predict_weight_scale", "reason", "min_sqnr", "est_speedup"});
   RecipeEntry e;
   e.line = node.yaml().Mark().line + 1;
   e.label = node.getString("label", "");
@@ -146,7 +147,12 @@ RecipeEntry readEntry(const ConfigNode& node) {
     } else if (node.has("amax_compute")) {
       node.failHere("amax_compute goes with amax_history (delayed scaling)");
     }
-  } else if (node.has("lhs_format") || node.has("rhs_format") || node.has("smooth") || node.has("amax_history")) {
+    e.predict_weight_scale = node.getBool("predict_weight_scale", false);
+    if (e.predict_weight_scale && (!lhs.isEmulated() || (lhs.granularity != Granularity::kPerTensor &&
+                                                          rhs.granularity != Granularity::kPerTensor)))
+      node.fail("predict_weight_scale", "predicted weight scales need a per-tensor FP8/MX format on the weight operand");
+  } else if (node.has("lhs_format") || node.has("rhs_format") || node.has("smooth") || node.has("amax_history") ||
+             node.has("predict_weight_scale")) {
     node.failHere("a `keep` decision takes no formats, smoothing or scaling");
   }
   e.reason = node.getString("reason", "");
@@ -325,6 +331,7 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       d.smooth = e.smooth;
       d.amax_history = e.amax_history;
       d.amax_compute = e.amax_compute;
+      d.predict_weight_scale = e.predict_weight_scale;
       d.reason = e.reason.empty() ? fmt::format("{} entry", where(e)) : e.reason;
     }
     out.emplace_back(g.label, d);

@@ -48,6 +48,9 @@ struct RecipeEntry {
   // (max | most_recent). 0: just in time (this step's absmax).
   int64_t amax_history = 0;
   std::string amax_compute = "max";
+  // The weight operand's scale predicted from the optimizer step bound (MOSS) instead
+  // of measured (per-tensor FP8/MX weight formats); overrides delayed scaling there.
+  bool predict_weight_scale = false;
   std::string reason;
   // Informational, from generation: the lower input SQNR in the chosen formats and
   // the roofline estimate of the int8 speedup (0 when unknown).
@@ -93,6 +96,7 @@ struct GemmDecision {
   // Delayed scaling (per-tensor formats): amax history length, 0 = just in time.
   int64_t amax_history = 0;
   std::string amax_compute = "max";
+  bool predict_weight_scale = false;
   std::string reason;
 };
 

@@ -202,6 +202,11 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
         e.amax_history = policy.amax_history;
         e.amax_compute = policy.amax_compute;
       }
+      const bool weight_per_tensor = (g.lhs().role == OperandRole::kWeight && lf.isEmulated() &&
+                                      lf.granularity == Granularity::kPerTensor) ||
+                                     (g.rhs().role == OperandRole::kWeight && rf.isEmulated() &&
+                                      rf.granularity == Granularity::kPerTensor);
+      e.predict_weight_scale = policy.predict_weight_scales && weight_per_tensor;
     };
     auto keep = [&](std::string reason) {
       e.decision = Decision::kKeep;

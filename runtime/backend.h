@@ -17,16 +17,21 @@ namespace pgq {
 // Pointers of every buffer slot for one run.
 class RunContext {
  public:
-  RunContext(void* const* slots, int64_t step) : slots_(slots), step_(step) {}
+  RunContext(void* const* slots, int64_t step, double weight_step = 0)
+      : slots_(slots), step_(step), weight_step_(weight_step) {}
   void* ptr(int slot) const { return slots_[slot]; }
   template <typename T>
   T* as(int slot) const { return static_cast<T*>(slots_[slot]); }
   // The training step being run (stochastic rounding draws fresh noise per step).
   int64_t step() const { return step_; }
+  // How far the optimizer update applied since the previous run moved any weight
+  // element at most (0 on the first run): predicted weight scales add it to their amax.
+  double weightStep() const { return weight_step_; }
 
  private:
   void* const* slots_;
   int64_t step_;
+  double weight_step_;
 };
 
 using Kernel = std::function<void(const RunContext&)>;

@@ -117,6 +117,7 @@ class CpuBackend final : public Backend {
   Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
   Kernel lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const;
+  Kernel lowerPredictedScale(const Node& node, int x, int y, size_t n) const;
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
   Kernel lowerSmoothScales(const Node& node, LoweringContext& ctx) const;
   Kernel lowerCollective(const Node& node, LoweringContext& ctx) const;
@@ -407,6 +408,8 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
     size_t count = static_cast<size_t>(node.shape().numElements());
     const int64_t history = node.attrs().has(AttrKey::kAmaxHistory) ? node.attrs().getInt(AttrKey::kAmaxHistory) : 0;
     if (history > 0) return lowerDelayedScale(node, x, y, n, history);
+    if (node.attrs().has(AttrKey::kPredictScale) && node.attrs().getInt(AttrKey::kPredictScale) != 0)
+      return lowerPredictedScale(node, x, y, n);
     return [=](const RunContext& rc) {
       k::computeQuantParams({rc.as<float>(x), n}, view, format, {rc.as<float>(y), count});
     };
@@ -456,6 +459,23 @@ Kernel CpuBackend::lowerDelayedScale(const Node& node, int x, int y, size_t n, i
     *rc.as<float>(y) = k::emulatedScaleFromAbsmax(amax, amax, format);
     state->amax[static_cast<size_t>(state->seen % history)] = now;
     ++state->seen;
+  };
+}
+
+// Predicted weight scales (MOSS): the weight's amax is measured on the first run only;
+// every later run adds the largest move the optimizer update since the previous run
+// could have made (RunContext::weightStep: lr x AdamW's exact step bound), so the
+// predicted amax is never below the true one and no max reduction runs. Like the amax
+// history, the prediction lives with the lowered kernel (a resumed run measures anew).
+Kernel CpuBackend::lowerPredictedScale(const Node& node, int x, int y, size_t n) const {
+  const k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
+  auto amax = std::make_shared<double>(-1.0);
+  return [=](const RunContext& rc) {
+    if (*amax < 0)
+      *amax = k::finiteAbsmax(rc.as<float>(x), static_cast<int64_t>(n));
+    else
+      *amax += rc.weightStep();
+    *rc.as<float>(y) = k::emulatedScaleFromAbsmax(*amax, *amax, format);
   };
 }
 

@@ -254,12 +254,12 @@ void Executor::bind(std::string_view name, Tensor& tensor) {
   bind(node, tensor);
 }
 
-void Executor::run(int64_t step) {
+void Executor::run(int64_t step, double weight_step) {
   for (size_t s = 0; s < slots_.size(); ++s)
     if (slots_[s].kind == SlotKind::kExternal && ptrs_[s] == nullptr)
       throw Error(fmt::format("executor: {} %{} is not bound", opName(slots_[s].node->op()),
                               slots_[s].node->name()));
-  RunContext rc(ptrs_.data(), step);
+  RunContext rc(ptrs_.data(), step, weight_step);
   if (!options_.profile) {
     for (const Step& s : steps_) s.kernel(rc);
     return;

@@ -57,8 +57,10 @@ class Executor {
   // Binds a parameter or input to a caller-owned tensor of exactly its type.
   void bind(const Node* node, Tensor& tensor);
   void bind(std::string_view name, Tensor& tensor);
-  // Runs every kernel once. `step` feeds step-dependent kernels (stochastic rounding).
-  void run(int64_t step = 0);
+  // Runs every kernel once. `step` feeds step-dependent kernels (stochastic rounding);
+  // `weight_step` is the largest move of any weight element by the optimizer update
+  // since the previous run (predicted weight scales; 0 when unknown or first).
+  void run(int64_t step = 0, double weight_step = 0);
 
   const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
   const void* outputData(size_t i) const;

@@ -259,6 +259,9 @@ struct TrainingSession::Impl {
 
   const TrainOptions& o;
   Job job;
+  // lr x the AdamW step bound of the last update: how far it moved any weight element
+  // (predicted weight scales add it; 0 before the first update).
+  double weight_step = 0;
   TrainOptions lo;  // o with this process's share of the batch
   Corpus corpus;
   CorpusTokens corpus_tokens;
@@ -476,7 +479,7 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   Executor& exec = profile ? instrumentedExecutor() : *s.train_exec;
   auto start = std::chrono::steady_clock::now();
   s.sampler.sample(step, s.tokens, s.targets);
-  exec.run(step);
+  exec.run(step, s.weight_step);
   double loss = exec.outputScalar(0);
   double norm = s.gradNorm(exec);
   if (!std::isfinite(loss) || !std::isfinite(norm))
@@ -503,6 +506,7 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   // The update just applied moved each weight element by at most about lr (exactly: lr
   // x adamUpdateBound): what the profile's predicted weight scales add to this step's
   // absmax to predict the next one's.
+  s.weight_step = lr * adamUpdateBound(opt.beta1, opt.beta2, step + 1);
   if (profile) s.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
   StepRecord record;
   record.step = step + 1;

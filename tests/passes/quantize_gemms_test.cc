@@ -280,5 +280,52 @@ TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
   for (size_t i = 0; i < scales.size(); ++i) EXPECT_FLOAT_EQ(scales[i], amax_used[i] / 448.0f) << "step " << i;
 }
 
+// Predicted weight scales (MOSS): measured once, then the previous amax plus the
+// optimizer's largest step, whatever the weight does in between.
+TEST(QuantizeGemms, PredictedWeightScalesAddTheOptimizerStep) {
+  Recipe recipe = parseRecipe(R"(gemms:
+  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn", amax_history: 4,
+     predict_weight_scale: true}
+)",
+                              "r.yaml");
+  auto g = rewritten(kMlp, recipe);
+  const std::string text = printGraph(*g);
+  // The weight (rhs) predicts; the activation keeps delayed scaling.
+  EXPECT_NE(text.find("%h.rhs_scales = quant_params(%w) {format=\"e4m3:tensor:rtn\", side=\"rhs\", contract_dims=[0], "
+                      "predict_scale=1}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("%h.lhs_scales = quant_params(%x) {format=\"e4m3:tensor:rtn\", side=\"lhs\", contract_dims=[1], "
+                      "amax_history=4"),
+            std::string::npos)
+      << text;
+  g->addOutput(g->find("h.rhs_scales"));
+  Executor e(*g);
+  Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{64, 32}}, 1));
+  Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+  Tensor w(TensorType{DType::kF32, Shape{32, 48}});
+  e.bind("x", x);
+  e.bind("w2", w2);
+  e.bind("w", w);
+  std::vector<float> scales;
+  const float amax[] = {2.0f, 2.01f, 0.5f, 2.05f};
+  const double step[] = {0.0, 0.02, 0.02, 0.02};
+  for (int t = 0; t < 4; ++t) {
+    std::fill(w.data<float>(), w.data<float>() + 32 * 48, 0.1f);
+    w.data<float>()[5] = amax[t];
+    e.run(t, step[t]);
+    scales.push_back(e.output<float>(1)[0]);
+  }
+  // Measured at step 0 (2.0), then 2.02, 2.04, 2.06: never below the true amax.
+  const double predicted[] = {2.0, 2.02, 2.04, 2.06};
+  for (int t = 0; t < 4; ++t) EXPECT_FLOAT_EQ(scales[static_cast<size_t>(t)], float(predicted[t] / 448.0)) << t;
+  // A per-block weight format cannot predict a per-tensor amax.
+  Recipe bad = parseRecipe(R"(gemms:
+  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:channel:rtn", predict_weight_scale: true}
+)",
+                           "bad.yaml");
+  EXPECT_THROW(rewritten(kMlp, bad), Error);
+}
+
 }  // namespace
 }  // namespace pgq
