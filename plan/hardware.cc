@@ -215,12 +215,14 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   };
   GemmEstimate e;
   double elem = static_cast<double>(dtypeSize(dtype));
-  e.high_precision_us = roofline(hw.gemmRate(dtype), elem * (a_elems + b_elems) + 4.0 * c_elems);
+  // Results are written in the high-precision dtype: f32 on CPUs, bf16 on GPUs (where an
+  // FP8 GEMM's epilogue writes bf16 too).
+  e.high_precision_us = roofline(hw.gemmRate(dtype), elem * (a_elems + b_elems + c_elems));
   // MX formats also move one E8M0 scale byte per block.
   auto stored = [](const QuantFormat& f) {
     return f.scale == ScaleKind::kF32 ? 1.0 : 1.0 + 1.0 / static_cast<double>(f.block);
   };
-  e.int8_gemm_us = roofline(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + 4.0 * c_elems);
+  e.int8_gemm_us = roofline(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + elem * c_elems);
   // Quantizing an operand reads its high-precision values and writes one byte each.
   auto quantize = [&](double elems, bool sr) {
     double gbs = sr ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;

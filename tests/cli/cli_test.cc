@@ -652,6 +652,10 @@ TEST_F(Cli, StageTwoBadInputs) {
   std::string forced = write("forced.yaml", "name: forced\nforward: {quantize: true}\nbackward: {quantize: false}\n"
                                             "rules:\n  - {action: quantize, lhs_format: int8:channel:rtn, "
                                             "rhs_format: int8:channel:rtn}\n");
+  std::string mx_recipe = write("mx.yaml", "gemms:\n  - {label: layer0/mlp/up, decision: mxfp8, lhs_format: mxfp8_e4m3, "
+                                            "rhs_format: mxfp8_e4m3}\n");
+  std::string zero_history = write("zero.yaml", "gemms:\n  - {label: layer0/mlp/up, decision: fp8, lhs_format: "
+                                                "e4m3:tensor:rtn, rhs_format: e4m3:tensor:rtn, amax_history: 0}\n");
   std::string recipe = (dir_ / "r.yaml").string();
   ASSERT_EQ(pgq("recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F -o " + recipe).code, 0);
   std::string text;
@@ -690,6 +694,23 @@ TEST_F(Cli, StageTwoBadInputs) {
        "--export-torch " + dir_.string() + ": is a directory"},
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-torch " + (dir_ / "r.py").string(),
        "the PyTorch export's JSON cannot end in .py"},
+      // FP8 / MX: formats the hardware lacks, formats the profile lacks, bad scaling.
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " + PGQ_SOURCE_DIR +
+           "/recipes/policies/fp8-delayed.yaml",
+       "policy fp8-delayed: field 'formats' asks for fp8, none of which hardware 'epyc-zen3-2c' runs natively"},
+      {"recipe --profile " + profile + " --hardware h100-sxm --policy " + PGQ_SOURCE_DIR +
+           "/recipes/policies/fp8-delayed.yaml",
+       "the profile has no statistics for e4m3:tensor:rtn (scheme fp8); profile with pgq train --profile-formats fp8"},
+      {"sqnr-table " + profile + " --compare int8,mxfp8", "profile with pgq train --profile-formats mxfp8"},
+      {"recipe --profile " + profile + " --hardware h100-sxm --policy F --token-scale 0", "--token-scale"},
+      {"train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + (dir_ / "q.yaml").string() +
+           " --profile-formats fp9 --out " + (dir_ / "t").string(),
+       "--profile-formats: 'fp9' is neither a format scheme"},
+      {"train --model tiny --steps 2 --no-progress --hardware h100-sxm --recipe " + mx_recipe + " --out " +
+           (dir_ / "t").string(),
+       "mx.yaml:2: GEMM 'layer0/mlp/up': format mxfp8_e4m3 (mxfp8) does not run on hardware 'h100-sxm'"},
+      {"train --model tiny --steps 2 --no-progress --recipe " + zero_history + " --out " + (dir_ / "t").string(),
+       "zero.yaml:2: field 'gemms[0].amax_history': expected an integer in [1, 1048576], got 0"},
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " + forced,
        "policy forced, rule (every GEMM): forces int8:channel:rtn x int8:channel:rtn on GEMM 'layer0/attn/q', which "
        "hardware 'epyc-zen3-2c' cannot run exactly"},
