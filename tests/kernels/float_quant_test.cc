@@ -520,10 +520,11 @@ std::vector<float> awkwardData(const OperandView& view, uint32_t seed) {
 }
 
 const std::vector<OperandView> kViews = {
-    {2, 37, 70, true},    // A [M,K]: blocks 32 + 32 + ragged 6
-    {2, 70, 37, false},   // B [K,N]: one scale per column (per-element runs)
-    {1, 3, 40000, true},  // long rows: several work units per row, unaligned SR heads
-    {2, 300, 64, true},   // rows of a multiple of 32
+    {2, 37, 70, true},     // A [M,K]: blocks 32 + 32 + ragged 6
+    {2, 70, 37, false},    // B [K,N]: one scale per column (per-element runs)
+    {1, 3, 40000, true},   // long rows: several work units per row, unaligned SR heads
+    {2, 300, 64, true},    // rows of a multiple of 32
+    {1, 5, 33000, false},  // K along long rows: per-element runs in column chunks
 };
 
 const std::vector<const char*> kFormats = {
