@@ -14,7 +14,7 @@
 // on an activation [2048, 1024] (per-row scales), a weight [1024, 1024] (per-column
 // scales) and the small model's activation [2048, 256] (fits in L2+L3). After the usual
 // output, a table gives GB/s per thread and the SR / RTN time ratio, and a second one the
-// emulated rows with the ratio of fakeQuantize e4m3 to int8 rtn in elements per second.
+// emulated rows with the ratios of fakeQuantize to int8 rtn in elements per second.
 // srnoise/<isa>: the noise generator of stochastic rounding alone (kernels/sr_noise.h,
 // ARS-5), 2^20 elements' worth of words per iteration, one thread, per implementation
 // the CPU supports (items = elements).
@@ -163,15 +163,20 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                   g["rtn"], g["sr"], g["dynamic"], g["stats_rtn"], g["stats_sr"],
                   g["sr"] > 0 ? g["rtn"] / g["sr"] : 0.0);
     }
-    // fakeQuantize moves 8 bytes per element, quantize 5: the ratio is per element.
-    std::printf("\nEmulated formats, GB/s per thread\n%-28s %8s %8s %9s %10s %11s %12s\n",
+    // fakeQuantize moves 8 bytes per element, quantize 5: the ratios are elements per
+    // second against int8 rtn.
+    std::printf("\nEmulated formats, GB/s per thread; elements/s vs int8 rtn\n"
+                "%-28s %8s %8s %9s %10s %11s %6s %6s %6s\n",
                 "tensor threads", "e4m3_rtn", "e5m2_sr", "mxfp8_rtn", "stats_e4m3", "stats_mxfp8",
-                "e4m3/int8rtn");
+                "e4m3", "e5m2sr", "mxfp8");
     for (const std::string& key : order_) {
       auto& g = gbps_[key];
-      std::printf("%-28s %8.1f %8.1f %9.1f %10.1f %11.1f %11.2fx\n", key.c_str(), g["e4m3_rtn"],
-                  g["e5m2_sr"], g["mxfp8_rtn"], g["stats_e4m3"], g["stats_mxfp8"],
-                  g["rtn"] > 0 ? (g["e4m3_rtn"] / 8.0) / (g["rtn"] / 5.0) : 0.0);
+      auto per_element = [&](const char* mode) {
+        return g["rtn"] > 0 ? (g[mode] / 8.0) / (g["rtn"] / 5.0) : 0.0;
+      };
+      std::printf("%-28s %8.1f %8.1f %9.1f %10.1f %11.1f %5.2fx %5.2fx %5.2fx\n", key.c_str(),
+                  g["e4m3_rtn"], g["e5m2_sr"], g["mxfp8_rtn"], g["stats_e4m3"], g["stats_mxfp8"],
+                  per_element("e4m3_rtn"), per_element("e5m2_sr"), per_element("mxfp8_rtn"));
     }
   }
 
