@@ -6,9 +6,15 @@
 //               operand costs per step
 //   stats_rtn, stats_sr   quantStats (params + quantize/dequantize + sums), 4 bytes per
 //               element counted once although it reads the tensor twice
+// Emulated formats (kernels/float_quant.h), fakeQuantize with precomputed scales, 4 bytes
+// read + 4 written per element:
+//   e4m3_rtn    e4m3:tensor:rtn          e5m2_sr   e5m2:tensor:sr
+//   mxfp8_rtn   mxfp8_e4m3 (e4m3:block32:rtn:scale=e8m0)
+//   stats_e4m3, stats_mxfp8   quantStats in e4m3:tensor:rtn and mxfp8_e4m3 (4 bytes)
 // on an activation [2048, 1024] (per-row scales), a weight [1024, 1024] (per-column
 // scales) and the small model's activation [2048, 256] (fits in L2+L3). After the usual
-// output, a table gives GB/s per thread and the SR / RTN time ratio.
+// output, a table gives GB/s per thread and the SR / RTN time ratio, and a second one the
+// emulated rows with the ratios of fakeQuantize to int8 rtn in elements per second.
 // srnoise/<isa>: the noise generator of stochastic rounding alone (kernels/sr_noise.h,
 // ARS-5), 2^20 elements' worth of words per iteration, one thread, per implementation
 // the CPU supports (items = elements).
@@ -24,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/float_quant.h"
 #include "kernels/threads.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
@@ -43,7 +50,10 @@ const NamedView kViews[] = {
     {"act2048x256", {1, 2048, 256, true}},
 };
 
-enum class Mode { kParams, kRtn, kSr, kDynamic, kStatsRtn, kStatsSr };
+enum class Mode {
+  kParams, kRtn, kSr, kDynamic, kStatsRtn, kStatsSr,
+  kE4m3Rtn, kE5m2Sr, kMxfp8Rtn, kStatsE4m3, kStatsMxfp8,
+};
 const char* modeName(Mode mode) {
   switch (mode) {
     case Mode::kParams: return "params";
@@ -52,8 +62,26 @@ const char* modeName(Mode mode) {
     case Mode::kDynamic: return "dynamic";
     case Mode::kStatsRtn: return "stats_rtn";
     case Mode::kStatsSr: return "stats_sr";
+    case Mode::kE4m3Rtn: return "e4m3_rtn";
+    case Mode::kE5m2Sr: return "e5m2_sr";
+    case Mode::kMxfp8Rtn: return "mxfp8_rtn";
+    case Mode::kStatsE4m3: return "stats_e4m3";
+    case Mode::kStatsMxfp8: return "stats_mxfp8";
   }
   return "?";
+}
+
+QuantFormat formatOf(Mode mode) {
+  switch (mode) {
+    case Mode::kSr:
+    case Mode::kStatsSr: return perChannelFormat(8, Rounding::kStochastic);
+    case Mode::kE4m3Rtn:
+    case Mode::kStatsE4m3: return QuantFormat::parse("e4m3:tensor:rtn");
+    case Mode::kE5m2Sr: return QuantFormat::parse("e5m2:tensor:sr");
+    case Mode::kMxfp8Rtn:
+    case Mode::kStatsMxfp8: return QuantFormat::parse("mxfp8_e4m3");
+    default: return perChannelFormat(8);
+  }
 }
 
 void runQuant(benchmark::State& state, OperandView view, Mode mode) {
@@ -62,10 +90,10 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(view.elements());
   for (float& v : x) v = dist(gen);
-  const bool sr = mode == Mode::kSr || mode == Mode::kStatsSr;
-  const QuantFormat format = perChannelFormat(8, sr ? Rounding::kStochastic : Rounding::kNearest);
+  const QuantFormat format = formatOf(mode);
   std::vector<float> params(quantParamCount(view, format));
   std::vector<int8_t> q(x.size());
+  std::vector<float> fake(format.isEmulated() ? x.size() : 0);
   computeQuantParams(x, view, format, params);
   uint64_t step = 0;
   for (auto _ : state) {
@@ -76,14 +104,21 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
       case Mode::kDynamic: quantizeDynamic(x, view, format, params, q); break;
       case Mode::kStatsRtn:
       case Mode::kStatsSr:
+      case Mode::kStatsE4m3:
+      case Mode::kStatsMxfp8:
         benchmark::DoNotOptimize(quantStats(x, view, format, {7, step++}));
         break;
+      case Mode::kE4m3Rtn:
+      case Mode::kE5m2Sr:
+      case Mode::kMxfp8Rtn: fakeQuantize(x, view, format, params, fake, {7, step++}); break;
     }
     benchmark::DoNotOptimize(q.data());
+    benchmark::DoNotOptimize(fake.data());
     benchmark::ClobberMemory();
   }
   const bool writes = mode == Mode::kRtn || mode == Mode::kSr || mode == Mode::kDynamic;
-  state.SetBytesProcessed(state.iterations() * view.elements() * (writes ? 5 : 4));
+  const bool fakes = mode == Mode::kE4m3Rtn || mode == Mode::kE5m2Sr || mode == Mode::kMxfp8Rtn;
+  state.SetBytesProcessed(state.iterations() * view.elements() * (fakes ? 8 : writes ? 5 : 4));
 }
 
 void runNoise(benchmark::State& state, SrNoiseIsa isa) {
@@ -128,6 +163,21 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                   g["rtn"], g["sr"], g["dynamic"], g["stats_rtn"], g["stats_sr"],
                   g["sr"] > 0 ? g["rtn"] / g["sr"] : 0.0);
     }
+    // fakeQuantize moves 8 bytes per element, quantize 5: the ratios are elements per
+    // second against int8 rtn.
+    std::printf("\nEmulated formats, GB/s per thread; elements/s vs int8 rtn\n"
+                "%-28s %8s %8s %9s %10s %11s %6s %6s %6s\n",
+                "tensor threads", "e4m3_rtn", "e5m2_sr", "mxfp8_rtn", "stats_e4m3", "stats_mxfp8",
+                "e4m3", "e5m2sr", "mxfp8");
+    for (const std::string& key : order_) {
+      auto& g = gbps_[key];
+      auto per_element = [&](const char* mode) {
+        return g["rtn"] > 0 ? (g[mode] / 8.0) / (g["rtn"] / 5.0) : 0.0;
+      };
+      std::printf("%-28s %8.1f %8.1f %9.1f %10.1f %11.1f %5.2fx %5.2fx %5.2fx\n", key.c_str(),
+                  g["e4m3_rtn"], g["e5m2_sr"], g["mxfp8_rtn"], g["stats_e4m3"], g["stats_mxfp8"],
+                  per_element("e4m3_rtn"), per_element("e5m2_sr"), per_element("mxfp8_rtn"));
+    }
   }
 
  private:
@@ -142,8 +192,9 @@ int main(int argc, char** argv) {
   pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   using namespace pgq::kernels;
   for (const NamedView& v : kViews) {
-    for (Mode mode :
-         {Mode::kParams, Mode::kRtn, Mode::kSr, Mode::kDynamic, Mode::kStatsRtn, Mode::kStatsSr}) {
+    for (Mode mode : {Mode::kParams, Mode::kRtn, Mode::kSr, Mode::kDynamic, Mode::kStatsRtn,
+                      Mode::kStatsSr, Mode::kE4m3Rtn, Mode::kE5m2Sr, Mode::kMxfp8Rtn,
+                      Mode::kStatsE4m3, Mode::kStatsMxfp8}) {
       std::string name = std::string(v.name) + "/" + modeName(mode);
       benchmark::RegisterBenchmark(name.c_str(), runQuant, v.view, mode)
           ->ArgName("threads")

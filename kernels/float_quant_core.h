@@ -17,6 +17,7 @@
 #include <span>
 
 #include "kernels/quant_core.h"
+#include "kernels/sr_noise.h"
 
 namespace pgq::kernels::detail {
 
@@ -119,17 +120,66 @@ __attribute__((always_inline)) inline void emulatedBlock(const float* xs, const 
   }
 }
 
+// Stochastic rounding of `groups` consecutive groups of `blocks` full 32-element blocks
+// each, x[0, 32 * blocks * groups), element indices from `index` (a multiple of 32), with
+// the noise made in registers by VAES, as stochasticBlocksVaes (quant_core.h) does for
+// the int grid: the out-of-order core overlaps the two ARS evaluations per 32 elements
+// with the rounding of earlier blocks. Broadcast runs: group j has the scale scale[j]
+// (inv[j]); per-element runs (groups == 1): one per element. Callers must check
+// srNoiseIsaSupported(SrNoiseIsa::kVaes).
+template <bool kInt, bool kPerElement, typename Sink>
+__attribute__((target("aes,vaes"))) void emulatedBlocksVaes(const float* x, int64_t index,
+                                                            int64_t groups, int64_t blocks,
+                                                            const float* inv, const float* scale,
+                                                            const GridLanes& g,
+                                                            const SrNoise& noise, Sink& sink) {
+  __m256i keys[kSrArsRounds + 1];
+  for (int r = 0; r <= kSrArsRounds; ++r) {
+    keys[r] = _mm256_broadcastsi128_si256(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(noise.roundKey(r).data())));
+  }
+  // The 32 elements from e (a multiple of 32) take their words from ARS blocks e/8 ..
+  // e/8 + 3 (sr_noise.h), two per evaluation.
+  const int64_t off = int64_t(noise.offset());
+  const int64_t c0 = index / 8;
+  __m256i ctr = _mm256_set_epi64x(off, c0 + 1, off, c0);
+  const __m256i two = _mm256_set_epi64x(0, 2, 0, 2);
+  Sink local = sink;  // in registers (see emulatedRun)
+  for (int64_t j = 0; j < groups; ++j) {
+    const RunParams q{inv + j, nullptr, scale + j};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = 32 * (j * blocks + b);
+      const __m256i w0 = arsVaes(ctr, keys);
+      ctr = _mm256_add_epi64(ctr, two);
+      const __m256i w1 = arsVaes(ctr, keys);
+      ctr = _mm256_add_epi64(ctr, two);
+      Lanes l;
+      if constexpr (kPerElement) {
+        emulatedBlock<true, kInt, true>(x + at, RunParams{inv + at, nullptr, scale + at}, w0, w1, g,
+                                        l);
+      } else {
+        emulatedBlock<true, kInt, false>(x + at, q, w0, w1, g, l);
+      }
+      local(index + at, l, 32);
+    }
+  }
+  sink = local;
+}
+
 // Fake-quantizes the run x[0, len) (element indices index .. index+len-1) of one group,
 // or of one scale per element, and hands each 32 elements to sink(first_index, lanes,
 // valid), as processRun (quant_core.h) does for the int grid. Stochastic runs are split
 // at multiples of 32 element indices so that each full block takes its 16 noise words
-// from the SrState buffer; the ragged head and tail go through a zero-padded copy (its
-// padding lanes give t = 0).
+// from consecutive ARS blocks (made in registers with VAES, else read from the SrState
+// buffer); the ragged head and tail go through a zero-padded copy (its padding lanes give
+// t = 0) with words assembled per element.
 template <bool kStochastic, bool kInt, bool kPerElement, typename Sink>
 __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int64_t index,
                                                             int64_t len, const RunParams& p,
                                                             const GridLanes& g, SrState* sr,
                                                             Sink& sink) {
+  // The parameters in locals: the sink's stores could alias p (see emulatedRun).
+  const RunParams pl{p.inv, nullptr, p.scale};
   auto block = [&](const float* xs, const RunParams& q, int64_t at, int valid,
                    const uint32_t* w16) {
     __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
@@ -154,11 +204,11 @@ __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int6
     }
     if constexpr (kPerElement) {
       alignas(32) float ib[32] = {}, sb[32] = {};
-      std::memcpy(ib, p.inv + at, sizeof(float) * n);
-      std::memcpy(sb, p.scale + at, sizeof(float) * n);
+      std::memcpy(ib, pl.inv + at, sizeof(float) * n);
+      std::memcpy(sb, pl.scale + at, sizeof(float) * n);
       block(xb, RunParams{ib, nullptr, sb}, at, n, wb);
     } else {
-      block(xb, p, at, n, wb);
+      block(xb, pl, at, n, wb);
     }
   };
   int64_t pos = 0;
@@ -166,12 +216,19 @@ __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int6
     const int64_t head = std::min<int64_t>(len, (32 - (index & 31)) & 31);
     if (head > 0) partial(0, int(head));
     pos = head;
+    if (sr->noise().isa() == SrNoiseIsa::kVaes && len - pos >= 32) {
+      const int64_t blocks = (len - pos) / 32;
+      const int64_t step = kPerElement ? pos : 0;
+      emulatedBlocksVaes<kInt, kPerElement>(x + pos, index + pos, 1, blocks, pl.inv + step,
+                                            pl.scale + step, g, sr->noise(), sink);
+      pos += 32 * blocks;
+    }
   }
   for (; pos + 32 <= len; pos += 32) {
     if constexpr (kPerElement) {
-      block(x + pos, RunParams{p.inv + pos, nullptr, p.scale + pos}, pos, 32, nullptr);
+      block(x + pos, RunParams{pl.inv + pos, nullptr, pl.scale + pos}, pos, 32, nullptr);
     } else {
-      block(x + pos, p, pos, 32, nullptr);  // by reference (see offsetParams)
+      block(x + pos, pl, pos, 32, nullptr);
     }
   }
   if (pos < len) partial(pos, int(len - pos));
@@ -189,9 +246,22 @@ void emulatedRun(const float* x, int64_t index, int64_t len, const RunParams& p,
   Sink local = sink;
   if constexpr (!kPerElement) {
     if (p.row_len > 0) {
-      for (int64_t j = 0, at = 0; at < len; ++j, at += p.row_len) {
-        const RunParams q{p.inv + j, nullptr, p.scale + j};
-        for (int64_t pos = at; pos < at + p.row_len; pos += 32) {
+      // Locals, not p's members: the sink's stores could alias p, and the compiler would
+      // reload them for every group.
+      const float* inv = p.inv;
+      const float* scale = p.scale;
+      const int64_t row_len = p.row_len;
+      if constexpr (kStochastic) {
+        if (sr->noise().isa() == SrNoiseIsa::kVaes) {
+          emulatedBlocksVaes<kInt, false>(x, index, len / row_len, row_len / 32, inv, scale, g,
+                                          sr->noise(), local);
+          sink = local;
+          return;
+        }
+      }
+      for (int64_t j = 0, at = 0; at < len; ++j, at += row_len) {
+        const RunParams q{inv + j, nullptr, scale + j};
+        for (int64_t pos = at; pos < at + row_len; pos += 32) {
           __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
           if constexpr (kStochastic) {
             const uint32_t* w = sr->at(index + pos);

@@ -452,9 +452,9 @@ class QuantPlan {
   // f(index, len, RunParams, per_element) for every run of the unit. With rows_at_once,
   // the rows of a unit with per-row groups may come as one run with RunParams::row_len
   // (for callers that hand the runs to processRun, which understands it). With
-  // blocks_at_once, so may the consecutive full blocks of a row with per-block groups
-  // along it, when blocks and rows are multiples of 32 elements (the emulated formats'
-  // runs use it; quantize() does not).
+  // blocks_at_once, so may consecutive full blocks with per-block groups along the rows
+  // (all of a unit's when blocks tile the rows), when blocks and rows are multiples of 32
+  // elements (the emulated formats' runs use it; quantize() does not).
   template <typename F>
   void forEachRun(int64_t unit, F&& f, bool rows_at_once = false,
                   bool blocks_at_once = false) const {
@@ -474,6 +474,12 @@ class QuantPlan {
     if (rows_at_once && rows_at_once_) {
       RunParams p = at(r0);
       p.row_len = view_.cols;
+      f(r0 * view_.cols, (r1 - r0) * view_.cols, p, false);
+      return;
+    }
+    if (blocks_at_once && blocks_at_once_) {
+      RunParams p = at(r0 * blocks_);
+      p.row_len = format_.block;
       f(r0 * view_.cols, (r1 - r0) * view_.cols, p, false);
       return;
     }
@@ -547,6 +553,9 @@ class QuantPlan {
   // Per-row groups (A [M,K] per channel) on rows of a multiple of 32 elements: a unit's
   // rows go out as one run with row_len (RunParams).
   bool rows_at_once_ = false;
+  // Per-block groups along rows that blocks of a multiple of 32 elements tile: a unit's
+  // blocks go out as one run with row_len = block (for forEachRun's blocks_at_once).
+  bool blocks_at_once_ = false;
   int64_t rows_per_unit_ = 1;
   int64_t chunks_per_row_ = 1;
   int64_t col_chunk_ = 0;

@@ -131,6 +131,8 @@ QuantPlan::QuantPlan(const OperandView& view, const QuantFormat& format,
     units_ = (rows + rows_per_unit_ - 1) / rows_per_unit_;
     rows_at_once_ = view.contract_along_cols && format.granularity == Granularity::kPerChannel &&
                     view.cols % 32 == 0;
+    blocks_at_once_ = view.contract_along_cols && format.granularity == Granularity::kPerBlock &&
+                      format.block % 32 == 0 && view.cols % format.block == 0;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "kernels/float_quant_core.h"
 #include "kernels/kernel_error.h"
 #include "kernels/quant_stats.h"
 #include "kernels/sr_noise.h"
@@ -323,6 +324,74 @@ TEST(FloatQuant, StochasticRoundingDependsOnSeedAndOffsetOnly) {
   EXPECT_GT(differing(base, run({1, uint64_t(1) << 32})), 1700);
 }
 
+// Every implementation of the noise (VAES in registers, AES-NI and portable through the
+// buffer) gives the same values, for runs with ragged heads and tails, per-element scales
+// and runs of consecutive blocks (RunParams::row_len).
+TEST(FloatQuant, StochasticRoundingIsTheSameForEveryNoiseImplementation) {
+  const int64_t len = 1024;
+  const std::vector<float> x = normalData(len, 23, 3.0f);
+  std::vector<float> inv(len), scale(len);
+  for (int64_t i = 0; i < len; ++i) {
+    scale[i] = std::ldexp(1.0f, int(i % 5) - 6);
+    inv[i] = 1.0f / scale[i];
+  }
+  struct Collect {
+    std::vector<float>* out;
+    int64_t first;
+    void operator()(int64_t index, const detail::Lanes& l, int valid) {
+      alignas(32) float t[32];
+      for (int k = 0; k < 4; ++k) _mm256_store_ps(t + 8 * k, _mm256_mul_ps(l.t[k], l.scale[k]));
+      for (int j = 0; j < valid; ++j) (*out)[size_t(index - first + j)] = t[j];
+    }
+  };
+  for (const char* text : {"e4m3:tensor:sr", "int8:block32:sr:scale=e8m0"}) {
+    const QuantFormat format = QuantFormat::parse(text);
+    const detail::EmulatedGrid grid = detail::emulatedGridOf(format);
+    const detail::GridLanes lanes(grid);
+    // Element indices 13 .. 1012 (a head of 19, 30 full blocks, a tail of 21), one scale;
+    // the same with a scale per element; and 16 blocks of 64 from index 64, a scale each.
+    struct Case {
+      int64_t index, len;
+      detail::RunParams params;
+      bool per_element;
+    };
+    detail::RunParams blocks{inv.data(), nullptr, scale.data()};
+    blocks.row_len = 64;
+    const std::vector<Case> cases = {
+        {13, 1000, detail::RunParams{inv.data() + 7, nullptr, scale.data() + 7}, false},
+        {13, 1000, detail::RunParams{inv.data(), nullptr, scale.data()}, true},
+        {64, 1024, blocks, false},
+    };
+    for (size_t c = 0; c < cases.size(); ++c) {
+      std::vector<float> expected;
+      for (SrNoiseIsa isa : {SrNoiseIsa::kPortable, SrNoiseIsa::kAesNi, SrNoiseIsa::kVaes}) {
+        if (!srNoiseIsaSupported(isa)) continue;
+        detail::SrState state({8, 9}, isa);
+        std::vector<float> got(cases[c].len, -1.0f);
+        Collect sink{&got, cases[c].index};
+        detail::emulatedRunAny(true, grid.int_element, cases[c].per_element, x.data(),
+                               cases[c].index, cases[c].len, cases[c].params, lanes, &state, sink);
+        if (expected.empty()) {
+          // The portable generator against the scalar definition.
+          for (int64_t i = 0; i < cases[c].len; ++i) {
+            const int64_t group = cases[c].params.row_len > 0 ? i / cases[c].params.row_len
+                                  : cases[c].per_element      ? i
+                                                              : 0;
+            const float s = cases[c].params.scale[group];
+            const float v = rounded(x[i] * cases[c].params.inv[group]);
+            const uint32_t r = srNoiseBits16(8, 9, uint64_t(cases[c].index + i));
+            ASSERT_TRUE(sameFloat(got[i], rounded(s * roundToElement(v, format, r))))
+                << text << " case " << c << " element " << i;
+          }
+          expected = got;
+        } else {
+          EXPECT_EQ(got, expected) << text << " case " << c << " " << srNoiseIsaName(isa);
+        }
+      }
+    }
+  }
+}
+
 // ---- Scales ----
 
 TEST(FloatQuant, E8m0ScalesArePowersOfTwoFromTheAbsmaxExponent) {
@@ -520,10 +589,11 @@ std::vector<float> awkwardData(const OperandView& view, uint32_t seed) {
 }
 
 const std::vector<OperandView> kViews = {
-    {2, 37, 70, true},    // A [M,K]: blocks 32 + 32 + ragged 6
-    {2, 70, 37, false},   // B [K,N]: one scale per column (per-element runs)
-    {1, 3, 40000, true},  // long rows: several work units per row, unaligned SR heads
-    {2, 300, 64, true},   // rows of a multiple of 32
+    {2, 37, 70, true},     // A [M,K]: blocks 32 + 32 + ragged 6
+    {2, 70, 37, false},    // B [K,N]: one scale per column (per-element runs)
+    {1, 3, 40000, true},   // long rows: several work units per row, unaligned SR heads
+    {2, 300, 64, true},    // rows of a multiple of 32
+    {1, 5, 33000, false},  // K along long rows: per-element runs in column chunks
 };
 
 const std::vector<const char*> kFormats = {
