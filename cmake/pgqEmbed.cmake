@@ -5,6 +5,8 @@
 # works without the source tree.
 function(pgq_embed_files pattern header variable)
   file(GLOB files CONFIGURE_DEPENDS ${pattern})
+  # An edited preset re-runs CMake (and so regenerates HEADER), not only an added one.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${files})
   set(entries "")
   foreach(f ${files})
     get_filename_component(name ${f} NAME_WE)

@@ -53,7 +53,7 @@ double rate(const ConfigNode& map, std::string_view key) {
 HardwareModel fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "source", "threads", "peak_gflops", "gemm_gflops", "memory_bandwidth_gbs",
                   "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8", "interconnect", "formats",
-                  "high_precision"});
+                  "high_precision", "cast_once"});
   HardwareModel hw;
   hw.name = root.getString("name");
   hw.source = root.getString("source", "");
@@ -95,6 +95,7 @@ HardwareModel fromNode(const ConfigNode& root) {
   } else if (hw.gemm_fp8 > 0) {
     hw.formats = {"int8", "fp8"};
   }
+  hw.cast_once = root.getBool("cast_once", false);
   hw.high_precision = root.getEnum("high_precision", {"f32", "bf16"}, "f32") == "bf16" ? DType::kBF16 : DType::kF32;
   hw.bandwidth_gbs = root.getDouble("memory_bandwidth_gbs", 1e-6, kMaxRate);
   if (root.has("ridge_flop_per_byte")) {
@@ -170,6 +171,7 @@ std::string hardwareToYaml(const HardwareModel& hw) {
                                 hw.name, hw.source, hw.threads);
   if (hw.high_precision != DType::kF32) out += fmt::format("high_precision: {}\n", dtypeName(hw.high_precision));
   out += fmt::format("formats: [{}]\n", fmt::join(hw.formats, ", "));
+  if (hw.cast_once) out += "cast_once: true\n";
   out += fmt::format("peak_gflops: {}\n", rates(hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.peak_fp8, hw.peak_mxfp8));
   out += fmt::format("gemm_gflops: {}\n", rates(hw.gemm_f32, hw.gemm_bf16, hw.gemm_int8, hw.gemm_fp8, hw.gemm_mxfp8));
   out += fmt::format("memory_bandwidth_gbs: {:.6g}\n# Derived: peak / bandwidth.\n", hw.bandwidth_gbs);
@@ -202,7 +204,7 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
 }
 
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype,
-                          const QuantFormat& lhs, const QuantFormat& rhs) {
+                          const QuantFormat& lhs, const QuantFormat& rhs, double lhs_share, double rhs_share) {
   const bool lhs_sr = lhs.rounding == Rounding::kStochastic, rhs_sr = rhs.rounding == Rounding::kStochastic;
   PGQ_ASSERT(shape.size() == 4, "gemm shape must be [batch, M, K, N]");
   const double b = static_cast<double>(shape[0]), m = static_cast<double>(shape[1]),
@@ -232,7 +234,7 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   // apply their scales in the GEMM's epilogue (cuBLASLt's scale pointers, MX block scales
   // in the tensor core), so they write the result once, as the GEMM above counts.
   const bool fused_scales = lhs.isEmulated();
-  e.quantization_us = quantize(a_elems, lhs_sr) + quantize(b_elems, rhs_sr) + (fused_scales ? 0.0 : 8.0 * c_elems / bw);
+  e.quantization_us = lhs_share * quantize(a_elems, lhs_sr) + rhs_share * quantize(b_elems, rhs_sr) + (fused_scales ? 0.0 : 8.0 * c_elems / bw);
   return e;
 }
 

@@ -30,6 +30,11 @@ struct HardwareModel {
   // The format families (support/quant_format.h formatFamily) this hardware runs
   // natively; a recipe for it may use only these.
   std::vector<std::string> formats = {"int8"};
+  // The training library casts each tensor once per step and every GEMM reading it
+  // reuses that copy (Transformer Engine's cast-transpose: a forward activation's FP8
+  // copy also serves its weight gradient, dY's both of its GEMMs). False: each GEMM
+  // quantizes its own operands (pgq's int8 path on CPUs).
+  bool cast_once = false;
   double bandwidth_gbs = 0;
   double quantize_rtn_gbs = 0;  // scales + quantize, bytes in + out per second
   double quantize_sr_gbs = 0;
@@ -86,7 +91,10 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
 // quantized GEMM at the family's rate with one byte per element (plus one scale byte
 // per block for MX), and quantization traffic reading `dtype` and writing one byte;
 // FP8/MX scales are applied in the GEMM's epilogue (no separate rescale pass).
+// `lhs_share` / `rhs_share`: the part of each operand's cast this GEMM pays (1 / the
+// GEMMs that share the cast when hw.cast_once; 1 otherwise).
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype,
-                          const QuantFormat& lhs, const QuantFormat& rhs);
+                          const QuantFormat& lhs, const QuantFormat& rhs, double lhs_share = 1.0,
+                          double rhs_share = 1.0);
 
 }  // namespace pgq

@@ -148,6 +148,13 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   const bool gpu = hw.high_precision != DType::kF32;
   sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
   const bool schemes = policy.formats != std::vector<std::string>{"int8"};
+  // With cast_once, the GEMM operands reading one tensor share its cast.
+  std::map<std::string, int> readers;
+  for (const GemmProfile& g : profile.gemms)
+    for (size_t i = 0; i < 2; ++i) readers[g.operands[i].tensor] += 1;
+  auto share = [&](const OperandProfile& o) {
+    return hw.cast_once ? 1.0 / std::max(1, readers[o.tensor]) : 1.0;
+  };
   const std::string kept = fmt::format("kept {}", dtypeName(hw.high_precision));
   // Schemes the hardware does not run natively are skipped (and said so); a policy none
   // of whose schemes runs there is a mistake, not a set of GEMM decisions.
@@ -179,7 +186,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
     };
     auto estimate = [&](const Choice& with) {
       return estimateGemm(hw, g.device_shape, hw.high_precision, QuantFormat::parse(with.lhs),
-                          QuantFormat::parse(with.rhs));
+                          QuantFormat::parse(with.rhs), share(g.lhs()), share(g.rhs()));
     };
     Choice c = choiceFor(schemes_here.front());
     GemmEstimate est = estimate(c);

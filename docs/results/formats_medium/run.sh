@@ -61,7 +61,7 @@ $PGQ recipe --profile "$OUT/prof.yaml" --hardware b200 --policy "$HERE/recipes/m
 python3 $HERE/spikes.py "$OUT/prof.csv" "$HERE/recipes/fp8_delayed.yaml" "$HERE/recipes/mxfp8.yaml" \
   "$HERE/recipes/h100_fp8_delayed_x16.yaml" > "$HERE/spikes.md"
 for seed in 1234 1235; do
-  for r in bf16 fp8_delayed fp8_predicted mxfp8; do
+  for r in bf16 fp8_delayed fp8_predicted mxfp8 mxfp8_bwd100; do
     d="$OUT/ft_${r}_$seed"
     [ -f "$d/metrics.csv" ] && continue
     rec=()
@@ -71,3 +71,4 @@ for seed in 1234 1235; do
       --no-progress --out "$d" > "$d.log" 2>&1
   done
 done
+python3 $HERE/finetune_table.py "$OUT" > "$HERE/finetune.md"
