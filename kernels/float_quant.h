@@ -26,9 +26,11 @@
 //                    G lands in [2^8, 2^9) for e4m3: its values above 448 saturate, as
 //                    the spec's conversion does.
 //   scale=two_level  (MOSS) g = max(T / E.max, kMinScale) rounded to float; each group
-//                    s = g * 2^ceil(log2(G / T)) (exact: a power of two, so no group
-//                    exceeds its grid), clamped to [FLT_MIN, FLT_MAX]; G = 0 -> s = g.
-// Absmax arguments are clamped to [0, FLT_MAX] (NaN counts as 0).
+//                    s = g * 2^ceil(log2(G / T)) (exact: a power of two), clamped to
+//                    [FLT_MIN, FLT_MAX]; G = 0 -> s = g. No group is clipped: G / s <=
+//                    T / g, which is E.max up to the rounding of g.
+// Absmax arguments are clamped to [0, FLT_MAX] (NaN counts as 0); a tensor absmax below
+// the group's is raised to it.
 //
 // Values: out[i] = s * Q(v) rounded to float (exact for power-of-two scales), where
 // v = x[i] * inv rounded to float and inv = 1/s rounded to float (as the int path).
