@@ -63,8 +63,17 @@ struct GridLanes {
         neg_max(_mm256_set1_ps(-g.max)),
         lo_exp(_mm256_set1_epi32(g.lo_exp)),
         step_sub(_mm256_set1_epi32(g.mantissa)),
-        inv_add(_mm256_set1_epi32((254 << 23) + g.mantissa)),
-        inv16_add(_mm256_set1_epi32((270 << 23) + g.mantissa)) {}
+        inv_add(bits((254u << 23) + static_cast<uint32_t>(g.mantissa))),
+        inv16_add(bits((270u << 23) + static_cast<uint32_t>(g.mantissa))) {}
+
+ private:
+  // The lanes' arithmetic is modulo 2^32 (270 << 23 does not fit an int): build the
+  // constant unsigned and pass its bit pattern.
+  static __m256i bits(uint32_t v) {
+    int32_t i;
+    std::memcpy(&i, &v, sizeof i);
+    return _mm256_set1_epi32(i);
+  }
 };
 
 // Q(v) of eight lanes (float_quant.h) for FP8 elements or (kInt) int elements, whose step
