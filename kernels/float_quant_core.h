@@ -206,11 +206,7 @@ __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int6
     std::memcpy(xb, x + at, sizeof(float) * n);
     // Element j of the block takes the same place in the words as in a full block.
     alignas(32) uint32_t wb[16] = {};
-    if constexpr (kStochastic) {
-      for (int j = 0; j < n; ++j) {
-        wb[j % 8 + 8 * (j / 16)] |= sr->bits16(index + at + j) << (16 * ((j / 8) % 2));
-      }
-    }
+    if constexpr (kStochastic) partialNoiseWords(*sr, index + at, n, wb);
     if constexpr (kPerElement) {
       alignas(32) float ib[32] = {}, sb[32] = {};
       std::memcpy(ib, pl.inv + at, sizeof(float) * n);

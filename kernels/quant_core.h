@@ -137,6 +137,12 @@ class SrState {
   alignas(32) uint32_t buf_[kSpan / 2] = {};
 };
 
+// The 16 noise words of a ragged block of n < 32 elements from element `first`, each
+// element's 16 bits in the place it has in a full block (SrState::at's order), the rest 0.
+inline void partialNoiseWords(SrState& sr, int64_t first, int n, uint32_t* words) {
+  for (int j = 0; j < n; ++j) words[j % 8 + 8 * (j / 16)] |= sr.bits16(first + j) << (16 * ((j / 8) % 2));
+}
+
 // The parameters of a run: single values (broadcast) or one per element of the run.
 // The sr_* arrays (SrConstants, one per element) are needed by per-element stochastic
 // runs only; broadcast runs derive the constants from inv and add. sr_pre is null unless
@@ -359,11 +365,7 @@ void processRun(const float* x, int64_t index, int64_t len, const RunParams& p, 
       std::memcpy(xb, x + at, sizeof(float) * n);
       // Element j of the block takes the same place in the words as in a full block.
       alignas(32) uint32_t wb[16] = {};
-      if constexpr (kStochastic) {
-        for (int j = 0; j < n; ++j) {
-          wb[j % 8 + 8 * (j / 16)] |= sr->bits16(index + at + j) << (16 * ((j / 8) % 2));
-        }
-      }
+      if constexpr (kStochastic) partialNoiseWords(*sr, index + at, n, wb);
       if constexpr (kPerElement) {
         alignas(32) float ib[32] = {}, ab[32] = {}, sb[32] = {};
         alignas(32) float eb[32] = {}, mb[32] = {}, db[32] = {};
