@@ -57,6 +57,16 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
                                 const QuantFormat& format, std::span<const float> params,
                                 SrStream sr = {});
 
+// The quantization error as it sums along the contracting dimension, for the bias-aware
+// SQNR (E[x^2] / this): mean over the rows (every batch x channel) of
+// (sum_k (Q(x_k) - x_k))^2 / K, K the contracting length, with exactly the Q of
+// quantStatsWithParams() (same params, rounding and noise stream; non-finite elements
+// count as no error). It equals mse in expectation when the errors are independent and
+// zero-mean (stochastic rounding), and exceeds it when errors along a row share a sign
+// (round to nearest flushing small values of one sign to 0). Thread-count invariant.
+double coherentErrorMeanSquare(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                               std::span<const float> params, SrStream sr = {});
+
 // 10 log10(sqnr).
 double sqnrDb(double sqnr);
 inline double sqnrDb(const QuantStats& stats) { return sqnrDb(stats.sqnr); }

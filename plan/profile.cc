@@ -21,6 +21,12 @@ const FormatStats* OperandProfile::find(const std::string& format) const {
   return nullptr;
 }
 
+const OutputErrorStats* GemmProfile::findOutputError(const std::string& lhs, const std::string& rhs) const {
+  for (const OutputErrorStats& e : output_errors)
+    if (e.lhs_format == lhs && e.rhs_format == rhs) return &e;
+  return nullptr;
+}
+
 const GemmProfile* Profile::find(const std::string& label) const {
   for (const GemmProfile& g : gemms)
     if (g.label == label) return &g;
@@ -67,6 +73,7 @@ void emitOperand(YAML::Emitter& out, const OperandProfile& o) {
     out << YAML::Key << "mse" << YAML::Value << f.mse;
     out << YAML::Key << "underflow_fraction" << YAML::Value << f.underflow_fraction;
     out << YAML::Key << "clipped_fraction" << YAML::Value << f.clipped_fraction;
+    if (f.bias_sqnr_mean > 0) out << YAML::Key << "bias_sqnr_mean" << YAML::Value << f.bias_sqnr_mean;
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
@@ -112,7 +119,8 @@ void checkFormat(const ConfigNode& node, std::string_view key, const std::string
 }
 
 FormatStats readFormat(const ConfigNode& node) {
-  node.allowOnly({"format", "sqnr_mean", "sqnr_min", "sqnr_max", "mse", "underflow_fraction", "clipped_fraction"});
+  node.allowOnly({"format", "sqnr_mean", "sqnr_min", "sqnr_max", "mse", "underflow_fraction", "clipped_fraction",
+                  "bias_sqnr_mean"});
   FormatStats f;
   f.format = node.getString("format");
   checkFormat(node, "format", f.format);
@@ -125,6 +133,7 @@ FormatStats readFormat(const ConfigNode& node) {
   f.mse = node.getDouble("mse", 0.0, 1e300);
   f.underflow_fraction = node.getDouble("underflow_fraction", 0.0, 1.0);
   f.clipped_fraction = node.getDouble("clipped_fraction", 0.0, 1.0);
+  if (node.has("bias_sqnr_mean")) f.bias_sqnr_mean = node.getDouble("bias_sqnr_mean", 0.0, 1e300);
   return f;
 }
 
@@ -185,7 +194,7 @@ OperandProfile readOperand(const ConfigNode& node) {
 
 GemmProfile readGemm(const ConfigNode& node) {
   node.allowOnly({"label", "direction", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
-                  "device_shape", "operands"});
+                  "device_shape", "operands", "reach", "gradient_reach", "output_errors"});
   GemmProfile g;
   g.label = node.getString("label");
   g.direction = *parseName<GemmDirection>(node.getEnum("direction", allNames<GemmDirection>()));
@@ -201,6 +210,20 @@ GemmProfile readGemm(const ConfigNode& node) {
     node.fail("operands", "expected the lhs operand, then the rhs operand (then optionally out)");
   if (!g.operands[0].role || !g.operands[1].role)
     node.fail("operands", "the lhs and rhs operands need a role: weight, activation or gradient");
+  if (node.has("reach")) g.reach = node.getDouble("reach", 0.0, 1.0);
+  if (node.has("gradient_reach")) g.gradient_reach = node.getDouble("gradient_reach", 0.0, 1.0);
+  if (node.has("output_errors"))
+    for (const ConfigNode& e : node.child("output_errors").items()) {
+      e.allowOnly({"lhs_format", "rhs_format", "sqnr_mean", "sqnr_min"});
+      OutputErrorStats o;
+      o.lhs_format = e.getString("lhs_format");
+      checkFormat(e, "lhs_format", o.lhs_format);
+      o.rhs_format = e.getString("rhs_format");
+      checkFormat(e, "rhs_format", o.rhs_format);
+      o.sqnr_mean = e.getDouble("sqnr_mean", 0.0, 1e300);
+      o.sqnr_min = e.getDouble("sqnr_min", 0.0, 1e300);
+      g.output_errors.push_back(o);
+    }
   return g;
 }
 
@@ -233,6 +256,10 @@ std::string profileToYaml(const Profile& profile) {
   out << YAML::Key << "gradient_formats" << YAML::Value;
   flowList(out, r.gradient_formats);
   out << YAML::Key << "step_ms" << YAML::Value << r.step_ms;
+  if (r.metrics) {
+    out << YAML::Key << "metrics" << YAML::Value << true;
+    out << YAML::Key << "metrics_step_ms" << YAML::Value << r.metrics_step_ms;
+  }
   out << YAML::EndMap;
   // Before the list, so that a file cut short after any GEMM still disagrees with it.
   out << YAML::Key << "gemm_count" << YAML::Value << profile.gemms.size();
@@ -252,7 +279,22 @@ std::string profileToYaml(const Profile& profile) {
     flowList(out, g.device_shape);
     out << YAML::Key << "operands" << YAML::Value << YAML::BeginSeq;
     for (const OperandProfile& o : g.operands) emitOperand(out, o);
-    out << YAML::EndSeq << YAML::EndMap;
+    out << YAML::EndSeq;
+    if (g.reach >= 0) out << YAML::Key << "reach" << YAML::Value << g.reach;
+    if (g.gradient_reach >= 0) out << YAML::Key << "gradient_reach" << YAML::Value << g.gradient_reach;
+    if (!g.output_errors.empty()) {
+      out << YAML::Key << "output_errors" << YAML::Value << YAML::BeginSeq;
+      for (const OutputErrorStats& e : g.output_errors) {
+        out << YAML::Flow << YAML::BeginMap;
+        out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
+        out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
+        out << YAML::Key << "sqnr_mean" << YAML::Value << e.sqnr_mean;
+        out << YAML::Key << "sqnr_min" << YAML::Value << e.sqnr_min;
+        out << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
+    out << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
@@ -303,7 +345,8 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   p.source = source;
   ConfigNode run = root.child("run");
   run.allowOnly({"model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
-                 "processes", "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms"});
+                 "processes", "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats", "step_ms",
+                 "metrics", "metrics_step_ms"});
   ProfileRun& r = p.run;
   r.model = run.getString("model");
   p.model_line = run.child("model").yaml().Mark().line + 1;
@@ -322,6 +365,8 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   r.formats = stringList(run, "formats");
   r.gradient_formats = stringList(run, "gradient_formats");
   r.step_ms = run.getDouble("step_ms", 0.0, 0.0, 1e12);
+  if (run.has("metrics")) r.metrics = run.getBool("metrics");
+  r.metrics_step_ms = run.getDouble("metrics_step_ms", 0.0, 0.0, 1e12);
   for (const std::string& f : r.formats) checkFormat(run, "formats", f);
   for (const std::string& f : r.gradient_formats) checkFormat(run, "gradient_formats", f);
   ConfigNode gemms = root.child("gemms");

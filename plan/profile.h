@@ -22,6 +22,22 @@ struct FormatStats {
   double mse = 0;                 // mean over steps
   double underflow_fraction = 0;  // nonzero values that quantize to 0
   double clipped_fraction = 0;
+  // Bias-aware SQNR (mean over steps): E[x^2] over the error as it sums along the
+  // contracting dimension, E_rows[(sum_k (Q(x)-x))^2] / K. Independent zero-mean errors
+  // (stochastic rounding) give the plain SQNR; errors that share a sign along a row (round
+  // to nearest flushing small values of one sign) give less. Absent (0) in profiles made
+  // without `--profile-metrics`.
+  double bias_sqnr_mean = 0;
+};
+
+// The error of a GEMM's result when both operands are quantized as a recipe would run
+// them (the quantized GEMM computed beside the f32 one in the profiled steps):
+// sqnr = E[y^2] / E[(y_q - y)^2], per pair of operand formats.
+struct OutputErrorStats {
+  std::string lhs_format;
+  std::string rhs_format;
+  double sqnr_mean = 0;
+  double sqnr_min = 0;
 };
 
 // Scaling strategies: how often the per-tensor scales of FP8 training (Transformer
@@ -84,6 +100,15 @@ struct GemmProfile {
   int64_t devices = 1;
   std::vector<int64_t> device_shape;  // [batch, M, K, N] on one device
   std::vector<OperandProfile> operands;  // lhs, rhs, then optionally out
+  // Where the GEMM's result goes (from the graph's dataflow, `--profile-metrics`): the
+  // fraction of the parameter elements whose gradient (computed by a weight-gradient
+  // GEMM) depends on it, and the same weighted by each gradient's squared norm
+  // (needs the results' statistics; 0 when they were not logged). -1: not recorded.
+  double reach = -1;
+  double gradient_reach = -1;
+  std::vector<OutputErrorStats> output_errors;  // empty without `--profile-metrics`
+
+  const OutputErrorStats* findOutputError(const std::string& lhs, const std::string& rhs) const;
 
   const OperandProfile& lhs() const { return operands[0]; }
   const OperandProfile& rhs() const { return operands[1]; }
@@ -107,6 +132,11 @@ struct ProfileRun {
   std::vector<std::string> formats;           // profiled for every operand
   std::vector<std::string> gradient_formats;  // also profiled for gradient operands
   double step_ms = 0;  // mean time of a plain (uninstrumented) step before logging; 0 if unknown
+  // Logged with `--profile-metrics`: bias-aware SQNRs, reach and output errors (the
+  // statistics of the metrics beyond SQNR, plan/gemm_metric.h), and what a profiled step
+  // cost against a plain one.
+  bool metrics = false;
+  double metrics_step_ms = 0;  // mean time of a profiled step; 0 if unknown
 };
 
 // A GEMM's [batch, M, K, N] as tables print it: "M,K,N", with "BxM,K,N" when batched.
