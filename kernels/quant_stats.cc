@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/float_quant.h"
 #include "kernels/float_quant_core.h"
 #include "kernels/quant_core.h"
 
@@ -218,6 +219,50 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
   // +inf). signal / noise is then finite, +inf or 0, and the cap handles +inf.
   stats.sqnr = total.noise > 0.0 ? std::min(total.signal / total.noise, kSqnrCap) : kSqnrCap;
   return stats;
+}
+
+double coherentErrorMeanSquare(std::span<const float> x, const OperandView& view, const QuantFormat& format,
+                               std::span<const float> params, SrStream sr) {
+  detail::checkQuantArgs("coherentErrorMeanSquare", int64_t(x.size()), view, format, int64_t(params.size()));
+  // Q(x) through the quantizers themselves (one more pass and a buffer, only in profiled
+  // steps), so that the error is the one the statistics and the GEMMs see.
+  std::vector<float> q(x.size());
+  if (format.isEmulated()) {
+    fakeQuantize(x, view, format, params, q, sr);
+  } else {
+    std::vector<uint8_t> stored(x.size());
+    quantize(x, view, format, params, std::span<uint8_t>(stored), sr);
+    dequantize(std::span<const uint8_t>(stored), view, format, params, q);
+  }
+  auto error = [&](int64_t i) {
+    const float v = x[static_cast<size_t>(i)];
+    return std::isfinite(v) && std::isfinite(q[static_cast<size_t>(i)]) ? double(q[static_cast<size_t>(i)]) - double(v)
+                                                                         : 0.0;
+  };
+  const int64_t channels = view.channels(), k = view.contractLength();
+  // One sum per (batch, channel), each accumulated in a fixed order, then added in
+  // index order: the result does not depend on the thread count.
+  std::vector<double> sums(static_cast<size_t>(view.batch * channels), 0.0);
+  if (view.contract_along_cols) {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < view.batch * view.rows; ++row) {
+      double s = 0.0;
+      for (int64_t c = 0; c < view.cols; ++c) s += error(row * view.cols + c);
+      sums[static_cast<size_t>(row)] = s;
+    }
+  } else {
+    // Contracting along the rows: each column's sum runs down the rows.
+#pragma omp parallel for schedule(static)
+    for (int64_t bc = 0; bc < view.batch * view.cols; ++bc) {
+      const int64_t b = bc / view.cols, c = bc % view.cols;
+      double s = 0.0;
+      for (int64_t r = 0; r < view.rows; ++r) s += error((b * view.rows + r) * view.cols + c);
+      sums[static_cast<size_t>(bc)] = s;
+    }
+  }
+  double total = 0.0;
+  for (double s : sums) total += s * s;
+  return total / double(k) / double(sums.size());
 }
 
 QuantStats quantStats(std::span<const float> x, const OperandView& view, const QuantFormat& format,

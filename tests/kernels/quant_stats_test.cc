@@ -80,6 +80,72 @@ TEST(QuantStats, MatchesAnExplicitRoundTrip) {
   }
 }
 
+// The coherent error is the mean over rows of (sum_k e_k)^2 / K, computed here from an
+// explicit quantize/dequantize round trip, for both layouts and several formats.
+double coherentReference(const std::vector<float>& x, const OperandView& view, const QuantFormat& format, SrStream sr) {
+  std::vector<float> params(quantParamCount(view, format));
+  computeQuantParams(x, view, format, params);
+  std::vector<int8_t> q(x.size());
+  std::vector<float> back(x.size());
+  quantize(x, view, format, params, q, sr);
+  dequantize(q, view, format, params, back);
+  double total = 0.0;
+  for (int64_t b = 0; b < view.batch; ++b)
+    for (int64_t ch = 0; ch < view.channels(); ++ch) {
+      double s = 0.0;
+      for (int64_t k = 0; k < view.contractLength(); ++k) {
+        int64_t r = view.contract_along_cols ? ch : k, c = view.contract_along_cols ? k : ch;
+        size_t i = static_cast<size_t>((b * view.rows + r) * view.cols + c);
+        s += double(back[i]) - double(x[i]);
+      }
+      total += s * s / double(view.contractLength());
+    }
+  return total / double(view.batch * view.channels());
+}
+
+TEST(CoherentError, MatchesAnExplicitRoundTripInBothLayouts) {
+  for (OperandView view : {OperandView{2, 30, 70, true}, OperandView{2, 70, 30, false}}) {
+    std::vector<float> x = qtest::normalData(view.elements(), 9);
+    for (const char* text : {"int8:channel:rtn", "int4:tensor:sr", "int4:block16:rtn:asym"}) {
+      QuantFormat format = QuantFormat::parse(text);
+      std::vector<float> params(quantParamCount(view, format));
+      computeQuantParams(x, view, format, params);
+      SrStream sr{5, 2};
+      double got = coherentErrorMeanSquare(x, view, format, params, sr);
+      EXPECT_NEAR(got / coherentReference(x, view, format, sr), 1.0, 1e-9) << text;
+      ThreadCount one(1);
+      EXPECT_EQ(coherentErrorMeanSquare(x, view, format, params, sr), got) << text << ": thread count changed it";
+    }
+  }
+}
+
+// Independent zero-mean errors sum like a random walk: the coherent error equals the
+// mse (within sampling noise), for stochastic rounding and for round to nearest of data
+// spread over many steps. Round to nearest of small values of one sign, flushed to 0
+// below one step, is biased: every error of a row has the same sign and the coherent
+// error is ~K times the mse; stochastic rounding of the same data is unbiased again.
+TEST(CoherentError, UnbiasedNoiseGivesTheMseAndFlushedValuesDoNot) {
+  OperandView view{1, 64, 512, true};
+  std::vector<float> spread = uniformData(view.elements(), 3, -2.0f, 2.0f);
+  for (const char* text : {"int4:tensor:rtn", "int4:tensor:sr", "int8:channel:sr"}) {
+    QuantFormat format = QuantFormat::parse(text);
+    std::vector<float> params(quantParamCount(view, format));
+    computeQuantParams(spread, view, format, params);
+    QuantStats stats = quantStatsWithParams(spread, view, format, params, {1, 0});
+    EXPECT_NEAR(coherentErrorMeanSquare(spread, view, format, params, {1, 0}) / stats.mse, 1.0, 0.25) << text;
+  }
+  // Each row: one large value sets the scale, the rest are small and positive.
+  std::vector<float> small = uniformData(view.elements(), 4, 0.001f, 0.02f);
+  for (int64_t r = 0; r < view.rows; ++r) small[static_cast<size_t>(r * view.cols)] = 4.0f;
+  QuantFormat rtn = QuantFormat::parse("int4:channel:rtn"), sr = QuantFormat::parse("int4:channel:sr");
+  std::vector<float> params(quantParamCount(view, rtn));
+  computeQuantParams(small, view, rtn, params);
+  double mse = quantStatsWithParams(small, view, rtn, params).mse;
+  EXPECT_GT(coherentErrorMeanSquare(small, view, rtn, params) / mse, 100.0);
+  double sr_mse = quantStatsWithParams(small, view, sr, params, {2, 0}).mse;
+  EXPECT_NEAR(coherentErrorMeanSquare(small, view, sr, params, {2, 0}) / sr_mse, 1.0, 0.25);
+}
+
 TEST(QuantStats, AllZeroAndConstantTensors) {
   OperandView view{1, 16, 64, true};
   std::vector<float> zeros(view.elements(), 0.0f);
