@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "app/experiment_report.h"
+#include "app/orderings.h"
 #include "ir/quant.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
@@ -40,8 +42,9 @@ std::string durationText(double seconds) {
   return s >= 60 ? fmt::format("{}m{:02d}s", s / 60, s % 60) : fmt::format("{}s", s);
 }
 
-// The min-input SQNR of every GEMM `p` quantizes, forward and backward, each lowest
-// first: the thresholds between them are the ones that change a recipe.
+// The metric (the policy's; min-input SQNR by default) of every GEMM `p` quantizes,
+// forward and backward, each lowest first: the thresholds between them are the ones
+// that change a recipe.
 struct CandidateSqnrs {
   std::vector<double> fwd, bwd;
 };
@@ -52,7 +55,7 @@ CandidateSqnrs candidateSqnrs(const Profile& profile, const HardwareModel& hw, c
     if (e.decision != Decision::kQuantize) continue;
     const GemmProfile* g = profile.find(e.label);
     PGQ_ASSERT(g != nullptr, "recipe entry '{}' is not a GEMM of its profile", e.label);
-    (g->direction == GemmDirection::kFwd ? c.fwd : c.bwd).push_back(e.min_sqnr);
+    (g->direction == GemmDirection::kFwd ? c.fwd : c.bwd).push_back(e.metric_value);
   }
   std::sort(c.fwd.begin(), c.fwd.end());
   std::sort(c.bwd.begin(), c.bwd.end());
@@ -85,6 +88,10 @@ class Experiment {
   RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps,
                       bool adversarial = false);
   void search(const Profile& profile, const HardwareModel& hw);
+  // Fig. 2: the orderings' speed-vs-loss curves (app/orderings.h).
+  std::string orderings(const Profile& profile, const HardwareModel& hw);
+  // The policy quantizing every candidate of the ordering direction (the other in f32).
+  Policy directionPolicy() const;
 
   TrainOptions trainOptions(const std::string& dir) const;
   // A policy by name or file, with the experiment's bits and granularity.
@@ -92,6 +99,7 @@ class Experiment {
     Policy p = loadPolicy(spec);
     p.bits = o_.bits;
     p.granularity = o_.granularity;
+    p.metric = o_.metric;
     return p;
   }
   void phase(const std::string& what, int64_t steps);
@@ -132,6 +140,24 @@ void Experiment::validate() const {
     throw Error(fmt::format("--granularity: expected tensor, channel or block<N>, got '{}'", o_.granularity));
   }
   for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
+  if ((o_.metric != Metric::kSqnr || o_.orderings || !o_.ordering_metrics.empty()) && !o_.profile_metrics)
+    throw Error(fmt::format("--metric {} and --orderings need the statistics of the metrics beyond SQNR: add "
+                            "--profile-metrics",
+                            nameOf(o_.metric)));
+  if (o_.orderings) {
+    if (o_.search) throw Error("--orderings and --search conflict: each chooses its own runs");
+    if (o_.random_orderings < 1 || o_.random_orderings > 100)
+      throw Error(fmt::format("--random-orderings must be in [1, 100], got {}", o_.random_orderings));
+    if (o_.pareto_steps != 0 && (o_.pareto_steps < 2 || o_.pareto_steps > o_.finetune_steps))
+      throw Error(fmt::format("--pareto-steps must be 0 (no Pareto estimate) or in [2, --finetune-steps = {}], got {}",
+                              o_.finetune_steps, o_.pareto_steps));
+    if (o_.ordering_direction != "bwd" && o_.ordering_direction != "fwd")
+      throw Error(fmt::format("--ordering-direction must be bwd or fwd, got '{}'", o_.ordering_direction));
+    if (o_.ordering_points.empty()) throw Error("--points: give at least one fraction of the candidates");
+    for (double f : o_.ordering_points) {
+      if (!(f > 0 && f < 1)) throw Error(fmt::format("--points: each fraction must be in (0, 1), got {}", f));
+    }
+  }
   loadHardwareModel(o_.hardware);
 }
 
@@ -148,6 +174,9 @@ void Experiment::recordOptions() const {
       model, o_.corpus, o_.from_checkpoint.empty() ? std::to_string(o_.baseline_steps) : o_.from_checkpoint,
       o_.profile_steps, o_.finetune_steps, o_.optimizer.lr, o_.optimizer.warmup, omp_get_max_threads(), o_.bits,
       o_.granularity, o_.backward_rounding);
+  // Options added later are written only when set, so that older folders still resume.
+  if (o_.metric != Metric::kSqnr) text += fmt::format("metric: {}\n", nameOf(o_.metric));
+  if (o_.profile_metrics) text += "profile_metrics: true\n";
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
   if (fs::exists(path)) {
     if (readTextFile(path, InputKind::kExperimentOptions) != text)
@@ -226,6 +255,9 @@ void Experiment::baseline() {
   t.profile_out = profile;
   t.profile_bits = o_.bits;
   t.profile_granularity = o_.granularity;
+  t.profile_metrics = o_.profile_metrics;
+  // The gradient-weighted metric weighs by the weight gradients' norms: their statistics.
+  t.profile_outputs = o_.profile_metrics;
   phase(o_.from_checkpoint.empty() ? "baseline f32 training, profiling its last steps" : "profiling from the checkpoint",
         t.stop_after);
   TrainResult r = train(t);
@@ -361,6 +393,154 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
   writeSearchReport(o_.out_dir, trials, best, o_.loss_budget);
 }
 
+Policy Experiment::directionPolicy() const {
+  const bool bwd = o_.ordering_direction == "bwd";
+  Policy p = policy(bwd ? (o_.backward_rounding == "sr" ? "F+B_SR" : "F+B") : "F");
+  p.name = bwd ? (o_.backward_rounding == "sr" ? "B_SR" : "B") : "F";
+  p.forward.quantize = !bwd;
+  p.backward.quantize = bwd;
+  return p;
+}
+
+std::string Experiment::orderings(const Profile& profile, const HardwareModel& hw) {
+  const bool bwd = o_.ordering_direction == "bwd";
+  const Policy base = directionPolicy();
+  // The candidates: what the roofline keeps in the studied direction.
+  Recipe all = generateRecipe(profile, hw, base, "../profile.yaml");
+  std::vector<std::string> candidates;
+  for (const RecipeEntry& e : all.entries) {
+    const GemmProfile* g = profile.find(e.label);
+    if (e.decision == Decision::kQuantize && (g->direction != GemmDirection::kFwd) == bwd) candidates.push_back(e.label);
+  }
+  const int64_t n_all = static_cast<int64_t>(candidates.size());
+  if (n_all < 2)
+    throw Error(fmt::format("--orderings: only {} {} GEMM(s) pay off on hardware {}; nothing to order", n_all,
+                            o_.ordering_direction, hw.name));
+  std::vector<int64_t> counts;
+  for (double f : o_.ordering_points)
+    counts.push_back(std::clamp<int64_t>(std::llround(f * static_cast<double>(n_all)), 1, n_all - 1));
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+
+  // The orderings. Metrics first (the ones asked for, else every one the profile gives).
+  std::vector<Ordering> orders;
+  std::vector<Metric> metrics = o_.ordering_metrics;
+  if (metrics.empty())
+    for (Metric m : allMetrics()) {
+      try {
+        requireMetric(profile, m, "profile.yaml");
+        metrics.push_back(m);
+      } catch (const Error&) {
+      }
+    }
+  if (std::find(metrics.begin(), metrics.end(), Metric::kSqnr) == metrics.end()) metrics.insert(metrics.begin(), Metric::kSqnr);
+  std::map<std::string, double> sqnr_scores;
+  for (Metric m : metrics) {
+    requireMetric(profile, m, (fs::path(o_.out_dir) / "profile.yaml").string());
+    Policy pm = base;
+    pm.metric = m;
+    Recipe r = generateRecipe(profile, hw, pm, "../profile.yaml");
+    std::map<std::string, double> scores;
+    for (const RecipeEntry& e : r.entries)
+      if (std::find(candidates.begin(), candidates.end(), e.label) != candidates.end()) scores[e.label] = e.metric_value;
+    if (m == Metric::kSqnr) sqnr_scores = scores;
+    orders.push_back({std::string(nameOf(m)), OrderingKind::kMetric, orderByScore(scores)});
+  }
+  {
+    std::vector<std::string> low_first = orderByScore(sqnr_scores);
+    std::reverse(low_first.begin(), low_first.end());
+    orders.push_back({"adversarial", OrderingKind::kAdversarial, low_first});
+  }
+  for (int64_t k = 1; k <= o_.random_orderings; ++k)
+    orders.push_back({fmt::format("random {}", k), OrderingKind::kRandom,
+                      randomOrder(candidates, o_.model.seed * 1000003 + static_cast<uint64_t>(k))});
+
+  fs::create_directories(fs::path(o_.out_dir) / "recipes");
+  // A recipe quantizing exactly `chosen`: the direction policy with the ordering's cut
+  // as scores (1 in, 0 out) and a threshold between them.
+  auto recipeFor = [&](const std::string& name, const std::vector<std::string>& chosen) {
+    std::map<std::string, double> scores;
+    for (const std::string& c : candidates) scores[c] = 0;
+    for (const std::string& c : chosen) scores[c] = 1;
+    Policy p = base;
+    p.name = name;
+    (bwd ? p.backward : p.forward).threshold = 0.5;
+    Recipe r = generateRecipe(profile, hw, p, "../profile.yaml", &scores);
+    std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug(name) + ".yaml")).string();
+    writeRecipe(path, r);
+    return std::make_pair(path, r);
+  };
+
+  int64_t runs_planned = 2 + static_cast<int64_t>(orders.size() * counts.size()) +
+                         (o_.pareto_steps > 0 ? n_all + 1 : 0);
+  phases_ = phase_ + static_cast<int>(runs_planned);
+  steps_left_ = (2 + static_cast<int64_t>(orders.size() * counts.size())) * o_.finetune_steps +
+                (o_.pareto_steps > 0 ? (n_all + 1) * o_.pareto_steps : 0);
+
+  // The Pareto estimate: every candidate alone, short runs.
+  OrderingsReport report;
+  if (o_.pareto_steps > 0) {
+    RunSummary f32 = finetune("solo f32", kF32, "", o_.pareto_steps);
+    struct Solo {
+      std::string label;
+      double delta = 0, saved_ms = 0, ratio = 0;
+    };
+    std::vector<Solo> solos;
+    for (const std::string& c : candidates) {
+      auto [path, r] = recipeFor("solo " + c, {c});
+      RunSummary s = finetune("solo " + c, "solo " + c, path, o_.pareto_steps);
+      Solo solo{c, s.mean_loss - f32.mean_loss, r.summary.est_gemm_ms - r.summary.est_gemm_int8_ms, 0};
+      solo.ratio = solo.delta / std::max(solo.saved_ms, 1e-9);
+      solos.push_back(solo);
+    }
+    std::map<std::string, double> scores;
+    for (const Solo& solo : solos) scores[solo.label] = -solo.ratio;
+    orders.push_back({"pareto", OrderingKind::kPareto, orderByScore(scores)});
+    std::stable_sort(solos.begin(), solos.end(), [](const Solo& a, const Solo& b) { return a.ratio < b.ratio; });
+    report.pareto_table = "| rank | GEMM | loss change alone | est. saving (ms) | change per ms saved |\n|---|---|---|---|---|\n";
+    for (size_t i = 0; i < solos.size(); ++i)
+      report.pareto_table += fmt::format("| {} | {} | {:+.5f} | {:.3f} | {:+.5f} |\n", i + 1, solos[i].label,
+                                         solos[i].delta, solos[i].saved_ms, solos[i].ratio);
+    report.pareto_cost_steps = static_cast<double>((n_all + 1) * o_.pareto_steps);
+  }
+
+  RunSummary f32 = finetune(kF32, kF32, "", o_.finetune_steps);
+  auto point = [&](const RunSummary& s, int64_t count, double speedup) {
+    return CurvePoint{count, speedup, s.step_ms, s.mean_loss, 100.0 * (s.mean_loss / f32.mean_loss - 1.0),
+                      s.final_val_loss, runSlug(s.name)};
+  };
+  auto [all_path, all_recipe] = recipeFor(fmt::format("all {}", n_all), candidates);
+  RunSummary all_run = finetune(fmt::format("all {}", n_all), "all", all_path, o_.finetune_steps);
+  const CurvePoint all_point = point(all_run, n_all, all_recipe.summary.estimatedStepSpeedup());
+  // Two orderings that cut the same set share its run.
+  std::map<std::vector<std::string>, std::string> run_of_set;
+  for (const Ordering& ord : orders) {
+    Curve curve{ord.name, ord.kind, {}, 0};
+    curve.points.push_back(point(f32, 0, 1.0));
+    for (int64_t n : counts) {
+      std::vector<std::string> chosen(ord.labels.begin(), ord.labels.begin() + n);
+      std::vector<std::string> key = chosen;
+      std::sort(key.begin(), key.end());
+      std::string name = fmt::format("{} {}", ord.name, n);
+      auto [it, fresh] = run_of_set.try_emplace(key, name);
+      auto [path, r] = recipeFor(it->second, chosen);
+      RunSummary s = finetune(it->second, it->second, path, o_.finetune_steps);
+      if (!fresh) --phases_;
+      curve.points.push_back(point(s, n, r.summary.estimatedStepSpeedup()));
+    }
+    curve.points.push_back(all_point);
+    curve.area = curveArea(curve.points);
+    report.curves.push_back(curve);
+  }
+  report.out_dir = o_.out_dir;
+  report.direction = bwd ? "backward" : "forward";
+  report.setting = fmt::format("int{}:{}, {} gradients, on {}", o_.bits, o_.granularity, o_.backward_rounding, hw.name);
+  report.candidates = n_all;
+  report.finetune_steps = o_.finetune_steps;
+  writeOrderingsReport(report);
+  return (fs::path(o_.out_dir) / "orderings.md").string();
+}
+
 ExperimentResult Experiment::run() {
   validate();
   // The baseline profiles, so it holds the instrumented training graph as well.
@@ -373,10 +553,17 @@ ExperimentResult Experiment::run() {
   recordOptions();
   int n_recipes = 3 + 2 * static_cast<int>(o_.fractions.size()) + static_cast<int>(o_.extra_policies.size());
   phases_ = 1 + (o_.search ? 8 : 1 + n_recipes);
+  if (o_.orderings) phases_ = 1;  // counted once the candidates are known
   steps_left_ = (o_.from_checkpoint.empty() ? o_.baseline_steps : o_.profile_steps) +
                 (o_.search ? 8 * o_.trial_steps : (1 + n_recipes) * o_.finetune_steps);
   baseline();
   ExperimentResult result;
+  if (o_.orderings) {
+    result.report_path = orderings(profile(), loadHardwareModel(o_.hardware));
+    double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    fmt::print(stderr, "\norderings done in {}\n", durationText(elapsed));
+    return result;
+  }
   if (o_.search) {
     search(profile(), loadHardwareModel(o_.hardware));
     result.report_path = (fs::path(o_.out_dir) / "SEARCH.md").string();

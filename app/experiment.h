@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/gemm_metric.h"
 #include "runtime/trainer.h"
 
 namespace pgq {
@@ -50,6 +51,26 @@ struct ExperimentOptions {
   OptimizerConfig optimizer;
   int64_t eval_batches = 4;
   bool progress = true;
+
+  // The metric the thresholds of the fixed recipes and of --search compare
+  // (plan/gemm_metric.h); those beyond SQNR need profile_metrics.
+  Metric metric = Metric::kSqnr;
+  // Log the statistics of every metric in the profile (pgq train --profile-metrics; with
+  // the GEMM results' statistics, which the `effect` metric needs).
+  bool profile_metrics = false;
+
+  // Orderings (Fig. 2, app/orderings.h) instead of the fixed recipes: the candidates of
+  // `ordering_direction` (bwd | fwd; the other direction stays f32) cut at each point
+  // (fractions of the candidates, and all of them) in every metric's order (those
+  // listed; empty: all the profile can give), the adversarial one, `random_orderings`
+  // random ones, and with pareto_steps > 0 a Pareto estimate from runs of that many steps
+  // quantizing one candidate each.
+  bool orderings = false;
+  std::string ordering_direction = "bwd";
+  std::vector<double> ordering_points = {0.25, 0.5, 0.75};
+  std::vector<Metric> ordering_metrics;
+  int64_t random_orderings = 5;
+  int64_t pareto_steps = 0;
 
   bool search = false;
   double loss_budget = 0.01;    // relative to the baseline's loss

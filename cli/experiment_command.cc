@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/number_flags.h"
+#include "plan/gemm_metric.h"
 #include "support/errors.h"
 
 namespace pgq::cli {
@@ -61,6 +62,33 @@ void addExperimentCommand(CLI::App& app) {
             "--search (required there): allowed loss increase over f32, e.g. 0.01 for 1%");
   addNumber(cmd, ranges::kTrialSteps, trial_steps,
             fmt::format("--search: fine-tuning steps per trial (default {})", o.trial_steps));
+  static std::string metric = "sqnr", ordering_metrics, points;
+  cmd->add_option("--metric", metric,
+                  fmt::format("What the thresholds of the fixed recipes and of --search compare, per GEMM: {} "
+                              "(docs/METRICS.md); beyond sqnr the profile logs their statistics (--profile-metrics)",
+                              metricNames()))
+      ->capture_default_str();
+  cmd->add_flag("--profile-metrics", o.profile_metrics,
+                "Log the statistics of every metric beyond SQNR in the profile (slower profiled steps)");
+  cmd->add_flag("--orderings", o.orderings,
+                "Fig. 2: instead of the fixed recipes, cut several orderings of the candidates (every metric, "
+                "adversarial, random, Pareto estimate) at the same counts, fine-tune each cut, and write "
+                "orderings.md and fig2.png with each ordering's area (implies --profile-metrics)");
+  cmd->add_option("--ordering-direction", o.ordering_direction,
+                  "--orderings: the candidates to order, bwd or fwd (the other direction stays f32)")
+      ->capture_default_str();
+  cmd->add_option("--points", points,
+                  fmt::format("--orderings: comma-separated fractions of the candidates to cut at (default {}); "
+                              "all of them is always a point",
+                              fmt::join(o.ordering_points, ",")));
+  cmd->add_option("--ordering-metrics", ordering_metrics,
+                  "--orderings: comma-separated metrics to order by (default: every one the profile gives)");
+  cmd->add_option("--random-orderings", o.random_orderings, "--orderings: how many random orderings (>= 1)")
+      ->capture_default_str();
+  cmd->add_option("--pareto-steps", o.pareto_steps,
+                  "--orderings: steps of the short run that quantizes each candidate alone, for the Pareto estimate "
+                  "(0: no estimate; costs candidates + 1 runs of this length)")
+      ->capture_default_str();
   cmd->add_flag("!--no-progress", o.progress, "Do not draw progress bars");
   cmd->callback([cmd] {
     // The paper preset trains the realistic model where a flag does not name another.
@@ -88,6 +116,23 @@ void addExperimentCommand(CLI::App& app) {
       std::stringstream in(fractions);
       for (std::string f; std::getline(in, f, ',');) o.fractions.push_back(parseNumber(ranges::kFraction, f));
     }
+    o.metric = metricFromName(metric, "--metric");
+    if (!ordering_metrics.empty()) {
+      std::stringstream in(ordering_metrics);
+      for (std::string m; std::getline(in, m, ',');) o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));
+    }
+    if (!o.orderings && (!points.empty() || !ordering_metrics.empty() || cmd->count("--random-orderings") ||
+                         cmd->count("--pareto-steps") || cmd->count("--ordering-direction")))
+      throw Error("--points, --ordering-metrics, --random-orderings, --pareto-steps and --ordering-direction only "
+                  "apply with --orderings");
+    if (o.orderings && o.random_orderings <= 0)
+      throw Error(fmt::format("--random-orderings must be >= 1, got {}", o.random_orderings));
+    if (!points.empty()) {
+      o.ordering_points.clear();
+      std::stringstream in(points);
+      for (std::string f; std::getline(in, f, ',');) o.ordering_points.push_back(parseNumber(ranges::kOrderingPoint, f));
+    }
+    if (o.orderings || o.metric != Metric::kSqnr) o.profile_metrics = true;
     ExperimentResult r = runExperiment(o);
     fmt::print("report: {}\n", r.report_path);
     if (!r.table_path.empty()) fmt::print("table: {}\n", r.table_path);

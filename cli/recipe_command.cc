@@ -1,11 +1,13 @@
 // `pgq recipe`: stage (ii), from a profile to a recipe with a reason per GEMM.
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "frontend/model_config.h"
+#include "plan/gemm_metric.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
 #include "plan/profile.h"
@@ -60,8 +62,16 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_option("--export-torch", export_torch,
                   "Also write the recipe for PyTorch: FILE.json (the nn.Linear modules to quantize with Transformer "
                   "Engine or torchao) and FILE.py beside it (torchao's module_filter_fn)");
+  static std::string metric = "sqnr";
+  cmd->add_option("--metric", metric,
+                  fmt::format("What the policy's thresholds compare, per GEMM: {} (pgq sqnr-table shows each; "
+                              "docs/METRICS.md). Overrides the policy file's `metric:`",
+                              metricNames()))
+      ->capture_default_str();
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
-  cmd->callback([] {
+  cmd->callback([cmd] {
+    std::optional<Metric> chosen;
+    if (cmd->count("--metric")) chosen = metricFromName(metric, "--metric");
     if (!export_torch.empty()) checkExportPath(export_torch);
     Profile p = loadProfile(profile);
     if (!model.empty()) {
@@ -70,6 +80,8 @@ void addRecipeCommand(CLI::App& app) {
     }
     HardwareModel hw = loadHardwareModel(hardware);
     Policy pol = loadPolicy(policy);
+    if (chosen) pol.metric = *chosen;
+    requireMetric(p, pol.metric, profile);
     Recipe recipe = generateRecipe(scaleTokens(p, token_scale), hw, pol, profile);
     if (out.empty()) {
       fmt::print("{}", recipeToYaml(recipe));

@@ -5,7 +5,9 @@
 #include "app/sqnr_plot.h"
 #include "cli/commands.h"
 #include "plan/profile.h"
+#include "plan/gemm_metric.h"
 #include "plan/sqnr_table.h"
+#include "support/quant_format.h"
 #include "support/errors.h"
 
 namespace pgq::cli {
@@ -32,8 +34,18 @@ void addSqnrTableCommand(CLI::App& app) {
       ->delimiter(',')
       ->excludes(plot_option)
       ->excludes(scaling_flag);
+  static std::string gradient_format, sort = "sqnr";
+  cmd->add_option("--gradient-format", gradient_format,
+                  "Format of gradient operands (e.g. int8:channel:sr), when it differs from --format");
+  cmd->add_option("--sort", sort,
+                  fmt::format("Order rows by this metric, lowest first: {}. Every metric the profile holds is shown "
+                              "as a column (those beyond sqnr need pgq train --profile-metrics)",
+                              metricNames()))
+      ->capture_default_str();
   cmd->add_option("--top", top, "With --compare: how many inputs to list")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->callback([] {
+    const Metric sort_by = metricFromName(sort, "--sort");
+    if (!gradient_format.empty()) gradient_format = QuantFormat::parse(gradient_format).toString();
     Profile profile = loadProfile(profile_path);
     if (!compare.empty()) {
       SqnrComparison c = compareSqnr(profile, compare);
@@ -48,7 +60,7 @@ void addSqnrTableCommand(CLI::App& app) {
       else fmt::print("{}", scalingTableMarkdown(rows));
       return;
     }
-    std::vector<SqnrRow> rows = sqnrRows(profile, format);
+    std::vector<SqnrRow> rows = sqnrRows(profile, format, gradient_format, sort_by, profile_path);
     if (csv) fmt::print("{}", sqnrTableCsv(rows));
     else if (json) fmt::print("{}", sqnrTableJson(rows, format));
     else fmt::print("{}", sqnrTableMarkdown(rows, format));

@@ -101,7 +101,7 @@ PolicyRule readRule(const ConfigNode& node) {
 
 Policy fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "forward", "backward", "bits", "granularity", "min_speedup", "low_sqnr", "rules", "formats",
-                  "scaling"});
+                  "scaling", "metric"});
   Policy p;
   p.name = root.getString("name", root.file());
   p.forward = readDirection(root.child("forward"));
@@ -110,6 +110,11 @@ Policy fromNode(const ConfigNode& root) {
   p.granularity = root.getString("granularity", "channel");
   checkGranularity(root, "granularity", p.granularity);
   p.min_speedup = root.getDouble("min_speedup", 1.05, 0.0, 100.0);
+  if (root.has("metric")) {
+    std::string name = root.getString("metric");
+    if (!parseMetric(name)) root.fail("metric", fmt::format("unknown metric '{}'; expected one of {}", name, metricNames()));
+    p.metric = *parseMetric(name);
+  }
   p.low_sqnr = root.getString("low_sqnr", "keep");
   if (p.low_sqnr != "keep") checkGranularity(root, "low_sqnr", p.low_sqnr);
   if (root.has("formats")) {

@@ -17,14 +17,16 @@
 #include <vector>
 
 #include "ir/gemm_meta.h"
+#include "plan/gemm_metric.h"
 #include "support/label_pattern.h"
 
 namespace pgq {
 
 struct DirectionPolicy {
   bool quantize = false;
-  // Quantize only GEMMs whose lower input SQNR (ratio) is above `threshold` (or below it
-  // when `invert`, the adversarial ordering). 0 without invert means always.
+  // Quantize only GEMMs whose metric (the policy's; the lower input SQNR unless said
+  // otherwise) is above `threshold` (or below it when `invert`, the adversarial
+  // ordering). 0 without invert means always.
   double threshold = 0;
   bool invert = false;
   std::string rounding = "rtn";           // weights and activations
@@ -84,6 +86,9 @@ struct Policy {
   std::string amax_compute = "max";
   // Weights of per-tensor FP8 schemes take MOSS's predicted scales instead.
   bool predict_weight_scales = false;
+  // What the thresholds compare against (plan/gemm_metric.h; `metric:` in files,
+  // `pgq recipe --metric`): SQNR unless said otherwise.
+  Metric metric = Metric::kSqnr;
 };
 
 // A standard policy name, or a policy YAML file. Throws pgq::Error naming the file

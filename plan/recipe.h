@@ -56,6 +56,8 @@ struct RecipeEntry {
   // the roofline estimate of the int8 speedup (0 when unknown).
   double min_sqnr = 0;
   double est_speedup = 0;
+  // The value of the policy's metric the thresholds compared (not written to the file).
+  double metric_value = 0;
   int line = 0;  // in the file, for messages
   // From the profile, for explanations only (not written to the file): the GEMM as
   // [batch, M, K, N], and per device under tensor parallelism.

@@ -135,7 +135,7 @@ Profile scaleTokens(const Profile& profile, double factor) {
 }
 
 Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Policy& policy,
-                      const std::string& profile_path) {
+                      const std::string& profile_path, const std::map<std::string, double>* scores) {
   Recipe recipe;
   recipe.name = policy.name;
   recipe.policy = policy.name;
@@ -219,6 +219,22 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
       e.decision = Decision::kKeep;
       e.reason = std::move(reason);
     };
+    // The value the thresholds compare: the ordering's score when one is given, else the
+    // policy's metric of these formats.
+    auto metricValue = [&](const Choice& with) -> MetricValue {
+      if (scores) {
+        auto it = scores->find(g.label);
+        if (it == scores->end())
+          throw Error(fmt::format("the ordering has no score for GEMM '{}' of profile {}", g.label, profile_path));
+        return {it->second, false};
+      }
+      return metricOf(policy.metric, g, with.lhs, with.rhs, with.sqnr_lhs, with.sqnr_rhs, profile_path);
+    };
+    auto metricText = [&](const Choice& with, const MetricValue& v) {
+      if (scores) return fmt::format("ordering score {} (min SQNR {})", sqnrText(v.value), sqnrText(with.minSqnr()));
+      if (policy.metric == Metric::kSqnr) return fmt::format("min SQNR {}", sqnrText(v.value));
+      return fmt::format("{} {} (min SQNR {})", nameOf(policy.metric), sqnrText(v.value), sqnrText(with.minSqnr()));
+    };
 
     const PolicyRule* rule = nullptr;
     for (const PolicyRule& r : policy.rules)
@@ -263,17 +279,19 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
           continue;
         }
         double t = dp.threshold, sq = sc.minSqnr();
-        bool pass = dp.invert ? sq < t : (t <= 0 || sq > t);
+        MetricValue mv = metricValue(sc);
+        bool pass = dp.invert ? mv.value < t : (t <= 0 || mv.value > t);
         if (!pass) {
-          tried.push_back(fmt::format("{}: min SQNR {} {} {}", scheme, sqnrText(sq), dp.invert ? ">=" : "<=", sqnrText(t)));
+          tried.push_back(fmt::format("{}: {} {} {}", scheme, metricText(sc, mv), dp.invert ? ">=" : "<=", sqnrText(t)));
           continue;
         }
         est = se;
         e.est_speedup = se.speedup();
         e.min_sqnr = sq;
+        e.metric_value = mv.value;
         std::string before = tried.empty() ? "" : fmt::format("; not {}", fmt::join(tried, "; "));
-        quantize(sc, fmt::format("{}, min SQNR {}{}, est. {:.2f}x on {}: {} ({} {} {}, {} {} {}){}", g.direction,
-                                 sqnrText(sq), t > 0 ? fmt::format(" {} {}", dp.invert ? "<" : ">", sqnrText(t)) : "",
+        quantize(sc, fmt::format("{}, {}{}, est. {:.2f}x on {}: {} ({} {} {}, {} {} {}){}", g.direction,
+                                 metricText(sc, mv), t > 0 ? fmt::format(" {} {}", dp.invert ? "<" : ">", sqnrText(t)) : "",
                                  se.speedup(), hw.name, scheme, g.lhs().roleName(), sc.lhs, sqnrText(sc.sqnr_lhs),
                                  g.rhs().roleName(), sc.rhs, sqnrText(sc.sqnr_rhs), before));
         done = true;
@@ -289,24 +307,26 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
                        g.direction, g.intensity(), e.est_speedup, policy.min_speedup));
     } else {
       double t = dp.threshold;
-      double s = c.minSqnr();
+      MetricValue mv = metricValue(c);
+      double s = mv.value;
+      e.metric_value = s;
       bool pass = dp.invert ? s < t : (t <= 0 || s > t);
-      std::string est_note = c.estimated ? " (SQNR estimated from another format)" : "";
+      std::string est_note = c.estimated || mv.estimated ? " (SQNR estimated from another format)" : "";
       if (pass) {
-        std::string why = t <= 0 ? fmt::format("min SQNR {}", sqnrText(s))
-                                 : fmt::format("min SQNR {} {} {}{}", sqnrText(s), dp.invert ? "<" : ">", sqnrText(t),
+        std::string why = t <= 0 ? metricText(c, mv)
+                                 : fmt::format("{} {} {}{}", metricText(c, mv), dp.invert ? "<" : ">", sqnrText(t),
                                                dp.invert ? " (adversarial)" : "");
         quantize(c, fmt::format("{}, {}{}, est. {:.2f}x: int8 ({})", g.direction, why, est_note, e.est_speedup,
                                 sqnr_detail));
       } else if (policy.low_sqnr != "keep") {
         Choice refined = chooseFormats(g, hw, policy, dp, policy.low_sqnr);
         e.min_sqnr = refined.minSqnr();
-        quantize(refined, fmt::format("{}, min SQNR {} {} {} at {} scales: int8 with {} scales instead{}",
-                                      g.direction, sqnrText(s), dp.invert ? ">=" : "<=", sqnrText(t),
+        quantize(refined, fmt::format("{}, {} {} {} at {} scales: int8 with {} scales instead{}",
+                                      g.direction, metricText(c, mv), dp.invert ? ">=" : "<=", sqnrText(t),
                                       policy.granularity, policy.low_sqnr,
                                       refined.estimated ? " (their SQNR not profiled)" : ""));
       } else {
-        keep(fmt::format("{}, min SQNR {} {} {}{}: kept f32 ({})", g.direction, sqnrText(s), dp.invert ? ">=" : "<=",
+        keep(fmt::format("{}, {} {} {}{}: kept f32 ({})", g.direction, metricText(c, mv), dp.invert ? ">=" : "<=",
                          sqnrText(t), est_note, sqnr_detail));
       }
     }

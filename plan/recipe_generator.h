@@ -8,6 +8,7 @@
 // SQNR of its two inputs, in the formats that would run, must pass the direction's
 // threshold (or, for an adversarial policy, fail it). Without VNNI one operand runs
 // 7-bit: the one with the higher SQNR, which loses less.
+#include <map>
 #include <string>
 
 #include "plan/hardware.h"
@@ -25,8 +26,11 @@ namespace pgq {
 // a batched GEMM between activations (attention). Throws pgq::Error unless factor > 0.
 Profile scaleTokens(const Profile& profile, double factor);
 
+// With `scores` (GEMM label -> value), the thresholds compare those instead of the
+// policy's metric: an ordering given from outside (random or measured orderings of
+// `pgq experiment --orderings`). Every GEMM the thresholds reach must have a score.
 Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Policy& policy,
-                      const std::string& profile_path);
+                      const std::string& profile_path, const std::map<std::string, double>* scores = nullptr);
 
 // A summary a person reads: GEMMs quantized per direction, why the others were kept,
 // the lowest-SQNR GEMMs, and the estimated GEMM and step speedups.

@@ -18,33 +18,66 @@ namespace pgq {
 double SqnrInput::db() const { return 10.0 * std::log10(std::max(sqnr, 1e-30)); }
 double SqnrInput::ln1p() const { return std::log1p(sqnr); }
 
-std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format) {
+std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format, const std::string& gradient_format,
+                              Metric sort, const std::string& profile_path) {
+  requireMetric(profile, sort, profile_path.empty() ? profile.source : profile_path);
+  const size_t n_metrics = allMetrics().size();
   std::vector<SqnrRow> rows;
   for (const GemmProfile& g : profile.gemms) {
-    SqnrRow row{g.label, g.direction, g.gemm_shape, g.devices > 1 ? g.device_shape : g.gemm_shape, g.intensity(), {}, {}};
+    SqnrRow row{g.label, g.direction, g.gemm_shape, g.devices > 1 ? g.device_shape : g.gemm_shape, g.intensity(), {}, {}, {}};
+    std::string formats[2];
     for (int side = 0; side < 2; ++side) {
       const OperandProfile& o = g.operands[static_cast<size_t>(side)];
-      const FormatStats* f = o.find(format);
+      formats[side] = o.role == OperandRole::kGradient && !gradient_format.empty() ? gradient_format : format;
+      const FormatStats* f = o.find(formats[side]);
       if (!f) {
         std::vector<std::string> have;
         for (const FormatStats& s : o.formats) have.push_back(s.format);
-        throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.side, format,
+        throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.side, formats[side],
                                 fmt::join(have, ", ")));
       }
       (side == 0 ? row.lhs : row.rhs) = {*o.role, f->sqnr_mean};
     }
+    row.metrics.assign(n_metrics, std::nan(""));
+    for (Metric m : allMetrics()) {
+      // A column the profile cannot fill stays empty; sorting by it was refused above.
+      try {
+        row.metrics[static_cast<size_t>(m)] =
+            metricOf(m, g, formats[0], formats[1], row.lhs.sqnr, row.rhs.sqnr, profile.source).value;
+      } catch (const Error&) {
+        if (m == sort) throw;
+      }
+    }
     rows.push_back(std::move(row));
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const SqnrRow& a, const SqnrRow& b) { return a.minSqnr() < b.minSqnr(); });
+  const size_t key = static_cast<size_t>(sort);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [key](const SqnrRow& a, const SqnrRow& b) { return a.metrics[key] < b.metrics[key]; });
   return rows;
 }
 
+std::vector<Metric> metricsShown(const std::vector<SqnrRow>& rows) {
+  std::vector<Metric> shown;
+  for (Metric m : allMetrics())
+    if (m == Metric::kSqnr || std::any_of(rows.begin(), rows.end(), [m](const SqnrRow& r) {
+          return !std::isnan(r.metrics[static_cast<size_t>(m)]);
+        }))
+      shown.push_back(m);
+  return shown;
+}
+
 std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::string& format) {
+  const std::vector<Metric> shown = metricsShown(rows);
+  std::string extra_head, extra_rule;
+  for (Metric m : shown)
+    if (m != Metric::kSqnr) extra_head += fmt::format(" {} |", nameOf(m)), extra_rule += "---|";
   std::string out = fmt::format(
-      "SQNR of GEMM inputs in {} (ratio E[x^2]/E[(Q(x)-x)^2], mean over the logged steps), lowest first\n\n"
+      "SQNR of GEMM inputs in {} (ratio E[x^2]/E[(Q(x)-x)^2], mean over the logged steps){}\n\n"
       "| # | GEMM | direction | roles (lhs, rhs) | M,K,N | flop/B | lhs SQNR | lhs dB | lhs ln(1+SQNR) | rhs SQNR | "
-      "rhs dB | rhs ln(1+SQNR) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-      format);
+      "rhs dB | rhs ln(1+SQNR) |{}\n|---|---|---|---|---|---|---|---|---|---|---|---|{}\n",
+      format,
+      shown.size() > 1 ? "; then each other metric as an effective SQNR (higher is safer; docs/METRICS.md)" : "",
+      extra_head, extra_rule);
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
     // Under tensor parallelism: the global shape, then each device's.
@@ -52,9 +85,15 @@ std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::strin
                             ? gemmShapeText(r.gemm_shape)
                             : fmt::format("{} ({} per device)", gemmShapeText(r.gemm_shape),
                                           gemmShapeText(r.device_shape));
-    out += fmt::format("| {} | {} | {} | {}, {} | {} | {:.1f} | {:.4g} | {:.1f} | {:.2f} | {:.4g} | {:.1f} | {:.2f} |\n", i + 1,
+    std::string extra;
+    for (Metric m : shown) {
+      if (m == Metric::kSqnr) continue;
+      double v = r.metrics[static_cast<size_t>(m)];
+      extra += std::isnan(v) ? " – |" : fmt::format(" {:.4g} |", v);
+    }
+    out += fmt::format("| {} | {} | {} | {}, {} | {} | {:.1f} | {:.4g} | {:.1f} | {:.2f} | {:.4g} | {:.1f} | {:.2f} |{}\n", i + 1,
                        r.label, r.direction, r.lhs.role, r.rhs.role, shape, r.intensity, r.lhs.sqnr,
-                       r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(), r.rhs.ln1p());
+                       r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(), r.rhs.ln1p(), extra);
   }
   return out;
 }
@@ -62,13 +101,22 @@ std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::strin
 std::string sqnrTableCsv(const std::vector<SqnrRow>& rows) {
   std::string out =
       "rank,label,direction,lhs_role,rhs_role,batch,m,k,n,intensity,lhs_sqnr,lhs_db,lhs_ln1p,rhs_sqnr,rhs_db,rhs_ln1p,"
-      "min_sqnr\n";
+      "min_sqnr";
+  for (Metric m : allMetrics())
+    if (m != Metric::kSqnr) out += fmt::format(",{}", nameOf(m));
+  out += "\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g}\n", i + 1,
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g}", i + 1,
                        r.label, r.direction, r.lhs.role, r.rhs.role, r.gemm_shape[0], r.gemm_shape[1], r.gemm_shape[2],
                        r.gemm_shape[3], r.intensity, r.lhs.sqnr, r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(),
                        r.rhs.ln1p(), r.minSqnr());
+    for (Metric m : allMetrics()) {
+      if (m == Metric::kSqnr) continue;
+      double v = r.metrics[static_cast<size_t>(m)];
+      out += std::isnan(v) ? std::string(",") : fmt::format(",{:.9g}", v);
+    }
+    out += "\n";
   }
   return out;
 }

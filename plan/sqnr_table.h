@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/gemm_metric.h"
 #include "plan/profile.h"
 
 namespace pgq {
@@ -22,12 +23,20 @@ struct SqnrRow {
   std::vector<int64_t> device_shape;  // per device (tensor parallelism); = gemm_shape on one
   double intensity = 0;             // flop per byte
   SqnrInput lhs, rhs;
+  // Every metric (plan/gemm_metric.h) of the GEMM with these formats, indexed by
+  // Metric; NaN where the profile lacks its statistics (made without --profile-metrics).
+  std::vector<double> metrics;
   double minSqnr() const { return std::min(lhs.sqnr, rhs.sqnr); }
 };
 
-// Rows for `format` (each operand must have been profiled in it), lowest first.
-// Throws pgq::Error naming the first operand that lacks the format.
-std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format);
+// Rows for `format` (each operand must have been profiled in it; gradient operands in
+// `gradient_format` when given), sorted by `sort` (lowest first). Throws pgq::Error
+// naming the first operand that lacks the format, or when sorting by a metric the
+// profile cannot give (requireMetric()).
+std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format, const std::string& gradient_format = "",
+                              Metric sort = Metric::kSqnr, const std::string& profile_path = "");
+// The metrics with a value in at least one row (always sqnr first).
+std::vector<Metric> metricsShown(const std::vector<SqnrRow>& rows);
 
 // The same inputs in several formats side by side: one row per GEMM input with its SQNR
 // in each column's format and its rank there (1 = lowest of all inputs). A column is a

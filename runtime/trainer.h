@@ -70,6 +70,9 @@ struct TrainOptions {
   int64_t profile_warmup = 0;
   std::string profile_out;
   bool profile_outputs = false;  // also profile each GEMM's result
+  // Also the statistics of the metrics beyond SQNR (plan/gemm_metric.h): bias-aware
+  // SQNRs, output errors, reach (`pgq train --profile-metrics`).
+  bool profile_metrics = false;
   // Formats to profile besides int8 per-channel (which is always measured): these bits
   // and granularity ("tensor", "channel", "block64"), with the 7-bit variant where the
   // CPU needs it and stochastic rounding for gradients.

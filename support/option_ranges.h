@@ -87,6 +87,8 @@ inline constexpr OptionRange<int64_t> kTrialSteps{.name = "--trial-steps", .min 
 inline constexpr OptionRange<int64_t> kBits{.name = "--bits", .min = 2, .max = 8};
 inline constexpr OptionRange<double> kFraction{
     .name = "--fractions", .min = 0, .max = 1, .min_open = true, .max_open = true};
+inline constexpr OptionRange<double> kOrderingPoint{
+    .name = "--points", .min = 0, .max = 1, .min_open = true, .max_open = true};
 inline constexpr OptionRange<double> kLossBudget{.name = "--loss-budget", .min = 0, .max = 10, .min_open = true};
 inline constexpr OptionRange<int64_t> kExperimentEvalBatches{
     .name = "eval_batches", .min = 1, .max = kMaxEvalBatches};
