@@ -25,6 +25,7 @@ void addExperimentCommand(CLI::App& app) {
   static std::string preset = "quick", fractions;
   static std::optional<int64_t> baseline_steps, finetune_steps, trial_steps;
   static std::optional<double> loss_budget;
+  static std::optional<int64_t> seed;
   cmd->add_option("--preset", preset,
                   "quick: baseline 200 steps, 60 fine-tuning steps per recipe (a few minutes on 2 cores); "
                   "full: 1000 and 300; paper: the `medium` LLaMA-style model with a subword vocabulary on the "
@@ -57,6 +58,9 @@ void addExperimentCommand(CLI::App& app) {
       ->capture_default_str();
   addNumber(cmd, ranges::kLr, o.optimizer.lr, "Peak learning rate");
   addThreadsFlag(cmd);
+  addNumber(cmd, ranges::kSeed, seed,
+            "Seed of the profiled and fine-tuning runs' data order and rounding (default: the model config's): a "
+            "second seed of the same experiment from the same --from-checkpoint");
   cmd->add_flag("--search", o.search, "Search the forward/backward SQNR thresholds instead of the fixed recipes");
   addNumber(cmd, ranges::kLossBudget, loss_budget,
             "--search (required there): allowed loss increase over f32, e.g. 0.01 for 1%");
@@ -96,6 +100,7 @@ void addExperimentCommand(CLI::App& app) {
     if (paper && cmd->count("--model") == 0) model.spec = "medium";
     if (paper && cmd->count("--corpus") == 0) o.corpus = "english";
     o.model = loadModel(model);
+    if (seed) o.model.seed = static_cast<uint64_t>(*seed);
     bool full = preset == "full";
     if (!o.from_checkpoint.empty() && baseline_steps)
       throw Error("--from-checkpoint and --baseline-steps conflict: the checkpoint is the baseline");

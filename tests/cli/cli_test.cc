@@ -714,6 +714,26 @@ TEST_F(Cli, StageTwoBadInputs) {
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " + forced,
        "policy forced, rule (every GEMM): forces int8:channel:rtn x int8:channel:rtn on GEMM 'layer0/attn/q', which "
        "hardware 'epyc-zen3-2c' cannot run exactly"},
+      // Metrics beyond SQNR: an unknown name, a profile without their statistics, a
+      // random-ordering count <= 0.
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy 'F+B>3' --metric snr",
+       "--metric: unknown metric 'snr'; expected one of sqnr, bias, output, reach, effect"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy 'F+B>3' --metric bias",
+       profile + ": metric 'bias' needs statistics this profile was not made with (field bias_sqnr_mean of every "
+                 "GEMM); profile with `pgq train --profile-metrics`"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy 'F+B>3' --metric effect",
+       "profile with `pgq train --profile-metrics --profile-outputs`"},
+      {"sqnr-table " + profile + " --sort output", "metric 'output' needs statistics this profile was not made with"},
+      {"sqnr-table " + profile + " --sort loss", "--sort: unknown metric 'loss'"},
+      {"experiment --model tiny --orderings --random-orderings 0 --out " + (dir_ / "e").string(),
+       "--random-orderings must be >= 1, got 0"},
+      {"experiment --model tiny --orderings --random-orderings -3 --out " + (dir_ / "e").string(),
+       "--random-orderings must be >= 1, got -3"},
+      {"experiment --model tiny --orderings --points 0.5,1 --out " + (dir_ / "e").string(), "--points"},
+      {"experiment --model tiny --random-orderings 3 --out " + (dir_ / "e").string(), "only apply with --orderings"},
+      {"experiment --model tiny --orderings --search --loss-budget 0.1 --out " + (dir_ / "e").string(),
+       "--orderings and --search conflict"},
+      {"experiment --model tiny --metric bais --out " + (dir_ / "e").string(), "--metric: unknown metric 'bais'"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);
