@@ -131,10 +131,12 @@ void writeOrderingsReport(const OrderingsReport& r) {
     }
   }
   if (!r.pareto_table.empty())
-    md += fmt::format("\n## The Pareto estimate\n\nEach candidate quantized alone, fine-tuned {} steps in all ({} "
-                      "steps per candidate and one f32 run of the same length); its loss change over that f32 run, "
-                      "divided by its estimated saving, orders the candidates (cheapest first).\n\n{}",
-                      r.pareto_cost_steps, r.pareto_cost_steps / static_cast<double>(r.candidates + 1),
+    md += fmt::format("\n## The Pareto estimate\n\nEach candidate quantized alone for {} steps from the same "
+                      "checkpoint, and one f32 run of the same length ({} runs, {} steps in all, {:.1f}x the steps of "
+                      "one cut's run); its loss change over that f32 run, divided by its estimated saving, orders the "
+                      "candidates (cheapest first).\n\n{}",
+                      r.pareto_cost_steps / static_cast<double>(r.candidates + 1), r.candidates + 1,
+                      r.pareto_cost_steps, r.pareto_cost_steps / static_cast<double>(r.finetune_steps),
                       r.pareto_table);
   md += "\n![Fig. 2](fig2.png)\n";
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <limits>
 #include <iterator>
@@ -252,6 +253,68 @@ TEST_F(ExperimentTest, SearchReportsEveryTrial) {
   EXPECT_NE(search.find("Result: `F>"), std::string::npos) << search;
   std::string trials = read(fs::path(o.out_dir) / "trials.csv");
   EXPECT_GE(std::count(trials.begin(), trials.end(), '\n'), 3);
+}
+
+// Fig. 2 (app/orderings.h): every metric, the adversarial, random and Pareto orderings,
+// each cut at the same count; a curve per ordering with its area; identical cuts share
+// one run.
+TEST_F(ExperimentTest, OrderingsWriteFig2WithAnAreaPerOrdering) {
+  ExperimentOptions o = options();
+  o.orderings = true;
+  o.profile_metrics = true;
+  o.ordering_points = {0.5};
+  o.random_orderings = 2;
+  o.pareto_steps = 2;
+  o.finetune_steps = 6;
+  ExperimentResult r = runExperiment(o);
+  fs::path out(o.out_dir);
+  EXPECT_EQ(r.report_path, (out / "orderings.md").string());
+  for (const char* f : {"orderings.md", "orderings.csv", "fig2.png"}) EXPECT_TRUE(fs::exists(out / f)) << f;
+  std::string md = read(out / "orderings.md");
+  for (const char* row : {"| sqnr | metric |", "| bias | metric |", "| output | metric |", "| reach | metric |",
+                          "| effect | metric |", "| adversarial | adversarial |", "| pareto | pareto |",
+                          "| random (mean of 2) | random |", "## The Pareto estimate"})
+    EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
+  // Each curve: f32 (0 GEMMs), the cut, all candidates; its area on every row.
+  std::string csv = read(out / "orderings.csv");
+  std::map<std::string, int> points;
+  std::stringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) points[line.substr(0, line.find(','))] += 1;
+  EXPECT_EQ(points.size(), 9u) << csv;  // 5 metrics, adversarial, 2 random, pareto
+  for (const auto& [name, n] : points) EXPECT_EQ(n, 3) << name;
+  // Runs: f32, all, the solo runs, and at most one per ordering's cut (shared when equal).
+  size_t runs = 0, solo = 0;
+  for (const auto& e : fs::directory_iterator(out / "runs")) {
+    ++runs;
+    solo += e.path().filename().string().starts_with("solo");
+  }
+  EXPECT_GT(solo, 2u);
+  EXPECT_LE(runs, 2 + solo + 9);
+  // Resuming redoes nothing.
+  auto stamp = fs::last_write_time(out / "orderings.csv");
+  runExperiment(o);
+  EXPECT_EQ(read(out / "orderings.csv"), csv);
+  EXPECT_GE(fs::last_write_time(out / "orderings.csv"), stamp);
+}
+
+TEST_F(ExperimentTest, SearchWorksWithAnyMetric) {
+  ExperimentOptions o = options();
+  o.search = true;
+  o.metric = Metric::kBias;
+  o.profile_metrics = true;
+  o.loss_budget = 0.5;
+  o.trial_steps = 6;
+  ExperimentResult r = runExperiment(o);
+  std::string search = read(r.report_path);
+  EXPECT_NE(search.find("Result: `F>"), std::string::npos) << search;
+  // The trials' recipes compared the bias-aware SQNR.
+  bool bias = false;
+  for (const auto& e : fs::directory_iterator(fs::path(o.out_dir) / "recipes"))
+    bias |= read(e.path()).find("bias ") != std::string::npos;
+  EXPECT_TRUE(bias);
+  EXPECT_NE(read(fs::path(o.out_dir) / "experiment.yaml").find("metric: bias"), std::string::npos);
 }
 
 }  // namespace
