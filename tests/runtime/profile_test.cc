@@ -110,9 +110,9 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
 TEST_F(ProfileTest, StatisticsFollowTheOperandLayout) {
   auto g = parseGraph(R"(graph @s {
   %x = parameter() : f32[6,5,4]
-  %a = quant_stats(%x) {formats=["int8:channel:rtn","int4:channel:rtn"], contract_dims=[2], seed=1} : f32[2,8]
-  %b = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[0], seed=1} : f32[1,8]
-  %c = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], batch_dims=[2], seed=1} : f32[1,8]
+  %a = quant_stats(%x) {formats=["int8:channel:rtn","int4:channel:rtn"], contract_dims=[2], seed=1} : f32[2,9]
+  %b = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[0], seed=1} : f32[1,9]
+  %c = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], batch_dims=[2], seed=1} : f32[1,9]
   return %a, %b, %c
 }
 )");
