@@ -101,6 +101,14 @@ void addTrainCommand(CLI::App& app) {
   addNumber(cmd, ranges::kProfileWarmup, o.profile_warmup, "Steps to train before the logged ones");
   cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)");
   cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
+  cmd->add_flag("--profile-metrics", o.profile_metrics,
+                "Also log the statistics of the metrics beyond SQNR (docs/METRICS.md): each operand's bias-aware "
+                "SQNR per format; each GEMM's reach (the share of the weight gradients its result flows into; "
+                "weighted by their norms with --profile-outputs); and the SQNR of each GEMM's result with both "
+                "inputs quantized (int at --profile-bits/--profile-granularity and int8 per channel, at the width "
+                "this CPU runs exactly, and the --profile-formats FP8/MX schemes; round to nearest, gradients "
+                "also stochastic). Each profiled step gets slower: one extra quantized GEMM per GEMM and format "
+                "pair, and one more pass over each operand per format");
   addNumber(cmd, ranges::kProfileBits, o.profile_bits,
             "Also profile formats of these bits (int8 per-channel always)");
   cmd->add_option("--profile-granularity", o.profile_granularity,

@@ -339,8 +339,8 @@ void Autodiff::backprop(Node* node, Node* dy) {
                               opName(node->op()), node->name()));
     // Quantization ops are inserted after autodiff (stage iii) and statistics nodes
     // observe values without feeding the loss: a graph reaching them here is misbuilt.
-    case Op::kQuantStats: case Op::kSmoothScales: case Op::kQuantParams: case Op::kQuantize: case Op::kFakeQuant:
-    case Op::kQMatMul:
+    case Op::kQuantStats: case Op::kErrorStats: case Op::kSmoothScales: case Op::kQuantParams: case Op::kQuantize:
+    case Op::kFakeQuant: case Op::kQMatMul:
       break;
     // Collectives are inserted after autodiff too, by the partitioning passes.
     case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:

@@ -1,5 +1,7 @@
 #include "ir/analysis.h"
 
+#include <algorithm>
+
 namespace pgq {
 
 bool isWeightValue(const Node* node) {
@@ -18,6 +20,16 @@ std::unordered_set<const Node*> liveNodes(const Graph& graph) {
     for (const Node* operand : node->operands()) work.push_back(operand);
   }
   return live;
+}
+
+bool isStatistics(const Node& node) { return node.op() == Op::kQuantStats || node.op() == Op::kErrorStats; }
+
+bool isMeasuredOnly(const Graph& graph, const Node& node) {
+  if (node.users().empty()) return false;
+  for (const Node* user : node.users())
+    if (!isStatistics(*user)) return false;
+  std::span<Node* const> outputs = graph.outputs();
+  return std::find(outputs.begin(), outputs.end(), &node) == outputs.end();
 }
 
 }  // namespace pgq

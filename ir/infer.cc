@@ -461,8 +461,18 @@ TensorType Rule::run() const {
       requireAttr(AttrKey::kFormats);
       const auto& formats = attrs_.getFormats(AttrKey::kFormats);
       if (formats.empty()) fail("formats must list at least one format");
+      if (attrs_.has(AttrKey::kBias) && attrs_.getInt(AttrKey::kBias) != 0 && attrs_.getInt(AttrKey::kBias) != 1)
+        fail(fmt::format("bias must be 0 or 1, got {}", attrs_.getInt(AttrKey::kBias)));
       quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims);
       return {DType::kF32, Shape{static_cast<int64_t>(formats.size()), kStatFields}};
+    }
+    case Op::kErrorStats: {
+      requireDType(0, DType::kF32);
+      requireSameType(0, 1);
+      requireAttr(AttrKey::kLabel);
+      format(AttrKey::kLhsFormat);
+      format(AttrKey::kRhsFormat);
+      return {DType::kF32, Shape{kErrorStatFields}};
     }
     case Op::kSmoothScales: {
       requireDType(0, DType::kF32);

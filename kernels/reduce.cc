@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/kernel_error.h"
+#include "kernels/quant_stats.h"
 #include "kernels/vec_math.h"
 
 namespace pgq::kernels {
@@ -129,6 +130,42 @@ void reduceColumns(ReduceOp op, const float* x, float* y, int64_t outer, int64_t
   });
 }
 
+// Sums of ref^2 and (approx - ref)^2 over the finite pairs of [0, n), and their count.
+struct ErrorSums {
+  double ref = 0, err = 0;
+  int64_t count = 0;
+};
+
+ErrorSums errorSums(const float* reference, const float* approx, int64_t n) {
+  const __m256 max = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256d ref0 = _mm256_setzero_pd(), ref1 = ref0, err0 = ref0, err1 = ref0;
+  int64_t count = 0;
+  auto widen = [](__m256 v, __m256d& lo, __m256d& hi) {
+    lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  };
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 r = loadPart(reference + i, n - i), a = loadPart(approx + i, n - i);
+    // |v| <= max is false for NaN and +-Inf; masked-off tail lanes are 0 (finite, no
+    // contribution) and are not counted.
+    __m256 finite = _mm256_and_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, r), max, _CMP_LE_OQ),
+                                  _mm256_cmp_ps(_mm256_andnot_ps(sign, a), max, _CMP_LE_OQ));
+    if (n - i < 8) finite = _mm256_and_ps(finite, _mm256_castsi256_ps(vec::tailMask(n - i)));
+    count += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(finite)));
+    __m256d r_lo, r_hi, a_lo, a_hi;
+    widen(_mm256_and_ps(r, finite), r_lo, r_hi);
+    widen(_mm256_and_ps(a, finite), a_lo, a_hi);
+    // The difference in double is exact: no rounding before the square.
+    const __m256d d_lo = _mm256_sub_pd(a_lo, r_lo), d_hi = _mm256_sub_pd(a_hi, r_hi);
+    ref0 = _mm256_fmadd_pd(r_lo, r_lo, ref0);
+    ref1 = _mm256_fmadd_pd(r_hi, r_hi, ref1);
+    err0 = _mm256_fmadd_pd(d_lo, d_lo, err0);
+    err1 = _mm256_fmadd_pd(d_hi, d_hi, err1);
+  }
+  return {vec::hsumDouble(_mm256_add_pd(ref0, ref1)), vec::hsumDouble(_mm256_add_pd(err0, err1)), count};
+}
+
 }  // namespace
 
 void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, int64_t inner) {
@@ -142,6 +179,35 @@ void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, i
     return;
   }
   reduceColumns(op, x, y, outer, mid, inner);
+}
+
+ErrorStats errorStats(const float* reference, const float* approx, int64_t n) {
+  vec::checkSizes("errorStats", {n});
+  // The chunk length depends on nothing but itself: every thread count sums the same
+  // chunks and adds them in the same order.
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<ErrorSums> sums(static_cast<size_t>(chunks));
+  vec::parallelRanges(chunks, kChunk, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t at = c * kChunk;
+      sums[static_cast<size_t>(c)] = errorSums(reference + at, approx + at, std::min(kChunk, n - at));
+    }
+  });
+  ErrorSums total;
+  for (const ErrorSums& s : sums) {
+    total.ref += s.ref;
+    total.err += s.err;
+    total.count += s.count;
+  }
+  ErrorStats stats;
+  stats.finite_count = total.count;
+  if (total.count > 0) {
+    stats.mean_square = total.ref / static_cast<double>(total.count);
+    stats.mse = total.err / static_cast<double>(total.count);
+  }
+  stats.sqnr = stats.mse > 0 ? std::min(stats.mean_square / stats.mse, kSqnrCap) : kSqnrCap;
+  return stats;
 }
 
 float finiteAbsmax(const float* x, int64_t n) {

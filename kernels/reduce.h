@@ -23,4 +23,17 @@ void reduce(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, i
 // A max is exact in any order, so the result does not depend on the thread count.
 float finiteAbsmax(const float* x, int64_t n);
 
+// How far `approx` is from `reference` (n elements each), over the pairs where both are
+// finite (the others take no part): mean_square E[ref^2], mse E[(approx - ref)^2] and
+// sqnr = mean_square / mse, capped at kSqnrCap (quant_stats.h), kSqnrCap when mse is 0
+// (also when no pair is finite). Squares are summed in double over fixed chunks of the
+// data, combined in chunk order: the result does not depend on the thread count.
+struct ErrorStats {
+  int64_t finite_count = 0;
+  double mean_square = 0;
+  double mse = 0;
+  double sqnr = 0;
+};
+ErrorStats errorStats(const float* reference, const float* approx, int64_t n);
+
 }  // namespace pgq::kernels

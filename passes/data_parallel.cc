@@ -12,7 +12,8 @@ bool DataParallel::run(Graph& graph, PassContext&) {
   bool changed = false;
   for (Node* o : graph.outputs()) {
     const bool done = o->op() == Op::kAllReduce && o->attrs().getGroup(AttrKey::kGroup) == DeviceGroup::kData;
-    if (o->op() == Op::kQuantStats || !isFloat(o->dtype()) || done) {
+    // Statistics are per replica; the profile combines them.
+    if (o->op() == Op::kQuantStats || o->op() == Op::kErrorStats || !isFloat(o->dtype()) || done) {
       outputs.push_back(o);
       continue;
     }

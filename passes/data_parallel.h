@@ -1,7 +1,7 @@
 #pragma once
 // Data parallelism: each of D replicas runs the graph on its batch/D rows of the global
-// batch. Matches: every output of the graph but statistics (quant_stats rows, which the
-// profile gathers from every replica itself). Rewrites: the output becomes its
+// batch. Matches: every output of the graph but statistics (quant_stats and error_stats
+// rows, which the profile gathers from every replica itself). Rewrites: the output becomes its
 // all_reduce(mean) over group `dp`, so the loss is the mean over the global batch and
 // each gradient the gradient of that loss, on every replica, and the optimizer steps
 // identically everywhere. Run it last: nothing of the graph reads the averaged values.

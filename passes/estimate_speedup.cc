@@ -1,5 +1,6 @@
 #include "passes/estimate_speedup.h"
 
+#include "ir/analysis.h"
 #include "plan/hardware.h"
 #include "support/errors.h"
 
@@ -13,7 +14,7 @@ EstimateSpeedup::EstimateSpeedup(Options options) {
 bool EstimateSpeedup::run(Graph& graph, PassContext&) {
   bool changed = false;
   for (Node* node : graph.postOrder()) {
-    if (node->op() != Op::kMatMul && node->op() != Op::kQMatMul) continue;
+    if ((node->op() != Op::kMatMul && node->op() != Op::kQMatMul) || isMeasuredOnly(graph, *node)) continue;
     Attrs& a = node->attrs();
     if (!a.has(AttrKey::kDeviceShape))
       throw Error(fmt::format("estimate_speedup: GEMM %{} has no device_shape; run tag_metadata first", node->name()));

@@ -1,5 +1,6 @@
 #pragma once
-// Stage (iii) estimate. Matches: every matmul and qmatmul tagged by tag_metadata.
+// Stage (iii) estimate. Matches: every matmul and qmatmul tagged by tag_metadata (not
+// stage (i)'s quantized copies, ir/analysis.h isMeasuredOnly).
 // Rewrites: sets `est_speedup`, the roofline estimate (plan/hardware.h) of how much
 // faster the GEMM runs in int8 on the hardware model, quantization traffic included,
 // at its per-device shape; gradient operands are costed with the stochastic-rounding

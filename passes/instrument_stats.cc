@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
+#include <unordered_set>
 
+#include "ir/analysis.h"
 #include "ir/builder.h"
+#include "passes/quantized_gemm.h"
 #include "support/errors.h"
 
 namespace pgq {
@@ -17,11 +20,37 @@ void addAll(std::vector<QuantFormat>& into, const std::vector<std::string>& more
   }
 }
 
+// The quantized GEMMs whose result error is measured: per GEMM, the distinct (lhs, rhs)
+// formats the pairs give it.
+struct OutputError {
+  Node* gemm;
+  QuantFormat lhs, rhs;
+  size_t index;  // among the GEMM's
+};
+
+void addOutputErrors(std::vector<OutputError>& into, Node* gemm, const OperandRoles& roles,
+                     const std::vector<FormatPair>& pairs) {
+  const size_t first = into.size();
+  for (const FormatPair& pair : pairs) {
+    auto side = [&](size_t i) {
+      return QuantFormat::parse(roles[i] == OperandRole::kGradient ? pair.gradient : pair.operand);
+    };
+    OutputError e{gemm, side(0), side(1), into.size() - first};
+    auto same = [&](const OutputError& o) { return o.lhs == e.lhs && o.rhs == e.rhs; };
+    if (std::none_of(into.begin() + static_cast<std::ptrdiff_t>(first), into.end(), same)) into.push_back(e);
+  }
+}
+
 }  // namespace
 
 bool InstrumentStats::run(Graph& graph, PassContext&) {
   for (const Node* node : graph.nodes())
-    if (node->op() == Op::kQuantStats) return false;  // already instrumented
+    if (isStatistics(*node)) return false;  // already instrumented
+  for (const FormatPair& pair : options_.output_pairs)
+    if (QuantFormat::parse(pair.operand).isEmulated() != QuantFormat::parse(pair.gradient).isEmulated())
+      throw Error(fmt::format("instrument_stats: output pair {}/{} mixes an int8 format with an emulated (FP8/MX) "
+                              "one; a GEMM with one operand of each cannot run",
+                              pair.operand, pair.gradient));
   // First gather, per (tensor, contracting dims, batch dims), the formats and uses;
   // then make one statistics node for each.
   struct Request {
@@ -46,6 +75,10 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     r.uses.push_back(use);
   };
 
+  std::vector<OutputError> output_errors;
+  // A dead GEMM (left by a rewrite for dce) keeps its statistics, which read only its
+  // operands; comparing its result would bring it back to life.
+  const std::unordered_set<const Node*> live = liveNodes(graph);
   for (Node* node : graph.postOrder()) {
     if (node->op() != Op::kMatMul) continue;
     const Attrs& a = node->attrs();
@@ -67,6 +100,7 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
       for (size_t i = 0; i < nb; ++i) batch[i] = static_cast<int64_t>(i);
       request(node, {node->shape().rank() - 1}, batch, label + ":out", lhs_gradient || rhs_gradient);
     }
+    if (live.count(node)) addOutputErrors(output_errors, node, roles, options_.output_pairs);
   }
   if (requests.empty()) return false;
   Builder b(graph);
@@ -78,7 +112,24 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     if (!r.batch.empty()) a.set(AttrKey::kBatchDims, r.batch);
     a.set(AttrKey::kUses, r.uses);
     a.set(AttrKey::kSeed, seed++);
+    if (options_.bias) a.set(AttrKey::kBias, int64_t{1});
     graph.addOutput(b.create(Op::kQuantStats, {r.value}, std::move(a), std::nullopt, r.value->name() + ".stats"));
+  }
+  // The copies' stochastic-rounding streams follow the statistics nodes': independent
+  // of those (and of each other).
+  QuantizedGemmBuilder copies(graph, seed);
+  for (const OutputError& e : output_errors) {
+    GemmDecision d;
+    d.decision = Decision::kQuantize;
+    d.lhs_format = e.lhs;
+    d.rhs_format = e.rhs;
+    // No tags: the copy is no GEMM of the model.
+    Node* copy = copies.build(e.gemm, d, Attrs{}, fmt::format("{}.q{}", e.gemm->name(), e.index));
+    Attrs a;
+    a.set(AttrKey::kLabel, e.gemm->attrs().getString(AttrKey::kLabel));
+    a.set(AttrKey::kLhsFormat, e.lhs);
+    a.set(AttrKey::kRhsFormat, e.rhs);
+    graph.addOutput(b.create(Op::kErrorStats, {e.gemm, copy}, std::move(a), std::nullopt, e.gemm->name() + ".error"));
   }
   return true;
 }

@@ -3,12 +3,26 @@
 // on each of its two inputs (and on its result with `outputs`) that quantizes the
 // tensor in each candidate format (`formats`, plus `gradient_formats` for a gradient
 // operand) along the operand's non-contracting dims and returns SQNR, absmax, mean
-// square, zero and underflow fractions per format. A tensor read the same way by
-// several GEMMs (x feeding q, k and v) gets one node, listing every GEMM operand it
-// describes in `uses`; the nodes take the seeds `seed`, `seed`+1, ... in order. The
-// nodes become graph outputs and feed nothing, so training numerics do not change. Run
-// tag_metadata first (it supplies labels and roles). Reports a change when it added
-// any node; a graph that already has its statistics nodes is left alone.
+// square, zero and underflow fractions per format (with `bias`, the bias-aware SQNR
+// too). A tensor read the same way by several GEMMs (x feeding q, k and v) gets one
+// node, listing every GEMM operand it describes in `uses`; the nodes take the seeds
+// `seed`, `seed`+1, ... in order.
+//
+// With `output_pairs`, for every GEMM and pair (operand format, gradient format): the
+// GEMM quantized as quantize_gemms would run it with the pair's gradient format on a
+// gradient operand and its operand format on the others (passes/quantized_gemm.h),
+// built beside the GEMM from the same operands, and error_stats(GEMM, copy) comparing
+// the two results. A pair that gives a GEMM the same two formats as an earlier pair
+// (a forward GEMM has no gradient operand) adds nothing. The copies carry no tags
+// (label, roles, gemm id): they are no GEMMs of the model (ir/analysis.h,
+// isMeasuredOnly); their quantize nodes continue the statistics nodes' seeds. The
+// pairs must run exactly where the graph runs: an integer pair too wide for the CPU's
+// int8 GEMM is refused by the CPU backend when the graph is compiled (the trainer
+// narrows its pairs to the widths the CPU runs exactly, runtime/trainer.h).
+//
+// The statistics nodes become graph outputs and feed nothing, so training numerics do
+// not change. Run tag_metadata first (it supplies labels and roles). Reports a change
+// when it added any node; a graph that already has its statistics nodes is left alone.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +38,8 @@ struct InstrumentStatsOptions {
   std::vector<std::string> formats = {"int8:channel:rtn"};
   std::vector<std::string> gradient_formats = {"int8:channel:sr"};
   bool outputs = false;  // also profile each GEMM's result
+  bool bias = false;     // also the bias-aware SQNR of every operand and format
+  std::vector<FormatPair> output_pairs = {};  // the output errors to measure
   int64_t seed = 0;      // of the first statistics node (stochastic-rounding formats)
 };
 
@@ -35,11 +51,15 @@ class InstrumentStats : public Pass {
       {.key = "gradient_formats", .member = &Options::gradient_formats,
        .help = "the formats gradient operands are profiled in as well"},
       {.key = "outputs", .member = &Options::outputs, .help = "also profile each GEMM's result"},
+      {.key = "bias", .member = &Options::bias, .help = "also measure each operand's bias-aware SQNR per format"},
+      {.key = "output_pairs", .member = &Options::output_pairs,
+       .help = "measure the error of each GEMM's result quantized in these (operand, gradient) format pairs"},
       {.key = "seed", .member = &Options::seed, .help = "the seed of the first statistics node; the next ones count up"},
   };
 
   explicit InstrumentStats(Options options = {}) : options_(std::move(options)) {}
   std::string_view name() const override { return "instrument_stats"; }
+  // Throws pgq::Error for a pair that mixes an integer format with an FP8/MX one.
   bool run(Graph& graph, PassContext& ctx) override;
 
  private:

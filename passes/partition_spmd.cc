@@ -37,7 +37,9 @@ Layout splitAlong(int64_t dim) { return {Kind::kSplit, dim}; }
 bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 int64_t indexIn(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) - v.begin(); }
 
-bool isLocalOp(Op op) { return op == Op::kQuantStats || op == Op::kQuantParams || op == Op::kSmoothScales; }
+bool isLocalOp(Op op) {
+  return op == Op::kQuantStats || op == Op::kErrorStats || op == Op::kQuantParams || op == Op::kSmoothScales;
+}
 
 // Ops whose result moves an operand's dims somewhere else: an operand's split follows
 // from the result's through the op (propagate_sharding's rules), not by equality.
@@ -209,6 +211,8 @@ class Partitioner {
     } else if (isLocalOp(n.op())) {
       for (Layout& w : want)
         if (w.kind == Kind::kPartial) w = kReplicated;
+      // error_stats compares its two operands element by element: the same part of each.
+      if (n.op() == Op::kErrorStats && want[0] != want[1]) want = {kReplicated, kReplicated};
       l = kLocal;
     } else if (linearInPartial(n, in)) {
       l = kPartial;

@@ -142,6 +142,32 @@ void parseValue(const Where& where, std::string_view text, std::vector<std::stri
   out = std::move(formats);
 }
 
+void parseValue(const Where& where, std::string_view text, std::vector<FormatPair>& out) {
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']')
+    fail(where, fmt::format("expected a list of format pairs in brackets like "
+                            "[int8:channel:rtn/int8:channel:sr], got '{}'",
+                            text));
+  std::string_view body = trimmed(text.substr(1, text.size() - 2));
+  std::vector<FormatPair> pairs;  // [] is none
+  for (std::string_view item : body.empty() ? std::vector<std::string_view>{} : splitOutsideBrackets(body, "list")) {
+    const size_t slash = item.find('/');
+    if (slash == std::string_view::npos || item.find('/', slash + 1) != std::string_view::npos)
+      fail(where, fmt::format("expected operand_format/gradient_format, got '{}'", item));
+    FormatPair pair{std::string(trimmed(item.substr(0, slash))), std::string(trimmed(item.substr(slash + 1)))};
+    for (const std::string& format : {pair.operand, pair.gradient}) {
+      try {
+        QuantFormat::parse(format);
+      } catch (const Error& e) {
+        fail(where, fmt::format("format '{}' in '{}': {}", format, item, e.what()));
+      }
+    }
+    if (std::find(pairs.begin(), pairs.end(), pair) != pairs.end())
+      fail(where, fmt::format("format pair '{}' listed twice", item));
+    pairs.push_back(std::move(pair));
+  }
+  out = std::move(pairs);
+}
+
 void parseValue(const Where& where, std::string_view text, std::optional<Recipe>& out) {
   if (text.empty()) fail(where, "expected a recipe file, got nothing");
   try {
@@ -163,12 +189,18 @@ void parseValue(const Where& where, std::string_view text, std::optional<Hardwar
 std::string syntaxOf(const bool&) { return "true|false"; }
 std::string syntaxOf(const int64_t&) { return "<int>"; }
 std::string syntaxOf(const std::vector<std::string>&) { return "[<format>,...]"; }
+std::string syntaxOf(const std::vector<FormatPair>&) { return "[<format>/<gradient format>,...]"; }
 std::string syntaxOf(const std::optional<Recipe>&) { return "<recipe.yaml>"; }
 std::string syntaxOf(const std::optional<HardwareModel>&) { return "<preset|hardware.yaml>"; }
 
 std::string textOf(const bool& value) { return value ? "true" : "false"; }
 std::string textOf(const int64_t& value) { return std::to_string(value); }
 std::string textOf(const std::vector<std::string>& value) { return fmt::format("[{}]", fmt::join(value, ",")); }
+std::string textOf(const std::vector<FormatPair>& value) {
+  std::vector<std::string> items;
+  for (const FormatPair& p : value) items.push_back(p.operand + "/" + p.gradient);
+  return textOf(items);
+}
 std::string textOf(const std::optional<Recipe>& value) { return value ? value->source : "none"; }
 std::string textOf(const std::optional<HardwareModel>& value) { return value ? value->name : "none"; }
 

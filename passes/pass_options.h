@@ -16,6 +16,9 @@
 //   int64_t                       a decimal integer (at least the option's `min`)
 //   std::vector<std::string>      quantization formats in brackets, [int8:channel:rtn,int7:channel:sr]
 //                                 (support/quant_format.h; ':' belongs to a format)
+//   std::vector<FormatPair>       pairs of formats in brackets, each `operand/gradient`:
+//                                 [int7:channel:rtn/int7:channel:sr,e4m3:tensor:rtn/e5m2:tensor:sr]
+//                                 ([] for none)
 //   std::optional<Recipe>         a recipe YAML file, read by loadRecipe (plan/recipe.h)
 //   std::optional<HardwareModel>  a hardware preset name or YAML file, read by
 //                                 loadHardwareModel (plan/hardware.h)
@@ -34,6 +37,14 @@
 #include "plan/recipe.h"
 
 namespace pgq {
+
+// The formats a GEMM's operands take: `gradient` for an operand that is a gradient,
+// `operand` for the others (support/quant_format.h text forms).
+struct FormatPair {
+  std::string operand;
+  std::string gradient;
+  bool operator==(const FormatPair&) const = default;
+};
 
 // One `key=value` of a pass spec, as written.
 struct OptionText {
@@ -61,7 +72,8 @@ std::vector<std::string_view> splitOutsideBrackets(std::string_view text, std::s
 template <class Options>
 struct PassOption {
   using Member = std::variant<bool Options::*, int64_t Options::*, std::vector<std::string> Options::*,
-                              std::optional<Recipe> Options::*, std::optional<HardwareModel> Options::*>;
+                              std::vector<FormatPair> Options::*, std::optional<Recipe> Options::*,
+                              std::optional<HardwareModel> Options::*>;
   std::string_view key;
   Member member;
   std::string_view help;
@@ -102,6 +114,7 @@ struct Where {
 void parseValue(const Where& where, std::string_view text, bool& out);
 void parseValue(const Where& where, std::string_view text, int64_t& out);
 void parseValue(const Where& where, std::string_view text, std::vector<std::string>& out);
+void parseValue(const Where& where, std::string_view text, std::vector<FormatPair>& out);
 void parseValue(const Where& where, std::string_view text, std::optional<Recipe>& out);
 void parseValue(const Where& where, std::string_view text, std::optional<HardwareModel>& out);
 
@@ -109,11 +122,13 @@ void parseValue(const Where& where, std::string_view text, std::optional<Hardwar
 std::string syntaxOf(const bool&);
 std::string syntaxOf(const int64_t&);
 std::string syntaxOf(const std::vector<std::string>&);
+std::string syntaxOf(const std::vector<FormatPair>&);
 std::string syntaxOf(const std::optional<Recipe>&);
 std::string syntaxOf(const std::optional<HardwareModel>&);
 std::string textOf(const bool& value);
 std::string textOf(const int64_t& value);
 std::string textOf(const std::vector<std::string>& value);
+std::string textOf(const std::vector<FormatPair>& value);
 std::string textOf(const std::optional<Recipe>& value);
 std::string textOf(const std::optional<HardwareModel>& value);
 

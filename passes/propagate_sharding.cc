@@ -153,7 +153,7 @@ Split propagate(const Node& node) {
       return ValueSplit{node.attrs().getInt(AttrKey::kAxis), node.attrs().getInt(AttrKey::kDevices)};
     case Op::kAllGather: case Op::kReduceScatter:  // inserted by partition_spmd, which sets splits itself
     case Op::kParameter: case Op::kInput: case Op::kConstant: case Op::kCrossEntropy: case Op::kQuantStats:
-    case Op::kSmoothScales: case Op::kQuantParams:
+    case Op::kErrorStats: case Op::kSmoothScales: case Op::kQuantParams:
       return std::nullopt;
   }
   return std::nullopt;

@@ -3,6 +3,7 @@
 // (plan/recipe.h; tag_metadata must have run). The recipe is applied as written: an
 // int8 entry is rewritten whatever the roofline estimates, since whether int8 pays off
 // was decided when the recipe was made (or by whoever edited it). Rewrites each into
+// its quantized form (passes/quantized_gemm.h):
 //
 //   %pa = quant_params(%a) {format, side="lhs", contract_dims, batch_dims}   // scales
 //   %qa = quantize(%a, %pa) {format, side="lhs", ..., seed}                   // u8
@@ -12,10 +13,9 @@
 //
 // with scales computed dynamically every step along each operand's non-contracting
 // dims and the rounding (nearest or stochastic) and refinements the recipe's formats
-// name (per-block scales, clipping, zero points). With `smooth: alpha` the operands
-// first go through SmoothQuant: %s = smooth_scales(%a, %b), then a / s and b * s
-// along the contracting dims. An operand whose dims are not in an order the int8 kernel reads gets a
-// transpose first; a bf16 operand is quantized from its f32 source. The matmul is left
+// name (per-block scales, clipping, zero points); FP8/MX formats run as fake_quant and
+// an f32 matmul. With `smooth: alpha` the operands first go through SmoothQuant. The
+// quantized GEMM takes the matmul's tags and its uses; the matmul is left
 // dead for `dce`. Reports a change when any GEMM was rewritten; a recipe that
 // quantizes nothing changes nothing.
 #include <cstdint>

@@ -16,6 +16,9 @@ namespace {
 
 bool isGemm(const Node& node) { return node.op() == Op::kMatMul || node.op() == Op::kQMatMul; }
 
+// A GEMM of the model: not a copy computed only to be measured (isMeasuredOnly).
+bool isModelGemm(const Graph& graph, const Node& node) { return isGemm(node) && !isMeasuredOnly(graph, node); }
+
 bool isGradientOp(Op op) {
   return op == Op::kCrossEntropyGrad || op == Op::kSoftmaxGrad || op == Op::kGeluGrad || op == Op::kReluGrad ||
          op == Op::kSiluGrad || op == Op::kGeluErfGrad || op == Op::kRmsNormGrad || op == Op::kLayerNormGrad ||
@@ -214,7 +217,7 @@ bool TagMetadata::run(Graph& graph, PassContext&) {
   // the forward GEMM it differentiates, which need not come before it in the graph.
   for (bool backward : {false, true})
     for (Node* node : order) {
-      if (!isGemm(*node) || node->attrs().has(AttrKey::kGradOf) != backward) continue;
+      if (!isModelGemm(graph, *node) || node->attrs().has(AttrKey::kGradOf) != backward) continue;
       Attrs before = node->attrs();
       tagger.tag(*node);
       changed |= !(before == node->attrs());

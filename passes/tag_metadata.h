@@ -1,5 +1,6 @@
 #pragma once
-// Stage (i) metadata. Matches: every matmul and qmatmul. Rewrites: sets, from the
+// Stage (i) metadata. Matches: every matmul and qmatmul but the quantized copies stage
+// (i) measures output errors with (ir/analysis.h, isMeasuredOnly). Rewrites: sets, from the
 // graph's structure and attributes alone (never from label text),
 //   label      the stable name (kept when present; else the node name),
 //   roles      weight / activation / gradient of each operand (kept when present; else

@@ -35,6 +35,8 @@ std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& o
         .formats = options.profile->formats,
         .gradient_formats = options.profile->gradient_formats,
         .outputs = options.profile->outputs,
+        .bias = options.profile->metrics,
+        .output_pairs = options.profile->metrics ? options.profile->output_pairs : std::vector<FormatPair>{},
         .seed = seed,
     }));
   }

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "passes/pass_options.h"
 #include "passes/pipeline.h"
 #include "plan/hardware.h"
 #include "plan/recipe.h"
@@ -40,6 +41,10 @@ struct ProfileFormats {
   std::vector<std::string> formats;           // every GEMM operand
   std::vector<std::string> gradient_formats;  // gradient operands, besides `formats`
   bool outputs = false;                       // also each GEMM's result
+  // The statistics of the metrics beyond SQNR: bias-aware SQNRs, and the output error
+  // of every GEMM quantized in each of `output_pairs`.
+  bool metrics = false;
+  std::vector<FormatPair> output_pairs = {};
 };
 
 struct TrainingPipelineOptions {

@@ -103,7 +103,7 @@ struct GemmProfile {
   // Where the GEMM's result goes (from the graph's dataflow, `--profile-metrics`): the
   // fraction of the parameter elements whose gradient (computed by a weight-gradient
   // GEMM) depends on it, and the same weighted by each gradient's squared norm
-  // (needs the results' statistics; 0 when they were not logged). -1: not recorded.
+  // (needs the results' statistics: -1 when they were not logged). -1: not recorded.
   double reach = -1;
   double gradient_reach = -1;
   std::vector<OutputErrorStats> output_errors;  // empty without `--profile-metrics`
@@ -136,7 +136,9 @@ struct ProfileRun {
   // statistics of the metrics beyond SQNR, plan/gemm_metric.h), and what a profiled step
   // cost against a plain one.
   bool metrics = false;
-  double metrics_step_ms = 0;  // mean time of a profiled step; 0 if unknown
+  // Mean time of a profiled step (after the first, whose kernels run for the first time,
+  // when there are several); 0 if unknown.
+  double metrics_step_ms = 0;
 };
 
 // A GEMM's [batch, M, K, N] as tables print it: "M,K,N", with "BxM,K,N" when batched.

@@ -275,7 +275,8 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
   std::vector<Gemm> gemms;
   std::unordered_set<const Node*> live = liveNodes(graph);
   for (const Node* node : graph.postOrder()) {
-    if (node->op() != Op::kMatMul || !live.count(node)) continue;
+    // (A GEMM computed only to be measured, stage (i)'s output-error copy, is no GEMM of the model.)
+    if (node->op() != Op::kMatMul || !live.count(node) || isMeasuredOnly(graph, *node)) continue;
     const Attrs& a = node->attrs();
     PGQ_ASSERT(a.has(AttrKey::kLabel) && a.has(AttrKey::kDirection) && a.has(AttrKey::kRoles),
                "resolveRecipe needs tag_metadata (matmul %{})", node->name());

@@ -115,6 +115,7 @@ class CpuBackend final : public Backend {
   Kernel lowerReduce(const Node& node, LoweringContext& ctx) const;
   Kernel lowerConvert(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerErrorStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
   Kernel lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const;
   Kernel lowerPredictedScale(const Node& node, int x, int y, size_t n) const;
@@ -357,6 +358,7 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
     if (it == scale_formats.end()) scale_formats.push_back(key);
   }
   const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
+  const bool bias = node.attrs().has(AttrKey::kBias) && node.attrs().getInt(AttrKey::kBias) != 0;
   const int64_t n = in.shape().numElements();
   int x = ctx.operand(0).slot, y = ctx.result();
   int permuted = layout.perm ? ctx.scratch(static_cast<size_t>(n) * sizeof(float)) : -1;
@@ -382,9 +384,17 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
     }
     for (size_t f = 0; f < formats.size(); ++f) {
       // The step is the stream offset: each profiled step draws fresh SR noise.
-      k::QuantStats s = k::quantStatsWithParams(values, layout.view, formats[f], params[scales_of[f]],
-                                                {seed, static_cast<uint64_t>(rc.step())});
+      const k::SrStream sr{seed, static_cast<uint64_t>(rc.step())};
+      k::QuantStats s = k::quantStatsWithParams(values, layout.view, formats[f], params[scales_of[f]], sr);
       float* row = out + f * kStatFields;
+      // The same quantized values (same params and noise stream), their errors summed
+      // along the contracting dim.
+      double bias_sqnr = 0;
+      if (bias) {
+        const double coherent = k::coherentErrorMeanSquare(values, layout.view, formats[f], params[scales_of[f]], sr);
+        bias_sqnr = coherent > 0 ? std::min(s.mean_square / coherent, k::kSqnrCap) : k::kSqnrCap;
+      }
+      row[static_cast<int>(StatField::kBiasSqnr)] = static_cast<float>(bias_sqnr);
       double total = static_cast<double>(std::max<int64_t>(1, s.count));
       row[static_cast<int>(StatField::kSqnr)] = static_cast<float>(s.sqnr);
       row[static_cast<int>(StatField::kMse)] = static_cast<float>(s.mse);
@@ -396,6 +406,18 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
       row[static_cast<int>(StatField::kNonfiniteFraction)] =
           static_cast<float>(static_cast<double>(s.nan_count + s.inf_count) / total);
     }
+  };
+}
+
+Kernel CpuBackend::lowerErrorStats(const Node& node, LoweringContext& ctx) const {
+  const int reference = ctx.operand(0).slot, approx = ctx.operand(1).slot, y = ctx.result();
+  const int64_t n = node.operand(0)->shape().numElements();
+  return [=](const RunContext& rc) {
+    const k::ErrorStats s = k::errorStats(rc.as<float>(reference), rc.as<float>(approx), n);
+    float* out = rc.as<float>(y);
+    out[static_cast<int>(ErrorStatField::kSqnr)] = static_cast<float>(s.sqnr);
+    out[static_cast<int>(ErrorStatField::kMeanSquare)] = static_cast<float>(s.mean_square);
+    out[static_cast<int>(ErrorStatField::kMse)] = static_cast<float>(s.mse);
   };
 }
 
@@ -648,6 +670,7 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
     case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean: return lowerReduce(node, ctx);
     case Op::kConvert: return lowerConvert(node, ctx);
     case Op::kQuantStats: return lowerQuantStats(node, ctx);
+    case Op::kErrorStats: return lowerErrorStats(node, ctx);
     case Op::kQuantParams: case Op::kQuantize: case Op::kFakeQuant: return lowerQuantize(node, ctx);
     case Op::kQMatMul: return lowerQMatMul(node, ctx);
     case Op::kSmoothScales: return lowerSmoothScales(node, ctx);

@@ -79,6 +79,13 @@ namespace {
 //    saved for an int8 weight-gradient GEMM) is quantized right after it is made: the
 //    f32 value dies there, and only its int8 copies (a quarter of its bytes each) wait
 //    for their GEMMs.
+//  - Stage (i)'s output errors (error_stats, `--profile-metrics`) compare a GEMM's result
+//    with a quantized copy of the GEMM computed beside it for nothing else. Created
+//    last, the copies ran after the backward pass and kept every GEMM's result and
+//    operands alive to the end of the step. The nodes computed only for an error_stats
+//    (its copy and the copy's quantization) and the error_stats itself run, in their
+//    order, right after the last value they read from the rest of the graph (the GEMM's
+//    result): the copy's values and the result die there.
 std::vector<const Node*> consumersAfterTheirValues(const std::vector<const Node*>& order,
                                                    const std::unordered_set<const Node*>& live,
                                                    const std::unordered_set<const Node*>& outputs) {
@@ -94,6 +101,42 @@ std::vector<const Node*> consumersAfterTheirValues(const std::vector<const Node*
     after[last].push_back(node);
     moved.insert(node);
   }
+  std::unordered_set<const Node*> anchors;  // of moved error_stats groups: they stay where they are
+  for (const Node* node : order) {
+    if (node->op() != Op::kErrorStats) continue;
+    // Walk up from the error_stats, latest value first: a value joins the group when
+    // every live user of it is in the group (all of them come later, so were decided).
+    auto later = [&](const Node* a, const Node* b) { return position.at(a) < position.at(b); };
+    std::vector<const Node*> pending(node->operands().begin(), node->operands().end());
+    std::unordered_set<const Node*> group{node};
+    const Node* anchor = nullptr;
+    while (!pending.empty()) {
+      std::pop_heap(pending.begin(), pending.end(), later);
+      const Node* value = pending.back();
+      pending.pop_back();
+      if (group.count(value)) continue;
+      bool own = value->numOperands() > 0 && !outputs.count(value) && !moved.count(value);
+      for (const Node* user : value->users()) own = own && (!live.count(user) || group.count(user));
+      if (!own) {
+        if (!anchor || position.at(value) > position.at(anchor)) anchor = value;
+        continue;
+      }
+      group.insert(value);
+      for (const Node* operand : value->operands()) {
+        pending.push_back(operand);
+        std::push_heap(pending.begin(), pending.end(), later);
+      }
+    }
+    // The group only moves up, after its anchor, which does not move: every value it
+    // reads from outside is made before the anchor, and stays there.
+    if (!anchor || moved.count(anchor)) continue;
+    std::vector<const Node*> members(group.begin(), group.end());
+    std::sort(members.begin(), members.end(), later);
+    std::vector<const Node*>& placed = after[anchor];
+    placed.insert(placed.end(), members.begin(), members.end());
+    moved.insert(members.begin(), members.end());
+    anchors.insert(anchor);
+  }
   auto isQuantization = [](const Node* n) { return n->op() == Op::kQuantize || n->op() == Op::kQuantParams; };
   for (const Node* value : order) {
     // (A quant_params result is f32 and read only by its quantize: moving that quantize
@@ -103,7 +146,7 @@ std::vector<const Node*> consumersAfterTheirValues(const std::vector<const Node*
     bool only_quantized = true;
     for (const Node* user : value->users()) {
       if (!live.count(user) || std::find(users.begin(), users.end(), user) != users.end()) continue;
-      only_quantized = only_quantized && isQuantization(user) && !moved.count(user);
+      only_quantized = only_quantized && isQuantization(user) && !moved.count(user) && !anchors.count(user);
       users.push_back(user);
     }
     if (users.empty() || !only_quantized) continue;
@@ -120,7 +163,8 @@ std::vector<const Node*> consumersAfterTheirValues(const std::vector<const Node*
       }
     if (!ready) continue;
     for (const Node* user : users) moved.insert(user);
-    after[value] = users;
+    std::vector<const Node*>& placed = after[value];
+    placed.insert(placed.end(), users.begin(), users.end());
   }
   std::vector<const Node*> result;
   result.reserve(order.size());

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "ir/analysis.h"
 #include "ir/quant.h"
+#include "kernels/quant_stats.h"
 #include "support/errors.h"
 
 namespace pgq {
@@ -16,6 +19,7 @@ ProfileCollector::ProfileCollector(const Graph& graph, int64_t amax_history)
   PGQ_ASSERT(amax_history >= 1, "amax history {}", amax_history);
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const Node* node = graph.outputs()[i];
+    if (node->op() == Op::kErrorStats) errors_.push_back({i, node});
     if (node->op() != Op::kQuantStats) continue;
     outputs_.push_back({i, node, std::vector<Accumulator>(node->attrs().getFormats(AttrKey::kFormats).size())});
   }
@@ -36,6 +40,7 @@ void ProfileCollector::add(const Executor& executor, std::optional<WeightStepBou
       a.mse_sum += field(row, StatField::kMse);
       a.underflow_sum += field(row, StatField::kUnderflowFraction);
       a.clipped_sum += field(row, StatField::kClippedFraction);
+      a.bias_sqnr_sum += field(row, StatField::kBiasSqnr);
     }
     // Format-independent statistics: the first row has them.
     double absmax = field(rows.data(), StatField::kAbsmax);
@@ -45,6 +50,12 @@ void ProfileCollector::add(const Executor& executor, std::optional<WeightStepBou
     out.rms_sum += std::sqrt(field(rows.data(), StatField::kMeanSquare));
     out.zero_sum += field(rows.data(), StatField::kZeroFraction);
     out.nonfinite_sum += field(rows.data(), StatField::kNonfiniteFraction);
+  }
+  for (ErrorOutput& e : errors_) {
+    std::span<const float> row = executor.output<float>(e.output_index);
+    e.sqnr.push_back(row[static_cast<size_t>(ErrorStatField::kSqnr)]);
+    e.mean_square.push_back(row[static_cast<size_t>(ErrorStatField::kMeanSquare)]);
+    e.mse.push_back(row[static_cast<size_t>(ErrorStatField::kMse)]);
   }
   if (update) updates_.push_back(*update);
   else every_step_updated_ = false;
@@ -72,7 +83,7 @@ std::vector<ProfileCollector::StatsOutput> ProfileCollector::combined(Collective
   std::vector<double> sums, maxes;
   for (const StatsOutput& o : all) {
     for (const Accumulator& a : o.per_format) {
-      sums.insert(sums.end(), {a.sqnr_sum, a.mse_sum, a.underflow_sum, a.clipped_sum});
+      sums.insert(sums.end(), {a.sqnr_sum, a.mse_sum, a.underflow_sum, a.clipped_sum, a.bias_sqnr_sum});
       maxes.insert(maxes.end(), {-a.sqnr_min, a.sqnr_max});
     }
     sums.insert(sums.end(), {o.absmax_sum, o.rms_sum, o.zero_sum, o.nonfinite_sum});
@@ -86,6 +97,7 @@ std::vector<ProfileCollector::StatsOutput> ProfileCollector::combined(Collective
   for (StatsOutput& o : all) {
     for (Accumulator& a : o.per_format) {
       a.sqnr_sum = sums[s++], a.mse_sum = sums[s++], a.underflow_sum = sums[s++], a.clipped_sum = sums[s++];
+      a.bias_sqnr_sum = sums[s++];
       a.sqnr_min = -maxes[m++], a.sqnr_max = maxes[m++];
     }
     o.absmax_sum = sums[s++], o.rms_sum = sums[s++], o.zero_sum = sums[s++], o.nonfinite_sum = sums[s++];
@@ -130,11 +142,95 @@ std::vector<std::optional<ScalingStats>> ProfileCollector::scalingOf(const std::
   return all;
 }
 
+std::vector<ProfileCollector::OutputError> ProfileCollector::outputErrors(Collectives* job) const {
+  const int devices = job ? job->size(DeviceGroup::kTensor) : 1;
+  std::vector<double> mean_square, mse;
+  for (const ErrorOutput& e : errors_) {
+    mean_square.insert(mean_square.end(), e.mean_square.begin(), e.mean_square.end());
+    mse.insert(mse.end(), e.mse.begin(), e.mse.end());
+  }
+  if (devices > 1) {
+    job->allReduceSum(mean_square.data(), static_cast<int64_t>(mean_square.size()), DeviceGroup::kTensor);
+    job->allReduceSum(mse.data(), static_cast<int64_t>(mse.size()), DeviceGroup::kTensor);
+  }
+  std::vector<double> sums, maxes;
+  for (size_t i = 0, at = 0; i < errors_.size(); ++i) {
+    double sum = 0, min = 0;
+    for (int64_t t = 0; t < steps_; ++t, ++at) {
+      // One device: the kernel's own ratio (of its double sums); several: their parts'.
+      double sqnr = errors_[i].sqnr[static_cast<size_t>(t)];
+      if (devices > 1) sqnr = mse[at] > 0 ? std::min(mean_square[at] / mse[at], kernels::kSqnrCap) : kernels::kSqnrCap;
+      sum += sqnr;
+      min = t == 0 ? sqnr : std::min(min, sqnr);
+    }
+    sums.push_back(sum);
+    maxes.push_back(-min);
+  }
+  if (job && job->size(DeviceGroup::kData) > 1) {
+    job->allReduceSum(sums.data(), static_cast<int64_t>(sums.size()), DeviceGroup::kData);
+    job->allReduceMax(maxes.data(), static_cast<int64_t>(maxes.size()), DeviceGroup::kData);
+  }
+  std::vector<OutputError> out;
+  for (size_t i = 0; i < errors_.size(); ++i) out.push_back({sums[i], -maxes[i]});
+  return out;
+}
+
+// One reverse pass over the graph in dataflow order: a value reaches the weight-gradient
+// GEMMs its users reach, and a weight-gradient GEMM itself; sets of GEMMs are bitsets.
+// Statistics nodes reach nothing (the quantized copies read only by them then reach
+// nothing either).
+void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vector<const Node*>& nodes) const {
+  std::vector<size_t> wgrads;  // indices into gemms
+  std::unordered_map<const Node*, size_t> bit_of;
+  for (size_t i = 0; i < gemms.size(); ++i)
+    if (gemms[i].direction == GemmDirection::kBwdWgrad) {
+      bit_of[nodes[i]] = wgrads.size();
+      wgrads.push_back(i);
+    }
+  if (wgrads.empty()) return;
+  const size_t words = (wgrads.size() + 63) / 64;
+  const std::vector<Node*> order = graph_.postOrder();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t p = 0; p < order.size(); ++p) position[order[p]] = p;
+  std::vector<uint64_t> bits(order.size() * words, 0);
+  for (size_t p = order.size(); p-- > 0;) {
+    const Node* node = order[p];
+    if (isStatistics(*node)) continue;
+    uint64_t* mine = &bits[p * words];
+    for (const Node* user : node->users()) {
+      const uint64_t* theirs = &bits[position.at(user) * words];
+      for (size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
+    }
+    if (auto it = bit_of.find(node); it != bit_of.end()) mine[it->second / 64] |= uint64_t{1} << (it->second % 64);
+  }
+  // Each weight gradient's elements, and its squared norm (elements x rms^2) when its
+  // result was profiled.
+  std::vector<double> elements, squares;
+  bool norms = true;
+  for (size_t i : wgrads) {
+    const GemmProfile& g = gemms[i];
+    elements.push_back(static_cast<double>(g.gemm_shape[0] * g.gemm_shape[1] * g.gemm_shape[3]));
+    norms = norms && g.operands.size() > 2;
+    squares.push_back(norms ? elements.back() * g.operands[2].rms * g.operands[2].rms : 0.0);
+  }
+  double total_elements = 0, total_squares = 0;
+  for (size_t w = 0; w < wgrads.size(); ++w) total_elements += elements[w], total_squares += squares[w];
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const uint64_t* mine = &bits[position.at(nodes[i]) * words];
+    double reached_elements = 0, reached_squares = 0;
+    for (size_t w = 0; w < wgrads.size(); ++w)
+      if ((mine[w / 64] >> (w % 64)) & 1) reached_elements += elements[w], reached_squares += squares[w];
+    gemms[i].reach = reached_elements / total_elements;
+    gemms[i].gradient_reach = norms && total_squares > 0 ? reached_squares / total_squares : -1;
+  }
+}
+
 Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
   PGQ_ASSERT(steps_ > 0, "no profiled steps");
   const int processes = job ? job->worldSize() : 1;
   const std::vector<StatsOutput> outputs = processes > 1 ? combined(*job) : outputs_;
   const std::vector<std::optional<ScalingStats>> scaling = scalingOf(outputs, processes > 1 ? job : nullptr);
+  const bool metrics = run.metrics;
   // The mean over every process's steps.
   const double n = static_cast<double>(steps_ * processes);
   // "label:side" -> the statistics node describing that operand.
@@ -163,18 +259,34 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     // Predicted scales model the optimizer moving a parameter: weights only.
     if (o.scaling && role != OperandRole::kWeight) o.scaling->predicted.reset();
     const auto& formats = s.node->attrs().getFormats(AttrKey::kFormats);
+    const bool bias = metrics && s.node->attrs().has(AttrKey::kBias) && s.node->attrs().getInt(AttrKey::kBias) != 0;
     for (size_t f = 0; f < formats.size(); ++f) {
       const Accumulator& a = s.per_format[f];
       o.formats.push_back({formats[f].toString(), a.sqnr_sum / n, a.sqnr_min, a.sqnr_max, a.mse_sum / n,
-                           a.underflow_sum / n, a.clipped_sum / n});
+                           a.underflow_sum / n, a.clipped_sum / n, bias ? a.bias_sqnr_sum / n : 0.0});
     }
     return o;
   };
+
+  // label -> its output errors, in the order the pairs were built.
+  std::map<std::string, std::vector<OutputErrorStats>> errors_of;
+  if (metrics) {
+    const std::vector<OutputError> errors = outputErrors(processes > 1 ? job : nullptr);
+    // The mean over every replica's steps (the devices of a replica counted together).
+    const double steps = static_cast<double>(steps_ * (job && processes > 1 ? job->size(DeviceGroup::kData) : 1));
+    for (size_t i = 0; i < errors_.size(); ++i) {
+      const Attrs& a = errors_[i].node->attrs();
+      errors_of[a.getString(AttrKey::kLabel)].push_back({a.getFormat(AttrKey::kLhsFormat).toString(),
+                                                         a.getFormat(AttrKey::kRhsFormat).toString(),
+                                                         errors[i].sqnr_sum / steps, errors[i].sqnr_min});
+    }
+  }
 
   Profile profile;
   profile.run = std::move(run);
   profile.run.profile_steps = steps_;
   profile.run.processes = processes;
+  std::vector<const Node*> nodes;  // each GEMM's matmul
   for (const Node* node : graph_.postOrder()) {
     // GEMMs the statistics describe (a dead matmul left by a rewrite has none).
     if (node->op() != Op::kMatMul || !by_use.count(node->attrs().getStringOr(AttrKey::kLabel, "") + ":lhs"))
@@ -194,8 +306,11 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     g.operands.push_back(operand(g.label, "lhs", roles[0]));
     g.operands.push_back(operand(g.label, "rhs", roles[1]));
     if (by_use.count(g.label + ":out")) g.operands.push_back(operand(g.label, "out", std::nullopt));
+    if (auto it = errors_of.find(g.label); it != errors_of.end()) g.output_errors = std::move(it->second);
     profile.gemms.push_back(std::move(g));
+    nodes.push_back(node);
   }
+  if (metrics) fillReach(profile.gemms, nodes);
   return profile;
 }
 

@@ -3,6 +3,15 @@
 // into a Profile (plan/profile.h): per GEMM operand and format, the mean, min and
 // max SQNR; absmax, rms, zero/underflow/non-finite fractions; and from each operand's
 // absmax series, how often delayed or predicted scales would have clipped it.
+//
+// With metrics (ProfileRun::metrics, `--profile-metrics`) also: the bias-aware SQNR per
+// operand and format (quant_stats with `bias`); per GEMM and format pair the SQNR of
+// its result computed from quantized operands (the error_stats outputs), mean and min
+// over the steps; and each GEMM's reach, from the graph's dataflow: the weight-gradient
+// GEMMs its result flows into (statistics nodes and the quantized copies they read
+// aside), as a fraction of all weight-gradient GEMMs' output elements (`reach`), and of
+// their squared norms, output elements x rms^2 (`gradient_reach`, when the results'
+// statistics were logged).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -35,6 +44,7 @@ class ProfileCollector {
  private:
   struct Accumulator {
     double sqnr_sum = 0, sqnr_min = 0, sqnr_max = 0, mse_sum = 0, underflow_sum = 0, clipped_sum = 0;
+    double bias_sqnr_sum = 0;
   };
   struct StatsOutput {
     size_t output_index;
@@ -43,8 +53,26 @@ class ProfileCollector {
     double absmax_max = 0, absmax_sum = 0, rms_sum = 0, zero_sum = 0, nonfinite_sum = 0;
     std::vector<double> absmax_series = {};  // one per step
   };
+  // An error_stats output: its columns (ir/quant.h, ErrorStatField) at each step.
+  struct ErrorOutput {
+    size_t output_index;
+    const Node* node;
+    std::vector<double> sqnr = {}, mean_square = {}, mse = {};
+  };
+  // An error_stats output over every process's steps.
+  struct OutputError {
+    double sqnr_sum = 0, sqnr_min = 0;
+  };
 
   std::vector<StatsOutput> combined(Collectives& job) const;
+  // Each error output's SQNR summed and minimized over the steps of every process. Under
+  // tensor parallelism each device compares its own part of the GEMM's result (a
+  // column of a split result, or its summand of a partial one): a step's SQNR is that of
+  // the devices' parts together, the sums of their mean squares and of their mses (the
+  // parts have equal sizes). The data-parallel replicas' steps count separately.
+  std::vector<OutputError> outputErrors(Collectives* job) const;
+  // Reach and gradient reach of every profiled GEMM (`gemms`, its matmul nodes beside).
+  void fillReach(std::vector<GemmProfile>& gemms, const std::vector<const Node*>& nodes) const;
   // The scaling strategies of each output (none before 2 steps); `job` combines the
   // tensor-parallel devices.
   std::vector<std::optional<ScalingStats>> scalingOf(const std::vector<StatsOutput>& outputs, Collectives* job) const;
@@ -52,6 +80,7 @@ class ProfileCollector {
   const Graph& graph_;
   const int64_t amax_history_;
   std::vector<StatsOutput> outputs_;
+  std::vector<ErrorOutput> errors_;
   std::vector<WeightStepBound> updates_;  // one per step while every step gave one
   bool every_step_updated_ = true;
   int64_t steps_ = 0;

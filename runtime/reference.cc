@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "ir/dot_dims.h"
+#include "ir/quant.h"
+#include "kernels/quant_stats.h"  // kSqnrCap, a definition shared by every SQNR (no kernel code)
 #include "support/errors.h"
 
 namespace pgq {
@@ -633,6 +635,27 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
       std::vector<double> mb = channelMax(in(1), node.operand(1)->shape(), d.rhs_contract);
       for (size_t k = 0; k < y.size(); ++k)
         y[k] = ma[k] > 0 && mb[k] > 0 ? std::pow(ma[k], alpha) / std::pow(mb[k], 1 - alpha) : 1.0;
+      break;
+    }
+
+    // error_stats(ref, approx) = [sqnr, mean_square, mse]: mean_square = mean of ref^2,
+    // mse = mean of (approx - ref)^2, over the pairs where both are finite; sqnr =
+    // mean_square / mse, capped at kernels::kSqnrCap, the cap when mse is 0.
+    case Op::kErrorStats: {
+      const Values& ref = in(0);
+      const Values& approx = in(1);
+      double signal = 0, noise = 0, finite = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        if (!std::isfinite(ref[i]) || !std::isfinite(approx[i])) continue;
+        signal += ref[i] * ref[i];
+        noise += (approx[i] - ref[i]) * (approx[i] - ref[i]);
+        finite += 1;
+      }
+      const double mean_square = finite > 0 ? signal / finite : 0, mse = finite > 0 ? noise / finite : 0;
+      y[static_cast<size_t>(ErrorStatField::kSqnr)] =
+          mse > 0 ? std::min(mean_square / mse, kernels::kSqnrCap) : kernels::kSqnrCap;
+      y[static_cast<size_t>(ErrorStatField::kMeanSquare)] = mean_square;
+      y[static_cast<size_t>(ErrorStatField::kMse)] = mse;
       break;
     }
 

@@ -62,6 +62,39 @@ void validateOptimizerConfig(const OptimizerConfig& opt) {
   kAdamEps.check(opt.eps);
 }
 
+namespace {
+
+// The output errors measured with --profile-metrics: the integer formats at a width both
+// operands may have on this CPU (without VNNI an 8 x 8-bit int8 GEMM saturates, and the
+// CPU backend refuses it: 7 bits then, the narrower side of what a recipe would run
+// there), round to nearest for every operand and either rounding for gradients; the
+// FP8/MX schemes' formats likewise.
+std::vector<FormatPair> outputPairs(const TrainOptions& o) {
+  const kernels::Int8Caps& caps = kernels::int8Caps();
+  std::vector<FormatPair> pairs;
+  auto add = [&](const std::string& operand, const std::string& gradient) {
+    FormatPair pair{operand, gradient};
+    if (std::find(pairs.begin(), pairs.end(), pair) == pairs.end()) pairs.push_back(std::move(pair));
+  };
+  for (auto [bits, granularity] :
+       {std::pair{o.profile_bits, o.profile_granularity}, std::pair{8, std::string("channel")}}) {
+    const int b = std::min(bits, caps.max_bits_both);
+    add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:rtn", b, granularity));
+    add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:sr", b, granularity));
+  }
+  for (const std::string& item : o.profile_formats) {
+    if (item == "int8" ||
+        std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) == std::end(kFormatSchemes))
+      continue;
+    SchemeFormats rtn = schemeFormats(item, "rtn", "rtn"), sr = schemeFormats(item, "rtn", "sr");
+    add(rtn.operand, rtn.gradient);
+    add(rtn.operand, sr.gradient);
+  }
+  return pairs;
+}
+
+}  // namespace
+
 ProfileFormats profileFormats(const TrainOptions& o) {
   ProfileFormats p;
   const kernels::Int8Caps& caps = kernels::int8Caps();
@@ -93,6 +126,10 @@ ProfileFormats profileFormats(const TrainOptions& o) {
     }
   }
   p.outputs = o.profile_outputs;
+  if (o.profile_metrics) {
+    p.metrics = true;
+    p.output_pairs = outputPairs(o);
+  }
   return p;
 }
 
@@ -275,6 +312,10 @@ struct TrainingSession::Impl {
   TransformerGraph instrumented;
   std::unique_ptr<Executor> instrumented_exec;
   std::unique_ptr<ProfileCollector> collector;
+  // Wall time of the profiled steps after the first (whose kernels run for the first
+  // time), and of the first.
+  double profiled_ms = 0, first_profiled_ms = 0;
+  int64_t profiled_steps = 0;
   std::vector<Tensor> params, m, v;
   // Each parameter's split over the tensor-parallel devices (none: whole on each).
   std::vector<std::optional<ParamSplit>> splits;
@@ -471,6 +512,9 @@ Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) c
   run.formats = formats.formats;
   run.gradient_formats = formats.gradient_formats;
   run.step_ms = plain_step_ms;
+  run.metrics = s.o.profile_metrics;
+  run.metrics_step_ms = s.profiled_steps > 1 ? s.profiled_ms / static_cast<double>(s.profiled_steps - 1)
+                                             : s.first_profiled_ms;
   return s.collector->profile(std::move(run), this_process_only ? nullptr : s.job.comm);
 }
 
@@ -507,7 +551,11 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   // x adamUpdateBound): what the profile's predicted weight scales add to this step's
   // absmax to predict the next one's.
   s.weight_step = lr * adamUpdateBound(opt.beta1, opt.beta2, step + 1);
-  if (profile) s.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
+  if (profile) {
+    s.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
+    if (s.profiled_steps++ == 0) s.first_profiled_ms = ms;
+    else s.profiled_ms += ms;
+  }
   StepRecord record;
   record.step = step + 1;
   record.loss = loss;

@@ -141,7 +141,11 @@ struct TrainResult {
 // The formats stage (i) profiles on this CPU: the int8 per-channel formats that run
 // exactly (the 7-bit variant too without VNNI), plus the same for the requested bits
 // and granularity; round-to-nearest for every operand and stochastic rounding for
-// gradients.
+// gradients. With profile_metrics, the output errors' format pairs (operand, gradient):
+// for the requested bits and granularity, and for int8 per channel, at the width both
+// operands may have on this CPU (7 bits without VNNI), (rtn, rtn) and (rtn, sr); for
+// each FP8/MX scheme of profile_formats its operand format with its gradient format in
+// either rounding.
 ProfileFormats profileFormats(const TrainOptions& options);
 
 // The training pipeline (passes/training_pipeline.h) of a run with `options`:

@@ -504,6 +504,33 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_NE(no_out.out.find("--profile-steps needs --profile-out"), std::string::npos) << no_out.out;
 }
 
+// `--profile-metrics` records the statistics of the metrics beyond SQNR for every GEMM,
+// and stage (ii) orders GEMMs by them.
+TEST_F(Cli, ProfileMetricsRecordEveryGemmsStatistics) {
+  const std::string profile = (dir_ / "m.yaml").string();
+  Result r = pgq("train --model tiny --steps 3 --no-progress --profile-steps 2 --profile-metrics --profile-out " +
+                 profile + " --out " + (dir_ / "run").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const pgq::Profile p = pgq::loadProfile(profile);
+  EXPECT_TRUE(p.run.metrics);
+  EXPECT_GT(p.run.metrics_step_ms, 0);
+  ASSERT_EQ(p.gemms.size(), 51u);
+  for (const pgq::GemmProfile& g : p.gemms) {
+    SCOPED_TRACE(g.label);
+    EXPECT_GE(g.reach, 0);
+    EXPECT_EQ(g.gradient_reach, -1);  // the results were not profiled (--profile-outputs)
+    EXPECT_FALSE(g.output_errors.empty());
+    for (const pgq::OutputErrorStats& e : g.output_errors) EXPECT_GT(e.sqnr_min, 1);
+    for (const pgq::OperandProfile& o : g.operands)
+      for (const pgq::FormatStats& f : o.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << o.side << " " << f.format;
+  }
+  EXPECT_NE(pgq("train --help").out.find("--profile-metrics"), std::string::npos);
+  for (const char* metric : {"bias", "output", "reach"}) {
+    Result table = pgq("sqnr-table " + profile + " --sort " + metric);
+    EXPECT_EQ(table.code, 0) << metric << "\n" << table.out;
+  }
+}
+
 TEST_F(Cli, RecipeThenQuantizedTraining) {
   std::string profile = (dir_ / "p.yaml").string();
   ASSERT_EQ(pgq("train --model tiny --steps 3 --no-progress --profile-steps 2 --profile-out " + profile + " --out " +

@@ -270,6 +270,19 @@ INSTANTIATE_TEST_SUITE_P(
                  "graph @g {\n  %x = input() : f32[1,2,4,6]\n"
                  "  %y = rope(%x) {theta=10000.0, rotation=\"sideways\"} : f32[1,2,4,6]\n  return %y\n}\n",
                  "bad.pgq:3:42: rotation must be one of forward, inverse, got \"sideways\""},
+        BadInput{"error_stats of values of different shapes",
+                 kHead + "  %z = input() : f32[8,4]\n  %y = error_stats(%x, %z) {label=\"g\", "
+                          "lhs_format=\"int8:channel:rtn\", rhs_format=\"int8:channel:rtn\"} : f32[3]\n"
+                          "  return %y\n}\n",
+                 "bad.pgq:4:8: error_stats: operands 0 and 1 must have the same type, got f32[4,8] and f32[8,4]"},
+        BadInput{"error_stats without its GEMM's label",
+                 kHead + "  %y = error_stats(%x, %x) {lhs_format=\"int8:channel:rtn\", "
+                         "rhs_format=\"int8:channel:rtn\"} : f32[3]\n  return %y\n}\n",
+                 "error_stats: missing attribute 'label'"},
+        BadInput{"quant_stats with a bias flag other than 0 or 1",
+                 kHead + "  %y = quant_stats(%x) {formats=[\"int8:channel:rtn\"], contract_dims=[1], bias=2, "
+                         "seed=0} : f32[1,9]\n  return %y\n}\n",
+                 "quant_stats: bias must be 0 or 1, got 2"},
         BadInput{"declared-type op without a match",
                  kHead + "  %y = reshape(%x) : f32[5]\n  return %y\n}\n",
                  "cannot reshape [4,8] (32 elements) to [5] (5 elements)"}),

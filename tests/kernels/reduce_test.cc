@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/kernel_error.h"
+#include "kernels/quant_stats.h"
 #include "tests/kernels/f32_test_util.h"
 
 namespace pgq::kernels {
@@ -125,6 +126,59 @@ TEST(ReduceTest, ResultsDoNotDependOnThreadCount) {
 TEST(ReduceTest, NegativeSizesThrow) {
   float v = 0.0f;
   EXPECT_THROW(reduce(ReduceOp::kSum, &v, &v, 1, -1, 1), KernelError);
+  EXPECT_THROW(errorStats(&v, &v, -1), KernelError);
+}
+
+// errorStats against sums in double over every size around the vector width, the
+// parallel threshold and the 16K-element chunks, with both thread counts bitwise equal.
+TEST(ErrorStatsTest, MatchesADoubleReferenceForAnyThreadCount) {
+  for (int64_t n : std::vector<int64_t>{1, 3, 7, 8, 9, 17, 1023, 16384, 16385, 20011, 100003}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> ref = randomVector(n, 61, -3.0f, 3.0f);
+    std::vector<float> approx = ref;
+    const std::vector<float> noise = randomVector(n, 62, -0.01f, 0.01f);
+    for (size_t i = 0; i < approx.size(); ++i) approx[i] += noise[i];
+    double signal = 0, error = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      signal += static_cast<double>(ref[i]) * ref[i];
+      error += (static_cast<double>(approx[i]) - ref[i]) * (static_cast<double>(approx[i]) - ref[i]);
+    }
+    ErrorStats one, two;
+    {
+      ThreadCount tc(1);
+      one = errorStats(ref.data(), approx.data(), n);
+    }
+    {
+      ThreadCount tc(2);
+      two = errorStats(ref.data(), approx.data(), n);
+    }
+    EXPECT_EQ(one.finite_count, n);
+    EXPECT_NEAR(one.mean_square, signal / n, 1e-12 * signal / n);
+    EXPECT_NEAR(one.mse, error / n, 1e-12 * error / n);
+    EXPECT_NEAR(one.sqnr, signal / error, 1e-12 * signal / error);
+    EXPECT_EQ(one.mean_square, two.mean_square);
+    EXPECT_EQ(one.mse, two.mse);
+    EXPECT_EQ(one.sqnr, two.sqnr);
+  }
+}
+
+TEST(ErrorStatsTest, NonFinitePairsTakeNoPartAndNoErrorIsTheCap) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> ref = {1, 2, nan, 4, 5, 6, 7, 8, 9, 2};
+  const std::vector<float> approx = {1, 2, 3, inf, 5, 6, 7, 8, 9, 3};
+  const ErrorStats s = errorStats(ref.data(), approx.data(), 10);
+  EXPECT_EQ(s.finite_count, 8);
+  EXPECT_DOUBLE_EQ(s.mean_square, (1 + 4 + 25 + 36 + 49 + 64 + 81 + 4) / 8.0);
+  EXPECT_DOUBLE_EQ(s.mse, 1 / 8.0);
+  EXPECT_DOUBLE_EQ(s.sqnr, 264.0);
+  // Equal tensors, an empty one, one with no finite pair: the cap, never 0/0.
+  EXPECT_EQ(errorStats(ref.data(), ref.data(), 10).sqnr, kSqnrCap);
+  EXPECT_EQ(errorStats(ref.data(), approx.data(), 0).sqnr, kSqnrCap);
+  const float nans[2] = {nan, nan};
+  const ErrorStats none = errorStats(nans, nans, 2);
+  EXPECT_EQ(none.finite_count, 0);
+  EXPECT_EQ(none.mean_square, 0);
+  EXPECT_EQ(none.sqnr, kSqnrCap);
 }
 
 }  // namespace

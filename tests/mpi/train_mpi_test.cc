@@ -142,6 +142,60 @@ TEST(MpiTraining, ProfileHasEveryRanksStatistics) {
   }
 }
 
+// The metrics' statistics of a job. A GEMM's output error at a step is that of the
+// tensor-parallel devices' parts together (their mean squares and mses summed): a
+// ratio of sums, between the devices' own SQNRs; the replicas' steps count separately.
+// The bias-aware SQNR combines like the SQNR; reach comes from the graph's dataflow
+// and equals one process's.
+TEST(MpiTraining, ProfileMetricsCombineTheDevicesParts) {
+  std::unique_ptr<Collectives> job = makeMpiCollectives(g_tensor_parallel);
+  TrainOptions o = tinyOptions(g_tensor_parallel, job.get());
+  o.profile_steps = 1;
+  o.profile_metrics = true;
+  TrainingSession s(o);
+  s.step(0, true);
+  const Profile all = s.profile();
+  const Profile mine = s.profile(0, /*this_process_only=*/true);
+  std::vector<double> low, high, bias;
+  for (const GemmProfile& g : mine.gemms) {
+    for (const OutputErrorStats& e : g.output_errors) low.push_back(-e.sqnr_mean), high.push_back(e.sqnr_mean);
+    for (const OperandProfile& op : g.operands) bias.push_back(op.formats[0].bias_sqnr_mean);
+  }
+  job->allReduceMax(low.data(), static_cast<int64_t>(low.size()), DeviceGroup::kTensor);
+  job->allReduceMax(high.data(), static_cast<int64_t>(high.size()), DeviceGroup::kTensor);
+  job->allReduceSum(low.data(), static_cast<int64_t>(low.size()), DeviceGroup::kData);
+  job->allReduceSum(high.data(), static_cast<int64_t>(high.size()), DeviceGroup::kData);
+  job->allReduceSum(bias.data(), static_cast<int64_t>(bias.size()), DeviceGroup::kData);
+  job->allReduceSum(bias.data(), static_cast<int64_t>(bias.size()), DeviceGroup::kTensor);
+  const double replicas = job->size(DeviceGroup::kData);
+  TrainOptions alone = tinyOptions(1, nullptr);
+  alone.profile_steps = 1;
+  alone.profile_metrics = true;
+  TrainingSession b(alone);
+  b.step(0, true);
+  const Profile one = b.profile();
+  EXPECT_EQ(all.gemms.size(), one.gemms.size());
+  size_t e = 0, k = 0;
+  for (size_t i = 0; i < all.gemms.size() && i < one.gemms.size(); ++i) {
+    const GemmProfile& g = all.gemms[i];
+    EXPECT_NEAR(g.reach, one.gemms[i].reach, 1e-12) << g.label;
+    EXPECT_EQ(g.output_errors.size(), mine.gemms[i].output_errors.size()) << g.label;
+    for (const OutputErrorStats& error : g.output_errors) {
+      const double lo = -low[e] / replicas, hi = high[e] / replicas;
+      EXPECT_GE(error.sqnr_mean, lo * (1 - 1e-6)) << g.label;
+      EXPECT_LE(error.sqnr_mean, hi * (1 + 1e-6)) << g.label;
+      if (job->size(DeviceGroup::kTensor) == 1) {
+        EXPECT_NEAR(error.sqnr_mean, hi, 1e-9 * hi) << g.label;
+      }
+      ++e;
+    }
+    for (const OperandProfile& op : g.operands) {
+      EXPECT_NEAR(op.formats[0].bias_sqnr_mean, bias[k] / job->worldSize(), 1e-9 * bias[k]) << g.label;
+      ++k;
+    }
+  }
+}
+
 // The scaling strategies of a job: the replicas scale an operand together, so delayed
 // scaling clips at step 1 when the largest absmax any replica saw exceeds the largest
 // of step 0, and a tensor-parallel device scales its own part (the profile averages the

@@ -47,6 +47,37 @@ TEST(PartitionSpmd, SplitsAMegatronBlockAndReducesTheRowParallelOutputOnce) {
 )");
 }
 
+// error_stats compares the same part of its two values on each device: two split the
+// same way are compared locally; otherwise both are made whole first. A partial value
+// (a row-parallel result) is reduced first.
+TEST(PartitionSpmd, ErrorStatsCompareTheSamePartOfBothValues) {
+  auto g = parseGraph(R"(graph @g {
+  %x = input() : f32[8,16]
+  %up = parameter() {split=[1,2]} : f32[16,32]
+  %down = parameter() {split=[0,2]} : f32[32,16]
+  %h = matmul(%x, %up) {lhs_contract=[1], rhs_contract=[0]} : f32[8,32]
+  %h2 = matmul(%x, %up) {lhs_contract=[1], rhs_contract=[0]} : f32[8,32]
+  %e = error_stats(%h, %h2) {label="up", lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[3]
+  %y = matmul(%h, %down) {lhs_contract=[1], rhs_contract=[0]} : f32[8,16]
+  %z = exp(%x) : f32[8,16]
+  %f = error_stats(%y, %z) {label="down", lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[3]
+  %w = parameter() {split=[1,2]} : f32[16,16]
+  %s = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0]} : f32[8,16]
+  %m = error_stats(%s, %z) {label="s", lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[3]
+  return %y, %e, %f, %m
+}
+)");
+  PassContext ctx;
+  PropagateSharding().run(*g, ctx);
+  EXPECT_TRUE(PartitionSpmd().run(*g, ctx));
+  const std::string text = printGraph(*g);
+  EXPECT_NE(text.find("%e = error_stats(%h, %h2) {"), std::string::npos) << text;
+  EXPECT_NE(text.find("%h2 = matmul(%x, %up) {lhs_contract=[1], rhs_contract=[0], split=[1,2]} : f32[8,16]"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("%f = error_stats(%y.all_reduce, %z) {"), std::string::npos) << text;
+  EXPECT_NE(text.find("%m = error_stats(%s.all_gather, %z) {"), std::string::npos) << text;
+}
+
 // Layout changes: a whole value added to a split one is sliced (shard), a split value
 // read whole is gathered, a splat constant just takes the local shape.
 TEST(PartitionSpmd, MovesOperandsBetweenLayouts) {
@@ -136,8 +167,10 @@ TEST(DataParallel, AveragesTheLossAndGradientsButNotStatistics) {
   %x = input() : f32[4,8]
   %w = parameter() : f32[8,8]
   %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0]} : f32[4,8]
-  %s = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], uses=["g:lhs"], seed=0} : f32[1,8]
-  return %h, %s
+  %s = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], uses=["g:lhs"], seed=0} : f32[1,9]
+  %h2 = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0]} : f32[4,8]
+  %e = error_stats(%h, %h2) {label="g", lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[3]
+  return %h, %s, %e
 }
 )");
   PassContext ctx;
@@ -146,6 +179,7 @@ TEST(DataParallel, AveragesTheLossAndGradientsButNotStatistics) {
   EXPECT_EQ(g->outputs()[0]->attrs().getGroup(AttrKey::kGroup), DeviceGroup::kData);
   EXPECT_EQ(g->outputs()[0]->attrs().getReduction(AttrKey::kReduce), Reduction::kMean);
   EXPECT_EQ(g->outputs()[1]->op(), Op::kQuantStats);
+  EXPECT_EQ(g->outputs()[2]->op(), Op::kErrorStats);
   EXPECT_FALSE(DataParallel().run(*g, ctx));  // already averaged
 }
 

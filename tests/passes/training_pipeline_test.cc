@@ -65,6 +65,18 @@ TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
   EXPECT_EQ(stats.front(), 5);
   EXPECT_EQ(stats.back(), 5 + static_cast<int64_t>(stats.size()) - 1);
 
+  // With the metrics' output errors, the quantized copies' streams continue the count.
+  TransformerGraph measured = buildTransformer(loadModelConfig("tiny"));
+  appendBackward(*measured.graph, measured.loss, measured.params);
+  o.profile->metrics = true;
+  o.profile->output_pairs = {{"int8:channel:rtn", "int8:channel:sr"}};
+  buildTrainingPipeline(o)->run(*measured.graph, ctx);
+  EXPECT_EQ(seedsOf(*measured.graph, Op::kQuantStats), stats);
+  std::vector<int64_t> copies = seedsOf(*measured.graph, Op::kQuantize);
+  ASSERT_FALSE(copies.empty());
+  EXPECT_EQ(copies.front(), stats.back() + 1);
+  EXPECT_EQ(copies.back(), stats.back() + static_cast<int64_t>(copies.size()));
+
   TransformerGraph quantized = buildTransformer(loadModelConfig("tiny"));
   appendBackward(*quantized.graph, quantized.loss, quantized.params);
   o.profile.reset();

@@ -10,6 +10,7 @@
 #include "frontend/transformer.h"
 #include "ir/builder.h"
 #include "ir/parser.h"
+#include "kernels/quant_stats.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "runtime/reference.h"
@@ -248,6 +249,28 @@ TEST(Executor, RopeMatchesTheReference) {
   BothRunners runners(*g);
   runners.run();
   for (size_t i = 0; i < g->outputs().size(); ++i) EXPECT_LT(runners.relError(i), 1e-6) << i;
+}
+
+// error_stats of two values: each of [sqnr, mean_square, mse] to f32 precision.
+TEST(Executor, ErrorStatsMatchTheReference) {
+  auto g = parseGraph(R"(graph @e {
+  %x = parameter() : f32[300,70]
+  %w = parameter() : f32[300,70]
+  %d = mul(%w, %w) : f32[300,70]
+  %y = add(%x, %d) : f32[300,70]
+  %e = error_stats(%x, %y) {label="g", lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[3]
+  %same = error_stats(%x, %x) {label="g", lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[3]
+  return %e, %same
+}
+)");
+  BothRunners runners(*g);
+  runners.run();
+  for (size_t out = 0; out < 2; ++out) {
+    std::span<const float> got = runners.exec.output<float>(out);
+    const RefTensor& exact = runners.ref.output(out);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got[i], exact.data[i], 1e-6 * exact.data[i]) << out << " " << i;
+  }
+  EXPECT_EQ(runners.exec.output<float>(1)[0], static_cast<float>(kernels::kSqnrCap));  // no error at all
 }
 
 // The LLaMA block (rope, grouped-query attention, SwiGLU, untied head) end to end.

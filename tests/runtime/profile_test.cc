@@ -3,17 +3,24 @@
 
 #include <gtest/gtest.h>
 
+#include "ir/analysis.h"
 #include "ir/parser.h"
 #include "ir/quant.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
+#include "passes/pipeline.h"
+#include "passes/quantize_gemms.h"
+#include "passes/tag_metadata.h"
 #include "plan/profile.h"
+#include "plan/recipe.h"
 #include "runtime/checkpoint.h"
 #include "runtime/executor.h"
+#include "runtime/profile_collector.h"
 #include "runtime/reference.h"
 #include "runtime/trainer.h"
 #include "support/errors.h"
+#include "tests/passes/pass_test_util.h"
 
 namespace pgq {
 namespace {
@@ -103,6 +110,33 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
   }
   // The round trip through YAML is exact.
   EXPECT_EQ(profileToYaml(parseProfile(profileToYaml(p), "again")), profileToYaml(p));
+  // Without --profile-metrics, none of their statistics.
+  EXPECT_FALSE(p.run.metrics);
+  for (const GemmProfile& g : p.gemms) {
+    EXPECT_EQ(g.reach, -1);
+    EXPECT_TRUE(g.output_errors.empty());
+    for (const OperandProfile& op : g.operands)
+      for (const FormatStats& f : op.formats) EXPECT_EQ(f.bias_sqnr_mean, 0);
+  }
+
+  // Nor do the metrics' statistics change them: the quantized copies feed nothing.
+  o = tiny("metrics");
+  o.profile_steps = 3;
+  o.profile_warmup = 4;
+  o.profile_metrics = true;
+  o.profile_out = (dir_ / "m.yaml").string();
+  train(o);
+  Checkpoint c = loadCheckpoint((dir_ / "metrics/checkpoint.pgqckpt").string());
+  for (size_t i = 0; i < a.tensors.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.tensors[i].second.raw(), c.tensors[i].second.raw(), a.tensors[i].second.bytes()), 0)
+        << a.tensors[i].first;
+  Profile m = loadProfile(o.profile_out);
+  EXPECT_TRUE(m.run.metrics);
+  EXPECT_GT(m.run.metrics_step_ms, 0);
+  EXPECT_EQ(m.gemms.size(), p.gemms.size());
+  // The same operands are quantized with the same noise: the plain statistics agree.
+  for (size_t i = 0; i < p.gemms.size(); ++i)
+    EXPECT_EQ(m.gemms[i].lhs().formats[0].sqnr_mean, p.gemms[i].lhs().formats[0].sqnr_mean) << p.gemms[i].label;
 }
 
 // quant_stats in the executor measures the operand the GEMM reads: per channel along
@@ -110,9 +144,9 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
 TEST_F(ProfileTest, StatisticsFollowTheOperandLayout) {
   auto g = parseGraph(R"(graph @s {
   %x = parameter() : f32[6,5,4]
-  %a = quant_stats(%x) {formats=["int8:channel:rtn","int4:channel:rtn"], contract_dims=[2], seed=1} : f32[2,8]
-  %b = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[0], seed=1} : f32[1,8]
-  %c = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], batch_dims=[2], seed=1} : f32[1,8]
+  %a = quant_stats(%x) {formats=["int8:channel:rtn","int4:channel:rtn"], contract_dims=[2], seed=1} : f32[2,9]
+  %b = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[0], seed=1} : f32[1,9]
+  %c = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], batch_dims=[2], seed=1} : f32[1,9]
   return %a, %b, %c
 }
 )");
@@ -244,6 +278,196 @@ TEST_F(ProfileTest, BrokenProfilesAreRejectedWithFileAndField) {
   EXPECT_NE(errorOf("\x7f" "ELF\x01\x02").find("p.yaml"), std::string::npos);
   EXPECT_NE(errorOf("").find("p.yaml: is empty"), std::string::npos);
   EXPECT_THROW(loadProfile((dir_ / "nope.yaml").string()), Error);
+}
+
+// The error of a GEMM's result that the profile reports is the SQNR of the result
+// quantize_gemms computes from the same operands: mean and min over the steps.
+TEST_F(ProfileTest, OutputErrorsAreTheSqnrOfTheQuantizedGemm) {
+  const char* one = R"(graph @g {
+  %x = input() : f32[48,40]
+  %w = parameter() : f32[40,24]
+  %y = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="fc"} : f32[48,24]
+  return %y
+}
+)";
+  // The GEMM twice on the same operands: `ref` stays f32, `q` is rewritten.
+  const char* twice = R"(graph @g {
+  %x = input() : f32[48,40]
+  %w = parameter() : f32[40,24]
+  %ref = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="ref"} : f32[48,24]
+  %q = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="q"} : f32[48,24]
+  return %ref, %q
+}
+)";
+  const std::vector<std::string> formats = {"int4:channel:rtn", "e4m3:tensor:rtn"};
+  auto measured = parseGraph(one);
+  PassContext ctx;
+  parsePipeline("tag_metadata,instrument_stats{output_pairs=[int4:channel:rtn/int4:channel:sr,"
+                "e4m3:tensor:rtn/e5m2:tensor:sr]}")
+      ->run(*measured, ctx);
+  Executor exec(*measured);
+  ProfileCollector collector(*measured);
+  std::vector<std::unique_ptr<Executor>> direct;
+  std::vector<std::unique_ptr<Graph>> rewritten;
+  for (const std::string& format : formats) {
+    rewritten.push_back(parseGraph(twice));
+    Recipe recipe = parseRecipe(fmt::format("gemms:\n  - {{label: q, decision: {}, lhs_format: \"{}\", rhs_format: "
+                                            "\"{}\"}}\n",
+                                            QuantFormat::parse(format).isEmulated() ? "fp8" : "int8", format, format),
+                                "r.yaml");
+    Pipeline p;
+    p.add(std::make_unique<TagMetadata>());
+    p.add(std::make_unique<QuantizeGemms>(QuantizeGemmsOptions{.recipe = recipe}));
+    p.run(*rewritten.back(), ctx);
+    direct.push_back(std::make_unique<Executor>(*rewritten.back()));
+  }
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{40, 24}}, 2));
+  std::vector<std::vector<double>> expected(formats.size());
+  for (int step = 0; step < 3; ++step) {
+    // Wider inputs each step: a different SQNR each time.
+    Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{48, 40}}, 10 + static_cast<uint64_t>(step), 1.0 + step));
+    exec.bind("x", x);
+    exec.bind("w", w);
+    exec.run(step);
+    collector.add(exec);
+    for (size_t f = 0; f < formats.size(); ++f) {
+      direct[f]->bind("x", x);
+      direct[f]->bind("w", w);
+      direct[f]->run(step);
+      expected[f].push_back(1 / testing::relativeSquaredError(direct[f]->output<float>(0), direct[f]->output<float>(1)));
+    }
+  }
+  ProfileRun run;
+  run.metrics = true;
+  Profile p = collector.profile(run);
+  ASSERT_EQ(p.gemms.size(), 1u);
+  const GemmProfile& g = p.gemms[0];
+  // A forward GEMM: each pair's gradient format goes unused.
+  ASSERT_EQ(g.output_errors.size(), 2u);
+  for (size_t f = 0; f < formats.size(); ++f) {
+    SCOPED_TRACE(formats[f]);
+    const OutputErrorStats* e = g.findOutputError(formats[f], formats[f]);
+    ASSERT_NE(e, nullptr);
+    const double mean = (expected[f][0] + expected[f][1] + expected[f][2]) / 3;
+    const double min = *std::min_element(expected[f].begin(), expected[f].end());
+    EXPECT_NEAR(e->sqnr_mean, mean, 1e-6 * mean);
+    EXPECT_NEAR(e->sqnr_min, min, 1e-6 * min);
+    EXPECT_GT(e->sqnr_mean, 10);
+  }
+  // One GEMM, no weight gradient: it reaches nothing.
+  EXPECT_EQ(g.reach, -1);
+  for (const OperandProfile& o : g.operands)
+    for (const FormatStats& f : o.formats) EXPECT_EQ(f.bias_sqnr_mean, 0);  // no bias requested
+}
+
+// Reach, from the dataflow of the tiny model's training graph: a weight-gradient GEMM
+// reaches itself; the logits' data gradient every weight gradient below the logits;
+// every forward GEMM all of them.
+TEST_F(ProfileTest, ReachFollowsTheDataflowToTheWeightGradients) {
+  TrainOptions o = tiny("run");
+  o.steps = 2;
+  o.profile_steps = 2;
+  o.profile_metrics = true;
+  o.profile_outputs = true;
+  o.profile_out = (dir_ / "p.yaml").string();
+  train(o);
+  Profile p = loadProfile(o.profile_out);  // (the file holds 9 significant digits)
+  auto elements = [](const GemmProfile& g) {
+    return static_cast<double>(g.gemm_shape[0] * g.gemm_shape[1] * g.gemm_shape[3]);
+  };
+  double wgrad_elements = 0, gradient_reach_sum = 0;
+  for (const GemmProfile& g : p.gemms)
+    if (g.direction == GemmDirection::kBwdWgrad) wgrad_elements += elements(g), gradient_reach_sum += g.gradient_reach;
+  EXPECT_NEAR(gradient_reach_sum, 1.0, 1e-7);
+  const GemmProfile* logits_wgrad = p.find("get_logits:wgrad");
+  const GemmProfile* logits_dgrad = p.find("get_logits:dgrad");
+  ASSERT_NE(logits_wgrad, nullptr);
+  ASSERT_NE(logits_dgrad, nullptr);
+  EXPECT_NEAR(logits_dgrad->reach, 1.0 - logits_wgrad->reach, 1e-8);
+  EXPECT_NEAR(logits_dgrad->gradient_reach, 1.0 - logits_wgrad->gradient_reach, 1e-7);
+  for (const GemmProfile& g : p.gemms) {
+    SCOPED_TRACE(g.label);
+    if (g.direction == GemmDirection::kBwdWgrad) {
+      EXPECT_NEAR(g.reach, elements(g) / wgrad_elements, 1e-8);
+    }
+    if (g.direction == GemmDirection::kFwd) {
+      EXPECT_NEAR(g.reach, 1.0, 1e-8);
+      EXPECT_NEAR(g.gradient_reach, 1.0, 1e-7);
+    }
+    EXPECT_GE(g.reach, 0);
+    EXPECT_LE(g.reach, 1);
+    EXPECT_GE(g.gradient_reach, 0);
+    // A data gradient reaches the weight gradients below it: no more than the logits'.
+    if (g.direction == GemmDirection::kBwdDgrad) {
+      EXPECT_LE(g.reach, logits_dgrad->reach + 1e-8);
+    }
+    EXPECT_FALSE(g.output_errors.empty());
+    for (const OperandProfile& op : g.operands)
+      for (const FormatStats& f : op.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << op.side << " " << f.format;
+  }
+  // The first layer's query data gradient reaches no weight gradient (only the
+  // embedding's, which no GEMM computes); the last layer's down projection's reaches
+  // the layers below.
+  EXPECT_EQ(p.find("layer0/attn/q:dgrad")->reach, 0);
+  EXPECT_GT(p.find("layer1/mlp/down:dgrad")->reach, p.find("layer0/mlp/down:dgrad")->reach);
+}
+
+// The output error pairs of --profile-metrics run exactly on this CPU: integer pairs at
+// a width both operands may have, FP8/MX schemes in their formats.
+TEST_F(ProfileTest, OutputPairsRunExactlyOnThisCpu) {
+  TrainOptions o = tiny("run");
+  EXPECT_TRUE(profileFormats(o).output_pairs.empty());
+  o.profile_metrics = true;
+  o.profile_bits = 8;
+  o.profile_granularity = "tensor";
+  o.profile_formats = {"fp8"};
+  const ProfileFormats p = profileFormats(o);
+  const int b = kernels::int8Caps().max_bits_both;
+  const std::vector<FormatPair> expected = {
+      {fmt::format("int{}:tensor:rtn", b), fmt::format("int{}:tensor:rtn", b)},
+      {fmt::format("int{}:tensor:rtn", b), fmt::format("int{}:tensor:sr", b)},
+      {fmt::format("int{}:channel:rtn", b), fmt::format("int{}:channel:rtn", b)},
+      {fmt::format("int{}:channel:rtn", b), fmt::format("int{}:channel:sr", b)},
+      {"e4m3:tensor:rtn", "e5m2:tensor:rtn"},
+      {"e4m3:tensor:rtn", "e5m2:tensor:sr"},
+  };
+  EXPECT_EQ(p.output_pairs, expected);
+  EXPECT_TRUE(p.metrics);
+  o.profile_bits = 4;
+  o.profile_granularity = "channel";
+  o.profile_formats = {};
+  EXPECT_EQ(profileFormats(o).output_pairs.front(), (FormatPair{"int4:channel:rtn", "int4:channel:rtn"}));
+  EXPECT_EQ(profileFormats(o).output_pairs.size(), 4u);
+}
+
+// The quantized copy of a GEMM and its error_stats run right after the GEMM: its result
+// and the copy's die there, not at the end of the step.
+TEST_F(ProfileTest, OutputErrorsRunRightAfterTheirGemm) {
+  TrainOptions o = tiny("run");
+  o.profile_metrics = true;
+  o.profile_ops = true;  // the executor's kernel order
+  TrainingSession session(o);
+  const Executor& exec = session.instrumentedExecutor();
+  std::vector<NodeProfile> order = exec.profile();
+  std::map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i].node] = i;
+  int errors = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node* error = order[i].node;
+    if (error->op() != Op::kErrorStats) continue;
+    ++errors;
+    const Node* gemm = error->operand(0);
+    ASSERT_LT(position.at(gemm), i);
+    // Between the GEMM and its error_stats only what measures: statistics, and values
+    // (the copy's) read by nothing after the error_stats.
+    for (size_t j = position.at(gemm) + 1; j < i; ++j) {
+      const Node* n = order[j].node;
+      bool dies = true;
+      for (const Node* user : n->users()) dies = dies && position.count(user) && position.at(user) <= i;
+      EXPECT_TRUE(isStatistics(*n) || dies) << n->name() << " between " << gemm->name() << " and " << error->name();
+    }
+  }
+  EXPECT_GT(errors, 51);
 }
 
 }  // namespace

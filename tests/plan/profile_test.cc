@@ -1,0 +1,111 @@
+// The profile's fields of the metrics beyond SQNR (`--profile-metrics`) through YAML:
+// written when recorded, read back exactly, absent (and defaulted) otherwise.
+#include "plan/profile.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "support/errors.h"
+
+namespace pgq {
+namespace {
+
+Profile metricsProfile() {
+  Profile p;
+  ProfileRun& r = p.run;
+  r.model = "tiny";
+  r.model_config = "name: tiny\n";
+  r.corpus = "c.txt";
+  r.corpus_fingerprint = "0123456789abcdef";
+  r.profile_steps = 2;
+  r.threads = 1;
+  r.precision = "f32";
+  r.pgq_version = "0.1.0";
+  r.cpu_isa = "avx2";
+  r.formats = {"int8:channel:rtn"};
+  r.gradient_formats = {"int8:channel:sr"};
+  r.step_ms = 10.5;
+  r.metrics = true;
+  r.metrics_step_ms = 31.25;
+  GemmProfile g;
+  g.label = "layer0/mlp/up:wgrad";
+  g.direction = GemmDirection::kBwdWgrad;
+  g.gemm_shape = g.device_shape = {1, 4, 8, 16};
+  g.flops = 1024;
+  g.bytes = 4 * (32 + 128 + 64);
+  auto operand = [](const std::string& side, OperandRole role) {
+    OperandProfile o;
+    o.side = side;
+    o.role = role;
+    o.tensor = side + "_value";
+    o.shape = {8, 4};
+    o.contract_dims = {0};
+    o.absmax = 2;
+    o.absmax_mean = 1.5;
+    o.rms = 0.5;
+    o.formats = {{"int8:channel:rtn", 1e4, 9e3, 1.1e4, 1e-5, 0.01, 0, 2500.5}};
+    return o;
+  };
+  g.operands = {operand("lhs", OperandRole::kActivation), operand("rhs", OperandRole::kGradient)};
+  g.operands[1].formats.push_back({"int8:channel:sr", 8e3, 7e3, 9e3, 2e-5, 0, 0, 7990.25});
+  g.reach = 0.125;
+  g.gradient_reach = 0.0625;
+  g.output_errors = {{"int8:channel:rtn", "int8:channel:rtn", 5000.5, 4000.25},
+                     {"int8:channel:rtn", "int8:channel:sr", 3000.5, 2000.25}};
+  p.gemms = {g};
+  return p;
+}
+
+TEST(ProfileMetrics, RoundTripThroughYaml) {
+  const Profile p = metricsProfile();
+  const std::string yaml = profileToYaml(p);
+  EXPECT_NE(yaml.find("  metrics: true\n  metrics_step_ms: 31.25\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("    reach: 0.125\n    gradient_reach: 0.0625\n    output_errors:\n"
+                      "      - {lhs_format: int8:channel:rtn, rhs_format: int8:channel:rtn, sqnr_mean: 5000.5, "
+                      "sqnr_min: 4000.25}\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("bias_sqnr_mean: 7990.25}"), std::string::npos) << yaml;
+  const Profile back = parseProfile(yaml, "p.yaml");
+  EXPECT_TRUE(back.run.metrics);
+  EXPECT_EQ(back.run.metrics_step_ms, 31.25);
+  const GemmProfile& g = back.gemms[0];
+  EXPECT_EQ(g.reach, 0.125);
+  EXPECT_EQ(g.gradient_reach, 0.0625);
+  ASSERT_EQ(g.output_errors.size(), 2u);
+  const OutputErrorStats* sr = g.findOutputError("int8:channel:rtn", "int8:channel:sr");
+  ASSERT_NE(sr, nullptr);
+  EXPECT_EQ(sr->sqnr_mean, 3000.5);
+  EXPECT_EQ(sr->sqnr_min, 2000.25);
+  EXPECT_EQ(g.findOutputError("int8:channel:sr", "int8:channel:sr"), nullptr);
+  EXPECT_EQ(g.lhs().formats[0].bias_sqnr_mean, 2500.5);
+  EXPECT_EQ(g.rhs().find("int8:channel:sr")->bias_sqnr_mean, 7990.25);
+  EXPECT_EQ(profileToYaml(back), yaml);
+}
+
+TEST(ProfileMetrics, AbsentWithoutMetricsAndRangeChecked) {
+  Profile p = metricsProfile();
+  p.run.metrics = false;
+  p.gemms[0].reach = p.gemms[0].gradient_reach = -1;
+  p.gemms[0].output_errors.clear();
+  for (OperandProfile& o : p.gemms[0].operands)
+    for (FormatStats& f : o.formats) f.bias_sqnr_mean = 0;
+  const std::string yaml = profileToYaml(p);
+  for (const char* field : {"metrics", "reach", "output_errors", "bias_sqnr_mean"})
+    EXPECT_EQ(yaml.find(field), std::string::npos) << field;
+  const Profile back = parseProfile(yaml, "p.yaml");
+  EXPECT_FALSE(back.run.metrics);
+  EXPECT_EQ(back.run.metrics_step_ms, 0);
+  EXPECT_EQ(back.gemms[0].reach, -1);
+  EXPECT_EQ(back.gemms[0].gradient_reach, -1);
+  EXPECT_TRUE(back.gemms[0].output_errors.empty());
+  EXPECT_EQ(back.gemms[0].lhs().formats[0].bias_sqnr_mean, 0);
+  // A reach is a fraction.
+  std::string bad = profileToYaml(metricsProfile());
+  bad.replace(bad.find("reach: 0.125"), 12, "reach: 1.5");
+  EXPECT_THROW(parseProfile(bad, "p.yaml"), Error);
+}
+
+}  // namespace
+}  // namespace pgq
