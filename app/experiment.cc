@@ -337,7 +337,11 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
   }
   writeRunSummary(result, s);
   if (s.step_ms > 0 && step_ms_estimate_ <= 0) step_ms_estimate_ = s.step_ms;
-  return s;
+  // As a resumed experiment will read it (9 significant digits), so that reports made
+  // now and after a resume are the same.
+  RunSummary written = loadRunSummary(result);
+  written.adversarial = adversarial;
+  return written;
 }
 
 void Experiment::search(const Profile& profile, const HardwareModel& hw) {
@@ -536,6 +540,7 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
   report.direction = bwd ? "backward" : "forward";
   report.setting = fmt::format("int{}:{}, {} gradients, on {}", o_.bits, o_.granularity, o_.backward_rounding, hw.name);
   report.candidates = n_all;
+  report.step_speedup = profile.run.step_ms > 0;
   report.finetune_steps = o_.finetune_steps;
   writeOrderingsReport(report);
   return (fs::path(o_.out_dir) / "orderings.md").string();

@@ -27,6 +27,11 @@ std::string_view kindName(OrderingKind k) {
   return "";
 }
 
+std::string axisName(const OrderingsReport& r) {
+  return r.step_speedup ? "estimated step speedup"
+                        : "estimated speedup of the GEMMs (the profile has no plain step time)";
+}
+
 struct Spread {
   double mean = 0, sd = 0, min = 0, max = 0;
 };
@@ -80,12 +85,12 @@ void writeOrderingsReport(const OrderingsReport& r) {
   std::string md = fmt::format(
       "# Fig. 2 measured: orderings of the {} candidates ({})\n\n"
       "{} candidate GEMMs (those the roofline keeps), each ordering cut at the same counts and fine-tuned {} steps "
-      "from the same baseline checkpoint with the same batches and seed. Speed: the estimated step speedup of each "
-      "cut's recipe (roofline, deterministic); loss: mean training loss over the last half of the run, against the "
-      "f32 run. **Area**: the mean loss increase over f32 (%) across the speed range, the curve through (1, 0), "
-      "each cut and all candidates, linear between points (lower is better).\n\n"
+      "from the same baseline checkpoint with the same batches and seed. Speed: the {} of each cut's recipe "
+      "(roofline, deterministic); loss: mean training loss over the last half of the run, against the f32 run. "
+      "**Area**: the mean loss increase over f32 (%) across the speed range, the curve through (1, 0), each cut "
+      "and all candidates, linear between points (lower is better).\n\n"
       "| ordering | kind | area (mean loss increase, %) | vs random mean |\n|---|---|---|---|\n",
-      r.direction, r.setting, r.candidates, r.finetune_steps);
+      r.direction, r.setting, r.candidates, r.finetune_steps, axisName(r));
   std::vector<const Curve*> sorted;
   for (const Curve& c : r.curves) sorted.push_back(&c);
   std::stable_sort(sorted.begin(), sorted.end(), [](const Curve* a, const Curve* b) { return a->area < b->area; });
@@ -170,9 +175,9 @@ void writeOrderingsReport(const OrderingsReport& r) {
   }
   std::string script = fmt::format(
       "set title '{} candidates, {}: loss vs speed by ordering (area in brackets)'\n"
-      "set xlabel 'estimated step speedup'\nset ylabel 'loss increase over f32 (%)'\nset grid\n"
+      "set xlabel '{}'\nset ylabel 'loss increase over f32 (%)'\nset grid\n"
       "set key top left\n{}\n",
-      r.direction, r.setting, plots);
+      r.direction, r.setting, axisName(r), plots);
   fs::create_directories(r.out_dir);
   writeFileAtomically((fs::path(r.out_dir) / "orderings.md").string(), md);
   writeFileAtomically((fs::path(r.out_dir) / "orderings.csv").string(), csv);

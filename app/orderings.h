@@ -8,7 +8,8 @@
 //   area = (1 / (s_all - 1)) * integral over s in [1, s_all] of dloss(s) ds
 //
 // the mean loss increase over f32 (in %) across the speed range, s the estimated step
-// speedup (roofline, RecipeSummary::estimatedStepSpeedup) and dloss the curve through
+// speedup (roofline, RecipeSummary::estimatedStepSpeedup; of the GEMMs alone when the
+// profile has no plain step time, as when it was made from a checkpoint) and dloss the curve through
 // (1, 0) at no GEMM, each cut, and (s_all, dloss_all) at every candidate, linear between
 // points. Lower is better; the Pareto-optimal ordering has the lowest.
 //
@@ -61,6 +62,9 @@ struct OrderingsReport {
   std::string out_dir;
   std::string direction;          // bwd | fwd
   std::string setting;            // formats and rounding, for titles
+  // What the speed axis is: the estimated step speedup when the profile knows the plain
+  // step time, else the estimated speedup of the GEMMs alone.
+  bool step_speedup = true;
   int64_t candidates = 0;
   int64_t finetune_steps = 0;
   std::vector<Curve> curves;

@@ -188,8 +188,18 @@ void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vec
       wgrads.push_back(i);
     }
   if (wgrads.empty()) return;
-  const size_t words = (wgrads.size() + 63) / 64;
   const std::vector<Node*> order = graph_.postOrder();
+  // The embeddings' gradients are scatter-adds, not GEMMs: they count too (their
+  // elements; their norms were not profiled), so that the first layer's data gradients,
+  // which reach only the embedding, do not look free.
+  std::vector<double> scatter_elements;
+  for (const Node* node : order)
+    if (node->op() == Op::kScatterAdd && !isStatistics(*node)) {
+      bit_of[node] = wgrads.size() + scatter_elements.size();
+      scatter_elements.push_back(static_cast<double>(node->shape().numElements()));
+    }
+  const size_t sinks = wgrads.size() + scatter_elements.size();
+  const size_t words = (sinks + 63) / 64;
   std::unordered_map<const Node*, size_t> position;
   for (size_t p = 0; p < order.size(); ++p) position[order[p]] = p;
   std::vector<uint64_t> bits(order.size() * words, 0);
@@ -213,12 +223,14 @@ void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vec
     norms = norms && g.operands.size() > 2;
     squares.push_back(norms ? elements.back() * g.operands[2].rms * g.operands[2].rms : 0.0);
   }
+  elements.insert(elements.end(), scatter_elements.begin(), scatter_elements.end());
+  squares.resize(elements.size(), 0.0);
   double total_elements = 0, total_squares = 0;
-  for (size_t w = 0; w < wgrads.size(); ++w) total_elements += elements[w], total_squares += squares[w];
+  for (size_t w = 0; w < sinks; ++w) total_elements += elements[w], total_squares += squares[w];
   for (size_t i = 0; i < gemms.size(); ++i) {
     const uint64_t* mine = &bits[position.at(nodes[i]) * words];
     double reached_elements = 0, reached_squares = 0;
-    for (size_t w = 0; w < wgrads.size(); ++w)
+    for (size_t w = 0; w < sinks; ++w)
       if ((mine[w / 64] >> (w % 64)) & 1) reached_elements += elements[w], reached_squares += squares[w];
     gemms[i].reach = reached_elements / total_elements;
     gemms[i].gradient_reach = norms && total_squares > 0 ? reached_squares / total_squares : -1;
