@@ -525,9 +525,18 @@ TEST_F(Cli, ProfileMetricsRecordEveryGemmsStatistics) {
       for (const pgq::FormatStats& f : o.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << o.side << " " << f.format;
   }
   EXPECT_NE(pgq("train --help").out.find("--profile-metrics"), std::string::npos);
+  // A machine on which the tiny model's GEMMs pay off, so that the metric decides.
+  const std::string fast = write("fast.yaml", "name: fast-int8\nthreads: 2\npeak_gflops: {f32: 100, bf16: 100, int8: 10000}\n"
+                                              "gemm_gflops: {f32: 100, bf16: 100, int8: 10000}\nmemory_bandwidth_gbs: 10000\n"
+                                              "quantize_gbs: {rtn: 100000, sr: 100000}\ncall_overhead_us: 0\n"
+                                              "int8: {vnni: true, max_bits_one: 8, max_bits_both: 8}\n");
   for (const char* metric : {"bias", "output", "reach"}) {
     Result table = pgq("sqnr-table " + profile + " --sort " + metric);
     EXPECT_EQ(table.code, 0) << metric << "\n" << table.out;
+    EXPECT_NE(table.out.find("| bias | output | reach |"), std::string::npos) << table.out;
+    Result recipe = pgq("recipe --profile " + profile + " --hardware " + fast + " --policy 'F+B>2' --metric " + metric);
+    EXPECT_EQ(recipe.code, 0) << metric << "\n" << recipe.out;
+    EXPECT_NE(recipe.out.find(std::string(", ") + metric + " "), std::string::npos) << recipe.out;
   }
 }
 
