@@ -536,6 +536,7 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
     curve.area = curveArea(curve.points);
     report.curves.push_back(curve);
   }
+  report.orders = orders;
   report.out_dir = o_.out_dir;
   report.direction = bwd ? "backward" : "forward";
   report.setting = fmt::format("int{}:{}, {} gradients, on {}", o_.bits, o_.granularity, o_.backward_rounding, hw.name);

@@ -68,11 +68,17 @@ struct OrderingsReport {
   int64_t candidates = 0;
   int64_t finetune_steps = 0;
   std::vector<Curve> curves;
+  // Every ordering's full order (metrics, adversarial, random, pareto): ranks.csv, and
+  // how each metric's ranks agree with the Pareto estimate's.
+  std::vector<Ordering> orders;
   std::string pareto_table;       // markdown, empty without a Pareto estimate
   double pareto_cost_steps = 0;   // steps the estimate took
 };
 
-// Writes orderings.md, orderings.csv and fig2.png into out_dir.
+// Spearman's rank correlation of two orders of the same labels (1: the same order).
+double spearman(const std::vector<std::string>& a, const std::vector<std::string>& b);
+
+// Writes orderings.md, orderings.csv, ranks.csv and fig2.png into out_dir.
 void writeOrderingsReport(const OrderingsReport& report);
 
 }  // namespace pgq

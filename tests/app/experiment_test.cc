@@ -269,11 +269,12 @@ TEST_F(ExperimentTest, OrderingsWriteFig2WithAnAreaPerOrdering) {
   ExperimentResult r = runExperiment(o);
   fs::path out(o.out_dir);
   EXPECT_EQ(r.report_path, (out / "orderings.md").string());
-  for (const char* f : {"orderings.md", "orderings.csv", "fig2.png"}) EXPECT_TRUE(fs::exists(out / f)) << f;
+  for (const char* f : {"orderings.md", "orderings.csv", "ranks.csv", "fig2.png"}) EXPECT_TRUE(fs::exists(out / f)) << f;
   std::string md = read(out / "orderings.md");
   for (const char* row : {"| sqnr | metric |", "| bias | metric |", "| output | metric |", "| reach | metric |",
                           "| effect | metric |", "| adversarial | adversarial |", "| pareto | pareto |",
-                          "| random (mean of 2) | random |", "## The Pareto estimate"})
+                          "| random (mean of 2) | random |", "## The Pareto estimate",
+                          "## Agreement with the Pareto estimate"})
     EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
   // Each curve: f32 (0 GEMMs), the cut, all candidates; its area on every row.
   std::string csv = read(out / "orderings.csv");

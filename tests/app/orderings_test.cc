@@ -29,6 +29,13 @@ TEST(Orderings, RandomOrdersArePermutationsFixedByTheSeed) {
   EXPECT_EQ(one, sorted);
 }
 
+TEST(Orderings, SpearmanOfTwoOrders) {
+  std::vector<std::string> a{"a", "b", "c", "d"}, reversed{"d", "c", "b", "a"};
+  EXPECT_DOUBLE_EQ(spearman(a, a), 1.0);
+  EXPECT_DOUBLE_EQ(spearman(a, reversed), -1.0);
+  EXPECT_DOUBLE_EQ(spearman(a, {"b", "a", "c", "d"}), 1.0 - 6.0 * 2 / (4 * 15));
+}
+
 CurvePoint at(double speed, double delta) {
   CurvePoint p;
   p.est_speedup = speed;
