@@ -48,6 +48,19 @@ TEST(QuantStats, UniformDataMatchesTheAnalyticSqnr) {
               6.02, 0.1);
 }
 
+// Q(x) by an explicit computeQuantParams + quantize + dequantize, the reference the
+// statistics are checked against.
+std::vector<float> roundTrip(const std::vector<float>& x, const OperandView& view, const QuantFormat& format,
+                             SrStream sr) {
+  std::vector<float> params(quantParamCount(view, format));
+  computeQuantParams(x, view, format, params);
+  std::vector<int8_t> q(x.size());
+  std::vector<float> back(x.size());
+  quantize(x, view, format, params, q, sr);
+  dequantize(q, view, format, params, back);
+  return back;
+}
+
 // The statistics describe exactly the arithmetic of computeQuantParams + quantize:
 // the MSE equals that of an explicit quantize/dequantize round trip.
 TEST(QuantStats, MatchesAnExplicitRoundTrip) {
@@ -59,12 +72,7 @@ TEST(QuantStats, MatchesAnExplicitRoundTrip) {
       QuantFormat format = QuantFormat::parse(text);
       SrStream sr{77, 3};
       QuantStats stats = quantStats(x, view, format, sr);
-      std::vector<float> params(quantParamCount(view, format));
-      computeQuantParams(x, view, format, params);
-      std::vector<int8_t> q(x.size());
-      std::vector<float> back(x.size());
-      quantize(x, view, format, params, q, sr);
-      dequantize(q, view, format, params, back);
+      std::vector<float> back = roundTrip(x, view, format, sr);
       double noise = 0.0, signal = 0.0, underflow = 0.0;
       for (size_t i = 0; i < x.size(); ++i) {
         noise += (double(back[i]) - x[i]) * (double(back[i]) - x[i]);
@@ -83,12 +91,7 @@ TEST(QuantStats, MatchesAnExplicitRoundTrip) {
 // The coherent error is the mean over rows of (sum_k e_k)^2 / K, computed here from an
 // explicit quantize/dequantize round trip, for both layouts and several formats.
 double coherentReference(const std::vector<float>& x, const OperandView& view, const QuantFormat& format, SrStream sr) {
-  std::vector<float> params(quantParamCount(view, format));
-  computeQuantParams(x, view, format, params);
-  std::vector<int8_t> q(x.size());
-  std::vector<float> back(x.size());
-  quantize(x, view, format, params, q, sr);
-  dequantize(q, view, format, params, back);
+  std::vector<float> back = roundTrip(x, view, format, sr);
   double total = 0.0;
   for (int64_t b = 0; b < view.batch; ++b)
     for (int64_t ch = 0; ch < view.channels(); ++ch) {
