@@ -28,6 +28,7 @@
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/option_ranges.h"
+#include "support/quant_format.h"
 
 namespace pgq {
 namespace {
@@ -100,7 +101,12 @@ class Experiment {
     p.bits = o_.bits;
     p.granularity = o_.granularity;
     p.metric = o_.metric;
+    p.formats = {o_.scheme};
     return p;
+  }
+  // "int8:channel" or "fp8"; with the gradients' rounding, for report titles.
+  std::string settingName() const {
+    return o_.scheme == "int8" ? fmt::format("int{}:{}", o_.bits, o_.granularity) : o_.scheme;
   }
   void phase(const std::string& what, int64_t steps);
 
@@ -140,6 +146,10 @@ void Experiment::validate() const {
     throw Error(fmt::format("--granularity: expected tensor, channel or block<N>, got '{}'", o_.granularity));
   }
   for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
+  kTokenScale.check(o_.token_scale);
+  if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), o_.scheme) == std::end(kFormatSchemes))
+    throw Error(fmt::format("--scheme: unknown format scheme '{}' (expected one of {})", o_.scheme,
+                            fmt::join(kFormatSchemes, ", ")));
   if ((o_.metric != Metric::kSqnr || o_.orderings || !o_.ordering_metrics.empty()) && !o_.profile_metrics)
     throw Error(fmt::format("--metric {} and --orderings need the statistics of the metrics beyond SQNR: add "
                             "--profile-metrics",
@@ -158,7 +168,15 @@ void Experiment::validate() const {
       if (!(f > 0 && f < 1)) throw Error(fmt::format("--points: each fraction must be in (0, 1), got {}", f));
     }
   }
-  loadHardwareModel(o_.hardware);
+  HardwareModel hw = loadHardwareModel(o_.hardware);
+  // Every recipe of the experiment is in this scheme: one the hardware lacks would keep
+  // every GEMM in high precision.
+  std::string family =
+      o_.scheme == "int8" ? "int8" : std::string(formatFamily(QuantFormat::parse(schemeFormats(o_.scheme, "rtn", "rtn").operand)));
+  if (!hw.runsFamily(family))
+    throw Error(fmt::format("--scheme {}: hardware '{}' does not run {} natively (it runs: {}); choose a --hardware "
+                            "that does (e.g. h100-sxm for fp8, b200 for mxfp8)",
+                            o_.scheme, hw.name, family, fmt::join(hw.formats, ", ")));
 }
 
 // The folder remembers the options that shape its results; running again with other
@@ -177,6 +195,9 @@ void Experiment::recordOptions() const {
   // Options added later are written only when set, so that older folders still resume.
   if (o_.metric != Metric::kSqnr) text += fmt::format("metric: {}\n", nameOf(o_.metric));
   if (o_.profile_metrics) text += "profile_metrics: true\n";
+  if (o_.scheme != "int8") text += fmt::format("scheme: {}\n", o_.scheme);
+  if (o_.token_scale != 1.0) text += fmt::format("token_scale: {}\n", o_.token_scale);
+  if (o_.hardware != ExperimentOptions{}.hardware) text += fmt::format("hardware: {}\n", o_.hardware);
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
   if (fs::exists(path)) {
     if (readTextFile(path, InputKind::kExperimentOptions) != text)
@@ -255,6 +276,7 @@ void Experiment::baseline() {
   t.profile_out = profile;
   t.profile_bits = o_.bits;
   t.profile_granularity = o_.granularity;
+  if (o_.scheme != "int8") t.profile_formats = {o_.scheme};
   t.profile_metrics = o_.profile_metrics;
   // The gradient-weighted metric weighs by the weight gradients' norms: their statistics.
   t.profile_outputs = o_.profile_metrics;
@@ -271,7 +293,7 @@ void Experiment::baseline() {
 Profile Experiment::profile() const {
   Profile p = loadProfile((fs::path(o_.out_dir) / "profile.yaml").string());
   checkProfileModel(p, o_.model.name, o_.model.toYaml(), o_.model.source);
-  return p;
+  return o_.token_scale == 1.0 ? p : scaleTokens(p, o_.token_scale);
 }
 
 std::vector<RecipeRun> Experiment::makeRecipes() {
@@ -418,8 +440,9 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
   }
   const int64_t n_all = static_cast<int64_t>(candidates.size());
   if (n_all < 2)
-    throw Error(fmt::format("--orderings: only {} {} GEMM(s) pay off on hardware {}; nothing to order", n_all,
-                            o_.ordering_direction, hw.name));
+    throw Error(fmt::format("--orderings: only {} {} GEMM(s) pay off on hardware {}; nothing to order (larger "
+                            "GEMMs pay off more: a larger model, or --token-scale for a GPU's batch)",
+                            n_all, o_.ordering_direction, hw.name));
   std::vector<int64_t> counts;
   for (double f : o_.ordering_points)
     counts.push_back(std::clamp<int64_t>(std::llround(f * static_cast<double>(n_all)), 1, n_all - 1));
@@ -539,9 +562,11 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
   report.orders = orders;
   report.out_dir = o_.out_dir;
   report.direction = bwd ? "backward" : "forward";
-  report.setting = fmt::format("int{}:{}, {} gradients, on {}", o_.bits, o_.granularity, o_.backward_rounding, hw.name);
+  report.setting = fmt::format("{}, {} gradients, on {}{}", settingName(), o_.backward_rounding, hw.name,
+                               o_.token_scale == 1.0 ? "" : fmt::format(" at {}x the profiled tokens", o_.token_scale));
   report.candidates = n_all;
-  report.step_speedup = profile.run.step_ms > 0;
+  // A GPU's estimate, or a profile without a plain step time, has the GEMMs' speedup only.
+  report.step_speedup = all_recipe.summary.measured_step_ms > 0;
   report.finetune_steps = o_.finetune_steps;
   writeOrderingsReport(report);
   return (fs::path(o_.out_dir) / "orderings.md").string();
@@ -590,7 +615,8 @@ ExperimentResult Experiment::run() {
   in.profile_steps = o_.profile_steps;
   in.threads = omp_get_max_threads();
   in.fractions = o_.fractions;
-  in.sqnr_format = fmt::format("int{}:{}:rtn", o_.bits, o_.granularity);
+  in.sqnr_format = o_.scheme == "int8" ? fmt::format("int{}:{}:rtn", o_.bits, o_.granularity)
+                                       : schemeFormats(o_.scheme, "rtn", "rtn").operand;
   in.runs = runs;
   result = writeExperimentReport(in);
   double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();

@@ -11,6 +11,7 @@
 #include "cli/model_flags.h"
 #include "cli/number_flags.h"
 #include "plan/gemm_metric.h"
+#include "plan/policy.h"
 #include "support/errors.h"
 
 namespace pgq::cli {
@@ -56,6 +57,15 @@ void addExperimentCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--granularity", o.granularity, "Scale granularity of every recipe: channel, tensor or block<N>")
       ->capture_default_str();
+  cmd->add_option("--scheme", o.scheme,
+                  fmt::format("Format scheme of every recipe: {} (fp8: e4m3 weights and activations, e5m2 gradients, "
+                              "per tensor; FP8/MX run emulated here and need a --hardware that runs them, e.g. "
+                              "h100-sxm)",
+                              fmt::join(kFormatSchemes, ", ")))
+      ->capture_default_str();
+  addNumber(cmd, ranges::kTokenScale, o.token_scale,
+            "The recipes' roofline sees this many times the profiled tokens per device (a GPU's batch from this "
+            "CPU's profile, as pgq recipe --token-scale); statistics stay as profiled");
   addNumber(cmd, ranges::kLr, o.optimizer.lr, "Peak learning rate");
   addThreadsFlag(cmd);
   addNumber(cmd, ranges::kSeed, seed,
@@ -122,6 +132,9 @@ void addExperimentCommand(CLI::App& app) {
       for (std::string f; std::getline(in, f, ',');) o.fractions.push_back(parseNumber(ranges::kFraction, f));
     }
     o.metric = metricFromName(metric, "--metric");
+    if (o.scheme != "int8" && (cmd->count("--bits") || cmd->count("--granularity")))
+      throw Error(fmt::format("--bits and --granularity shape the int8 scheme; --scheme {} has its own formats",
+                              o.scheme));
     if (!ordering_metrics.empty()) {
       std::stringstream in(ordering_metrics);
       for (std::string m; std::getline(in, m, ',');) o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));

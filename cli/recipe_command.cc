@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/number_flags.h"
 #include "frontend/model_config.h"
 #include "plan/gemm_metric.h"
 #include "plan/hardware.h"
@@ -53,11 +54,9 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent");
   static std::string model;
   cmd->add_option("--model", model, "Check that the profile was made with this model (preset, YAML or ONNX file)");
-  cmd->add_option("--token-scale", token_scale,
-                  "The target run processes this many times the profiled run's tokens per device (e.g. 8 for batch 64 "
-                  "profiled at batch 8): the roofline sees GEMMs that large; SQNR stays as profiled")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  addNumber(cmd, ranges::kTokenScale, token_scale,
+            "The target run processes this many times the profiled run's tokens per device (e.g. 8 for batch 64 "
+            "profiled at batch 8): the roofline sees GEMMs that large; SQNR stays as profiled");
   static std::string export_torch;
   cmd->add_option("--export-torch", export_torch,
                   "Also write the recipe for PyTorch: FILE.json (the nn.Linear modules to quantize with Transformer "

@@ -89,6 +89,10 @@ inline constexpr OptionRange<double> kFraction{
     .name = "--fractions", .min = 0, .max = 1, .min_open = true, .max_open = true};
 inline constexpr OptionRange<double> kOrderingPoint{
     .name = "--points", .min = 0, .max = 1, .min_open = true, .max_open = true};
+// The roofline's tokens per device relative to the profiled run's (pgq recipe and pgq
+// experiment --token-scale); bounded so that scaled GEMM dims stay far inside int64.
+inline constexpr OptionRange<double> kTokenScale{
+    .name = "--token-scale", .min = 0, .max = 1e6, .min_open = true};
 inline constexpr OptionRange<double> kLossBudget{.name = "--loss-budget", .min = 0, .max = 10, .min_open = true};
 inline constexpr OptionRange<int64_t> kExperimentEvalBatches{
     .name = "eval_batches", .min = 1, .max = kMaxEvalBatches};

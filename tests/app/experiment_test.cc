@@ -33,6 +33,18 @@ call_overhead_us: 0
 int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
 )";
 
+// The same with FP8 at the int8 rate (a GPU's formats, the tiny model's sizes).
+const char* kFastFp8 = R"(name: fast-fp8
+threads: 2
+formats: [int8, fp8]
+peak_gflops: {f32: 100, bf16: 100, int8: 10000, fp8: 10000}
+gemm_gflops: {f32: 100, bf16: 100, int8: 10000, fp8: 10000}
+memory_bandwidth_gbs: 10000
+quantize_gbs: {rtn: 100000, sr: 100000}
+call_overhead_us: 0
+int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
+)";
+
 class ExperimentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -298,6 +310,42 @@ TEST_F(ExperimentTest, OrderingsWriteFig2WithAnAreaPerOrdering) {
   runExperiment(o);
   EXPECT_EQ(read(out / "orderings.csv"), csv);
   EXPECT_GE(fs::last_write_time(out / "orderings.csv"), stamp);
+}
+
+// --scheme fp8: the profile measures the FP8 formats, every recipe quantizes to them,
+// and the report names the scheme; a hardware without FP8 is refused before any work.
+TEST_F(ExperimentTest, OrderingsInAnFp8Scheme) {
+  std::ofstream(dir_ / "fp8.yaml") << kFastFp8;
+  ExperimentOptions o = options();
+  o.orderings = true;
+  o.profile_metrics = true;
+  o.ordering_points = {0.5};
+  o.random_orderings = 1;
+  o.finetune_steps = 4;
+  o.scheme = "fp8";
+  o.backward_rounding = "rtn";
+  o.token_scale = 2;
+  EXPECT_THROW(runExperiment(o), Error);  // fast-int8 has no FP8
+  EXPECT_FALSE(fs::exists(o.out_dir));
+  o.hardware = (dir_ / "fp8.yaml").string();
+  runExperiment(o);
+  fs::path out(o.out_dir);
+  std::string md = read(out / "orderings.md");
+  EXPECT_NE(md.find("fp8, rtn gradients, on fast-fp8 at 2x the profiled tokens"), std::string::npos) << md;
+  std::string profile = read(out / "profile.yaml");
+  EXPECT_NE(profile.find("e4m3"), std::string::npos);
+  EXPECT_NE(profile.find("e5m2"), std::string::npos);
+  // Every cut's recipe quantizes its GEMMs to FP8, none to int8.
+  int fp8 = 0;
+  for (const auto& e : fs::directory_iterator(out / "recipes")) {
+    std::string recipe = read(e.path());
+    EXPECT_EQ(recipe.find("decision: int8"), std::string::npos) << e.path();
+    fp8 += recipe.find("decision: fp8") != std::string::npos;
+  }
+  EXPECT_GT(fp8, 2);
+  std::string options = read(out / "experiment.yaml");
+  for (const char* line : {"scheme: fp8", "token_scale: 2", "hardware: "})
+    EXPECT_NE(options.find(line), std::string::npos) << options;
 }
 
 TEST_F(ExperimentTest, SearchWorksWithAnyMetric) {

@@ -770,6 +770,13 @@ TEST_F(Cli, StageTwoBadInputs) {
       {"experiment --model tiny --orderings --search --loss-budget 0.1 --out " + (dir_ / "e").string(),
        "--orderings and --search conflict"},
       {"experiment --model tiny --metric bais --out " + (dir_ / "e").string(), "--metric: unknown metric 'bais'"},
+      {"experiment --model tiny --scheme fp9 --out " + (dir_ / "e").string(), "--scheme: unknown format scheme 'fp9'"},
+      {"experiment --model tiny --scheme fp8 --out " + (dir_ / "e").string(),
+       "--scheme fp8: hardware 'epyc-zen3-2c' does not run fp8 natively"},
+      {"experiment --model tiny --scheme fp8 --granularity tensor --hardware h100-sxm --out " + (dir_ / "e").string(),
+       "--bits and --granularity shape the int8 scheme"},
+      {"experiment --model tiny --token-scale 0 --out " + (dir_ / "e").string(), "--token-scale: expected"},
+      {"recipe --profile " + profile + " --hardware h100-sxm --policy F --token-scale -2", "--token-scale: expected"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);
