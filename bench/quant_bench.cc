@@ -6,6 +6,9 @@
 //               operand costs per step
 //   stats_rtn, stats_sr   quantStats (params + quantize/dequantize + sums), 4 bytes per
 //               element counted once although it reads the tensor twice
+//   coherent    coherentErrorMeanSquare in int8 rtn with precomputed params (the
+//               bias-aware SQNR of --profile-metrics: quantize/dequantize, then the
+//               error's sums along the contracting dim), 4 bytes per element
 // Emulated formats (kernels/float_quant.h), fakeQuantize with precomputed scales, 4 bytes
 // read + 4 written per element:
 //   e4m3_rtn    e4m3:tensor:rtn          e5m2_sr   e5m2:tensor:sr
@@ -52,7 +55,7 @@ const NamedView kViews[] = {
 
 enum class Mode {
   kParams, kRtn, kSr, kDynamic, kStatsRtn, kStatsSr,
-  kE4m3Rtn, kE5m2Sr, kMxfp8Rtn, kStatsE4m3, kStatsMxfp8,
+  kE4m3Rtn, kE5m2Sr, kMxfp8Rtn, kStatsE4m3, kStatsMxfp8, kCoherent,
 };
 const char* modeName(Mode mode) {
   switch (mode) {
@@ -67,6 +70,7 @@ const char* modeName(Mode mode) {
     case Mode::kMxfp8Rtn: return "mxfp8_rtn";
     case Mode::kStatsE4m3: return "stats_e4m3";
     case Mode::kStatsMxfp8: return "stats_mxfp8";
+    case Mode::kCoherent: return "coherent";
   }
   return "?";
 }
@@ -111,6 +115,7 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
       case Mode::kE4m3Rtn:
       case Mode::kE5m2Sr:
       case Mode::kMxfp8Rtn: fakeQuantize(x, view, format, params, fake, {7, step++}); break;
+      case Mode::kCoherent: benchmark::DoNotOptimize(coherentErrorMeanSquare(x, view, format, params)); break;
     }
     benchmark::DoNotOptimize(q.data());
     benchmark::DoNotOptimize(fake.data());
@@ -155,12 +160,12 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\nGB/s per thread\n%-28s %7s %7s %7s %8s %9s %8s %8s\n", "tensor threads",
-                "params", "rtn", "sr", "dynamic", "stats_rtn", "stats_sr", "sr/rtn");
+    std::printf("\nGB/s per thread\n%-28s %7s %7s %7s %8s %9s %8s %8s %8s\n", "tensor threads",
+                "params", "rtn", "sr", "dynamic", "stats_rtn", "stats_sr", "coherent", "sr/rtn");
     for (const std::string& key : order_) {
       auto& g = gbps_[key];
-      std::printf("%-28s %7.1f %7.1f %7.1f %8.1f %9.1f %8.1f %7.2fx\n", key.c_str(), g["params"],
-                  g["rtn"], g["sr"], g["dynamic"], g["stats_rtn"], g["stats_sr"],
+      std::printf("%-28s %7.1f %7.1f %7.1f %8.1f %9.1f %8.1f %8.1f %7.2fx\n", key.c_str(), g["params"],
+                  g["rtn"], g["sr"], g["dynamic"], g["stats_rtn"], g["stats_sr"], g["coherent"],
                   g["sr"] > 0 ? g["rtn"] / g["sr"] : 0.0);
     }
     // fakeQuantize moves 8 bytes per element, quantize 5: the ratios are elements per
@@ -194,7 +199,7 @@ int main(int argc, char** argv) {
   for (const NamedView& v : kViews) {
     for (Mode mode : {Mode::kParams, Mode::kRtn, Mode::kSr, Mode::kDynamic, Mode::kStatsRtn,
                       Mode::kStatsSr, Mode::kE4m3Rtn, Mode::kE5m2Sr, Mode::kMxfp8Rtn,
-                      Mode::kStatsE4m3, Mode::kStatsMxfp8}) {
+                      Mode::kStatsE4m3, Mode::kStatsMxfp8, Mode::kCoherent}) {
       std::string name = std::string(v.name) + "/" + modeName(mode);
       benchmark::RegisterBenchmark(name.c_str(), runQuant, v.view, mode)
           ->ArgName("threads")
