@@ -122,6 +122,19 @@ std::string sqnrTableCsv(const std::vector<SqnrRow>& rows) {
 }
 
 std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format) {
+  // Each row's metrics beyond SQNR as an object, every metric the table shows (null in a
+  // row without its statistics); absent when the profile has none.
+  const std::vector<Metric> shown = metricsShown(rows);
+  auto metrics = [&](const SqnrRow& r) {
+    if (shown.size() < 2) return std::string();
+    std::string o = ", \"metrics\": {";
+    for (Metric m : shown) {
+      double v = r.metrics[static_cast<size_t>(m)];
+      o += fmt::format("{}{}: {}", m == shown.front() ? "" : ", ", jsonString(nameOf(m)),
+                       std::isfinite(v) ? fmt::format("{:.9g}", v) : std::string("null"));
+    }
+    return o + "}";
+  };
   std::string out = fmt::format("{{\"format\": {}, \"rows\": [", jsonString(format));
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
@@ -131,9 +144,9 @@ std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& f
     };
     out += fmt::format(
         "{}\n  {{\"rank\": {}, \"label\": {}, \"direction\": {}, \"gemm_shape\": [{},{},{},{}], \"intensity\": {:.6g}, "
-        "\"lhs\": {}, \"rhs\": {}}}",
+        "\"lhs\": {}, \"rhs\": {}{}}}",
         i ? "," : "", i + 1, jsonString(r.label), jsonString(nameOf(r.direction)), r.gemm_shape[0], r.gemm_shape[1],
-        r.gemm_shape[2], r.gemm_shape[3], r.intensity, input(r.lhs), input(r.rhs));
+        r.gemm_shape[2], r.gemm_shape[3], r.intensity, input(r.lhs), input(r.rhs), metrics(r));
   }
   return out + "\n]}\n";
 }

@@ -16,6 +16,7 @@
 #include <iterator>
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include "plan/profile.h"
 #include "runtime/run_dir_lock.h"
@@ -537,6 +538,17 @@ TEST_F(Cli, ProfileMetricsRecordEveryGemmsStatistics) {
     Result recipe = pgq("recipe --profile " + profile + " --hardware " + fast + " --policy 'F+B>2' --metric " + metric);
     EXPECT_EQ(recipe.code, 0) << metric << "\n" << recipe.out;
     EXPECT_NE(recipe.out.find(std::string(", ") + metric + " "), std::string::npos) << recipe.out;
+  }
+  // JSON: every row carries the metrics the table shows (effect is null: no gradient_reach).
+  Result json = pgq("sqnr-table --json " + profile);
+  ASSERT_EQ(json.code, 0) << json.out;
+  YAML::Node rows = YAML::Load(json.out)["rows"];
+  ASSERT_EQ(rows.size(), 51u);
+  for (const YAML::Node& row : rows) {
+    EXPECT_GT(row["metrics"]["sqnr"].as<double>(), 1) << row["label"];
+    EXPECT_GT(row["metrics"]["bias"].as<double>(), 0) << row["label"];
+    EXPECT_GT(row["metrics"]["output"].as<double>(), 0) << row["label"];
+    EXPECT_FALSE(row["metrics"]["effect"].IsDefined()) << row["label"];
   }
 }
 
