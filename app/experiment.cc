@@ -109,12 +109,21 @@ class Experiment {
     return o_.scheme == "int8" ? fmt::format("int{}:{}", o_.bits, o_.granularity) : o_.scheme;
   }
   void phase(const std::string& what, int64_t steps);
+  // The ETA from the first fine-tuning run's steps: the profiled steps' estimate is the
+  // instrumented graph's (several times slower with --profile-metrics).
+  void noteStepTime(const RunSummary& s) {
+    if (s.step_ms > 0 && !estimate_from_finetune_) {
+      step_ms_estimate_ = s.step_ms;
+      estimate_from_finetune_ = true;
+    }
+  }
 
   const ExperimentOptions& o_;
   Clock::time_point start_;
   std::string baseline_checkpoint_;
   int64_t baseline_step_ = 0;
   double step_ms_estimate_ = 0;
+  bool estimate_from_finetune_ = false;
   int64_t steps_left_ = 0;
   int phase_ = 0, phases_ = 0;
 };
@@ -335,6 +344,7 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
     phase(fmt::format("fine-tune {}: already done", name), steps);
     RunSummary s = loadRunSummary(result);
     s.adversarial = adversarial;
+    noteStepTime(s);
     return s;
   }
   TrainOptions t = trainOptions(dir);
@@ -358,7 +368,7 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
     s.bwd_total = r.summary.bwd_total;
   }
   writeRunSummary(result, s);
-  if (s.step_ms > 0 && step_ms_estimate_ <= 0) step_ms_estimate_ = s.step_ms;
+  noteStepTime(s);
   // As a resumed experiment will read it (9 significant digits), so that reports made
   // now and after a resume are the same.
   RunSummary written = loadRunSummary(result);

@@ -103,9 +103,18 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     if (live.count(node)) addOutputErrors(output_errors, node, roles, options_.output_pairs);
   }
   if (requests.empty()) return false;
+  const size_t gemm_requests = requests.size();
+  // The embeddings' gradients are scatter-adds, not GEMMs; with the results profiled,
+  // their norms too (the gradient reach of the first layer's data gradients, which flow
+  // only into them, needs them). Their statistics take the last seeds, so that the
+  // GEMMs' noise streams are those of a graph without them.
+  if (options_.outputs)
+    for (Node* node : graph.postOrder())
+      if (node->op() == Op::kScatterAdd && live.count(node))
+        request(node, {node->shape().rank() - 1}, {}, "scatter:" + node->name() + ":out", true);
   Builder b(graph);
   int64_t seed = options_.seed;
-  for (Request& r : requests) {
+  auto statistics = [&](Request& r) {
     Attrs a;
     a.set(AttrKey::kFormats, r.formats);
     a.set(AttrKey::kContractDims, r.contract);
@@ -114,7 +123,8 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     a.set(AttrKey::kSeed, seed++);
     if (options_.bias) a.set(AttrKey::kBias, int64_t{1});
     graph.addOutput(b.create(Op::kQuantStats, {r.value}, std::move(a), std::nullopt, r.value->name() + ".stats"));
-  }
+  };
+  for (size_t i = 0; i < gemm_requests; ++i) statistics(requests[i]);
   // The copies' stochastic-rounding streams follow the statistics nodes': independent
   // of those (and of each other).
   QuantizedGemmBuilder copies(graph, seed);
@@ -131,6 +141,8 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     a.set(AttrKey::kRhsFormat, e.rhs);
     graph.addOutput(b.create(Op::kErrorStats, {e.gemm, copy}, std::move(a), std::nullopt, e.gemm->name() + ".error"));
   }
+  seed = copies.nextSeed();
+  for (size_t i = gemm_requests; i < requests.size(); ++i) statistics(requests[i]);
   return true;
 }
 

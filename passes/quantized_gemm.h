@@ -38,6 +38,8 @@ class QuantizedGemmBuilder {
   // for formats that mix an int8 operand with an emulated one, and for predicted
   // scales on a weight whose format is not per-tensor FP8/MX.
   Node* build(Node* gemm, const GemmDecision& d, Attrs attrs, const std::string& name);
+  // The seed the next quantize node would take.
+  int64_t nextSeed() const { return seed_ + next_seed_; }
 
  private:
   struct QuantizedOperand {

@@ -179,7 +179,8 @@ std::vector<ProfileCollector::OutputError> ProfileCollector::outputErrors(Collec
 // GEMMs its users reach, and a weight-gradient GEMM itself; sets of GEMMs are bitsets.
 // Statistics nodes reach nothing (the quantized copies read only by them then reach
 // nothing either).
-void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vector<const Node*>& nodes) const {
+void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vector<const Node*>& nodes,
+                                 const std::unordered_map<const Node*, double>& scatter_rms) const {
   std::vector<size_t> wgrads;  // indices into gemms
   std::unordered_map<const Node*, size_t> bit_of;
   for (size_t i = 0; i < gemms.size(); ++i)
@@ -190,13 +191,17 @@ void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vec
   if (wgrads.empty()) return;
   const std::vector<Node*> order = graph_.postOrder();
   // The embeddings' gradients are scatter-adds, not GEMMs: they count too (their
-  // elements; their norms were not profiled), so that the first layer's data gradients,
-  // which reach only the embedding, do not look free.
-  std::vector<double> scatter_elements;
+  // elements, and their squared norms from their own statistics), so that the first
+  // layer's data gradients, which reach only the embedding, do not look free.
+  std::vector<double> scatter_elements, scatter_squares;
+  bool scatter_norms = true;
   for (const Node* node : order)
     if (node->op() == Op::kScatterAdd && !isStatistics(*node)) {
       bit_of[node] = wgrads.size() + scatter_elements.size();
       scatter_elements.push_back(static_cast<double>(node->shape().numElements()));
+      auto rms = scatter_rms.find(node);
+      scatter_norms = scatter_norms && rms != scatter_rms.end();
+      scatter_squares.push_back(rms != scatter_rms.end() ? scatter_elements.back() * rms->second * rms->second : 0.0);
     }
   const size_t sinks = wgrads.size() + scatter_elements.size();
   const size_t words = (sinks + 63) / 64;
@@ -224,7 +229,8 @@ void ProfileCollector::fillReach(std::vector<GemmProfile>& gemms, const std::vec
     squares.push_back(norms ? elements.back() * g.operands[2].rms * g.operands[2].rms : 0.0);
   }
   elements.insert(elements.end(), scatter_elements.begin(), scatter_elements.end());
-  squares.resize(elements.size(), 0.0);
+  squares.insert(squares.end(), scatter_squares.begin(), scatter_squares.end());
+  norms = norms && scatter_norms;
   double total_elements = 0, total_squares = 0;
   for (size_t w = 0; w < sinks; ++w) total_elements += elements[w], total_squares += squares[w];
   for (size_t i = 0; i < gemms.size(); ++i) {
@@ -322,7 +328,13 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     profile.gemms.push_back(std::move(g));
     nodes.push_back(node);
   }
-  if (metrics) fillReach(profile.gemms, nodes);
+  if (metrics) {
+    // The scatter-adds' rms, from the statistics of their results.
+    std::unordered_map<const Node*, double> scatter_rms;
+    for (const StatsOutput& out : outputs)
+      if (out.node->operand(0)->op() == Op::kScatterAdd) scatter_rms[out.node->operand(0)] = out.rms_sum / n;
+    fillReach(profile.gemms, nodes, scatter_rms);
+  }
   return profile;
 }
 

@@ -11,9 +11,11 @@
 // GEMMs its result flows into (statistics nodes and the quantized copies they read
 // aside), as a fraction of all weight-gradient GEMMs' output elements (`reach`), and of
 // their squared norms, output elements x rms^2 (`gradient_reach`, when the results'
-// statistics were logged).
+// statistics were logged). The embeddings' gradients (scatter-adds) count as weight
+// gradients there, their norms from their own statistics.
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -71,8 +73,11 @@ class ProfileCollector {
   // the devices' parts together, the sums of their mean squares and of their mses (the
   // parts have equal sizes). The data-parallel replicas' steps count separately.
   std::vector<OutputError> outputErrors(Collectives* job) const;
-  // Reach and gradient reach of every profiled GEMM (`gemms`, its matmul nodes beside).
-  void fillReach(std::vector<GemmProfile>& gemms, const std::vector<const Node*>& nodes) const;
+  // Reach and gradient reach of every profiled GEMM (`gemms`, its matmul nodes beside);
+  // `scatter_rms`: the rms of each embedding-gradient scatter-add whose result was
+  // profiled (gradient reach needs every one).
+  void fillReach(std::vector<GemmProfile>& gemms, const std::vector<const Node*>& nodes,
+                 const std::unordered_map<const Node*, double>& scatter_rms) const;
   // The scaling strategies of each output (none before 2 steps); `job` combines the
   // tensor-parallel devices.
   std::vector<std::optional<ScalingStats>> scalingOf(const std::vector<StatsOutput>& outputs, Collectives* job) const;

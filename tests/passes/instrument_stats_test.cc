@@ -91,6 +91,39 @@ TEST(InstrumentStats, CoversEveryGemmOfTheTrainingGraph) {
   EXPECT_EQ(static_cast<int>(uses.size()), 2 * gemms);
 }
 
+// With the results profiled, the embedding gradient's scatter-add gets statistics too
+// (for the gradient reach), with the last seed: the GEMMs' noise streams, the copies'
+// included, are those of a graph without it.
+TEST(InstrumentStats, ResultsIncludeTheEmbeddingGradientWithTheLastSeed) {
+  auto count = [](const Graph& g) {
+    std::map<Op, int> n;
+    for (const Node* out : g.outputs())
+      if (out->op() == Op::kQuantStats) ++n[out->operand(0)->op()];
+    return n;
+  };
+  auto instrument = [](bool outputs) {
+    TransformerGraph t = buildTransformer(loadModelConfig("tiny"));
+    appendBackward(*t.graph, t.loss, t.params);
+    PassContext ctx;
+    TagMetadata().run(*t.graph, ctx);
+    InstrumentStats({.outputs = outputs, .output_pairs = {{"int8:channel:rtn", "int8:channel:sr"}}}).run(*t.graph, ctx);
+    return t;
+  };
+  TransformerGraph plain = instrument(false), with = instrument(true);
+  EXPECT_EQ(count(*plain.graph)[Op::kScatterAdd], 0);
+  ASSERT_EQ(count(*with.graph)[Op::kScatterAdd], 1);
+  int64_t last = -1, scatter = -1;
+  for (const Node* n : with.graph->nodes()) {
+    if (!n->attrs().has(AttrKey::kSeed)) continue;
+    last = std::max(last, n->attrs().getInt(AttrKey::kSeed));
+    if (n->op() == Op::kQuantStats && n->operand(0)->op() == Op::kScatterAdd) {
+      scatter = n->attrs().getInt(AttrKey::kSeed);
+      EXPECT_EQ(n->attrs().getStrings(AttrKey::kUses)[0], "scatter:" + n->operand(0)->name() + ":out");
+    }
+  }
+  EXPECT_EQ(scatter, last);
+}
+
 std::map<Op, int> opCounts(const Graph& g) {
   std::map<Op, int> counts;
   for (const Node* n : g.nodes()) ++counts[n->op()];

@@ -384,7 +384,9 @@ TEST_F(ProfileTest, ReachFollowsTheDataflowToTheWeightGradients) {
   const ModelConfig& m = o.model;
   const double embedding = static_cast<double>(m.vocab * m.d_model);
   const double counted = wgrad_elements + embedding;
-  EXPECT_NEAR(gradient_reach_sum, 1.0, 1e-7);  // the scatter-add's norm is not profiled
+  // The rest of the squared norm is the scatter-add's (its result profiled too).
+  EXPECT_GT(gradient_reach_sum, 0.0);
+  EXPECT_LT(gradient_reach_sum, 1.0 - 1e-6);
   const GemmProfile* logits_wgrad = p.find("get_logits:wgrad");
   const GemmProfile* logits_dgrad = p.find("get_logits:dgrad");
   ASSERT_NE(logits_wgrad, nullptr);
@@ -412,9 +414,10 @@ TEST_F(ProfileTest, ReachFollowsTheDataflowToTheWeightGradients) {
       for (const FormatStats& f : op.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << op.side << " " << f.format;
   }
   // The first layer's query data gradient reaches only the embedding's gradient (a
-  // scatter-add, no GEMM); the last layer's down projection's reaches the layers below.
+  // scatter-add, no GEMM): its share of the parameters and of the squared norm; the
+  // last layer's down projection's reaches the layers below.
   EXPECT_NEAR(p.find("layer0/attn/q:dgrad")->reach, embedding / counted, 1e-8);
-  EXPECT_EQ(p.find("layer0/attn/q:dgrad")->gradient_reach, 0);
+  EXPECT_NEAR(p.find("layer0/attn/q:dgrad")->gradient_reach, 1.0 - gradient_reach_sum, 1e-7);
   EXPECT_GT(p.find("layer1/mlp/down:dgrad")->reach, p.find("layer0/mlp/down:dgrad")->reach);
 }
 
