@@ -43,7 +43,7 @@ std::string durationText(double seconds) {
   return s >= 60 ? fmt::format("{}m{:02d}s", s / 60, s % 60) : fmt::format("{}s", s);
 }
 
-// The metric (the policy's; min-input SQNR by default) of every GEMM `p` quantizes,
+// The metric (the policy's; the profile's default metric otherwise) of every GEMM `p` quantizes,
 // forward and backward, each lowest first: the thresholds between them are the ones
 // that change a recipe.
 struct CandidateSqnrs {
@@ -159,10 +159,11 @@ void Experiment::validate() const {
   if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), o_.scheme) == std::end(kFormatSchemes))
     throw Error(fmt::format("--scheme: unknown format scheme '{}' (expected one of {})", o_.scheme,
                             fmt::join(kFormatSchemes, ", ")));
-  if ((o_.metric != Metric::kSqnr || o_.orderings || !o_.ordering_metrics.empty()) && !o_.profile_metrics)
-    throw Error(fmt::format("--metric {} and --orderings need the statistics of the metrics beyond SQNR: add "
-                            "--profile-metrics",
-                            nameOf(o_.metric)));
+  if (((o_.metric && *o_.metric != Metric::kSqnr) || o_.orderings || !o_.ordering_metrics.empty()) &&
+      !o_.profile_metrics)
+    throw Error(fmt::format("--metric {} and --orderings need the statistics of the metrics beyond SQNR: drop "
+                            "--no-profile-metrics",
+                            nameOf(o_.metric.value_or(Metric::kSqnr))));
   if (o_.orderings) {
     if (o_.search) throw Error("--orderings and --search conflict: each chooses its own runs");
     if (o_.random_orderings < 1 || o_.random_orderings > 100)
@@ -202,7 +203,7 @@ void Experiment::recordOptions() const {
       o_.profile_steps, o_.finetune_steps, o_.optimizer.lr, o_.optimizer.warmup, omp_get_max_threads(), o_.bits,
       o_.granularity, o_.backward_rounding);
   // Options added later are written only when set, so that older folders still resume.
-  if (o_.metric != Metric::kSqnr) text += fmt::format("metric: {}\n", nameOf(o_.metric));
+  if (o_.metric) text += fmt::format("metric: {}\n", nameOf(*o_.metric));
   if (o_.profile_metrics) text += "profile_metrics: true\n";
   if (o_.scheme != "int8") text += fmt::format("scheme: {}\n", o_.scheme);
   if (o_.token_scale != 1.0) text += fmt::format("token_scale: {}\n", o_.token_scale);
@@ -627,6 +628,8 @@ ExperimentResult Experiment::run() {
   in.fractions = o_.fractions;
   in.sqnr_format = o_.scheme == "int8" ? fmt::format("int{}:{}:rtn", o_.bits, o_.granularity)
                                        : schemeFormats(o_.scheme, "rtn", "rtn").operand;
+  const Metric metric = o_.metric.value_or(defaultMetric(profile()));
+  in.metric = metric == Metric::kSqnr ? "SQNR" : std::string(nameOf(metric));
   in.runs = runs;
   result = writeExperimentReport(in);
   double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();

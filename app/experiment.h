@@ -22,6 +22,7 @@
 // over the SQNR values of the profile with short trial runs, to find the fastest
 // recipe whose loss stays within `loss_budget` of the f32 baseline.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,10 +61,12 @@ struct ExperimentOptions {
   bool progress = true;
 
   // The metric the thresholds of the fixed recipes and of --search compare
-  // (plan/gemm_metric.h); those beyond SQNR need profile_metrics.
-  Metric metric = Metric::kSqnr;
+  // (plan/gemm_metric.h); those beyond SQNR need profile_metrics. Unset: the default
+  // (effect when the profile has its statistics, i.e. with profile_metrics; else SQNR).
+  std::optional<Metric> metric;
   // Log the statistics of every metric in the profile (pgq train --profile-metrics; with
-  // the GEMM results' statistics, which the `effect` metric needs).
+  // the GEMM results' statistics, which the `effect` metric needs). `pgq experiment`
+  // sets it unless --no-profile-metrics.
   bool profile_metrics = false;
 
   // Orderings (Fig. 2, app/orderings.h) instead of the fixed recipes: the candidates of

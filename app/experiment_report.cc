@@ -193,7 +193,7 @@ void lossCurves(const std::string& out_dir, const std::vector<RunSummary>& runs)
 }
 
 // Fig. 5: speedup vs loss of the SQNR-ordered recipes and of their adversarial twins.
-void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& runs) {
+void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& runs, const std::string& metric) {
   const RunSummary& base = runs.front();
   std::vector<std::pair<double, const RunSummary*>> sqnr, adversarial;
   // The thresholded recipes are F+B_SR>t / F+B_SR<t (or F+B>t / F+B<t with
@@ -215,16 +215,16 @@ void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& ru
   for (const RunSummary& r : runs)
     if (r.name == "f32" || (sr && r.name == "F+B")) others += fmt::format("{:.4f} {:.6f} \"{}\"\n", base.step_ms / r.step_ms, r.mean_loss, r.name);
   std::string script = fmt::format(
-      "set title \"Speedup vs loss: backward GEMMs chosen by SQNR vs adversarially (f32 loss {1:.4f})\"\n"
+      "set title \"Speedup vs loss: backward GEMMs chosen by {2} vs adversarially (f32 loss {1:.4f})\"\n"
       "set xlabel \"step speedup over f32\"\nset ylabel \"mean training loss, last half of fine-tuning\"\nset grid\n"
       "set key top left\nset offsets graph 0.05, graph 0.1, graph 0.1, graph 0.1\n"
-      "plot 'sqnr.dat' using 1:2 with linespoints pt 7 lw 2 lc rgb '#2ca02c' title 'highest SQNR first ({0}>t)', \\\n"
-      "     'adversarial.dat' using 1:2 with linespoints pt 9 lw 2 lc rgb '#d62728' title 'lowest SQNR first ({0}<t)', \\\n"
+      "plot 'sqnr.dat' using 1:2 with linespoints pt 7 lw 2 lc rgb '#2ca02c' title 'highest {2} first ({0}>t)', \\\n"
+      "     'adversarial.dat' using 1:2 with linespoints pt 9 lw 2 lc rgb '#d62728' title 'lowest {2} first ({0}<t)', \\\n"
       "     'others.dat' using 1:2 with points pt 5 ps 1.5 lc rgb '#1f77b4' title 'other recipes', \\\n"
       "     'sqnr.dat' using 1:2:3 with labels offset 0,1 font ',8' notitle, \\\n"
       "     'adversarial.dat' using 1:2:3 with labels offset 0,-1 font ',8' notitle, \\\n"
       "     'others.dat' using 1:2:3 with labels offset 0,1 font ',8' notitle\n",
-      all, base.mean_loss);
+      all, base.mean_loss, metric);
   renderPlot(script, {{"sqnr.dat", rows(sqnr)}, {"adversarial.dat", rows(adversarial)}, {"others.dat", others}},
              (fs::path(out_dir) / "speedup_vs_loss.png").string(), 1100, 650);
 }
@@ -244,7 +244,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   writeFileAtomically((dir / "table.md").string(), md);
   writeFileAtomically((dir / "table.csv").string(), csv);
   lossCurves(in.out_dir, runs);
-  speedupVsLoss(in.out_dir, runs);
+  speedupVsLoss(in.out_dir, runs, in.metric);
   Profile profile = loadProfile((dir / "profile.yaml").string());
   std::vector<SqnrRow> rows = sqnrRows(profile, in.sqnr_format);
   writeFileAtomically((dir / "sqnr.md").string(), sqnrTableMarkdown(rows, in.sqnr_format));
@@ -267,10 +267,12 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   findings += fmt::format("\nMedian SQNR in {} by operand role:", in.sqnr_format);
   for (auto& [role, v] : by_role) findings += fmt::format(" {} {:.3g} ({} operands);", role, median(v), v.size());
   findings.back() = '.';
-  findings += "\n\n### Is the SQNR ordering informative?\n\n"
-              "Each fraction quantizes the same number of backward GEMMs, chosen by highest SQNR (`>`) or lowest (`<`):\n\n"
-              "| backward GEMMs in int8 | highest SQNR first: loss vs f32 | lowest SQNR first: loss vs f32 | gap |\n"
-              "|---|---|---|---|\n";
+  findings += fmt::format(
+      "\n\n### Is the {0} ordering informative?\n\n"
+      "Each fraction quantizes the same number of backward GEMMs, chosen by highest {0} (`>`) or lowest (`<`){1}:\n\n"
+      "| backward GEMMs in int8 | highest {0} first: loss vs f32 | lowest {0} first: loss vs f32 | gap |\n"
+      "|---|---|---|---|\n",
+      in.metric, in.metric == "SQNR" ? "" : " (docs/METRICS.md)");
   std::vector<const RunSummary*> high, low;
   for (const RunSummary& r : runs) {
     if (r.name.starts_with("F+B_SR>") || r.name.starts_with("F+B>")) high.push_back(&r);
@@ -302,9 +304,9 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
       checks += fmt::format("{}`{}` ({:.2f}x, loss {})", checks.empty() ? "" : ", ", r.name, base.step_ms / r.step_ms,
                             percent(r.mean_loss / base.mean_loss - 1));
   if (!checks.empty())
-    findings += fmt::format("The adversarial recipes {} quantize the lowest-SQNR GEMMs on purpose: they are checks of "
+    findings += fmt::format("The adversarial recipes {} quantize the lowest-{} GEMMs on purpose: they are checks of "
                             "the metric, not candidates.\n",
-                            checks);
+                            checks, in.metric);
   for (const char* name : {"F", "F+B", "F+B_SR"})
     if (const RunSummary* r = findRun(runs, name))
       findings += fmt::format("- `{}`: {:.2f}x, loss {}\n", name, base.step_ms / r->step_ms,

@@ -59,6 +59,9 @@ struct ReportInputs {
   // The format whose SQNR the report shows: the experiment's bits and granularity,
   // round to nearest (every GEMM operand is profiled in it).
   std::string sqnr_format = "int8:channel:rtn";
+  // What the thresholded recipes (F+B_SR>t, <t) compared: "SQNR" or a metric's name
+  // (plan/gemm_metric.h).
+  std::string metric = "SQNR";
   std::vector<RunSummary> runs;  // f32 first
 };
 

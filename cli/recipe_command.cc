@@ -61,12 +61,12 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_option("--export-torch", export_torch,
                   "Also write the recipe for PyTorch: FILE.json (the nn.Linear modules to quantize with Transformer "
                   "Engine or torchao) and FILE.py beside it (torchao's module_filter_fn)");
-  static std::string metric = "sqnr";
+  static std::string metric;
   cmd->add_option("--metric", metric,
                   fmt::format("What the policy's thresholds compare, per GEMM: {} (pgq sqnr-table shows each; "
-                              "docs/METRICS.md). Overrides the policy file's `metric:`",
-                              metricNames()))
-      ->capture_default_str();
+                              "docs/METRICS.md). Overrides the policy file's `metric:`. Default: {} when the profile "
+                              "has its statistics (pgq train --profile-metrics --profile-outputs), else sqnr",
+                              metricNames(), nameOf(kDefaultMetric)));
   cmd->add_flag("--explain", explain, "Print a summary: GEMMs quantized per direction, why others were kept, speedup");
   cmd->callback([cmd] {
     std::optional<Metric> chosen;
@@ -80,7 +80,7 @@ void addRecipeCommand(CLI::App& app) {
     HardwareModel hw = loadHardwareModel(hardware);
     Policy pol = loadPolicy(policy);
     if (chosen) pol.metric = *chosen;
-    requireMetric(p, pol.metric, profile);
+    if (pol.metric) requireMetric(p, *pol.metric, profile);
     Recipe recipe = generateRecipe(scaleTokens(p, token_scale), hw, pol, profile);
     if (out.empty()) {
       fmt::print("{}", recipeToYaml(recipe));

@@ -116,6 +116,19 @@ void requireMetric(const Profile& profile, Metric metric, const std::string& pro
                                 profile_path, g.label));
 }
 
+bool hasMetric(const Profile& profile, Metric metric) {
+  try {
+    requireMetric(profile, metric, "");
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+Metric defaultMetric(const Profile& profile) {
+  return hasMetric(profile, kDefaultMetric) ? kDefaultMetric : Metric::kSqnr;
+}
+
 MetricValue metricOf(Metric metric, const GemmProfile& g, const std::string& lhs_format, const std::string& rhs_format,
                      double sqnr_lhs, double sqnr_rhs, const std::string& profile_path) {
   MetricValue v;

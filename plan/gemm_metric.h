@@ -47,6 +47,14 @@ struct MetricValue {
 // Throws pgq::Error unless `profile` holds the statistics `metric` needs, naming the
 // metric, the missing field and the profiling flag that records it.
 void requireMetric(const Profile& profile, Metric metric, const std::string& profile_path);
+bool hasMetric(const Profile& profile, Metric metric);
+
+// The default ordering metric: `effect`, which ordered the GEMMs closest to the Pareto
+// estimate in every setting measured (docs/RESULTS.md, "Beyond SQNR"), when the profile
+// holds its statistics (pgq train --profile-metrics --profile-outputs; pgq experiment
+// records them unless --no-profile-metrics); SQNR otherwise.
+inline constexpr Metric kDefaultMetric = Metric::kEffect;
+Metric defaultMetric(const Profile& profile);
 
 // The metric of GEMM `g` quantized with formats lhs x rhs, given their (possibly
 // estimated) input SQNRs. Throws pgq::Error naming the profile, the GEMM, the metric

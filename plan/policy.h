@@ -87,8 +87,9 @@ struct Policy {
   // Weights of per-tensor FP8 schemes take MOSS's predicted scales instead.
   bool predict_weight_scales = false;
   // What the thresholds compare against (plan/gemm_metric.h; `metric:` in files,
-  // `pgq recipe --metric`): SQNR unless said otherwise.
-  Metric metric = Metric::kSqnr;
+  // `pgq recipe --metric`); unset: defaultMetric() of the profile (effect when the
+  // profile has its statistics, else SQNR).
+  std::optional<Metric> metric;
 };
 
 // A standard policy name, or a policy YAML file. Throws pgq::Error naming the file

@@ -148,6 +148,18 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   const bool gpu = hw.high_precision != DType::kF32;
   sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
   const bool schemes = policy.formats != std::vector<std::string>{"int8"};
+  // The policy's metric, else the default the profile can give.
+  const Metric metric = policy.metric.value_or(defaultMetric(profile));
+  const bool thresholds = policy.forward.threshold > 0 || policy.backward.threshold > 0 || policy.forward.invert ||
+                          policy.backward.invert;
+  if (!policy.metric && !scores && thresholds)
+    recipe.notes.push_back(
+        metric == kDefaultMetric
+            ? fmt::format("thresholds compare the default metric, {} (docs/METRICS.md; --metric sqnr for the paper's)",
+                          nameOf(metric))
+            : fmt::format("thresholds compare min SQNR: the default metric, {}, needs a profile made with pgq train "
+                          "--profile-metrics --profile-outputs",
+                          nameOf(kDefaultMetric)));
   // With cast_once, the GEMM operands reading one tensor share its cast.
   std::map<std::string, int> readers;
   for (const GemmProfile& g : profile.gemms)
@@ -228,12 +240,12 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
           throw Error(fmt::format("the ordering has no score for GEMM '{}' of profile {}", g.label, profile_path));
         return {it->second, false};
       }
-      return metricOf(policy.metric, g, with.lhs, with.rhs, with.sqnr_lhs, with.sqnr_rhs, profile_path);
+      return metricOf(metric, g, with.lhs, with.rhs, with.sqnr_lhs, with.sqnr_rhs, profile_path);
     };
     auto metricText = [&](const Choice& with, const MetricValue& v) {
       if (scores) return fmt::format("ordering score {} (min SQNR {})", sqnrText(v.value), sqnrText(with.minSqnr()));
-      if (policy.metric == Metric::kSqnr) return fmt::format("min SQNR {}", sqnrText(v.value));
-      return fmt::format("{} {} (min SQNR {})", nameOf(policy.metric), sqnrText(v.value), sqnrText(with.minSqnr()));
+      if (metric == Metric::kSqnr) return fmt::format("min SQNR {}", sqnrText(v.value));
+      return fmt::format("{} {} (min SQNR {})", nameOf(metric), sqnrText(v.value), sqnrText(with.minSqnr()));
     };
 
     const PolicyRule* rule = nullptr;
