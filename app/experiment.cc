@@ -560,10 +560,9 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
       std::vector<std::string> key = chosen;
       std::sort(key.begin(), key.end());
       std::string name = fmt::format("{} {}", ord.name, n);
-      auto [it, fresh] = run_of_set.try_emplace(key, name);
+      auto it = run_of_set.try_emplace(key, name).first;
       auto [path, r] = recipeFor(it->second, chosen);
       RunSummary s = finetune(it->second, it->second, path, o_.finetune_steps);
-      if (!fresh) --phases_;
       curve.points.push_back(point(s, n, r.summary.estimatedStepSpeedup()));
     }
     curve.points.push_back(all_point);

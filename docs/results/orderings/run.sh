@@ -1,13 +1,14 @@
 #!/bin/sh
 # Fig. 2 measured (docs/RESULTS.md, "Beyond SQNR"): the backward candidates' orderings
-# in three settings, then the key points of the `small` settings with a second seed.
+# in four settings (the forward ones too in FP8), then the key points of the `small`
+# settings with a second seed.
 # Usage: run.sh BUILD_DIR OUT_DIR MEDIUM_BASE
 #   MEDIUM_BASE: the 400-step `medium` checkpoint of docs/results/formats_medium/run.sh
 #   ($OUT/base/checkpoint.pgqckpt there).
 # The `small` baseline is Experiment 1's (`pgq experiment --preset full`, 1000 f32
 # steps; only its baseline checkpoint is used). Every run uses one thread, so that two
 # experiments can share the 2 cores (the results here ran two at a time); every phase
-# resumes. About 2 hours of runs on 2 cores.
+# resumes. About 4 hours of runs on 2 cores.
 set -eu
 build=$1
 out=$2
@@ -24,5 +25,14 @@ for rounding in sr rtn; do
     --no-progress --out "$out/int4_${rounding}_seed1235"
 done
 "$pgq" experiment --model medium --corpus english --from-checkpoint "$medium_base" --finetune-steps 30 --bits 8 \
-  --granularity channel --backward-rounding rtn --orderings --points 0.5 --random-orderings 3 --threads 1 \
+  --granularity channel --backward-rounding rtn --orderings --points 0.25,0.5,0.75 --random-orderings 3 --threads 1 \
   --no-progress --out "$out/medium_int8_rtn"
+# FP8 (Transformer Engine's HYBRID: e4m3 weights and activations, e5m2 gradients, per
+# tensor, round to nearest) on an H100's roofline at 16x the profiled tokens per device
+# (batch 128 of 256 tokens): the backward candidates, then the forward ones.
+"$pgq" experiment --model medium --corpus english --from-checkpoint "$medium_base" --finetune-steps 30 --scheme fp8 \
+  --hardware h100-sxm --token-scale 16 --backward-rounding rtn --orderings --points 0.25,0.5,0.75 --random-orderings 5 \
+  --pareto-steps 10 --threads 1 --no-progress --out "$out/medium_fp8_rtn"
+"$pgq" experiment --model medium --corpus english --from-checkpoint "$medium_base" --finetune-steps 30 --scheme fp8 \
+  --hardware h100-sxm --token-scale 16 --backward-rounding rtn --orderings --ordering-direction fwd --points 0.5 \
+  --random-orderings 3 --threads 1 --no-progress --out "$out/medium_fp8_fwd"
