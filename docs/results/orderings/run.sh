@@ -14,7 +14,7 @@ build=$1
 out=$2
 medium_base=$3
 pgq="$build/pgq"
-[ -f "$out/full/baseline/checkpoint.pgqckpt" ] || OMP_NUM_THREADS=2 "$pgq" experiment --preset full --out "$out/full" --no-progress
+[ -f "$out/full/baseline/checkpoint.pgqckpt" ] || OMP_NUM_THREADS=2 "$pgq" experiment --preset full --no-profile-metrics --out "$out/full" --no-progress
 base="$out/full/baseline/checkpoint.pgqckpt"
 export OMP_NUM_THREADS=1
 for rounding in sr rtn; do
