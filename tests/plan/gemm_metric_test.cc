@@ -176,6 +176,34 @@ TEST(GemmMetric, ThresholdsCompareThePolicysMetric) {
             (V{"b:dgrad", "c:wgrad"}));
 }
 
+// A policy that names no metric compares the default: effect when the profile has its
+// statistics, SQNR otherwise; the recipe says which.
+TEST(GemmMetric, TheDefaultIsEffectWhenTheProfileGivesIt) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Profile p = metricProfile();
+  EXPECT_EQ(defaultMetric(p), Metric::kEffect);
+  Policy unnamed = backwardOnly(15, Metric::kSqnr);
+  unnamed.metric.reset();
+  // By effect above 15: a (30 / 0.8) and c (8 / 0.02); b's 5 / 0.6 is below.
+  using V = std::vector<std::string>;
+  Recipe r = generateRecipe(p, hw, unnamed, "prof.yaml");
+  EXPECT_EQ(quantized(r), (V{"a:dgrad", "c:wgrad"}));
+  EXPECT_EQ(r.entries[0].metric_value, 30 / 0.8);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes[0].find("the default metric, effect"), std::string::npos) << r.notes[0];
+  // Without the results' statistics (no gradient reach): SQNR, and the note says why.
+  for (GemmProfile& g : p.gemms) g.gradient_reach = -1;
+  EXPECT_EQ(defaultMetric(p), Metric::kSqnr);
+  r = generateRecipe(p, hw, unnamed, "prof.yaml");
+  EXPECT_EQ(quantized(r), (V{"a:dgrad", "b:dgrad"}));
+  EXPECT_NE(r.notes[0].find("thresholds compare min SQNR: the default metric, effect, needs"), std::string::npos)
+      << r.notes[0];
+  // A named metric is used (and required) as named, without a note.
+  r = generateRecipe(metricProfile(), hw, backwardOnly(15, Metric::kSqnr), "prof.yaml");
+  EXPECT_EQ(quantized(r), (V{"a:dgrad", "b:dgrad"}));
+  EXPECT_TRUE(r.notes.empty());
+}
+
 TEST(GemmMetric, PolicyFilesNameTheirMetric) {
   Policy p = parsePolicy("name: t\nmetric: bias\nforward: {quantize: true}\nbackward: {quantize: true, threshold: 3}\n",
                          "t.yaml");
