@@ -49,10 +49,12 @@ struct MetricValue {
 void requireMetric(const Profile& profile, Metric metric, const std::string& profile_path);
 bool hasMetric(const Profile& profile, Metric metric);
 
-// The default ordering metric: `effect`, which ordered the GEMMs closest to the Pareto
-// estimate in every setting measured (docs/RESULTS.md, "Beyond SQNR"), when the profile
-// holds its statistics (pgq train --profile-metrics --profile-outputs; pgq experiment
-// records them unless --no-profile-metrics); SQNR otherwise.
+// The default ordering metric of backward GEMMs: `effect`, which ordered them closest to
+// the Pareto estimate and beat SQNR in every setting measured (docs/RESULTS.md, "Beyond
+// SQNR"), when the profile holds its statistics (pgq train --profile-metrics
+// --profile-outputs; pgq experiment records them unless --no-profile-metrics); SQNR
+// otherwise. Forward GEMMs compare SQNR by default: there `effect` is the output SQNR,
+// which ordered them worse than random (it ranks the logits first).
 inline constexpr Metric kDefaultMetric = Metric::kEffect;
 Metric defaultMetric(const Profile& profile);
 

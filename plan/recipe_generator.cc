@@ -149,14 +149,17 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
   const bool schemes = policy.formats != std::vector<std::string>{"int8"};
   // The policy's metric, else the default the profile can give.
-  const Metric metric = policy.metric.value_or(defaultMetric(profile));
+  // The policy's metric, else the default the profile can give (for backward GEMMs;
+  // forward ones compare SQNR by default, gemm_metric.h).
+  const Metric backward_default = policy.metric.value_or(defaultMetric(profile));
   const bool thresholds = policy.forward.threshold > 0 || policy.backward.threshold > 0 || policy.forward.invert ||
                           policy.backward.invert;
   if (!policy.metric && !scores && thresholds)
     recipe.notes.push_back(
-        metric == kDefaultMetric
-            ? fmt::format("thresholds compare the default metric, {} (docs/METRICS.md; --metric sqnr for the paper's)",
-                          nameOf(metric))
+        backward_default == kDefaultMetric
+            ? fmt::format("backward thresholds compare the default metric, {}, forward ones min SQNR "
+                          "(docs/METRICS.md; --metric sqnr for the paper's)",
+                          nameOf(backward_default))
             : fmt::format("thresholds compare min SQNR: the default metric, {}, needs a profile made with pgq train "
                           "--profile-metrics --profile-outputs",
                           nameOf(kDefaultMetric)));
@@ -188,6 +191,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
 
   for (const GemmProfile& g : profile.gemms) {
     bool forward = g.direction == GemmDirection::kFwd;
+    const Metric metric = policy.metric.value_or(forward ? Metric::kSqnr : backward_default);
     const DirectionPolicy& dp = forward ? policy.forward : policy.backward;
     (forward ? sum.fwd_total : sum.bwd_total) += 1;
     RecipeEntry e;

@@ -198,6 +198,15 @@ TEST(GemmMetric, TheDefaultIsEffectWhenTheProfileGivesIt) {
   EXPECT_EQ(quantized(r), (V{"a:dgrad", "b:dgrad"}));
   EXPECT_NE(r.notes[0].find("thresholds compare min SQNR: the default metric, effect, needs"), std::string::npos)
       << r.notes[0];
+  // Forward GEMMs compare SQNR by default: f's SQNR (30) passes 15, its effect (5) would not.
+  Profile with_forward = metricProfile();
+  with_forward.gemms.push_back(gemm("f", GemmDirection::kFwd, OperandRole::kActivation, 30, 30, OperandRole::kWeight, 30,
+                                    30, 5, 1, 1));
+  Policy both = unnamed;
+  both.forward = {.quantize = true, .threshold = 15};
+  EXPECT_EQ(quantized(generateRecipe(with_forward, hw, both, "prof.yaml")), (V{"a:dgrad", "c:wgrad", "f"}));
+  both.metric = Metric::kEffect;
+  EXPECT_EQ(quantized(generateRecipe(with_forward, hw, both, "prof.yaml")), (V{"a:dgrad", "c:wgrad"}));
   // A named metric is used (and required) as named, without a note.
   r = generateRecipe(metricProfile(), hw, backwardOnly(15, Metric::kSqnr), "prof.yaml");
   EXPECT_EQ(quantized(r), (V{"a:dgrad", "b:dgrad"}));
