@@ -27,6 +27,14 @@ done
 "$pgq" experiment --model medium --corpus english --from-checkpoint "$medium_base" --finetune-steps 30 --bits 8 \
   --granularity channel --backward-rounding rtn --orderings --points 0.25,0.5,0.75 --random-orderings 3 --threads 1 \
   --no-progress --out "$out/medium_int8_rtn"
+# The key point of `medium` (the 75% cut, where SQNR's cut diverges) with a second seed.
+"$pgq" experiment --model medium --corpus english --from-checkpoint "$medium_base" --finetune-steps 30 --bits 8 \
+  --granularity channel --backward-rounding rtn --orderings --points 0.75 --random-orderings 3 --seed 1235 \
+  --threads 1 --no-progress --out "$out/medium_int8_rtn_seed1235"
+# The forward candidates of `small` at 4 bits per tensor (round to nearest).
+"$pgq" experiment --from-checkpoint "$base" --finetune-steps 100 --bits 4 --granularity tensor \
+  --backward-rounding rtn --orderings --ordering-direction fwd --points 0.5 --random-orderings 5 --pareto-steps 25 \
+  --threads 1 --no-progress --out "$out/int4_fwd"
 # FP8 (Transformer Engine's HYBRID: e4m3 weights and activations, e5m2 gradients, per
 # tensor, round to nearest) on an H100's roofline at 16x the profiled tokens per device
 # (batch 128 of 256 tokens): the backward candidates, then the forward ones.
