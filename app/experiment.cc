@@ -28,7 +28,6 @@
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/option_ranges.h"
-#include "support/quant_format.h"
 
 namespace pgq {
 namespace {
@@ -181,8 +180,7 @@ void Experiment::validate() const {
   HardwareModel hw = loadHardwareModel(o_.hardware);
   // Every recipe of the experiment is in this scheme: one the hardware lacks would keep
   // every GEMM in high precision.
-  std::string family =
-      o_.scheme == "int8" ? "int8" : std::string(formatFamily(QuantFormat::parse(schemeFormats(o_.scheme, "rtn", "rtn").operand)));
+  const std::string family = schemeFamily(o_.scheme);
   if (!hw.runsFamily(family))
     throw Error(fmt::format("--scheme {}: hardware '{}' does not run {} natively (it runs: {}); choose a --hardware "
                             "that does (e.g. h100-sxm for fp8, b200 for mxfp8)",

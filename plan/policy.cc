@@ -35,6 +35,11 @@ SchemeFormats schemeFormats(std::string_view scheme, const std::string& rounding
   throw Error(fmt::format("unknown format scheme '{}' (expected one of {})", scheme, fmt::join(kFormatSchemes, ", ")));
 }
 
+std::string schemeFamily(std::string_view scheme) {
+  if (scheme == "int8") return "int8";
+  return std::string(formatFamily(QuantFormat::parse(schemeFormats(scheme, "rtn", "rtn").operand)));
+}
+
 namespace {
 
 bool parseNumber(const std::string& text, double& out) {

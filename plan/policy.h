@@ -66,6 +66,9 @@ struct SchemeFormats {
 // Formats of an FP8/MX scheme (not int8) with the given roundings ("rtn" | "sr").
 SchemeFormats schemeFormats(std::string_view scheme, const std::string& rounding,
                             const std::string& gradient_rounding);
+// The format family a scheme's GEMMs run in (int8, fp8, mxfp8, ...: what hardware
+// models list as `formats`).
+std::string schemeFamily(std::string_view scheme);
 
 struct Policy {
   std::string name;

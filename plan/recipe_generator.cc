@@ -148,7 +148,6 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   const bool gpu = hw.high_precision != DType::kF32;
   sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
   const bool schemes = policy.formats != std::vector<std::string>{"int8"};
-  // The policy's metric, else the default the profile can give.
   // The policy's metric, else the default the profile can give (for backward GEMMs;
   // forward ones compare SQNR by default, gemm_metric.h).
   const Metric backward_default = policy.metric.value_or(defaultMetric(profile));
@@ -175,8 +174,7 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   // of whose schemes runs there is a mistake, not a set of GEMM decisions.
   std::vector<std::string> schemes_here;
   for (const std::string& scheme : policy.formats) {
-    std::string family =
-        scheme == "int8" ? "int8" : std::string(formatFamily(QuantFormat::parse(schemeFormats(scheme, "rtn", "rtn").operand)));
+    std::string family = schemeFamily(scheme);
     if (hw.runsFamily(family))
       schemes_here.push_back(scheme);
     else

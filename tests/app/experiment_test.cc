@@ -70,6 +70,16 @@ class ExperimentTest : public ::testing::Test {
     o.progress = false;
     return o;
   }
+  // Orderings cut at half the candidates, with the metrics' statistics.
+  ExperimentOptions orderingOptions(int64_t random_orderings, int64_t finetune_steps) const {
+    ExperimentOptions o = options();
+    o.orderings = true;
+    o.profile_metrics = true;
+    o.ordering_points = {0.5};
+    o.random_orderings = random_orderings;
+    o.finetune_steps = finetune_steps;
+    return o;
+  }
   std::string read(const fs::path& p) const {
     std::ifstream in(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -271,13 +281,8 @@ TEST_F(ExperimentTest, SearchReportsEveryTrial) {
 // each cut at the same count; a curve per ordering with its area; identical cuts share
 // one run.
 TEST_F(ExperimentTest, OrderingsWriteFig2WithAnAreaPerOrdering) {
-  ExperimentOptions o = options();
-  o.orderings = true;
-  o.profile_metrics = true;
-  o.ordering_points = {0.5};
-  o.random_orderings = 2;
+  ExperimentOptions o = orderingOptions(2, 6);
   o.pareto_steps = 2;
-  o.finetune_steps = 6;
   ExperimentResult r = runExperiment(o);
   fs::path out(o.out_dir);
   EXPECT_EQ(r.report_path, (out / "orderings.md").string());
@@ -316,12 +321,7 @@ TEST_F(ExperimentTest, OrderingsWriteFig2WithAnAreaPerOrdering) {
 // and the report names the scheme; a hardware without FP8 is refused before any work.
 TEST_F(ExperimentTest, OrderingsInAnFp8Scheme) {
   std::ofstream(dir_ / "fp8.yaml") << kFastFp8;
-  ExperimentOptions o = options();
-  o.orderings = true;
-  o.profile_metrics = true;
-  o.ordering_points = {0.5};
-  o.random_orderings = 1;
-  o.finetune_steps = 4;
+  ExperimentOptions o = orderingOptions(1, 4);
   o.scheme = "fp8";
   o.backward_rounding = "rtn";
   o.token_scale = 2;
