@@ -29,6 +29,7 @@ struct ImportArgs {
   std::string out;
   std::string inputs;
   std::string grads_out;
+  bool list_ops = false;
 };
 
 void printSummary(const ImportedModel& m, const Graph& training) {
@@ -137,7 +138,10 @@ void addImportCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "import", "Import an ONNX model (torch.onnx.export): print a summary, write its training graph, check gradients");
   static ImportArgs args;
-  cmd->add_option("model", args.onnx.path, "ONNX file")->required();
+  auto* model = cmd->add_option("model", args.onnx.path, "ONNX file");
+  auto* list_ops = cmd->add_flag("--list-ops", args.list_ops,
+                                 "Print the ONNX ops pgq imports (opsets, differentiable inputs, attributes) and exit");
+  model->excludes(list_ops);
   cmd->add_option("-o,--out", args.out, "Write the training graph (pgq IR text) here");
   cmd->add_option("--batch", args.onnx.batch, "Size of a dynamic batch dim")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq", args.onnx.seq_len, "Size of a dynamic sequence dim")
@@ -147,7 +151,11 @@ void addImportCommand(CLI::App& app) {
   cmd->add_option("--inputs", args.inputs, "Folder with <graph input name>.npy for every graph input");
   cmd->add_option("--grads-out", args.grads_out,
                   "Run forward and backward in f32 on --inputs; write loss.npy and grads/<parameter>.npy here");
-  cmd->callback([] { run(args); });
+  cmd->callback([] {
+    if (args.list_ops) return fmt::print("{}", onnxOpTableText());
+    if (args.onnx.path.empty()) throw CLI::RequiredError("model");
+    run(args);
+  });
 }
 
 }  // namespace pgq::cli

@@ -1,66 +1,71 @@
 #include "frontend/onnx/importer.h"
 
-#include <onnx/onnx_pb.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
 #include <limits>
-#include <optional>
-#include <set>
-#include <unordered_map>
-#include <unordered_set>
-#include <variant>
+#include <sstream>
 
-#include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "frontend/onnx/const_fold.h"
-#include "frontend/onnx/onnx_model.h"
-#include "ir/builder.h"
-#include "support/errors.h"
+#include "frontend/onnx/importer_impl.h"
 #include "support/file_io.h"
 #include "support/label_pattern.h"
 
 namespace pgq {
-namespace {
+namespace onnx_import {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMinOpset = 13;
-constexpr int64_t kMaxOpset = 17;
+// ---------------------------------------------------------------- the op table
 
-// Ops mapped to IR ops; the folder (const_fold.h) evaluates these and more on constants.
-const std::vector<std::string>& computeOps() {
-  static const std::vector<std::string> ops{
-      "Add", "Cast", "Concat", "Constant", "Div", "Dropout", "Erf", "Exp", "Expand", "Flatten", "Gather",
-      "Gemm", "Identity", "LayerNormalization", "Log", "LogSoftmax", "MatMul", "Mul", "Neg",
-      "NegativeLogLikelihoodLoss", "Pow", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum", "Relu",
-      "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "SoftmaxCrossEntropyLoss", "Split", "Sqrt",
-      "Squeeze", "Sub", "Tanh", "Tile", "Transpose", "Unsqueeze", "Where"};
-  return ops;
+bool OpInfo::isDifferentiable(int input) const {
+  std::string_view d = differentiable;
+  if (d == "*") return true;
+  if (d == "-") return false;
+  for (size_t at = 0; at < d.size();) {
+    size_t comma = std::min(d.find(',', at), d.size());
+    if (std::stoi(std::string(d.substr(at, comma - at))) == input) return true;
+    at = comma + 1;
+  }
+  return false;
 }
-// Ops that only move or select values: a parameter read through them is still read
-// as a parameter (see trainableByDefault).
-const std::unordered_set<std::string> kLayoutOps{"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity",
-                                                 "Cast",      "Slice",   "Gather",    "Split",   "Expand",
-                                                 "Tile",      "Flatten", "Concat"};
 
-// Input slots of an op that carry no gradient (indices, shapes, conditions, labels).
-bool isDifferentiableSlot(const std::string& op, int slot) {
-  if (op == "Gather" || op == "Reshape" || op == "Expand" || op == "Tile" || op == "Unsqueeze" ||
-      op == "Squeeze" || op == "Split" || op == "Slice" || op == "Pow" || op == "Dropout" ||
-      op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax")
-    return slot == 0;
-  if (op == "Where") return slot != 0;
-  if (op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") return slot == 0;
-  return true;
+bool OpInfo::allowsAttribute(std::string_view name) const {
+  std::string_view a = attributes;
+  for (size_t at = 0; at < a.size();) {
+    size_t space = std::min(a.find(' ', at), a.size());
+    if (a.substr(at, space - at) == name) return true;
+    at = space + 1;
+  }
+  return false;
 }
+
+const std::vector<OpInfo>& opTable() {
+  static const std::vector<OpInfo> kTable{
+#define ONNX_OP(op, first, last, handler, diff, attrs) {#op, first, last, &Importer::handler, diff, attrs},
+#include "frontend/onnx/onnx_ops.def"
+#undef ONNX_OP
+  };
+  return kTable;
+}
+
+const OpInfo* findOp(const std::string& op) {
+  static const std::unordered_map<std::string, const OpInfo*> kByName = [] {
+    std::unordered_map<std::string, const OpInfo*> m;
+    for (const OpInfo& info : opTable()) m[info.op] = &info;
+    return m;
+  }();
+  auto it = kByName.find(op);
+  return it == kByName.end() ? nullptr : it->second;
+}
+
+// ---------------------------------------------------------------- helpers
 
 std::string shapeText(const std::vector<int64_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ", ")); }
 
-// IR names allow letters, digits, '_', '.', '/' and start with a letter or '_'.
 std::string irName(std::string_view onnx_name) {
   std::string s;
   for (char c : onnx_name)
@@ -69,33 +74,6 @@ std::string irName(std::string_view onnx_name) {
   return s;
 }
 
-// "/blocks.0/attn/q/MatMul" -> scope "blocks.0/attn/q", leaf "MatMul".
-std::pair<std::string, std::string> splitNodeName(const std::string& name) {
-  std::string s = name;
-  while (!s.empty() && s.front() == '/') s.erase(s.begin());
-  size_t slash = s.rfind('/');
-  if (slash == std::string::npos) return {"", s};
-  return {s.substr(0, slash), s.substr(slash + 1)};
-}
-
-// The transformer layer of a module path: the first component of the form `name.N`
-// (blocks.3, h.3, layers.3, layer.3); -1 when there is none.
-int64_t layerOf(const std::string& scope) {
-  size_t pos = 0;
-  while (pos <= scope.size()) {
-    size_t end = std::min(scope.find('/', pos), scope.size());
-    std::string_view part(scope.data() + pos, end - pos);
-    size_t dot = part.rfind('.');
-    if (dot != std::string_view::npos && dot > 0 && dot + 1 < part.size() && dot + 8 > part.size() &&
-        std::all_of(part.begin() + static_cast<std::ptrdiff_t>(dot) + 1, part.end(),
-                    [](char c) { return c >= '0' && c <= '9'; }))
-      return std::stoll(std::string(part.substr(dot + 1)));
-    pos = end + 1;
-  }
-  return -1;
-}
-
-// numpy broadcasting of two shapes; nullopt when they do not broadcast.
 std::optional<std::vector<int64_t>> broadcastDims(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   size_t r = std::max(a.size(), b.size());
   std::vector<int64_t> out(r);
@@ -113,102 +91,78 @@ std::vector<int64_t> dimsOf(const Node* n) {
   return {d.begin(), d.end()};
 }
 
-class Importer {
- public:
-  explicit Importer(const OnnxImportOptions& o)
-      : o_(o), file_(o.path), graph_(std::make_unique<Graph>(irName(fs::path(o.path).stem().string()))), b_(*graph_) {}
-  ImportedModel run();
+std::vector<int64_t> attrInts(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return {a.ints().begin(), a.ints().end()};
+  return {};
+}
+std::optional<int64_t> attrInt(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return a.i();
+  return std::nullopt;
+}
+std::optional<float> attrFloat(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return a.f();
+  return std::nullopt;
+}
+std::optional<std::string> attrString(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return a.s();
+  return std::nullopt;
+}
 
- private:
-  using Value = std::variant<ConstTensor, Node*>;
+namespace {
 
-  [[noreturn]] void fail(const onnx::NodeProto& node, const std::string& what) const {
-    throw Error(fmt::format("{}: node {} ({}, opset {}): {}", file_, nodeTitle(node), node.op_type(), opset_, what));
-  }
-  static std::string nodeTitle(const onnx::NodeProto& node) {
-    return node.name().empty() ? fmt::format("producing \"{}\"", node.output_size() ? node.output(0) : "")
-                               : fmt::format("\"{}\"", node.name());
-  }
+// Ops that only move or select values: a parameter read through them is still read
+// as a parameter (see chooseTrainable).
+const std::unordered_set<std::string> kLayoutOps{"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity",
+                                                 "Cast",      "Slice",   "Gather",    "Split",   "Expand",
+                                                 "Tile",      "Flatten", "Concat"};
 
-  void readInputs();
-  void chooseTrainable();
-  void importNode(const onnx::NodeProto& node);
-  void findLoss();
+bool isDifferentiableSlot(const std::string& op, int slot) {
+  const OpInfo* info = findOp(op);
+  return info ? info->isDifferentiable(slot) : false;
+}
 
-  // Operand access.
-  bool has(const onnx::NodeProto& node, int i) const { return i < node.input_size() && !node.input(i).empty(); }
-  const Value& value(const onnx::NodeProto& node, int i) const;
-  const ConstTensor* constant(const onnx::NodeProto& node, int i) const {
-    return has(node, i) ? std::get_if<ConstTensor>(&value(node, i)) : nullptr;
+// The transformer layer of a module path: the first all-digit component after a named
+// one ("model.layers.3.mlp" and "blocks.3/attn" are layer 3); -1 when there is none.
+int64_t layerOf(const std::string& path) {
+  size_t pos = 0;
+  bool named = false;
+  while (pos < path.size()) {
+    size_t end = std::min(path.find_first_of("./", pos), path.size());
+    std::string_view part(path.data() + pos, end - pos);
+    const bool digits = !part.empty() && part.size() < 8 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits && named) return std::stoll(std::string(part));
+    named |= !digits && !part.empty();
+    pos = end + 1;
   }
-  const ConstTensor& requireConstant(const onnx::NodeProto& node, int i, const char* what) const;
-  std::vector<int64_t> constInts(const onnx::NodeProto& node, int i, const char* what) const {
-    return requireConstant(node, i, what).ints();
-  }
-  // The operand as an IR value of the given float shape or broadcastable to it.
-  Node* irValue(const onnx::NodeProto& node, int i);
-  Node* materialize(const ConstTensor& c, const std::string& onnx_name, DType dtype);
-  std::vector<int64_t> shapeOf(const Value& v) const {
-    if (auto* c = std::get_if<ConstTensor>(&v)) return c->dims;
-    return dimsOf(std::get<Node*>(v));
-  }
-  void set(const onnx::NodeProto& node, int out, Value v) { values_[node.output(out)] = std::move(v); }
+  return -1;
+}
 
-  // IR building blocks.
-  Node* broadcastTo(Node* x, const std::vector<int64_t>& dims);
-  Node* reshape(Node* x, std::vector<int64_t> dims) {
-    if (dimsOf(x) == dims) return x;
-    return b_.reshape(x, Shape(std::move(dims)));
-  }
-  Node* binary(const onnx::NodeProto& node, Op op);
-  Node* splatOrBroadcast(const onnx::NodeProto& node, int i, const std::vector<int64_t>& dims);
-  Node* matmul(const onnx::NodeProto& node, Node* a, Node* b, bool trans_a, bool trans_b);
-  Node* sliceAxis(Node* x, int64_t axis, int64_t start, int64_t end);
-  Node* moveLastAxis(Node* x, int64_t axis, bool to_last);
-  Node* crossEntropy(const onnx::NodeProto& node, Node* scores, Node* labels);
-  // Operand i as an IR value of any dtype: a constant there (integer data the folder
-  // could not fold with it) has no IR form.
-  Node* nodeValue(const onnx::NodeProto& node, int i) {
-    if (auto* n = std::get_if<Node*>(&value(node, i))) return *n;
-    if (std::get<ConstTensor>(value(node, i)).isFloat()) return irValue(node, i);
-    fail(node, fmt::format("input \"{}\" is an integer constant used as data, which has no IR form", node.input(i)));
-  }
-  // The labels operand (input 1): an IR value; the IR holds no integer constants.
-  Node* labels(const onnx::NodeProto& node) {
-    if (auto* n = std::get_if<Node*>(&value(node, 1))) return *n;
-    fail(node, fmt::format("the labels (input \"{}\") are constants; they must be a graph input", node.input(1)));
-  }
-  int64_t axisOf(const onnx::NodeProto& node, int64_t axis, size_t rank) const;
-  Node* whereNode(const onnx::NodeProto& node);
-  void gemmMetadata(const onnx::NodeProto& node, Node* g);
+// "/blocks.0/attn/q/MatMul" -> scope "blocks.0/attn/q", leaf "MatMul" (the old
+// exporter's node names).
+std::pair<std::string, std::string> splitNodeName(const std::string& name) {
+  std::string s = name;
+  while (!s.empty() && s.front() == '/') s.erase(s.begin());
+  size_t slash = s.rfind('/');
+  if (slash == std::string::npos) return {"", s};
+  return {s.substr(0, slash), s.substr(slash + 1)};
+}
 
-  const OnnxImportOptions& o_;
-  std::string file_;
-  onnx::ModelProto model_;
-  int64_t opset_ = 0;
-  std::unique_ptr<Graph> graph_;
-  Builder b_;
-  ImportedModel out_;
-  std::unordered_map<std::string, Value> values_;
-  std::unordered_map<std::string, const onnx::TensorProto*> initializers_;
-  std::set<std::string> trainable_;
-  // From the parameter list: the module parameter each initializer holds, and whether
-  // as its transpose. Initializers holding one parameter become one IR parameter (a
-  // tied embedding whose head use torch folded into a transposed copy stays tied).
-  struct ParamRef {
-    std::string param;
-    bool transpose = false;
-  };
-  std::unordered_map<std::string, ParamRef> param_of_;
-  std::unordered_map<std::string, Node*> param_nodes_;
-  std::unordered_map<std::string, Node*> materialized_;
-  // Values computed by LogSoftmax: the scores they came from (NLL of them is a
-  // cross-entropy).
-  std::unordered_map<std::string, Node*> log_softmax_of_;
-  std::unordered_map<std::string, int> gemms_in_scope_;
-  std::unordered_set<std::string> int_inputs_;
-  int64_t next_layerless_ = 0;
-};
+bool isFloatType(int32_t t) {
+  return t == onnx::TensorProto::FLOAT || t == onnx::TensorProto::DOUBLE || t == onnx::TensorProto::FLOAT16 ||
+         t == onnx::TensorProto::BFLOAT16;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the importer
+
+Importer::Importer(const OnnxImportOptions& o)
+    : o_(o), file_(o.path), graph_(std::make_unique<Graph>(irName(fs::path(o.path).stem().string()))), b_(*graph_) {}
 
 const Importer::Value& Importer::value(const onnx::NodeProto& node, int i) const {
   auto it = values_.find(node.input(i));
@@ -268,7 +222,69 @@ void Importer::readInputs() {
 }
 
 // Which float initializers are trained. With a parameter list beside the model
-// (scripts/export_onnx.py writes FILE.onnx.params.txt), those; otherwise every float
+
+// Which parameter each initializer holds, from torch.export's record on the nodes that
+// read it (PyTorch >= 2.5 exports): an initializer named as the parameter is that
+// parameter; one the exporter's optimizer folded (a Linear weight's transpose,
+// "val_93") is the parameter the node's FX call passed in that place, transposed when
+// the call is aten.linear (x @ W.T) and the node reads it as MatMul's or Gemm's (transB
+// 0) right operand. A parameter read by a module other than its own (a tied head) keeps
+// its own name. Files without the record keep today's rule (chooseTrainable).
+void Importer::nameParameters() {
+  const onnx::GraphProto& g = model_.graph();
+  std::unordered_map<std::string, std::string> dotted_of;  // placeholder -> dotted name
+  for (const auto& entry : initializers_) dotted_of[torchPlaceholderName(entry.first)] = entry.first;
+  struct Use {
+    std::string init, placeholder;
+    bool transpose;
+    std::vector<std::string> scopes;
+  };
+  std::vector<Use> uses;
+  for (const onnx::NodeProto& n : g.node()) {
+    TorchNodeInfo info = torchNodeInfo(n);
+    if (info.empty()) continue;
+    torch_metadata_ = true;
+    for (int i = 0; i < n.input_size(); ++i) {
+      auto it = initializers_.find(n.input(i));
+      if (it == initializers_.end() || !isFloatType(it->second->data_type())) continue;
+      const std::string& init = n.input(i);
+      const std::string direct = torchPlaceholderName(init);
+      if (std::find(info.param_args.begin(), info.param_args.end(), direct) != info.param_args.end()) {
+        uses.push_back({init, direct, false, info.scopes});
+        continue;
+      }
+      // A folded parameter: aten.linear(x, W, b) read as MatMul(x, W.T) (+ b).
+      const bool gemm_rhs = i == 1 && (n.op_type() == "MatMul" || (n.op_type() == "Gemm" && !attrInt(n, "transB").value_or(0)));
+      if (info.target.starts_with("aten.linear") && gemm_rhs && info.args.size() >= 2 &&
+          info.args[1].starts_with("%p_") && it->second->dims_size() == 2)
+        uses.push_back({init, info.args[1].substr(1), true, info.scopes});
+    }
+  }
+  if (!torch_metadata_) return;
+  // A placeholder's dotted name: an initializer of that name, else a module path of the
+  // reading node followed by the rest ("p_model_layers_0_q_proj_weight" read in module
+  // "model.layers.0.q_proj" is "model.layers.0.q_proj.weight").
+  for (const Use& u : uses) {
+    std::string param;
+    if (auto d = dotted_of.find(u.placeholder); d != dotted_of.end()) param = d->second;
+    for (auto s = u.scopes.rbegin(); param.empty() && s != u.scopes.rend(); ++s) {
+      const std::string prefix = torchPlaceholderName(*s) + "_";
+      if (u.placeholder.starts_with(prefix)) param = *s + "." + u.placeholder.substr(prefix.size());
+    }
+    if (param.empty()) param = u.placeholder.substr(2);
+    auto [it, fresh] = param_of_.try_emplace(u.init, ParamRef{param, u.transpose});
+    if (!fresh && (it->second.param != param || it->second.transpose != u.transpose))
+      throw Error(fmt::format("{}: initializer \"{}\" is read as parameter {}{} and as {}{}", file_, u.init,
+                              it->second.param, it->second.transpose ? " (transposed)" : "", param,
+                              u.transpose ? " (transposed)" : ""));
+  }
+  size_t folded = 0;
+  for (const auto& [init, ref] : param_of_) folded += init != ref.param;
+  out_.notes.push_back(fmt::format("parameter names: {} initializers hold PyTorch parameters, {} of them under a "
+                                   "folded name (from the exporter's node metadata)",
+                                   param_of_.size(), folded));
+}
+
 // initializer that reaches a differentiable operand of a computation on the inputs
 // through layout ops only (a weight, transposed or not; an embedding table; a folded
 // slice of one). Buffers computed from before they meet the inputs (rotary tables
@@ -338,14 +354,34 @@ void Importer::chooseTrainable() {
                        std::any_of(n.input().begin(), n.input().end(), [&](const std::string& i) { return act.count(i); });
       if (!on_inputs) continue;
       for (const std::string& o : n.output()) act.insert(o);
-      if (kLayoutOps.count(n.op_type()) && n.op_type() != "Concat") continue;  // not where parameters meet inputs
+      // Layout ops are not where parameters meet inputs, but for a lookup of the inputs
+      // (an embedding table read only through Gather).
+      const bool lookup = n.op_type() == "Gather" && n.input_size() > 1 && act.count(n.input(1));
+      if (kLayoutOps.count(n.op_type()) && n.op_type() != "Concat" && !lookup) continue;
       for (int i = 0; i < n.input_size(); ++i)
         if (!n.input(i).empty() && !act.count(n.input(i)) && isDifferentiableSlot(n.op_type(), i))
           mark(n.input(i), 0);
     }
-    out_.notes.push_back(
-        fmt::format("trainable parameters: {} float initializers read by the computation (no {} beside the model)",
-                    trainable_.size(), list_path));
+    if (!torch_metadata_) {
+      out_.notes.push_back(
+          fmt::format("trainable parameters: {} float initializers read by the computation (no {} beside the model)",
+                      trainable_.size(), list_path));
+    } else {
+      // torch.export's record says which initializers are PyTorch parameters: those
+      // train; buffers and values the exporter folded (rotary tables, masks, a sliced
+      // position table) stay constants.
+      std::vector<std::string> folded;
+      for (const std::string& name : trainable_)
+        if (!param_of_.count(name)) folded.push_back(name);
+      trainable_.clear();
+      for (const auto& entry : param_of_) trainable_.insert(entry.first);
+      out_.notes.push_back(fmt::format("trainable parameters: the {} initializers that hold PyTorch parameters",
+                                       trainable_.size()));
+      if (!folded.empty())
+        out_.notes.push_back(fmt::format("frozen: {} float initializers the computation reads that hold no parameter "
+                                         "(buffers or values the exporter folded; --trainable trains them): {}",
+                                         folded.size(), fmt::join(folded, ", ")));
+    }
   }
   auto pattern = [&](const std::string& text, const char* flag) {
     try {
@@ -397,10 +433,13 @@ Node* Importer::irValue(const onnx::NodeProto& node, int i) {
   return materialize(c, node.input(i), DType::kF32);
 }
 
-Node* Importer::broadcastTo(Node* x, const std::vector<int64_t>& dims) {
+
+Node* Importer::broadcastTo(const onnx::NodeProto& node, Node* x, const std::vector<int64_t>& dims) {
   std::vector<int64_t> xd = dimsOf(x);
   if (xd == dims) return x;
-  PGQ_ASSERT(xd.size() <= dims.size(), "broadcast to a lower rank");
+  auto fits = broadcastDims(xd, dims);
+  if (xd.size() > dims.size() || !fits || *fits != dims)
+    fail(node, fmt::format("{} does not broadcast to {}", shapeText(xd), shapeText(dims)));
   // Drop x's size-1 dims that grow; the rest map onto the trailing dims they align with.
   std::vector<int64_t> kept, map;
   const size_t off = dims.size() - xd.size();
@@ -408,8 +447,6 @@ Node* Importer::broadcastTo(Node* x, const std::vector<int64_t>& dims) {
     if (xd[i] == dims[i + off]) {
       kept.push_back(xd[i]);
       map.push_back(static_cast<int64_t>(i + off));
-    } else {
-      PGQ_ASSERT(xd[i] == 1, "dims do not broadcast");
     }
   }
   Node* r = reshape(x, kept);
@@ -424,7 +461,7 @@ Node* Importer::splatOrBroadcast(const onnx::NodeProto& node, int i, const std::
                                             [&](double v) { return v == c->values[0]; }))
       return b_.constant(c->values[0], {DType::kF32, Shape(dims)});
   }
-  return broadcastTo(irValue(node, i), dims);
+  return broadcastTo(node, irValue(node, i), dims);
 }
 
 Node* Importer::binary(const onnx::NodeProto& node, Op op) {
@@ -465,14 +502,46 @@ Node* Importer::moveLastAxis(Node* x, int64_t axis, bool to_last) {
   return b_.transpose(x, perm);
 }
 
-void Importer::gemmMetadata(const onnx::NodeProto& node, Node* g) {
-  auto [scope, leaf] = splitNodeName(node.name());
-  std::string label = scope;
-  if (label.empty() || gemms_in_scope_[scope]++ > 0 || leaf.find('_') != std::string::npos)
-    label = scope.empty() ? leaf : scope + "/" + leaf;
+std::string Importer::uniqueLabel(std::string label) {
+  if (labels_.insert(label).second) return label;
+  for (int i = 2;; ++i) {
+    std::string next = fmt::format("{}_{}", label, i);
+    if (labels_.insert(next).second) {
+      out_.notes.push_back(fmt::format("GEMM label {} is taken: this GEMM is {}", label, next));
+      return next;
+    }
+  }
+}
+
+// A GEMM's label is the module path of the user's code: the exporter's record
+// ("model.layers.0.self_attn.q_proj"; an op with several GEMMs adds its role or FX name:
+// "model.layers.0.self_attn/scores"), else the old exporter's node name
+// ("blocks.0/attn/q"). Labels are made unique (a note says so).
+void Importer::gemmMetadata(const onnx::NodeProto& node, Node* g, const std::string& role) {
+  TorchNodeInfo info = torchNodeInfo(node);
+  std::string label, module;
+  if (!info.empty()) {
+    module = info.modulePath();
+    const std::string key = module + "|" + info.fxName();
+    const int nth = gemms_in_scope_[key]++;
+    std::string part = role;
+    if (part.empty() && info.target.find("scaled_dot_product_attention") != std::string::npos)
+      part = nth == 0 ? "scores" : "context";
+    const bool linear = info.target.starts_with("aten.linear") || info.target.starts_with("aten.addmm") ||
+                        info.target.starts_with("aten.mm") || info.target.starts_with("aten.matmul");
+    if (part.empty() && !(linear && nth == 0 && !module.empty())) part = nth == 0 ? info.fxName() : fmt::format("{}_{}", info.fxName(), nth);
+    label = part.empty() ? module : module.empty() ? part : module + "/" + part;
+  } else {
+    auto [scope, leaf] = splitNodeName(node.name());
+    module = scope;
+    label = scope;
+    if (label.empty() || gemms_in_scope_[scope]++ > 0 || leaf.find('_') != std::string::npos)
+      label = scope.empty() ? leaf : scope + "/" + leaf;
+    if (!role.empty()) label = scope.empty() ? role : scope + "/" + role;
+  }
   if (label.empty()) label = fmt::format("gemm{}", next_layerless_++);
-  g->attrs().set(AttrKey::kLabel, label);
-  int64_t layer = layerOf(scope);
+  g->attrs().set(AttrKey::kLabel, uniqueLabel(label));
+  int64_t layer = layerOf(module);
   if (layer >= 0) g->attrs().set(AttrKey::kLayer, layer);
 }
 
@@ -504,8 +573,8 @@ Node* Importer::matmul(const onnx::NodeProto& node, Node* a, Node* b, bool trans
     std::vector<int64_t> ta = *batch, tb = *batch;
     ta.insert(ta.end(), ad.end() - 2, ad.end());
     tb.insert(tb.end(), bd.end() - 2, bd.end());
-    a = broadcastTo(a, ta);
-    b = broadcastTo(b, tb);
+    a = broadcastTo(node, a, ta);
+    b = broadcastTo(node, b, tb);
     const int64_t nb = static_cast<int64_t>(batch->size());
     std::vector<int64_t> bdims(static_cast<size_t>(nb));
     for (int64_t i = 0; i < nb; ++i) bdims[static_cast<size_t>(i)] = i;
@@ -542,385 +611,83 @@ Node* Importer::crossEntropy(const onnx::NodeProto& node, Node* scores, Node* la
   return b_.crossEntropy(reshape(scores, {n, v}), reshape(labels, {n}));
 }
 
-// Where(cond, x, y) with a constant condition. A causal mask (a fill value above the
-// diagonal of the last two dims, the same for every leading index) becomes pgq's
-// causal_mask; anything else a select.
-Node* Importer::whereNode(const onnx::NodeProto& node) {
-  const ConstTensor& cond = requireConstant(node, 0, "the condition");
-  auto d1 = broadcastDims(shapeOf(value(node, 1)), shapeOf(value(node, 2)));
-  auto dims = d1 ? broadcastDims(cond.dims, *d1) : std::nullopt;
-  if (!dims) fail(node, "operand shapes do not broadcast");
-  for (int fill_slot : {1, 2}) {
-    const ConstTensor* fill = constant(node, fill_slot);
-    if (!fill || fill->numElements() != 1 || dims->size() < 2) continue;
-    // Where fill is picked: cond true for slot 1, false for slot 2.
-    const size_t r = dims->size();
-    const int64_t tq = (*dims)[r - 2], tk = (*dims)[r - 1];
-    std::vector<int64_t> cd = cond.dims;
-    while (cd.size() < r) cd.insert(cd.begin(), 1);
-    bool leading_one = true;
-    for (size_t i = 0; i + 2 < r; ++i) leading_one &= cd[i] == 1;
-    if (!leading_one) continue;
-    const int64_t cq = cd[r - 2], ck = cd[r - 1];
-    bool causal = true;
-    for (int64_t i = 0; i < tq && causal; ++i)
-      for (int64_t j = 0; j < tk && causal; ++j) {
-        bool c = cond.values[static_cast<size_t>((cq == 1 ? 0 : i) * ck + (ck == 1 ? 0 : j))] != 0;
-        bool filled = fill_slot == 1 ? c : !c;
-        causal = filled == (j > i + (tk - tq));
+std::optional<double> Importer::causalFill(const ConstTensor& mask, bool additive) const {
+  const size_t r = mask.dims.size();
+  if (r < 2 || mask.values.empty()) return std::nullopt;
+  const int64_t tq = mask.dims[r - 2], tk = mask.dims[r - 1];
+  if (tq < 1 || tk < tq) return std::nullopt;
+  const size_t block = static_cast<size_t>(tq * tk);
+  std::optional<double> fill;
+  for (size_t base = 0; base < mask.values.size(); base += block)
+    for (int64_t i = 0; i < tq; ++i)
+      for (int64_t j = 0; j < tk; ++j) {
+        const double v = mask.values[base + static_cast<size_t>(i * tk + j)];
+        const bool masked = j > i + (tk - tq);  // pgq's causal_mask, aligned bottom-right
+        if (!additive) {
+          if ((v != 0) == masked) return std::nullopt;
+          continue;
+        }
+        if (!masked) {
+          if (v != 0) return std::nullopt;
+        } else if (!(v <= -1e9) || (fill && *fill != v)) {  // -inf or a dtype's lowest
+          return std::nullopt;
+        } else {
+          fill = v;
+        }
       }
-    if (!causal) continue;
-    Node* x = broadcastTo(irValue(node, 3 - fill_slot), *dims);
-    return b_.causalMask(x, fill->values[0]);
-  }
-  ConstTensor full;
-  full.dtype = onnx::TensorProto::FLOAT;
-  full.dims = cond.dims;
-  full.values = cond.values;
-  Node* c = broadcastTo(materialize(full, node.input(0), DType::kF32), *dims);
-  return b_.select(c, splatOrBroadcast(node, 1, *dims), splatOrBroadcast(node, 2, *dims));
+  if (!additive) return -std::numeric_limits<double>::infinity();
+  return fill ? fill : std::optional<double>(-std::numeric_limits<double>::infinity());
 }
 
-std::vector<int64_t> attrInts(const onnx::NodeProto& node, const std::string& name) {
-  for (const auto& a : node.attribute())
-    if (a.name() == name) return {a.ints().begin(), a.ints().end()};
-  return {};
-}
-std::optional<int64_t> attrInt(const onnx::NodeProto& node, const std::string& name) {
-  for (const auto& a : node.attribute())
-    if (a.name() == name) return a.i();
-  return std::nullopt;
-}
-std::optional<float> attrFloat(const onnx::NodeProto& node, const std::string& name) {
-  for (const auto& a : node.attribute())
-    if (a.name() == name) return a.f();
-  return std::nullopt;
+// Checks a node against its row of the op table before anything is built: the op at
+// this opset, its domain, every attribute by name.
+void Importer::checkNode(const onnx::NodeProto& node, const OpInfo* info) {
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    fail(node, fmt::format("domain \"{}\" is not supported (only the default ONNX domain); pgq import --list-ops "
+                           "lists what is",
+                           node.domain()));
+  if (!info) return;
+  if (opset_ < info->first_opset || opset_ > info->last_opset)
+    fail(node, fmt::format("pgq imports {} at opsets {} to {}", node.op_type(), info->first_opset, info->last_opset));
+  for (const onnx::AttributeProto& a : node.attribute())
+    if (!info->allowsAttribute(a.name()))
+      fail(node, fmt::format("attribute {} is not supported (pgq import --list-ops lists what is)", a.name()));
 }
 
 void Importer::importNode(const onnx::NodeProto& node) {
   const std::string& op = node.op_type();
-  if (!node.domain().empty() && node.domain() != "ai.onnx")
-    fail(node, fmt::format("domain \"{}\" is not supported (only the default ONNX domain)", node.domain()));
-
-  // Constants: folded whenever every input is known. Shape and Size of an IR value are
-  // known too: shapes are static.
-  if (op == "Shape" || op == "Size") {
-    if (auto* n = std::get_if<Node*>(&value(node, 0))) {
-      ConstTensor s;
-      s.dtype = onnx::TensorProto::INT64;
-      std::vector<int64_t> d = dimsOf(*n);
-      if (op == "Size") {
-        s.values = {static_cast<double>((*n)->shape().numElements())};
-      } else {
-        int64_t r = static_cast<int64_t>(d.size());
-        int64_t start = attrInt(node, "start").value_or(0), end = attrInt(node, "end").value_or(r);
-        if (start < 0) start += r;
-        if (end < 0) end += r;
-        start = std::clamp<int64_t>(start, 0, r);
-        end = std::clamp<int64_t>(end, start, r);
-        for (int64_t i = start; i < end; ++i) s.values.push_back(static_cast<double>(d[static_cast<size_t>(i)]));
-        s.dims = {end - start};
-      }
-      set(node, 0, std::move(s));
+  const OpInfo* info = findOp(op);
+  checkNode(node, info);
+  // Constants: folded whenever every input is known.
+  std::vector<const ConstTensor*> ins;
+  bool all_const = true;
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (node.input(i).empty() || is_nan_of_.count(node.input(i))) {  // IsNaN of a value: not a constant
+      all_const &= node.input(i).empty();
+      ins.push_back(nullptr);
+      continue;
+    }
+    const ConstTensor* c = constant(node, i);
+    all_const &= c != nullptr;
+    ins.push_back(c);
+  }
+  if (op == "Constant") return constantOp(node);  // its value may be external data
+  if (all_const) {
+    if (auto folded = foldNode(node, ins, opset_, file_)) {
+      for (size_t i = 0; i < folded->size() && static_cast<int>(i) < node.output_size(); ++i)
+        set(node, static_cast<int>(i), std::move((*folded)[i]));
       return;
     }
+    if (!info) fail(node, "cannot be evaluated at import");
   }
-  if (op == "Constant") {
-    if (node.attribute_size() != 1) fail(node, "a Constant needs exactly one value attribute");
-    set(node, 0, attributeTensor(node.attribute(0), fs::path(o_.path).parent_path(), file_, node.name()));
-    return;
+  if (!info) {
+    const auto& folded = foldableOps();
+    if (std::find(folded.begin(), folded.end(), op) != folded.end())
+      fail(node, "it has no IR op, so its inputs must be constants at import, but they depend on the model's inputs "
+                 "(pgq import --list-ops lists the ops on the model's inputs)");
+    fail(node, fmt::format("op {} is not supported (pgq import --list-ops lists the ops pgq imports)", op));
   }
-  {
-    std::vector<const ConstTensor*> ins;
-    bool all_const = true;
-    for (int i = 0; i < node.input_size(); ++i) {
-      if (node.input(i).empty()) {
-        ins.push_back(nullptr);
-        continue;
-      }
-      const ConstTensor* c = constant(node, i);
-      all_const &= c != nullptr;
-      ins.push_back(c);
-    }
-    if (all_const) {
-      if (auto folded = foldNode(node, ins, opset_, file_)) {
-        for (size_t i = 0; i < folded->size() && static_cast<int>(i) < node.output_size(); ++i)
-          set(node, static_cast<int>(i), std::move((*folded)[i]));
-        return;
-      }
-      if (std::find(computeOps().begin(), computeOps().end(), op) == computeOps().end())
-        fail(node, "cannot be evaluated at import");
-    }
-  }
-
-  auto unary = [&](Op irop) { set(node, 0, b_.unary(irop, irValue(node, 0))); };
-  if (op == "Add") return set(node, 0, binary(node, Op::kAdd));
-  if (op == "Sub") return set(node, 0, binary(node, Op::kSub));
-  if (op == "Mul") return set(node, 0, binary(node, Op::kMul));
-  if (op == "Div") return set(node, 0, binary(node, Op::kDiv));
-  if (op == "Neg") return unary(Op::kNeg);
-  if (op == "Exp") return unary(Op::kExp);
-  if (op == "Log") return unary(Op::kLog);
-  if (op == "Tanh") return unary(Op::kTanh);
-  if (op == "Relu") return unary(Op::kRelu);
-  if (op == "Sqrt") return unary(Op::kSqrt);
-  if (op == "Sigmoid") return unary(Op::kSigmoid);
-  if (op == "Erf") return unary(Op::kErf);
-  if (op == "Reciprocal") {
-    Node* x = irValue(node, 0);
-    return set(node, 0, b_.div(b_.constant(1.0, x->type()), x));
-  }
-  if (op == "Pow") {
-    Node* x = irValue(node, 0);
-    const ConstTensor& e = requireConstant(node, 1, "the exponent");
-    if (e.numElements() != 1) fail(node, "the exponent must be a scalar");
-    const double p = e.values[0];
-    if (p == 1) return set(node, 0, x);
-    if (p == 2) return set(node, 0, b_.mul(x, x));
-    if (p == 3) return set(node, 0, b_.mul(b_.mul(x, x), x));
-    if (p == 0.5) return set(node, 0, b_.unary(Op::kSqrt, x));
-    if (p == -0.5) return set(node, 0, b_.unary(Op::kRsqrt, x));
-    if (p == -1) return set(node, 0, b_.div(b_.constant(1.0, x->type()), x));
-    fail(node, fmt::format("exponent {} is not supported (1, 2, 3, 0.5, -0.5 and -1 are)", p));
-  }
-  if (op == "Identity" || op == "Dropout") {
-    if (op == "Dropout" && node.output_size() > 1 && !node.output(1).empty())
-      fail(node, "the dropout mask output is not supported");
-    if (op == "Dropout")
-      out_.notes.push_back(fmt::format("{}: dropout removed (pgq trains without dropout)", node.name()));
-    return set(node, 0, value(node, 0));
-  }
-  if (op == "Cast") {
-    const int64_t to = attrInt(node, "to").value_or(0);
-    Node* x = nodeValue(node, 0);
-    const bool to_int = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
-    const bool to_float = to == onnx::TensorProto::FLOAT;
-    if ((x->dtype() == DType::kS32 && to_int) || (x->dtype() == DType::kF32 && to_float)) return set(node, 0, x);
-    fail(node, fmt::format("cast of {} to {} is not supported", x->type().toString(),
-                           onnx::TensorProto_DataType_Name(static_cast<int>(to))));
-  }
-  if (op == "MatMul") return set(node, 0, matmul(node, irValue(node, 0), irValue(node, 1), false, false));
-  if (op == "Gemm") {
-    Node* y = matmul(node, irValue(node, 0), irValue(node, 1), attrInt(node, "transA").value_or(0) != 0,
-                     attrInt(node, "transB").value_or(0) != 0);
-    const double alpha = attrFloat(node, "alpha").value_or(1.0f), beta = attrFloat(node, "beta").value_or(1.0f);
-    if (alpha != 1) y = b_.scale(y, alpha);
-    if (has(node, 2)) {
-      Node* c = splatOrBroadcast(node, 2, dimsOf(y));
-      y = b_.add(y, beta == 1 ? c : b_.scale(c, beta));
-    }
-    return set(node, 0, y);
-  }
-  if (op == "Transpose") {
-    Node* x = irValue(node, 0);
-    std::vector<int64_t> perm = attrInts(node, "perm");
-    if (perm.empty())
-      for (int64_t i = static_cast<int64_t>(dimsOf(x).size()) - 1; i >= 0; --i) perm.push_back(i);
-    return set(node, 0, b_.transpose(x, perm));
-  }
-  if (op == "Reshape" || op == "Unsqueeze" || op == "Squeeze" || op == "Flatten") {
-    Node* x = nodeValue(node, 0);
-    std::vector<int64_t> in = dimsOf(x), out;
-    if (op == "Reshape") {
-      out = constInts(node, 1, "the target shape");
-      const bool allowzero = attrInt(node, "allowzero").value_or(0) != 0;
-      int64_t known = 1, infer = -1;
-      for (size_t i = 0; i < out.size(); ++i) {
-        if (out[i] == 0 && !allowzero) {
-          if (i >= in.size()) fail(node, "0 in the shape refers to a missing input dim");
-          out[i] = in[i];
-        }
-        if (out[i] == -1) infer = static_cast<int64_t>(i);
-        else known *= out[i];
-      }
-      if (infer >= 0) out[static_cast<size_t>(infer)] = known ? x->shape().numElements() / known : 0;
-    } else if (op == "Flatten") {
-      // axis is in [-r, r]; a negative one counts from r.
-      int64_t axis = attrInt(node, "axis").value_or(1);
-      if (axis < 0) axis += static_cast<int64_t>(in.size());
-      if (axis < 0 || axis > static_cast<int64_t>(in.size()))
-        fail(node, fmt::format("axis {} out of range for rank {}", attrInt(node, "axis").value_or(1), in.size()));
-      int64_t a = 1, b = 1;
-      for (size_t i = 0; i < in.size(); ++i) (static_cast<int64_t>(i) < axis ? a : b) *= in[i];
-      out = {a, b};
-    } else {
-      std::vector<int64_t> axes = has(node, 1) ? constInts(node, 1, "the axes") : attrInts(node, "axes");
-      if (op == "Unsqueeze") {
-        const size_t r = in.size() + axes.size();
-        std::vector<bool> inserted(r, false);
-        for (int64_t a : axes) inserted[static_cast<size_t>(axisOf(node, a, r))] = true;
-        for (size_t i = 0, j = 0; i < r; ++i) out.push_back(inserted[i] ? 1 : in[j++]);
-      } else {
-        std::vector<bool> drop(in.size(), axes.empty());
-        for (int64_t a : axes) drop[static_cast<size_t>(axisOf(node, a, in.size()))] = true;
-        for (size_t i = 0; i < in.size(); ++i)
-          if (!(drop[i] && in[i] == 1)) out.push_back(in[i]);
-      }
-    }
-    int64_t n = 1;
-    for (int64_t d : out) n *= d;
-    if (n != x->shape().numElements())
-      fail(node, fmt::format("cannot reshape {} to {}", shapeText(in), shapeText(out)));
-    // A reshape that keeps the class dim keeps a LogSoftmax a LogSoftmax (for the NLL
-    // after it).
-    if (auto ls = log_softmax_of_.find(node.input(0));
-        ls != log_softmax_of_.end() && !out.empty() && !in.empty() && out.back() == in.back())
-      log_softmax_of_[node.output(0)] = reshape(ls->second, out);
-    return set(node, 0, reshape(x, out));
-  }
-  if (op == "Expand") {
-    Node* x = irValue(node, 0);
-    auto dims = broadcastDims(dimsOf(x), constInts(node, 1, "the shape"));
-    if (!dims) fail(node, "the shape does not broadcast");
-    return set(node, 0, broadcastTo(x, *dims));
-  }
-  if (op == "Tile") {
-    Node* x = irValue(node, 0);
-    std::vector<int64_t> reps = constInts(node, 1, "the repeats"), in = dimsOf(x);
-    if (reps.size() != in.size()) fail(node, "repeats must have one entry per dim");
-    // out[k*d + j] = x[j]: broadcast to [r0, d0, r1, d1, ...], then merge the pairs.
-    std::vector<int64_t> wide, map, out;
-    for (size_t i = 0; i < in.size(); ++i) {
-      wide.push_back(reps[i]);
-      wide.push_back(in[i]);
-      map.push_back(static_cast<int64_t>(2 * i + 1));
-      out.push_back(reps[i] * in[i]);
-    }
-    return set(node, 0, reshape(b_.broadcast(x, Shape(wide), map), out));
-  }
-  if (op == "Slice") {
-    Node* x = nodeValue(node, 0);
-    std::vector<int64_t> in = dimsOf(x);
-    std::vector<int64_t> starts = constInts(node, 1, "starts"), ends = constInts(node, 2, "ends");
-    std::vector<int64_t> axes = has(node, 3) ? constInts(node, 3, "axes") : std::vector<int64_t>{};
-    std::vector<int64_t> steps = has(node, 4) ? constInts(node, 4, "steps") : std::vector<int64_t>{};
-    std::vector<int64_t> lo(in.size(), 0), hi = in;
-    for (size_t i = 0; i < starts.size(); ++i) {
-      const size_t a = static_cast<size_t>(axisOf(node, axes.empty() ? static_cast<int64_t>(i) : axes[i], in.size()));
-      if (!steps.empty() && steps[i] != 1) fail(node, "slices with a step other than 1 are not supported");
-      int64_t s = starts[i], e = ends[i], d = in[a];
-      if (s < 0) s += d;
-      if (e < 0) e += d;
-      lo[a] = std::clamp<int64_t>(s, 0, d);
-      hi[a] = std::clamp<int64_t>(e, lo[a], d);
-    }
-    return set(node, 0, lo == std::vector<int64_t>(in.size(), 0) && hi == in ? x : b_.slice(x, lo, hi));
-  }
-  if (op == "Split") {
-    Node* x = irValue(node, 0);
-    std::vector<int64_t> in = dimsOf(x);
-    const int64_t axis = axisOf(node, attrInt(node, "axis").value_or(0), in.size());
-    std::vector<int64_t> sizes = has(node, 1) ? constInts(node, 1, "the split sizes") : attrInts(node, "split");
-    if (sizes.empty()) {
-      const int64_t parts = node.output_size(), d = in[static_cast<size_t>(axis)];
-      if (d % parts) fail(node, fmt::format("dim {} does not split into {} equal parts", d, parts));
-      sizes.assign(static_cast<size_t>(parts), d / parts);
-    }
-    if (static_cast<int>(sizes.size()) != node.output_size()) fail(node, "split sizes do not match the outputs");
-    int64_t at = 0;
-    for (int i = 0; i < node.output_size(); ++i) {
-      set(node, i, sliceAxis(x, axis, at, at + sizes[static_cast<size_t>(i)]));
-      at += sizes[static_cast<size_t>(i)];
-    }
-    if (at != in[static_cast<size_t>(axis)]) fail(node, "split sizes do not add up to the dim");
-    return;
-  }
-  if (op == "Concat") {
-    const size_t r = shapeOf(value(node, 0)).size();
-    const int64_t axis = axisOf(node, attrInt(node, "axis").value_or(0), r);
-    Node* acc = nullptr;
-    for (int i = 0; i < node.input_size(); ++i) {
-      Node* v = irValue(node, i);
-      if (v->shape().dim(static_cast<int>(axis)) == 0) continue;
-      acc = acc ? b_.concat(acc, v, axis) : v;
-    }
-    if (!acc) fail(node, "every input is empty");
-    return set(node, 0, acc);
-  }
-  if (op == "Gather") {
-    const int64_t axis_attr = attrInt(node, "axis").value_or(0);
-    const ConstTensor* idx = constant(node, 1);
-    std::vector<int64_t> dd = shapeOf(value(node, 0));
-    const int64_t axis = axisOf(node, axis_attr, dd.size());
-    if (idx) {
-      // Constant indices: a contiguous run is a slice (positions 0..T-1 of a table).
-      std::vector<int64_t> ids = idx->ints();
-      const int64_t d = dd[static_cast<size_t>(axis)];
-      for (int64_t& i : ids) i = i < 0 ? i + d : i;
-      bool run = !ids.empty();
-      for (size_t i = 1; i < ids.size(); ++i) run &= ids[i] == ids[0] + static_cast<int64_t>(i);
-      if (!run || ids[0] < 0 || ids.back() >= d) fail(node, "constant indices must be a contiguous range in bounds");
-      Node* s = sliceAxis(irValue(node, 0), axis, ids[0], ids.back() + 1);
-      std::vector<int64_t> out(dd.begin(), dd.begin() + axis);
-      out.insert(out.end(), idx->dims.begin(), idx->dims.end());
-      out.insert(out.end(), dd.begin() + axis + 1, dd.end());
-      return set(node, 0, reshape(s, out));
-    }
-    Node* indices = nodeValue(node, 1);
-    if (axis != 0 || dd.size() != 2 || indices->dtype() != DType::kS32)
-      fail(node, "only an embedding lookup (a 2-D table indexed by token ids along axis 0) is supported");
-    return set(node, 0, b_.gather(irValue(node, 0), indices));
-  }
-  if (op == "LayerNormalization") {
-    Node* x = irValue(node, 0);
-    const size_t r = dimsOf(x).size();
-    if (axisOf(node, attrInt(node, "axis").value_or(-1), r) != static_cast<int64_t>(r) - 1)
-      fail(node, "only normalization over the last dim is supported");
-    for (int i = 1; i < node.output_size(); ++i)
-      if (!node.output(i).empty()) fail(node, "the mean and inverse deviation outputs are not supported");
-    Node* y = b_.norm(Op::kLayerNorm, x, attrFloat(node, "epsilon").value_or(1e-5f));
-    y = b_.mul(y, splatOrBroadcast(node, 1, dimsOf(x)));
-    if (has(node, 2)) y = b_.add(y, splatOrBroadcast(node, 2, dimsOf(x)));
-    return set(node, 0, y);
-  }
-  if (op == "Softmax" || op == "LogSoftmax") {
-    Node* x = irValue(node, 0);
-    const int64_t axis = axisOf(node, attrInt(node, "axis").value_or(-1), dimsOf(x).size());
-    Node* y = moveLastAxis(b_.softmax(moveLastAxis(x, axis, true)), axis, false);
-    if (op == "LogSoftmax") {
-      // Remembered for a NegativeLogLikelihoodLoss of [N, C] (classes last).
-      if (axis == static_cast<int64_t>(dimsOf(x).size()) - 1) log_softmax_of_[node.output(0)] = x;
-      y = b_.unary(Op::kLog, y);
-    }
-    return set(node, 0, y);
-  }
-  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") {
-    Node* x = irValue(node, 0);
-    std::vector<int64_t> in = dimsOf(x);
-    std::vector<int64_t> axes = (op == "ReduceSum" && has(node, 1)) ? constInts(node, 1, "the axes")
-                                                                    : attrInts(node, "axes");
-    if (axes.empty()) {
-      if (attrInt(node, "noop_with_empty_axes").value_or(0)) return set(node, 0, x);
-      for (size_t i = 0; i < in.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-    }
-    for (int64_t& a : axes) a = axisOf(node, a, in.size());
-    std::sort(axes.begin(), axes.end());
-    Op irop = op == "ReduceMean" ? Op::kReduceMean : op == "ReduceSum" ? Op::kReduceSum : Op::kReduceMax;
-    Node* y = b_.reduce(irop, x, axes);
-    if (attrInt(node, "keepdims").value_or(1)) {
-      std::vector<int64_t> kept = in;
-      for (int64_t a : axes) kept[static_cast<size_t>(a)] = 1;
-      y = reshape(y, kept);
-    }
-    return set(node, 0, y);
-  }
-  if (op == "Where") return set(node, 0, whereNode(node));
-  if (op == "SoftmaxCrossEntropyLoss") {
-    if (node.output_size() > 1 && !node.output(1).empty()) fail(node, "the log_prob output is not supported");
-    return set(node, 0, crossEntropy(node, irValue(node, 0), labels(node)));
-  }
-  if (op == "NegativeLogLikelihoodLoss") {
-    auto it = log_softmax_of_.find(node.input(0));
-    if (it == log_softmax_of_.end() || it->second->shape().rank() != 2)
-      fail(node, "only the negative log-likelihood of a LogSoftmax over the classes of [N, C] scores is supported");
-    return set(node, 0, crossEntropy(node, it->second, labels(node)));
-  }
-  std::vector<std::string> all = supportedOnnxOps();
-  if (std::find(all.begin(), all.end(), op) != all.end())
-    fail(node, fmt::format("it has no IR op, so its inputs must be constants at import, but they depend on the "
-                           "model's inputs; ops on the model's inputs: {}",
-                           fmt::join(computeOps(), ", ")));
-  fail(node, fmt::format("op {} is not supported; supported: {}", op, fmt::join(all, ", ")));
+  (this->*(info->handler))(node);
 }
 
 void Importer::findLoss() {
@@ -991,16 +758,23 @@ ImportedModel Importer::run() {
   model_ = readOnnxModel(o_.path, &out_.fingerprint);
   opset_ = defaultOpset(model_, file_);
   if (opset_ < kMinOpset || opset_ > kMaxOpset)
-    throw Error(fmt::format("{}: opset {} is not supported; pgq imports opsets {} to {} (torch.onnx.export "
-                            "opset_version=14..17)",
+    throw Error(fmt::format("{}: opset {} is not supported; pgq imports opsets {} to {} (torch.onnx.export writes "
+                            "20 by default since PyTorch 2.9; export again with opset_version between them)",
                             file_, opset_, kMinOpset, kMaxOpset));
   out_.opset = opset_;
 
   readInputs();
+  nameParameters();
   chooseTrainable();
   const fs::path dir = fs::path(o_.path).parent_path();
-  // Initializers, in file order so that parameters keep the model's order.
+  // Initializers, in file order so that parameters keep the model's order; one that no
+  // node reads is not read at all (its bytes may be large, or external).
+  std::unordered_set<std::string> read;
+  for (const onnx::NodeProto& node : model_.graph().node())
+    for (const std::string& in : node.input()) read.insert(in);
+  for (const onnx::ValueInfoProto& o : model_.graph().output()) read.insert(o.name());
   for (const onnx::TensorProto& t : model_.graph().initializer()) {
+    if (!read.count(t.name())) continue;
     ConstTensor c = tensorFromProto(t, dir, file_);
     if (trainable_.count(t.name())) {
       auto ref = param_of_.find(t.name());
@@ -1074,14 +848,31 @@ ImportedModel Importer::run() {
   return std::move(out_);
 }
 
-}  // namespace
+}  // namespace onnx_import
 
-ImportedModel importOnnx(const OnnxImportOptions& options) { return Importer(options).run(); }
+ImportedModel importOnnx(const OnnxImportOptions& options) { return onnx_import::Importer(options).run(); }
 
 std::vector<std::string> supportedOnnxOps() {
-  std::set<std::string> all(computeOps().begin(), computeOps().end());
+  std::set<std::string> all;
+  for (const onnx_import::OpInfo& info : onnx_import::opTable()) all.insert(info.op);
   all.insert(foldableOps().begin(), foldableOps().end());
   return {all.begin(), all.end()};
+}
+
+std::string onnxOpTableText() {
+  std::string out = fmt::format("{:<26} {:<8} {:<12} {}\n", "op", "opsets", "gradient", "attributes");
+  for (const onnx_import::OpInfo& info : onnx_import::opTable()) {
+    std::string_view d = info.differentiable;
+    std::string grad = d == "*" ? "all inputs" : d == "-" ? "none" : fmt::format("inputs {}", d);
+    out += fmt::format("{:<26} {:<8} {:<12} {}\n", info.op, fmt::format("{}-{}", info.first_opset, info.last_opset), grad,
+                       *info.attributes ? info.attributes : "-");
+  }
+  std::vector<std::string> fold_only;
+  for (const std::string& op : foldableOps())
+    if (!onnx_import::findOp(op)) fold_only.push_back(op);
+  out += fmt::format("\nfolded when every input is a constant (shape arithmetic, masks, rotary tables):\n  {}\n",
+                     fmt::join(fold_only, ", "));
+  return out;
 }
 
 bool isOnnxModelPath(const std::string& spec) {

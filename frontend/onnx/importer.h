@@ -1,15 +1,21 @@
 #pragma once
-// ONNX import: a model exported by torch.onnx.export (opsets 13 to 17) becomes a pgq
-// training graph, so that a user's own transformer is profiled, quantized and trained
-// by the same passes as the built-in ones.
+// ONNX import: a model exported by torch.onnx.export (opsets 13 to 23: the
+// TorchScript exporter of PyTorch <= 2.8 wrote 14-17, the torch.export-based one, the
+// default since 2.9, writes 20, or 23 on request) becomes a pgq training graph, so that a
+// user's own transformer is profiled, quantized and trained by the same passes as the
+// built-in ones. Every op goes through one table (onnx_ops.def: opsets, attributes,
+// differentiable inputs); `pgq import --list-ops` prints it.
 //
 // Shapes are static: batch and sequence length come from the model's input shapes or
 // from the options, and every shape computation (Shape, Gather on shapes, Range,
 // ConstantOfShape, Expand, Equal, Where on constants, Cast, ...) is folded at import.
 // Initializers become parameters with their values (a pretrained or PyTorch-initialized
 // model is fine-tuned, not re-initialized); which of them are trained is decided by
-// `trainableInitializers` below. GEMMs are labelled with the user's module paths: the
-// node `/blocks.0/attn/q/MatMul` gives the GEMM `blocks.0/attn/q` of layer 0.
+// the exporter's record on each node (PyTorch's parameters train, buffers and folded
+// values do not), by a parameter list beside the model, or by the dataflow (see
+// chooseTrainable in importer.cc). GEMMs are labelled with the user's module paths: the
+// exporter's record `model.layers.0.self_attn.q_proj` gives that GEMM (layer 0); the old
+// exporter's node `/blocks.0/attn/q/MatMul` gives `blocks.0/attn/q`.
 //
 // The loss: a scalar output (SoftmaxCrossEntropyLoss, or LogSoftmax followed by
 // NegativeLogLikelihoodLoss, against a labels input), or, for a model that outputs
@@ -72,6 +78,10 @@ ImportedModel importOnnx(const OnnxImportOptions& options);
 
 // The ONNX op types importOnnx understands (including those only folded).
 std::vector<std::string> supportedOnnxOps();
+
+// The op table as text: each op on IR values with its opsets, differentiable inputs and
+// attributes, then the ops only folded (pgq import --list-ops).
+std::string onnxOpTableText();
 
 // Whether `spec` names an ONNX file (by its extension), for --model.
 bool isOnnxModelPath(const std::string& spec);
