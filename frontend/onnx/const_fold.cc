@@ -79,17 +79,62 @@ int64_t toInt64(double v) {
   return static_cast<int64_t>(v);
 }
 
+// The dtypes a folded constant may have (those ConstTensor holds and roundToDtype knows).
+bool isFoldedDtype(int32_t dtype) {
+  switch (dtype) {
+    case TensorProto::FLOAT: case TensorProto::DOUBLE: case TensorProto::FLOAT16: case TensorProto::BFLOAT16:
+    case TensorProto::INT8: case TensorProto::INT16: case TensorProto::INT32: case TensorProto::INT64:
+    case TensorProto::UINT8: case TensorProto::UINT16: case TensorProto::UINT32: case TensorProto::UINT64:
+    case TensorProto::BOOL: return true;
+    default: return false;
+  }
+}
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// An attribute of `op` that exists from opset `since` and, when `to_input` is not kNever,
+// is replaced by input `input` from opset `to_input` on. Folding follows the node's
+// opset: such an attribute at an opset without it, or that input where the opset wants
+// the attribute, is refused, as ONNX's checker refuses it, rather than guessed at.
+struct VersionedAttribute {
+  std::string op;
+  std::string name;
+  int64_t since = 1;
+  int64_t to_input = kNever;
+  size_t input = 0;
+};
+
+const std::vector<VersionedAttribute>& versionedAttributes();
+const VersionedAttribute& versionedAttribute(const std::string& op, const std::string& name);
+
 class Folder {
  public:
   Folder(const onnx::NodeProto& node, std::span<const ConstTensor* const> inputs, int64_t opset,
          const std::string& model_file)
       : node_(node), inputs_(inputs), opset_(opset), model_file_(model_file) {}
 
-  std::optional<std::vector<ConstTensor>> fold();
+  using Result = std::optional<std::vector<ConstTensor>>;
+  // How one op folds; nullopt when it leaves this node to the importer.
+  using Rule = std::function<Result(const Folder&)>;
+
+  // Every op folded and its rule: the one list of them.
+  static const std::map<std::string, Rule>& rules();
+
+  Result fold() const;
 
  private:
   using Unary = std::function<double(double)>;
   using Binary = std::function<double(double, double)>;
+
+  // What a reduction computes: each element mapped, then combined from `init`, then the
+  // result finished given the count of elements reduced (an empty reduction gives
+  // finish(init, 0)).
+  struct Reduction {
+    double init = 0;
+    Unary map;
+    Binary combine;
+    std::function<double(double, int64_t)> finish;
+  };
 
   [[noreturn]] void fail(const std::string& message) const {
     std::string where = fmt::format("node '{}' ({})", node_.name(), node_.op_type());
@@ -129,12 +174,30 @@ class Folder {
     if (!a) return std::nullopt;
     return Dims(a->ints().begin(), a->ints().end());
   }
-  // Integers given by attribute `name` before `input_opset`, and by input `index` from it.
-  std::optional<Dims> attributeOrInput(const std::string& name, int64_t input_opset, size_t index) const {
-    if (opset_ < input_opset) return intsAttribute(name);
-    const ConstTensor* t = optionalInput(index);
+  // The integers of `name`, an attribute of this op that became an input at some opset
+  // (versionedAttributes): the attribute before that opset, the input from it on.
+  std::optional<Dims> attributeOrInput(const std::string& name) const {
+    const VersionedAttribute& v = versionedAttribute(node_.op_type(), name);
+    if (opset_ < v.to_input) return intsAttribute(name);
+    const ConstTensor* t = optionalInput(v.input);
     if (!t) return std::nullopt;
     return ints(*t, name.c_str());
+  }
+  // Refuses an attribute or input of this op that the node's opset does not have.
+  void checkOpset() const {
+    for (const VersionedAttribute& v : versionedAttributes()) {
+      if (v.op != node_.op_type()) continue;
+      const bool has_attribute = attribute(v.name) != nullptr;
+      if (has_attribute && opset_ < v.since)
+        fail(fmt::format("attribute '{}' does not exist at opset {} (it was added at opset {})", v.name, opset_,
+                         v.since));
+      if (has_attribute && opset_ >= v.to_input)
+        fail(fmt::format("at opset {} '{}' is input {}, not an attribute (since opset {})", opset_, v.name,
+                         v.input, v.to_input));
+      if (opset_ < v.to_input && v.to_input != kNever && optionalInput(v.input))
+        fail(fmt::format("at opset {} '{}' is an attribute, not input {} (it becomes one at opset {})", opset_,
+                         v.name, v.input, v.to_input));
+    }
   }
 
   // `axis` in [-rank, rank) as a dimension index.
@@ -228,9 +291,11 @@ class Folder {
     if (inputs_.size() != 2) fail(fmt::format("takes 2 inputs, not {}", inputs_.size()));
     return nary(dtype, [&](const double* a) { return f(a[0], a[1]); });
   }
-  ConstTensor unary(const Unary& f) const {
+  // f applied to each element of input 0, giving `dtype` (by default input 0's).
+  ConstTensor unary(const Unary& f, std::optional<int32_t> dtype = std::nullopt) const {
     ConstTensor out = input(0);
     for (double& v : out.values) v = f(v);
+    if (dtype) out.dtype = *dtype;
     return out;
   }
   // Variadic Min/Max/Sum/Mean: a fold of f over the inputs.
@@ -271,6 +336,8 @@ class Folder {
   ConstTensor constant() const;
   ConstTensor shape() const;
   ConstTensor gather() const;
+  ConstTensor gatherElements() const;
+  ConstTensor gatherND() const;
   ConstTensor unsqueeze() const;
   ConstTensor squeeze() const;
   ConstTensor concat() const;
@@ -285,7 +352,7 @@ class Folder {
   ConstTensor matmul() const;
   ConstTensor einsum() const;
   ConstTensor tile() const;
-  ConstTensor reduce(const std::string& op) const;
+  ConstTensor reduce(const Reduction& r) const;
   ConstTensor cumsum() const;
   std::vector<ConstTensor> split() const;
   ConstTensor softmax() const;
@@ -296,10 +363,10 @@ class Folder {
   const std::string& model_file_;
 };
 
+// Cast and CastLike. Their `saturate` (opset 19) changes only casts to float8 types,
+// which are refused here with the other dtypes pgq does not hold, so it is ignored.
 ConstTensor Folder::cast(const ConstTensor& in, int32_t to) const {
-  if (to == TensorProto::STRING || !TensorProto::DataType_IsValid(to) || to == TensorProto::UNDEFINED ||
-      to == TensorProto::COMPLEX64 || to == TensorProto::COMPLEX128)
-    fail(fmt::format("Cast to {} is not supported", dtypeName(to)));
+  if (!isFoldedDtype(to)) fail(fmt::format("Cast to {} is not supported", dtypeName(to)));
   ConstTensor out = in;
   out.dtype = to;
   // Float to integer truncates toward zero; NaN and infinities have no integer value.
@@ -320,13 +387,10 @@ ConstTensor Folder::constant() const {
 ConstTensor Folder::shape() const {
   const Dims& dims = input(0).dims;
   int64_t rank = static_cast<int64_t>(dims.size());
-  int64_t start = 0, end = rank;
-  if (opset_ >= 15) {
-    // Negative from the end, then clamped to [0, rank].
-    auto clampIndex = [rank](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
-    start = clampIndex(intAttribute("start", 0));
-    if (const onnx::AttributeProto* a = attribute("end")) end = clampIndex(a->i());
-  }
+  // start and end (opset 15): negative from the end, then clamped to [0, rank].
+  auto clampIndex = [rank](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+  int64_t start = clampIndex(intAttribute("start", 0)), end = rank;
+  if (const onnx::AttributeProto* a = attribute("end")) end = clampIndex(a->i());
   ConstTensor out = make(TensorProto::INT64, {std::max<int64_t>(end - start, 0)});
   for (int64_t d = start; d < end; ++d) out.values.push_back(static_cast<double>(dims[static_cast<size_t>(d)]));
   return out;
@@ -357,9 +421,83 @@ ConstTensor Folder::gather() const {
   return out;
 }
 
+// out[i][j][k] = data[indices[i][j][k]][j][k] for axis 0, and so on: the result has the
+// indices' shape, which may be smaller than the data's off the axis.
+ConstTensor Folder::gatherElements() const {
+  const ConstTensor& data = input(0);
+  const ConstTensor& indices = input(1);
+  size_t rank = data.dims.size();
+  if (rank == 0) fail("cannot gather from a scalar");
+  if (indices.dims.size() != rank)
+    fail(fmt::format("indices have rank {}, the data {}", indices.dims.size(), rank));
+  size_t axis = normalizeAxis(intAttribute("axis", 0), rank);
+  for (size_t d = 0; d < rank; ++d)
+    if (d != axis && indices.dims[d] > data.dims[d])
+      fail(fmt::format("indices' dimension {} is {}, more than the data's {}", d, indices.dims[d], data.dims[d]));
+  int64_t n = data.dims[axis];
+  ConstTensor out = make(data.dtype, indices.dims);
+  std::vector<int64_t> idx = ints(indices, "indices");
+  Dims data_strides = stridesOf(data.dims);
+  Dims index(rank, 0);
+  for (int64_t i : idx) {
+    if (i < -n || i >= n) fail(fmt::format("index {} is out of range for dimension {} of size {}", i, axis, n));
+    int64_t offset = (i < 0 ? i + n : i) * data_strides[axis];
+    for (size_t d = 0; d < rank; ++d)
+      if (d != axis) offset += index[d] * data_strides[d];
+    out.values.push_back(data.values[static_cast<size_t>(offset)]);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < indices.dims[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+// Each row of the indices' last dimension (k long) picks a slice data[i0, ..., ik-1]
+// of the data; with batch_dims b, the first b dimensions of both are a batch, each
+// index row picking from its own batch. The result is [indices dims but the last] +
+// [data dims from b + k on].
+ConstTensor Folder::gatherND() const {
+  const ConstTensor& data = input(0);
+  const ConstTensor& indices = input(1);
+  size_t rank = data.dims.size(), q = indices.dims.size();
+  int64_t batch_dims = intAttribute("batch_dims", 0);
+  if (q == 0) fail("indices must have rank 1 or more");
+  if (batch_dims < 0 || static_cast<size_t>(batch_dims) >= std::min(rank, q))
+    fail(fmt::format("batch_dims {} is out of range for data of rank {} and indices of rank {}", batch_dims, rank,
+                     q));
+  size_t b = static_cast<size_t>(batch_dims);
+  for (size_t d = 0; d < b; ++d)
+    if (data.dims[d] != indices.dims[d])
+      fail(fmt::format("batch dimension {} is {} in the data and {} in the indices", d, data.dims[d],
+                       indices.dims[d]));
+  int64_t k = indices.dims.back();
+  if (k < 1 || static_cast<size_t>(k) > rank - b)
+    fail(fmt::format("indices' last dimension {} is out of range [1, {}]", k, rank - b));
+  size_t ku = static_cast<size_t>(k);
+  Dims dims(indices.dims.begin(), indices.dims.end() - 1);
+  dims.insert(dims.end(), data.dims.begin() + static_cast<int64_t>(b + ku), data.dims.end());
+  ConstTensor out = make(data.dtype, dims);
+  std::vector<int64_t> idx = ints(indices, "indices");
+  Dims data_strides = stridesOf(data.dims);
+  int64_t batch_size = product(data.dims, b, rank), slice = product(data.dims, b + ku, rank);
+  int64_t rows_per_batch = product(indices.dims, b, q - 1);
+  for (size_t row = 0; row * ku < idx.size(); ++row) {
+    int64_t offset = static_cast<int64_t>(row) / rows_per_batch * batch_size;
+    for (size_t j = 0; j < ku; ++j) {
+      int64_t i = idx[row * ku + j], n = data.dims[b + j];
+      if (i < -n || i >= n) fail(fmt::format("index {} is out of range for dimension {} of size {}", i, b + j, n));
+      offset += (i < 0 ? i + n : i) * data_strides[b + j];
+    }
+    auto from = data.values.begin() + offset;
+    out.values.insert(out.values.end(), from, from + slice);
+  }
+  return out;
+}
+
 ConstTensor Folder::unsqueeze() const {
   const ConstTensor& in = input(0);
-  std::optional<Dims> axes = attributeOrInput("axes", 13, 1);
+  std::optional<Dims> axes = attributeOrInput("axes");
   if (!axes) fail("needs axes");
   size_t rank = in.dims.size() + axes->size();
   std::vector<size_t> at = normalizeAxes(*axes, rank);
@@ -375,7 +513,7 @@ ConstTensor Folder::unsqueeze() const {
 
 ConstTensor Folder::squeeze() const {
   const ConstTensor& in = input(0);
-  std::optional<Dims> axes = attributeOrInput("axes", 13, 1);
+  std::optional<Dims> axes = attributeOrInput("axes");
   std::vector<size_t> at;
   if (axes) {
     at = normalizeAxes(*axes, in.dims.size());
@@ -423,17 +561,9 @@ ConstTensor Folder::concat() const {
 ConstTensor Folder::slice() const {
   const ConstTensor& in = input(0);
   size_t rank = in.dims.size();
-  std::optional<Dims> starts, ends, axes, steps;
-  if (opset_ < 10) {
-    starts = intsAttribute("starts");
-    ends = intsAttribute("ends");
-    axes = intsAttribute("axes");
-  } else {
-    starts = ints(input(1), "starts");
-    ends = ints(input(2), "ends");
-    if (const ConstTensor* t = optionalInput(3)) axes = ints(*t, "axes");
-    if (const ConstTensor* t = optionalInput(4)) steps = ints(*t, "steps");
-  }
+  std::optional<Dims> starts = attributeOrInput("starts"), ends = attributeOrInput("ends"),
+                      axes = attributeOrInput("axes"), steps;
+  if (const ConstTensor* t = optionalInput(4)) steps = ints(*t, "steps");
   if (!starts || !ends || starts->size() != ends->size())
     fail("needs as many starts as ends");
   if (!axes) {
@@ -515,10 +645,10 @@ ConstTensor Folder::expand() const {
 
 ConstTensor Folder::reshape() const {
   const ConstTensor& in = input(0);
-  std::optional<Dims> shape = attributeOrInput("shape", 5, 1);
+  std::optional<Dims> shape = attributeOrInput("shape");
   if (!shape) fail("needs a shape");
   // allowzero (opset 14): a 0 is a dimension of size 0 rather than "copy the input's".
-  bool allow_zero = opset_ >= 14 && intAttribute("allowzero", 0) != 0;
+  bool allow_zero = intAttribute("allowzero", 0) != 0;
   Dims dims = *shape;
   int64_t known = 1;
   std::optional<size_t> infer;
@@ -739,10 +869,9 @@ ConstTensor Folder::tile() const {
   return out;
 }
 
-ConstTensor Folder::reduce(const std::string& op) const {
+ConstTensor Folder::reduce(const Reduction& r) const {
   const ConstTensor& in = input(0);
-  // ReduceSum took its axes as an input from opset 13, the others from 18.
-  std::optional<Dims> axes = attributeOrInput("axes", op == "ReduceSum" ? 13 : 18, 1);
+  std::optional<Dims> axes = attributeOrInput("axes");
   bool keep_dims = intAttribute("keepdims", 1) != 0;
   size_t rank = in.dims.size();
   std::vector<bool> reduced(rank, false);
@@ -760,21 +889,9 @@ ConstTensor Folder::reduce(const std::string& op) const {
   ConstTensor out = make(in.dtype, dims);
   int64_t count = product(kept_dims, 0, rank);
   int64_t group = count == 0 ? 0 : in.numElements() / count;
-  double init = 0;
-  Binary f = std::plus<double>();
-  if (op == "ReduceProd") {
-    init = 1;
-    f = std::multiplies<double>();
-  } else if (op == "ReduceMax" || op == "ReduceMin") {
-    bool is_max = op == "ReduceMax";
-    if (group == 0 && in.isInteger()) fail("cannot reduce an empty set of integers");
-    init = is_max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-    f = [is_max](double acc, double v) {
-      if (std::isnan(acc) || std::isnan(v)) return std::numeric_limits<double>::quiet_NaN();
-      return is_max ? std::max(acc, v) : std::min(acc, v);
-    };
-  }
-  std::vector<double> acc(static_cast<size_t>(count), init);
+  // The max or min of no integers would be an infinity, which no integer holds.
+  if (group == 0 && in.isInteger() && std::isinf(r.init)) fail("cannot reduce an empty set of integers");
+  std::vector<double> acc(static_cast<size_t>(count), r.init);
   // Every input element accumulates into the result element it reduces to: the input
   // walks the result with stride 0 along the reduced axes.
   Dims in_strides_of_result = stridesOf(kept_dims);
@@ -783,7 +900,8 @@ ConstTensor Folder::reduce(const std::string& op) const {
   Dims index(rank, 0);
   int64_t offset = 0;
   for (double v : in.values) {
-    acc[static_cast<size_t>(offset)] = f(acc[static_cast<size_t>(offset)], v);
+    double& a = acc[static_cast<size_t>(offset)];
+    a = r.combine(a, r.map ? r.map(v) : v);
     for (size_t d = rank; d-- > 0;) {
       ++index[d];
       offset += in_strides_of_result[d];
@@ -792,8 +910,8 @@ ConstTensor Folder::reduce(const std::string& op) const {
       index[d] = 0;
     }
   }
-  if (op == "ReduceMean")
-    for (double& v : acc) v /= static_cast<double>(group);
+  if (r.finish)
+    for (double& v : acc) v = r.finish(v, group);
   out.values = std::move(acc);
   return out;
 }
@@ -825,17 +943,27 @@ std::vector<ConstTensor> Folder::split() const {
   size_t axis = normalizeAxis(intAttribute("axis", 0), in.dims.size());
   int64_t n = in.dims[axis];
   int64_t outputs = node_.output_size();
-  std::optional<Dims> sizes = attributeOrInput("split", 13, 1);
+  std::optional<Dims> sizes = attributeOrInput("split");
   if (sizes && sizes->empty()) sizes.reset();
+  const onnx::AttributeProto* num_outputs = attribute("num_outputs");
+  if (sizes && num_outputs) fail("has both input 'split' and attribute 'num_outputs'");
   if (!sizes) {
     sizes.emplace();
-    if (const onnx::AttributeProto* a = attribute("num_outputs")) {
-      // Opset 18: the last part may be smaller.
-      int64_t parts = a->i();
+    if (num_outputs) {
+      // Opset 18: parts of ceil(n / num_outputs), the last one what remains (smaller,
+      // possibly empty), as ONNX's reference computes them.
+      int64_t parts = num_outputs->i();
+      if (parts < 1) fail(fmt::format("num_outputs {} is not positive", parts));
       if (parts != outputs) fail(fmt::format("num_outputs {} differs from its {} outputs", parts, outputs));
       int64_t chunk = (n + parts - 1) / parts;
-      for (int64_t at = 0; at < n; at += chunk) sizes->push_back(std::min(chunk, n - at));
+      if (n - chunk * (parts - 1) < 0)
+        fail(fmt::format("cannot split dimension {} of size {} into {} parts of {} and a smaller last one", axis,
+                         n, parts, chunk));
+      sizes->assign(static_cast<size_t>(parts - 1), chunk);
+      sizes->push_back(n - chunk * (parts - 1));
     } else {
+      // Neither split nor num_outputs, although opset 18 asks for one of them: equal
+      // parts, one per output, as before opset 18 and as ONNX Runtime does.
       if (outputs == 0 || n % outputs != 0)
         fail(fmt::format("cannot split dimension {} of size {} into {} equal parts", axis, n, outputs));
       sizes->assign(static_cast<size_t>(outputs), n / outputs);
@@ -889,117 +1017,197 @@ double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 double nanMax(double a, double b) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b); }
 double nanMin(double a, double b) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b); }
 
-std::optional<std::vector<ConstTensor>> Folder::fold() {
+// log(e^a + e^b) without overflow, for ReduceLogSumExp.
+double logAddExp(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::nan("");
+  if (a == b) return a + std::log(2.0);  // also for equal infinities, where hi - lo is NaN
+  double hi = std::max(a, b), lo = std::min(a, b);
+  return hi + std::log1p(std::exp(lo - hi));
+}
+
+const std::map<std::string, Folder::Rule>& Folder::rules() {
+  static const std::map<std::string, Rule> kRules = [] {
+    std::map<std::string, Rule> rules;
+    static constexpr int32_t kBool = TensorProto::BOOL;
+    auto in0 = [](const Folder& f) { return f.input(0).dtype; };
+
+    using Method = ConstTensor (Folder::*)() const;
+    const std::pair<const char*, Method> kMethods[] = {
+        {"Concat", &Folder::concat},       {"ConstantOfShape", &Folder::constantOfShape},
+        {"CumSum", &Folder::cumsum},       {"Einsum", &Folder::einsum},
+        {"Expand", &Folder::expand},       {"Flatten", &Folder::flatten},
+        {"Gather", &Folder::gather},       {"GatherElements", &Folder::gatherElements},
+        {"GatherND", &Folder::gatherND},   {"MatMul", &Folder::matmul},
+        {"Range", &Folder::range},         {"Reshape", &Folder::reshape},
+        {"Shape", &Folder::shape},         {"Slice", &Folder::slice},
+        {"Softmax", &Folder::softmax},     {"Squeeze", &Folder::squeeze},
+        {"Tile", &Folder::tile},           {"Transpose", &Folder::transpose},
+        {"Trilu", &Folder::trilu},         {"Unsqueeze", &Folder::unsqueeze},
+    };
+    for (const auto& [op, method] : kMethods)
+      rules[op] = [method](const Folder& f) -> Result { return f.one((f.*method)()); };
+    rules["Split"] = [](const Folder& f) -> Result { return f.split(); };
+    rules["Identity"] = [](const Folder& f) -> Result { return f.one(f.input(0)); };
+    rules["Constant"] = [](const Folder& f) -> Result {
+      // Its external data lies beside the model, which only the importer knows.
+      const onnx::AttributeProto* value = f.attribute("value");
+      if (value && value->t().data_location() == TensorProto::EXTERNAL) return std::nullopt;
+      return f.one(f.constant());
+    };
+    rules["Size"] = [](const Folder& f) -> Result {
+      ConstTensor out = f.make(TensorProto::INT64, {});
+      out.values = {static_cast<double>(f.input(0).numElements())};
+      return f.one(out);
+    };
+    rules["Cast"] = [](const Folder& f) -> Result {
+      const onnx::AttributeProto* to = f.attribute("to");
+      if (!to) f.fail("needs attribute 'to'");
+      return f.one(f.cast(f.input(0), static_cast<int32_t>(to->i())));
+    };
+    rules["CastLike"] = [](const Folder& f) -> Result { return f.one(f.cast(f.input(0), f.input(1).dtype)); };
+
+    const double kInf = std::numeric_limits<double>::infinity();
+    auto mean = [](double sum, int64_t n) { return sum / static_cast<double>(n); };
+    auto square = [](double v) { return v * v; };
+    const std::pair<const char*, Reduction> kReductionRules[] = {
+        {"ReduceL1", {0, [](double v) { return std::abs(v); }, std::plus<double>(), nullptr}},
+        {"ReduceL2", {0, square, std::plus<double>(), [](double v, int64_t) { return std::sqrt(v); }}},
+        {"ReduceLogSum", {0, nullptr, std::plus<double>(), [](double v, int64_t) { return std::log(v); }}},
+        {"ReduceLogSumExp", {-kInf, nullptr, logAddExp, nullptr}},
+        {"ReduceMax", {-kInf, nullptr, nanMax, nullptr}},
+        {"ReduceMean", {0, nullptr, std::plus<double>(), mean}},
+        {"ReduceMin", {kInf, nullptr, nanMin, nullptr}},
+        {"ReduceProd", {1, nullptr, std::multiplies<double>(), nullptr}},
+        {"ReduceSum", {0, nullptr, std::plus<double>(), nullptr}},
+        {"ReduceSumSquare", {0, square, std::plus<double>(), nullptr}},
+    };
+    for (const auto& [op, reduction] : kReductionRules)
+      rules[op] = [reduction](const Folder& f) -> Result { return f.one(f.reduce(reduction)); };
+
+    const std::pair<const char*, Binary> kLogic[] = {
+        {"Equal", std::equal_to<double>()},
+        {"Less", std::less<double>()},
+        {"LessOrEqual", std::less_equal<double>()},
+        {"Greater", std::greater<double>()},
+        {"GreaterOrEqual", std::greater_equal<double>()},
+        {"And", [](double a, double b) { return a != 0 && b != 0; }},
+        {"Or", [](double a, double b) { return a != 0 || b != 0; }},
+        {"Xor", [](double a, double b) { return (a != 0) != (b != 0); }},
+    };
+    for (const auto& [op, compare] : kLogic)
+      rules[op] = [compare](const Folder& f) -> Result { return f.one(f.binary(kBool, compare)); };
+    rules["Not"] = [](const Folder& f) -> Result { return f.one(f.unary([](double a) { return a == 0; })); };
+    rules["IsNaN"] = [](const Folder& f) -> Result {
+      return f.one(f.unary([](double a) { return std::isnan(a); }, kBool));
+    };
+    rules["IsInf"] = [](const Folder& f) -> Result {
+      bool negative = f.intAttribute("detect_negative", 1) != 0, positive = f.intAttribute("detect_positive", 1) != 0;
+      return f.one(f.unary([=](double a) { return std::isinf(a) && (a > 0 ? positive : negative); }, kBool));
+    };
+    rules["Where"] = [](const Folder& f) -> Result {
+      if (f.inputs_.size() != 3) f.fail(fmt::format("takes 3 inputs, not {}", f.inputs_.size()));
+      return f.one(f.nary(f.input(1).dtype, [](const double* a) { return a[0] != 0 ? a[1] : a[2]; }));
+    };
+
+    const std::pair<const char*, Binary> kArithmetic[] = {
+        {"Add", std::plus<double>()},
+        {"Sub", std::minus<double>()},
+        {"Mul", std::multiplies<double>()},
+        {"Pow", [](double a, double b) { return std::pow(a, b); }},
+    };
+    for (const auto& [op, g] : kArithmetic)
+      rules[op] = [in0, g](const Folder& f) -> Result { return f.one(f.binary(in0(f), g)); };
+    rules["Div"] = [in0](const Folder& f) -> Result {
+      if (!f.input(0).isInteger()) return f.one(f.binary(in0(f), std::divides<double>()));
+      // Integer division truncates toward zero (C's, as ONNX Runtime computes it).
+      return f.one(f.binary(in0(f), [&f](double a, double b) {
+        if (b == 0) f.fail("integer division by zero");
+        return static_cast<double>(toInt64(a) / toInt64(b));
+      }));
+    };
+    rules["Mod"] = [in0](const Folder& f) -> Result {
+      // fmod=1: the remainder takes the dividend's sign (C's fmod); fmod=0, integers only:
+      // the divisor's (Python's %).
+      bool c_fmod = f.intAttribute("fmod", 0) != 0;
+      if (!c_fmod && !f.input(0).isInteger()) f.fail("fmod=0 needs integer inputs");
+      return f.one(f.binary(in0(f), [&f, c_fmod](double a, double b) {
+        if (b == 0 && !c_fmod) f.fail("integer modulo by zero");
+        double r = std::fmod(a, b);
+        if (!c_fmod && r != 0 && (r < 0) != (b < 0)) r += b;
+        return r;
+      }));
+    };
+    const std::pair<const char*, Binary> kVariadic[] = {
+        {"Min", nanMin}, {"Max", nanMax}, {"Sum", std::plus<double>()}};
+    for (const auto& [op, g] : kVariadic) rules[op] = [g](const Folder& f) -> Result { return f.one(f.variadic(g)); };
+    rules["Mean"] = [](const Folder& f) -> Result { return f.one(f.variadic(std::plus<double>(), true)); };
+
+    const std::pair<const char*, double (*)(double)> kUnary[] = {
+        {"Sqrt", [](double a) { return std::sqrt(a); }},
+        {"Neg", [](double a) { return -a; }},
+        {"Abs", [](double a) { return std::abs(a); }},
+        {"Reciprocal", [](double a) { return 1 / a; }},
+        {"Exp", [](double a) { return std::exp(a); }},
+        {"Log", [](double a) { return std::log(a); }},
+        {"Sin", [](double a) { return std::sin(a); }},
+        {"Cos", [](double a) { return std::cos(a); }},
+        {"Tanh", [](double a) { return std::tanh(a); }},
+        {"Sigmoid", sigmoid},
+        {"Floor", [](double a) { return std::floor(a); }},
+        {"Ceil", [](double a) { return std::ceil(a); }},
+        {"Round", [](double a) { return std::nearbyint(a); }},  // half to even
+        {"Relu", [](double a) { return std::isnan(a) ? a : std::max(a, 0.0); }},
+        {"Sign", [](double a) { return std::isnan(a) ? a : double((a > 0) - (a < 0)); }},
+        {"Erf", [](double a) { return std::erf(a); }},
+    };
+    for (const auto& [op, g] : kUnary) rules[op] = [g](const Folder& f) -> Result { return f.one(f.unary(g)); };
+    return rules;
+  }();
+  return kRules;
+}
+
+Folder::Result Folder::fold() const {
   if (!node_.domain().empty() && node_.domain() != "ai.onnx") return std::nullopt;
-  const std::string& op = node_.op_type();
-  const int32_t kBool = TensorProto::BOOL;
-  auto in0 = [&] { return input(0).dtype; };
-  const bool integer = !inputs_.empty() && inputs_[0] && inputs_[0]->isInteger();
+  auto rule = rules().find(node_.op_type());
+  if (rule == rules().end()) return std::nullopt;
+  checkOpset();
+  return rule->second(*this);
+}
 
-  if (op == "Identity") return one(input(0));
-  if (op == "Constant") {
-    // Its external data lies beside the model, which only the importer knows.
-    const onnx::AttributeProto* value = attribute("value");
-    if (value && value->t().data_location() == TensorProto::EXTERNAL) return std::nullopt;
-    return one(constant());
-  }
-  if (op == "Shape") return one(shape());
-  if (op == "Size") {
-    ConstTensor out = make(TensorProto::INT64, {});
-    out.values = {static_cast<double>(input(0).numElements())};
-    return one(out);
-  }
-  if (op == "Gather") return one(gather());
-  if (op == "Unsqueeze") return one(unsqueeze());
-  if (op == "Squeeze") return one(squeeze());
-  if (op == "Concat") return one(concat());
-  if (op == "Slice") return one(slice());
-  if (op == "Cast") {
-    const onnx::AttributeProto* to = attribute("to");
-    if (!to) fail("needs attribute 'to'");
-    return one(cast(input(0), static_cast<int32_t>(to->i())));
-  }
-  if (op == "CastLike") return one(cast(input(0), input(1).dtype));
-  if (op == "ConstantOfShape") return one(constantOfShape());
-  if (op == "Range") return one(range());
-  if (op == "Expand") return one(expand());
-  if (op == "Reshape") return one(reshape());
-  if (op == "Flatten") return one(flatten());
-  if (op == "Transpose") return one(transpose());
-  if (op == "Trilu") return one(trilu());
-  if (op == "MatMul") return one(matmul());
-  if (op == "Einsum") return one(einsum());
-  if (op == "Tile") return one(tile());
-  if (op == "CumSum") return one(cumsum());
-  if (op == "Split") return split();
-  if (op == "Softmax") return one(softmax());
-  if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd")
-    return one(reduce(op));
+const std::vector<VersionedAttribute>& versionedAttributes() {
+  static const std::vector<VersionedAttribute> kTable = [] {
+    std::vector<VersionedAttribute> table = {
+        {"Cast", "saturate", 19},
+        {"CastLike", "saturate", 19},
+        {"Reshape", "shape", 1, 5, 1},
+        {"Reshape", "allowzero", 14},
+        {"Shape", "start", 15},
+        {"Shape", "end", 15},
+        {"Slice", "starts", 1, 10, 1},
+        {"Slice", "ends", 1, 10, 2},
+        {"Slice", "axes", 1, 10, 3},
+        {"Split", "split", 1, 13, 1},
+        {"Split", "num_outputs", 18},
+        {"Squeeze", "axes", 1, 13, 1},
+        {"Unsqueeze", "axes", 1, 13, 1},
+    };
+    // ReduceSum's axes became an input at opset 13, the other reductions' at 18; each
+    // gained noop_with_empty_axes then.
+    for (const auto& [op, rule] : Folder::rules()) {
+      if (!op.starts_with("Reduce")) continue;
+      int64_t at = op == "ReduceSum" ? 13 : 18;
+      table.push_back({op, "axes", 1, at, 1});
+      table.push_back({op, "noop_with_empty_axes", at});
+    }
+    return table;
+  }();
+  return kTable;
+}
 
-  if (op == "Equal") return one(binary(kBool, [](double a, double b) { return a == b; }));
-  if (op == "Less") return one(binary(kBool, [](double a, double b) { return a < b; }));
-  if (op == "LessOrEqual") return one(binary(kBool, [](double a, double b) { return a <= b; }));
-  if (op == "Greater") return one(binary(kBool, [](double a, double b) { return a > b; }));
-  if (op == "GreaterOrEqual") return one(binary(kBool, [](double a, double b) { return a >= b; }));
-  if (op == "And") return one(binary(kBool, [](double a, double b) { return a != 0 && b != 0; }));
-  if (op == "Or") return one(binary(kBool, [](double a, double b) { return a != 0 || b != 0; }));
-  if (op == "Xor") return one(binary(kBool, [](double a, double b) { return (a != 0) != (b != 0); }));
-  if (op == "Not") return one(unary([](double a) { return a == 0; }));
-  if (op == "Where") {
-    if (inputs_.size() != 3) fail(fmt::format("takes 3 inputs, not {}", inputs_.size()));
-    return one(nary(input(1).dtype, [](const double* a) { return a[0] != 0 ? a[1] : a[2]; }));
-  }
-
-  if (op == "Add") return one(binary(in0(), std::plus<double>()));
-  if (op == "Sub") return one(binary(in0(), std::minus<double>()));
-  if (op == "Mul") return one(binary(in0(), std::multiplies<double>()));
-  if (op == "Div") {
-    if (!integer) return one(binary(in0(), std::divides<double>()));
-    // Integer division truncates toward zero (C's, as ONNX Runtime computes it).
-    return one(binary(in0(), [this](double a, double b) {
-      if (b == 0) fail("integer division by zero");
-      return static_cast<double>(toInt64(a) / toInt64(b));
-    }));
-  }
-  if (op == "Mod") {
-    // fmod=1: the remainder takes the dividend's sign (C's fmod); fmod=0, integers only:
-    // the divisor's (Python's %).
-    bool c_fmod = intAttribute("fmod", 0) != 0;
-    if (!c_fmod && !integer) fail("fmod=0 needs integer inputs");
-    return one(binary(in0(), [this, c_fmod](double a, double b) {
-      if (b == 0 && !c_fmod) fail("integer modulo by zero");
-      double r = std::fmod(a, b);
-      if (!c_fmod && r != 0 && (r < 0) != (b < 0)) r += b;
-      return r;
-    }));
-  }
-  if (op == "Pow") return one(binary(in0(), [](double a, double b) { return std::pow(a, b); }));
-  if (op == "Min") return one(variadic(nanMin));
-  if (op == "Max") return one(variadic(nanMax));
-  if (op == "Sum") return one(variadic(std::plus<double>()));
-  if (op == "Mean") return one(variadic(std::plus<double>(), true));
-
-  static const std::vector<std::pair<std::string, double (*)(double)>> kUnary = {
-      {"Sqrt", [](double a) { return std::sqrt(a); }},
-      {"Neg", [](double a) { return -a; }},
-      {"Abs", [](double a) { return std::abs(a); }},
-      {"Reciprocal", [](double a) { return 1 / a; }},
-      {"Exp", [](double a) { return std::exp(a); }},
-      {"Log", [](double a) { return std::log(a); }},
-      {"Sin", [](double a) { return std::sin(a); }},
-      {"Cos", [](double a) { return std::cos(a); }},
-      {"Tanh", [](double a) { return std::tanh(a); }},
-      {"Sigmoid", sigmoid},
-      {"Floor", [](double a) { return std::floor(a); }},
-      {"Ceil", [](double a) { return std::ceil(a); }},
-      {"Round", [](double a) { return std::nearbyint(a); }},  // half to even
-      {"Relu", [](double a) { return std::isnan(a) ? a : std::max(a, 0.0); }},
-      {"Sign", [](double a) { return std::isnan(a) ? a : double((a > 0) - (a < 0)); }},
-      {"Erf", [](double a) { return std::erf(a); }},
-  };
-  for (const auto& [name, f] : kUnary)
-    if (op == name) return one(unary(f));
-  return std::nullopt;
+const VersionedAttribute& versionedAttribute(const std::string& op, const std::string& name) {
+  for (const VersionedAttribute& v : versionedAttributes())
+    if (v.op == op && v.name == name) return v;
+  throw InternalError(fmt::format("{} has no versioned attribute '{}'", op, name));
 }
 
 }  // namespace
@@ -1011,14 +1219,11 @@ std::optional<std::vector<ConstTensor>> foldNode(const onnx::NodeProto& node,
 }
 
 const std::vector<std::string>& foldableOps() {
-  static const std::vector<std::string> kOps = {
-      "Abs", "Add", "And", "Cast", "CastLike", "Ceil", "Concat", "Constant", "ConstantOfShape", "Cos",
-      "CumSum", "Div", "Einsum", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Greater",
-      "GreaterOrEqual", "Identity", "Less", "LessOrEqual", "Log", "MatMul", "Max", "Mean", "Min", "Mod",
-      "Mul", "Neg", "Not", "Or", "Pow", "Range", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin",
-      "ReduceProd", "ReduceSum", "Relu", "Reshape", "Round", "Shape", "Sigmoid", "Sign", "Sin", "Size",
-      "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Trilu",
-      "Unsqueeze", "Where", "Xor"};
+  static const std::vector<std::string> kOps = [] {
+    std::vector<std::string> ops;
+    for (const auto& [op, rule] : Folder::rules()) ops.push_back(op);
+    return ops;
+  }();
   return kOps;
 }
 

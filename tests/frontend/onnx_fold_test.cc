@@ -119,7 +119,8 @@ TEST(OnnxFold, ShapeAndSize) {
   expectTensor(Node("Shape").i("start", 1).i("end", -1).run1({&x}), TensorProto::INT64, {1}, {3});
   expectTensor(Node("Shape").i("start", -10).i("end", 10).run1({&x}), TensorProto::INT64, {3}, {2, 3, 4});
   // Before opset 15 start and end do not exist.
-  expectTensor(Node("Shape").i("start", 1).run1({&x}, 13), TensorProto::INT64, {3}, {2, 3, 4});
+  EXPECT_EQ(Node("Shape").i("start", 1).error({&x}, 13),
+            "node 'n0' (Shape): attribute 'start' does not exist at opset 13 (it was added at opset 15)");
   expectTensor(Node("Size").run1({&x}), TensorProto::INT64, {}, {24});
 }
 
@@ -416,6 +417,205 @@ TEST(OnnxFold, EveryListedOpIsFolded) {
     } catch (const Error&) {
     }
   }
+}
+
+// ---- Opsets 13 to 23 ----
+
+TEST(OnnxFold, ReductionAxesAreAnInputFromOpset18) {
+  ConstTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  ConstTensor rows = i64({1}, {0}), last = i64({1}, {-1});
+  expectTensor(Node("ReduceMean").i("keepdims", 0).run1({&x, &rows}, 18), TensorProto::FLOAT, {3}, {2.5, 3.5, 4.5});
+  expectTensor(Node("ReduceMean").run1({&x, &last}, 23), TensorProto::FLOAT, {2, 1}, {2, 5});
+  expectTensor(Node("ReduceMax").run1({&x, &last}, 18), TensorProto::FLOAT, {2, 1}, {3, 6});
+  expectTensor(Node("ReduceMin").i("keepdims", 0).run1({&x, &rows}, 20), TensorProto::FLOAT, {3}, {1, 2, 3});
+  expectTensor(Node("ReduceSum").run1({&x, &rows}, 18), TensorProto::FLOAT, {1, 3}, {5, 7, 9});
+  // No axes, or an empty list of them: every axis, or none with noop_with_empty_axes.
+  ConstTensor none = i64({0}, {});
+  expectTensor(Node("ReduceMax").i("keepdims", 0).run1({&x, &none}, 18), TensorProto::FLOAT, {}, {6});
+  expectTensor(Node("ReduceProd").run1({&x, nullptr}, 18), TensorProto::FLOAT, {1, 1}, {720});
+  expectTensor(Node("ReduceMean").i("noop_with_empty_axes", 1).run1({&x, &none}, 18), TensorProto::FLOAT, {2, 3},
+               {1, 2, 3, 4, 5, 6});
+}
+
+TEST(OnnxFold, ReductionAxesAreAnAttributeBeforeTheirOpset) {
+  ConstTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  expectTensor(Node("ReduceMean").ints("axes", {-1}).run1({&x}, 17), TensorProto::FLOAT, {2, 1}, {2, 5});
+  expectTensor(Node("ReduceMean").ints("axes", {0}).i("keepdims", 0).run1({&x}, 13), TensorProto::FLOAT, {3},
+               {2.5, 3.5, 4.5});
+  expectTensor(Node("ReduceMax").ints("axes", {0}).i("keepdims", 0).run1({&x}, 17), TensorProto::FLOAT, {3},
+               {4, 5, 6});
+  // ReduceSum's axes became an input at opset 13, so 12 is its last with the attribute.
+  expectTensor(Node("ReduceSum").ints("axes", {-1}).run1({&x}, 12), TensorProto::FLOAT, {2, 1}, {6, 15});
+  ConstTensor last = i64({1}, {-1});
+  expectTensor(Node("ReduceSum").run1({&x, &last}, 13), TensorProto::FLOAT, {2, 1}, {6, 15});
+}
+
+TEST(OnnxFold, RefusesAttributesAndInputsTheOpsetLacks) {
+  ConstTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  ConstTensor rows = i64({1}, {0});
+  EXPECT_EQ(Node("ReduceMean").ints("axes", {0}).error({&x}, 18),
+            "node 'n0' (ReduceMean): at opset 18 'axes' is input 1, not an attribute (since opset 18)");
+  EXPECT_EQ(Node("ReduceMax").ints("axes", {0}).error({&x}, 23),
+            "node 'n0' (ReduceMax): at opset 23 'axes' is input 1, not an attribute (since opset 18)");
+  EXPECT_EQ(Node("ReduceSum").ints("axes", {0}).error({&x}, 17),
+            "node 'n0' (ReduceSum): at opset 17 'axes' is input 1, not an attribute (since opset 13)");
+  EXPECT_EQ(Node("ReduceMean").error({&x, &rows}, 17),
+            "node 'n0' (ReduceMean): at opset 17 'axes' is an attribute, not input 1 (it becomes one at opset 18)");
+  EXPECT_EQ(Node("ReduceMean").i("noop_with_empty_axes", 1).error({&x}, 17),
+            "node 'n0' (ReduceMean): attribute 'noop_with_empty_axes' does not exist at opset 17 (it was added at "
+            "opset 18)");
+  EXPECT_EQ(Node("Unsqueeze").ints("axes", {0}).error({&x}, 13),
+            "node 'n0' (Unsqueeze): at opset 13 'axes' is input 1, not an attribute (since opset 13)");
+  EXPECT_EQ(Node("Split", 2).i("num_outputs", 2).error({&x}, 17),
+            "node 'n0' (Split): attribute 'num_outputs' does not exist at opset 17 (it was added at opset 18)");
+  EXPECT_EQ(Node("Split", 2).ints("split", {1, 1}).error({&x}, 18),
+            "node 'n0' (Split): at opset 18 'split' is input 1, not an attribute (since opset 13)");
+  EXPECT_EQ(Node("Cast").i("to", TensorProto::INT64).i("saturate", 0).error({&x}, 18),
+            "node 'n0' (Cast): attribute 'saturate' does not exist at opset 18 (it was added at opset 19)");
+  // Ops that are not folded are left alone, whatever their attributes.
+  Node conv("Conv");
+  conv.ints("axes", {0});
+  const ConstTensor* in[] = {&x};
+  EXPECT_FALSE(foldNode(conv.proto, in, 18));
+}
+
+TEST(OnnxFold, SplitNumOutputsFromOpset18) {
+  ConstTensor x = i64({2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  std::vector<ConstTensor> halves = Node("Split", 2).i("axis", 1).i("num_outputs", 2).run({&x}, 18);
+  ASSERT_EQ(halves.size(), 2u);
+  expectTensor(halves[0], TensorProto::INT64, {2, 2}, {0, 1, 4, 5});
+  expectTensor(halves[1], TensorProto::INT64, {2, 2}, {2, 3, 6, 7});
+  // Uneven: parts of ceil(7 / 3) = 3, the last one what remains.
+  ConstTensor y = i64({7}, {0, 1, 2, 3, 4, 5, 6});
+  std::vector<ConstTensor> thirds = Node("Split", 3).i("num_outputs", 3).run({&y}, 23);
+  ASSERT_EQ(thirds.size(), 3u);
+  expectTensor(thirds[0], TensorProto::INT64, {3}, {0, 1, 2});
+  expectTensor(thirds[1], TensorProto::INT64, {3}, {3, 4, 5});
+  expectTensor(thirds[2], TensorProto::INT64, {1}, {6});
+  // 4 into 3: parts of 2, 2 and an empty last one (ONNX's reference gives the same).
+  ConstTensor z = i64({4}, {0, 1, 2, 3});
+  std::vector<ConstTensor> parts = Node("Split", 3).i("num_outputs", 3).run({&z}, 18);
+  ASSERT_EQ(parts.size(), 3u);
+  expectTensor(parts[1], TensorProto::INT64, {2}, {2, 3});
+  expectTensor(parts[2], TensorProto::INT64, {0}, {});
+  // The split input still works at 18.
+  ConstTensor sizes = i64({2}, {3, 1});
+  std::vector<ConstTensor> given = Node("Split", 2).i("axis", -1).run({&x, &sizes}, 18);
+  expectTensor(given[1], TensorProto::INT64, {2, 1}, {3, 7});
+  EXPECT_EQ(Node("Split", 5).i("num_outputs", 5).error({&y}, 18),
+            "node 'n0' (Split): cannot split dimension 0 of size 7 into 5 parts of 2 and a smaller last one");
+  EXPECT_EQ(Node("Split", 2).i("num_outputs", 3).error({&y}, 18),
+            "node 'n0' (Split): num_outputs 3 differs from its 2 outputs");
+  EXPECT_EQ(Node("Split", 2).i("num_outputs", 2).error({&x, &sizes}, 18),
+            "node 'n0' (Split): has both input 'split' and attribute 'num_outputs'");
+}
+
+TEST(OnnxFold, CastSaturateFromOpset19) {
+  // saturate changes only casts to float8 types, which pgq does not fold: ignored.
+  ConstTensor x = f32({3}, {-2.7, 300, 1.5});
+  expectTensor(Node("Cast").i("to", TensorProto::INT64).i("saturate", 1).run1({&x}, 19), TensorProto::INT64, {3},
+               {-2, 300, 1});
+  expectTensor(Node("Cast").i("to", TensorProto::FLOAT16).i("saturate", 0).run1({&x}, 23), TensorProto::FLOAT16,
+               {3}, {-2.69921875, 300, 1.5});
+  ConstTensor like = tensor(TensorProto::INT32, {}, {0});
+  expectTensor(Node("CastLike").i("saturate", 0).run1({&x, &like}, 21), TensorProto::INT32, {3}, {-2, 300, 1});
+  const int32_t kFloat8E4M3FN = 17;  // ONNX 1.14's FLOAT8E4M3FN
+  EXPECT_EQ(Node("Cast").i("to", kFloat8E4M3FN).i("saturate", 1).error({&x}, 19),
+            fmt::format("node 'n0' (Cast): Cast to {} is not supported", dtypeName(kFloat8E4M3FN)));
+}
+
+TEST(OnnxFold, IsNaNAndIsInf) {
+  const double inf = std::numeric_limits<double>::infinity();
+  ConstTensor x = f32({5}, {1, std::nan(""), inf, -inf, 0});
+  expectTensor(Node("IsNaN").run1({&x}, 20), TensorProto::BOOL, {5}, {0, 1, 0, 0, 0});
+  expectTensor(Node("IsInf").run1({&x}, 20), TensorProto::BOOL, {5}, {0, 0, 1, 1, 0});
+  expectTensor(Node("IsInf").i("detect_negative", 0).run1({&x}), TensorProto::BOOL, {5}, {0, 0, 1, 0, 0});
+  expectTensor(Node("IsInf").i("detect_positive", 0).run1({&x}), TensorProto::BOOL, {5}, {0, 0, 0, 1, 0});
+}
+
+TEST(OnnxFold, GatherND) {
+  ConstTensor data = i64({2, 2}, {0, 1, 2, 3});
+  ConstTensor points = i64({2, 2}, {0, 0, 1, 1});
+  expectTensor(Node("GatherND").run1({&data, &points}), TensorProto::INT64, {2}, {0, 3});
+  ConstTensor rows = i64({2, 1}, {1, 0});
+  expectTensor(Node("GatherND").run1({&data, &rows}, 23), TensorProto::INT64, {2, 2}, {2, 3, 0, 1});
+  ConstTensor negative = i64({1, 2}, {-1, -2});
+  expectTensor(Node("GatherND").run1({&data, &negative}), TensorProto::INT64, {1}, {2});
+  // batch_dims 1: each index row picks from its own batch.
+  ConstTensor cube = i64({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  expectTensor(Node("GatherND").i("batch_dims", 1).run1({&cube, &rows}), TensorProto::INT64, {2, 2}, {2, 3, 4, 5});
+  ConstTensor far = i64({1, 2}, {0, 2});
+  EXPECT_EQ(Node("GatherND").error({&data, &far}),
+            "node 'n0' (GatherND): index 2 is out of range for dimension 1 of size 2");
+  EXPECT_EQ(Node("GatherND").i("batch_dims", 2).error({&data, &rows}),
+            "node 'n0' (GatherND): batch_dims 2 is out of range for data of rank 2 and indices of rank 2");
+  ConstTensor wide = i64({1, 3}, {0, 0, 0});
+  EXPECT_EQ(Node("GatherND").error({&data, &wide}),
+            "node 'n0' (GatherND): indices' last dimension 3 is out of range [1, 2]");
+}
+
+TEST(OnnxFold, GatherElements) {
+  ConstTensor data = i64({2, 2}, {1, 2, 3, 4});
+  ConstTensor idx = i64({2, 2}, {0, 0, 1, 0});
+  expectTensor(Node("GatherElements").i("axis", 1).run1({&data, &idx}), TensorProto::INT64, {2, 2}, {1, 1, 4, 3});
+  ConstTensor grid = i64({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  ConstTensor picks = i64({2, 3}, {1, -1, 0, 2, 0, 0});
+  expectTensor(Node("GatherElements").run1({&grid, &picks}), TensorProto::INT64, {2, 3}, {4, 8, 3, 7, 2, 3});
+  ConstTensor far = i64({1, 1}, {3});
+  EXPECT_EQ(Node("GatherElements").error({&grid, &far}),
+            "node 'n0' (GatherElements): index 3 is out of range for dimension 0 of size 3");
+}
+
+TEST(OnnxFold, MoreReductions) {
+  auto f = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  ConstTensor x = f32({2, 2}, {-1, 2, 3, -4});
+  ConstTensor last = i64({1}, {-1});
+  expectTensor(Node("ReduceL1").run1({&x, &last}, 18), TensorProto::FLOAT, {2, 1}, {3, 7});
+  expectTensor(Node("ReduceL2").ints("axes", {-1}).run1({&x}, 17), TensorProto::FLOAT, {2, 1}, {f(std::sqrt(5.0)), 5});
+  expectTensor(Node("ReduceSumSquare").i("keepdims", 0).run1({&x, nullptr}, 18), TensorProto::FLOAT, {}, {30});
+  ConstTensor p = f32({2}, {1, 2});
+  expectTensor(Node("ReduceLogSum").run1({&p, nullptr}, 18), TensorProto::FLOAT, {1}, {f(std::log(3.0))});
+  // log(e^1000 + e^1000) without overflowing.
+  ConstTensor big = f32({2}, {1000, 1000});
+  expectTensor(Node("ReduceLogSumExp").run1({&big, nullptr}, 18), TensorProto::FLOAT, {1}, {f(1000 + std::log(2.0))});
+  expectTensor(Node("ReduceLogSumExp").run1({&p}, 17), TensorProto::FLOAT, {1},
+               {f(std::log(std::exp(1.0) + std::exp(2.0)))});
+}
+
+TEST(OnnxFold, SameResultsAtEveryOpsetFrom13To23) {
+  // The shape arithmetic of an export, with each op in the form its opset wants.
+  ConstTensor x = f32({2, 3, 4}, Values(24, 1));
+  ConstTensor zero = i64({1}, {0}), two = i64({1}, {2}), big = i64({1}, {std::ldexp(1.0, 63)});
+  for (int64_t opset = 13; opset <= 23; ++opset) {
+    SCOPED_TRACE(fmt::format("opset {}", opset));
+    ConstTensor shape = Node("Shape").run1({&x}, opset);
+    ConstTensor tail = Node("Slice").run1({&shape, &two, &big, &zero}, opset);
+    ConstTensor seq = Node("Squeeze").run1({&tail, &zero}, opset);
+    expectTensor(Node("Unsqueeze").run1({&seq, &zero}, opset), TensorProto::INT64, {1}, {4});
+    ConstTensor sizes = i64({2}, {1, 2});
+    std::vector<ConstTensor> parts = Node("Split", 2).run({&shape, &sizes}, opset);
+    expectTensor(parts[1], TensorProto::INT64, {2}, {3, 4});
+    ConstTensor total = Node("ReduceSum").i("keepdims", 0).run1({&x, nullptr}, opset);
+    expectTensor(total, TensorProto::FLOAT, {}, {24});
+    Node mean("ReduceMean");
+    mean.i("keepdims", 0);
+    ConstTensor means = opset >= 18 ? mean.run1({&x, &two}, opset) : mean.ints("axes", {2}).run1({&x}, opset);
+    expectTensor(means, TensorProto::FLOAT, {2, 3}, Values(6, 1));
+    ConstTensor flat = i64({2}, {6, -1});
+    expectTensor(Node("Reshape").run1({&means, &flat}, opset), TensorProto::FLOAT, {6, 1}, Values(6, 1));
+    expectTensor(Node("Cast").i("to", TensorProto::INT64).run1({&total}, opset), TensorProto::INT64, {}, {24});
+  }
+}
+
+TEST(OnnxFold, FoldsTheOpsOfADynamicShapeLlamaExport) {
+  // The ops a dynamic-shape PyTorch 2.11 export of LLaMA computes on constants.
+  const std::vector<std::string> kLlamaOps = {
+      "Shape", "Squeeze", "Gather", "Range", "Unsqueeze", "Concat", "Expand", "Slice", "Sub",
+      "Add", "Reshape", "Equal", "Not", "Cast", "CumSum", "LessOrEqual", "And", "Max",
+      "GatherND", "Cos", "Sin", "Where", "Trilu", "Mul", "Pow", "MatMul", "Transpose"};
+  const std::vector<std::string>& ops = foldableOps();
+  for (const std::string& op : kLlamaOps) EXPECT_TRUE(std::find(ops.begin(), ops.end(), op) != ops.end()) << op;
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
 }
 
 // ---- ONNX's node tests ----
