@@ -1,6 +1,10 @@
 #!/usr/bin/python3
-"""Exports a PyTorch module to ONNX for `pgq import`, with the list of its trainable
-parameters. Run with Debian's PyTorch: /usr/bin/python3 (1.13); needs no `onnx` package.
+"""Exports a PyTorch module to ONNX for `pgq import`. With PyTorch >= 2.9 it calls
+torch.onnx.export's default exporter (opset 20, weights as external data) and needs
+nothing else: pgq reads parameter names and module paths from the exporter's node
+metadata. With older PyTorch (Debian's 1.13, /usr/bin/python3) it uses the TorchScript
+exporter and writes the list of trainable parameters beside the model. Needs no `onnx`
+package.
 
 Library:
     from export_onnx import export
@@ -215,10 +219,32 @@ def read_params(path):
     return entries
 
 
-def export(module, example_inputs, path, opset=17, do_constant_folding=True, input_names=None,
+def _torch_version():
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def export(module, example_inputs, path, opset=None, do_constant_folding=True, input_names=None,
            output_names=None, dynamic_axes=None):
-    """Exports `module` called on `example_inputs` (a tuple) to the ONNX file `path` and
-    writes `path`.params.txt (format in the module docstring). Returns the OnnxGraph."""
+    """Exports `module` called on `example_inputs` (a tuple) to the ONNX file `path`.
+
+    PyTorch >= 2.9: torch.onnx.export's default (torch.export-based) exporter, at `opset`
+    or its default (20); the weights go to `path`.data (ONNX external data) and no
+    params file is written: pgq names and chooses parameters from the exporter's node
+    metadata. `dynamic_axes` ({input: {dim: name}}) becomes dynamic_shapes.
+    Older PyTorch (Debian's 1.13): the TorchScript exporter at `opset` (default 17), and
+    `path`.params.txt (format in the module docstring).
+    Returns the OnnxGraph."""
+    if _torch_version() >= (2, 9):
+        dynamic_shapes = None
+        if dynamic_axes:
+            names = input_names or [f"input_{i}" for i in range(len(example_inputs))]
+            dynamic_shapes = tuple({d: torch.export.Dim(n) for d, n in dynamic_axes.get(name, {}).items()} or None
+                                   for name in names)
+        kwargs = {} if opset is None else {"opset_version": opset}
+        torch.onnx.export(module, tuple(example_inputs), path, input_names=input_names, output_names=output_names,
+                          dynamic_shapes=dynamic_shapes, external_data=True, **kwargs)
+        return OnnxGraph(path)
+    opset = 17 if opset is None else opset
     was_training = module.training
     with warnings.catch_warnings():
         # Its advice against folding in TRAINING mode is handled: folded parameters are
@@ -270,7 +296,8 @@ def reference(model, models, input_ids, labels, loss_inside, entries, out_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", required=True, choices=("gpt2", "llama", "bert"))
-    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset (default: 17 on PyTorch < 2.9, the exporter's default, 20, after)")
     parser.add_argument("--no-fold", action="store_true", help="do_constant_folding=False")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--loss", action="store_true", help="cross-entropy inside the model")

@@ -372,7 +372,8 @@ void Importer::shapeOp(const onnx::NodeProto& node) {
 
 void Importer::constantOp(const onnx::NodeProto& node) {
   if (node.attribute_size() != 1) fail(node, "a Constant needs exactly one value attribute");
-  set(node, 0, attributeTensor(node.attribute(0), std::filesystem::path(o_.path).parent_path(), file_, node.name()));
+  std::filesystem::path dir = std::filesystem::path(o_.path).parent_path();
+  set(node, 0, attributeTensor(node.attribute(0), dir.empty() ? "." : dir, file_, node.name()));
 }
 
 // LayerNormalization and RMSNormalization over the last dim, with scale (and bias).

@@ -371,8 +371,11 @@ void Importer::chooseTrainable() {
       // train; buffers and values the exporter folded (rotary tables, masks, a sliced
       // position table) stay constants.
       std::vector<std::string> folded;
-      for (const std::string& name : trainable_)
-        if (!param_of_.count(name)) folded.push_back(name);
+      for (const std::string& name : trainable_) {
+        const onnx::TensorProto& t = *initializers_.at(name);
+        const bool scalar = std::all_of(t.dims().begin(), t.dims().end(), [](int64_t d) { return d == 1; });
+        if (!param_of_.count(name) && !scalar) folded.push_back(name);  // scalars are the exporter's constants
+      }
       trainable_.clear();
       for (const auto& entry : param_of_) trainable_.insert(entry.first);
       out_.notes.push_back(fmt::format("trainable parameters: the {} initializers that hold PyTorch parameters",
@@ -766,7 +769,9 @@ ImportedModel Importer::run() {
   readInputs();
   nameParameters();
   chooseTrainable();
-  const fs::path dir = fs::path(o_.path).parent_path();
+  fs::path dir = fs::path(o_.path).parent_path();
+  if (dir.empty()) dir = ".";  // a model in the current folder
+  ExternalData external;       // each weights file mapped once for the whole import
   // Initializers, in file order so that parameters keep the model's order; one that no
   // node reads is not read at all (its bytes may be large, or external).
   std::unordered_set<std::string> read;
@@ -775,7 +780,7 @@ ImportedModel Importer::run() {
   for (const onnx::ValueInfoProto& o : model_.graph().output()) read.insert(o.name());
   for (const onnx::TensorProto& t : model_.graph().initializer()) {
     if (!read.count(t.name())) continue;
-    ConstTensor c = tensorFromProto(t, dir, file_);
+    ConstTensor c = tensorFromProto(t, dir, file_, &external);
     if (trainable_.count(t.name())) {
       auto ref = param_of_.find(t.name());
       const std::string param = ref == param_of_.end() ? t.name() : ref->second.param;

@@ -1,10 +1,12 @@
 #include "frontend/onnx/onnx_model.h"
 
+#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -125,6 +127,19 @@ double decodeElement(int32_t dtype, const char* p, const TensorContext& ctx) {
   throw InternalError(fmt::format("decodeElement: dtype {}", dtype));
 }
 
+// How many values the typed field that `t`'s dtype is stored in (when not in raw_data)
+// holds, so that a count that does not match the dims is refused before converting.
+int typedCount(const TensorProto& t) {
+  switch (t.data_type()) {
+    case TensorProto::FLOAT: return t.float_data_size();
+    case TensorProto::DOUBLE: return t.double_data_size();
+    case TensorProto::INT64: return t.int64_data_size();
+    case TensorProto::UINT32:
+    case TensorProto::UINT64: return t.uint64_data_size();
+    default: return t.int32_data_size();
+  }
+}
+
 // The values in the typed field that `dtype` is stored in when not in raw_data.
 std::vector<double> typedValues(const TensorProto& t, const TensorContext& ctx) {
   std::vector<double> out;
@@ -153,23 +168,44 @@ std::vector<double> typedValues(const TensorProto& t, const TensorContext& ctx) 
   return out;
 }
 
+// The real path (every symlink resolved) of external data `location`, a path relative to
+// the model's folder. A model is often downloaded: a symlink in its folder (or a linked
+// folder on the way) must not let it read any file the user can, so the real path must
+// lie inside the real path of the folder. A link that stays inside is fine.
+fs::path realExternalFile(const std::string& location, const fs::path& model_dir, const TensorContext& ctx) {
+  fs::path relative = fs::path(location).lexically_normal();
+  if (relative.is_absolute() || relative.empty() || *relative.begin() == "..")
+    ctx.fail(fmt::format("external data location '{}' is not a path inside the model's folder", location));
+  std::error_code ec;
+  const fs::path real_dir = fs::canonical(model_dir, ec);
+  if (ec) ctx.fail(fmt::format("cannot resolve the model's folder {}: {}", model_dir.string(), ec.message()));
+  // weakly_canonical resolves what exists (stat and readlink, opening nothing) and
+  // keeps a missing tail as written, which the caller reports as missing.
+  const fs::path real = fs::weakly_canonical(real_dir / relative, ec);
+  if (ec)
+    ctx.fail(fmt::format("cannot resolve external data location '{}' in {}: {}", location, model_dir.string(),
+                         ec.message()));
+  if (std::mismatch(real_dir.begin(), real_dir.end(), real.begin(), real.end()).first != real_dir.end())
+    ctx.fail(fmt::format("external data location '{}' leads to {}, outside the model's folder {}", location,
+                         real.string(), real_dir.string()));
+  return real;
+}
+
 // The bytes of a tensor stored outside the model (data_location EXTERNAL): the
-// `location` file relative to the model's folder, from `offset` for `length` bytes.
-std::string externalBytes(const TensorProto& t, const fs::path& model_dir, uint64_t expected_bytes,
-                          const TensorContext& ctx) {
+// `location` file relative to the model's folder, from `offset` for `length` bytes (to
+// the end of the file when there is no `length`, as ONNX specifies). A view into
+// `files`' mapping of the file; every range is checked before a byte is read.
+std::string_view externalBytes(const TensorProto& t, const fs::path& model_dir, uint64_t expected_bytes,
+                               ExternalData& files, const TensorContext& ctx) {
   std::string location;
   uint64_t offset = 0;
   std::optional<uint64_t> length;
   for (const onnx::StringStringEntryProto& entry : t.external_data()) {
+    // Decimal digits only (no sign, space or prefix), below 2^64.
     auto number = [&](const std::string& text) {
       uint64_t v = 0;
-      size_t used = 0;
-      try {
-        if (!text.empty() && text[0] != '-') v = std::stoull(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != text.size())
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size())
         ctx.fail(fmt::format("external data {} '{}' is not a byte count", entry.key(), text));
       return v;
     };
@@ -179,63 +215,66 @@ std::string externalBytes(const TensorProto& t, const fs::path& model_dir, uint6
   }
   if (location.empty()) ctx.fail("external data has no 'location'");
   PGQ_ASSERT(!model_dir.empty(), "{}: external data read without the model's folder", ctx.what);
-  fs::path relative = fs::path(location).lexically_normal();
-  // The model names files beside it; a path out of its folder could read any file.
-  if (relative.is_absolute() || relative.empty() || *relative.begin() == "..")
-    ctx.fail(fmt::format("external data location '{}' is not a path inside the model's folder", location));
-  fs::path file = model_dir / relative;
+  const fs::path real = realExternalFile(location, model_dir, ctx);
+  // Messages name the file as the model does, beside the model.
+  const std::string file = (model_dir / fs::path(location).lexically_normal()).string();
   struct stat st;
-  if (::stat(file.c_str(), &st) != 0 && errno == ENOENT)
-    ctx.fail(fmt::format("missing external data file {}", file.string()));
-  InputFile in = openInputFile(file.string(), InputKind::kOnnxExternalData);
-  uint64_t bytes = length.value_or(in.size >= offset ? in.size - offset : 0);
-  if (bytes != expected_bytes)
-    ctx.fail(fmt::format("external data in {} is {} bytes, but its dims and dtype need {}", file.string(), bytes,
-                         expected_bytes));
-  if (offset > in.size || bytes > in.size - offset)
-    ctx.fail(fmt::format("external data at offset {} for {} bytes runs past the end of {} ({} bytes)", offset,
-                         bytes, file.string(), in.size));
-  std::string data(bytes, '\0');
-  for (uint64_t done = 0; done < bytes;) {
-    ssize_t got = ::pread(in.fd.get(), data.data() + done, bytes - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      ctx.fail(fmt::format("cannot read external data from {}: {}", file.string(),
-                           got < 0 ? std::strerror(errno) : "the file was cut short"));
-    done += static_cast<uint64_t>(got);
+  if (::stat(real.c_str(), &st) != 0 && errno == ENOENT) ctx.fail(fmt::format("missing external data file {}", file));
+  std::string_view data;
+  try {
+    data = files.file(real);
+  } catch (const Error& e) {
+    ctx.fail(fmt::format("external data location '{}': {}", location, e.what()));
   }
-  return data;
+  const uint64_t size = data.size();
+  if (offset > size)
+    ctx.fail(fmt::format("external data offset {} is past the end of {} ({} bytes)", offset, file, size));
+  const uint64_t bytes = length.value_or(size - offset);
+  if (bytes != expected_bytes)
+    ctx.fail(fmt::format("external data in {} is {} bytes, but its dims and dtype need {}", file, bytes,
+                         expected_bytes));
+  if (bytes > size - offset)
+    ctx.fail(fmt::format("external data at offset {} for {} bytes runs past the end of {} ({} bytes)", offset,
+                         bytes, file, size));
+  return data.substr(offset, bytes);
 }
 
-ConstTensor readTensor(const TensorProto& t, const fs::path& model_dir, const TensorContext& ctx) {
+ConstTensor readTensor(const TensorProto& t, const fs::path& model_dir, ExternalData* files,
+                       const TensorContext& ctx) {
   ConstTensor out;
   out.dtype = t.data_type();
   size_t size = elementSize(out.dtype);
   if (size == 0) ctx.fail(fmt::format("dtype {} is not supported", dtypeName(out.dtype)));
-  uint64_t count = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) ctx.fail(fmt::format("dimension {} is negative", d));
-    // Below 2^62 bytes, so the byte count cannot overflow either.
-    if (d != 0 && count > (uint64_t{1} << 58) / static_cast<uint64_t>(d))
-      ctx.fail("its dims multiply to more elements than any file could hold");
-    count *= static_cast<uint64_t>(d);
     out.dims.push_back(d);
+  }
+  // The element count, refused past the budget before anything is allocated; checking
+  // each partial product keeps it from overflowing.
+  constexpr uint64_t kMaxElements = kMaxConstTensorBytes / sizeof(double);
+  uint64_t count = std::find(out.dims.begin(), out.dims.end(), 0) == out.dims.end() ? 1 : 0;
+  for (int64_t d : out.dims) {
+    if (count > kMaxElements / static_cast<uint64_t>(d == 0 ? 1 : d))
+      ctx.fail(fmt::format("its dims {} make more than {} elements, the most pgq holds in one constant tensor ({} "
+                           "as 8-byte doubles)",
+                           fmt::join(out.dims, "x"), kMaxElements, byteSizeText(kMaxConstTensorBytes)));
+    count *= static_cast<uint64_t>(d);
   }
   const bool external = t.has_data_location() && t.data_location() == TensorProto::EXTERNAL;
   if (external || t.has_raw_data()) {
-    std::string external_data;
-    if (external) external_data = externalBytes(t, model_dir, count * size, ctx);
-    const std::string& raw = external ? external_data : t.raw_data();
+    ExternalData own_files;  // maps only when `files` is null and the tensor is external
+    std::string_view raw =
+        external ? externalBytes(t, model_dir, count * size, files ? *files : own_files, ctx) : t.raw_data();
     if (raw.size() != count * size)
       ctx.fail(fmt::format("raw_data has {} bytes, but {} elements of {} need {}", raw.size(), count,
                            dtypeName(out.dtype), count * size));
     out.values.resize(count);
     for (uint64_t i = 0; i < count; ++i) out.values[i] = decodeElement(out.dtype, raw.data() + i * size, ctx);
   } else {
+    if (static_cast<uint64_t>(typedCount(t)) != count)
+      ctx.fail(fmt::format("has {} values, but its dims {} need {}", typedCount(t), fmt::join(out.dims, "x"),
+                           count));
     out.values = typedValues(t, ctx);
-    if (out.values.size() != count)
-      ctx.fail(fmt::format("has {} values, but its dims {} need {}", out.values.size(),
-                           fmt::join(out.dims, "x"), count));
   }
   return out;
 }
@@ -328,19 +367,58 @@ double roundToDtype(int32_t dtype, double value) {
   }
 }
 
-ConstTensor tensorFromProto(const TensorProto& t, const fs::path& model_dir, const std::string& model_file) {
-  return readTensor(t, model_dir, {model_file, fmt::format("initializer '{}'", t.name())});
+struct ExternalData::Mapping {
+  void* address = nullptr;  // null for an empty file, which mmap cannot map
+  size_t size = 0;
+
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (address) ::munmap(address, size);
+  }
+};
+
+ExternalData::ExternalData() = default;
+ExternalData::~ExternalData() = default;
+
+std::string_view ExternalData::file(const fs::path& real_path) {
+  std::unique_ptr<Mapping>& mapping = files_[real_path.string()];
+  if (!mapping) {
+    try {
+      // stat before opening, O_NONBLOCK, fstat after: a FIFO or device is never read.
+      InputFile in = openInputFile(real_path.string(), InputKind::kOnnxExternalData);
+      auto mapped = std::make_unique<Mapping>();
+      mapped->size = static_cast<size_t>(in.size);
+      if (mapped->size > 0) {
+        void* address = ::mmap(nullptr, mapped->size, PROT_READ, MAP_PRIVATE, in.fd.get(), 0);
+        if (address == MAP_FAILED)
+          throw Error(fmt::format("{}: cannot map it: {}", real_path.string(), std::strerror(errno)));
+        mapped->address = address;
+      }
+      mapping = std::move(mapped);
+    } catch (...) {
+      files_.erase(real_path.string());
+      throw;
+    }
+  }
+  return {static_cast<const char*>(mapping->address), mapping->size};
+}
+
+ConstTensor tensorFromProto(const TensorProto& t, const fs::path& model_dir, const std::string& model_file,
+                            ExternalData* external_data) {
+  return readTensor(t, model_dir, external_data, {model_file, fmt::format("initializer '{}'", t.name())});
 }
 
 ConstTensor attributeTensor(const onnx::AttributeProto& attribute, const fs::path& model_dir,
-                            const std::string& model_file, const std::string& node) {
+                            const std::string& model_file, const std::string& node, ExternalData* external_data) {
   TensorContext ctx{model_file, node.empty() ? fmt::format("attribute '{}'", attribute.name())
                                              : fmt::format("node '{}': attribute '{}'", node, attribute.name())};
   ConstTensor out;
   const std::string& name = attribute.name();
   if (name == "value") {
     if (!attribute.has_t()) ctx.fail("has no tensor");
-    return readTensor(attribute.t(), model_dir, ctx);
+    return readTensor(attribute.t(), model_dir, external_data, ctx);
   }
   if (name == "value_float" || name == "value_floats") {
     out.dtype = TensorProto::FLOAT;

@@ -4,7 +4,10 @@
 // and ONNX's tensor encodings, nothing of pgq's IR.
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -47,18 +50,63 @@ std::string dtypeName(int32_t dtype);
 // those of 8 to 32 bits (as a runtime computing in that type would), maps BOOL to 0/1.
 double roundToDtype(int32_t dtype, double value);
 
+// The most bytes the values of one ConstTensor may take, 8 an element (they are
+// doubles): 2 GiB, 268435456 elements. A tensor whose dims ask for more is refused with a
+// message naming it before anything is allocated, rather than failing with bad_alloc (or
+// waking the OOM killer). The largest weight of a model pgq can train on a CPU is far
+// smaller (Llama 3.2 1B's 128256 x 2048 embedding, 263 million elements, still fits).
+inline constexpr uint64_t kMaxConstTensorBytes = uint64_t{1} << 31;
+
+// The external data files of one model (tensors whose data_location is EXTERNAL, as
+// torch.onnx.export writes them to model.onnx.data), each mapped read-only (mmap,
+// MAP_PRIVATE) the first time a tensor reads from it and unmapped when this object is
+// destroyed. An importer owns one for the whole import of a model and passes it to every
+// tensorFromProto and attributeTensor call, so that each file is opened and mapped once
+// and tensors are decoded from the mapping, never copied into a buffer first: the page
+// cache, not pgq's heap, holds the bytes read. Files are keyed by their real path
+// (symlinks resolved). The ConstTensors read never point into a mapping.
+class ExternalData {
+ public:
+  ExternalData();
+  ~ExternalData();
+  ExternalData(const ExternalData&) = delete;
+  ExternalData& operator=(const ExternalData&) = delete;
+
+  // The whole content of the file at `real_path` (symlinks resolved; tensorFromProto
+  // has checked that it lies in the model's folder), mapped on first use and valid as
+  // long as this object. Throws pgq::Error naming the path when it is not a regular
+  // file (checked with stat, so a FIFO is never opened) or cannot be opened or mapped.
+  // A file cut shorter while mapped makes reading past its new end fault (SIGBUS), as
+  // with any reader that maps files.
+  std::string_view file(const std::filesystem::path& real_path);
+  // How many files are mapped now.
+  size_t mappedFiles() const { return files_.size(); }
+
+ private:
+  struct Mapping;
+  std::map<std::string, std::unique_ptr<Mapping>> files_;
+};
+
 // The values of initializer or attribute tensor `t` of the model `model_file`, whose
-// external data files are looked up in `model_dir` (and may not lie outside it).
-// Supports FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, UINT8, UINT16,
-// UINT32, UINT64 and BOOL; throws pgq::Error naming the file and the tensor otherwise, and
-// when the data does not match the dims.
+// external data files are looked up in `model_dir`. Supports FLOAT, DOUBLE, FLOAT16,
+// BFLOAT16, INT64, INT32, INT16, INT8, UINT8, UINT16, UINT32, UINT64 and BOOL; throws
+// pgq::Error naming the file and the tensor otherwise, when the data does not match the
+// dims, and when the dims need more than kMaxConstTensorBytes.
+// External data is read from `external_data`'s mappings, or from a mapping made for this
+// tensor alone when it is null. Its `location` must be a regular file inside the model's
+// folder once every symlink is resolved (a link that escapes the folder, directly or
+// through a linked folder, is refused naming the location); `offset` (default 0) and
+// `length` (default: to the end of the file) must lie within the file and `length` must be
+// what the dims and dtype need, all checked before any byte is read.
 ConstTensor tensorFromProto(const onnx::TensorProto& t, const std::filesystem::path& model_dir,
-                            const std::string& model_file);
+                            const std::string& model_file, ExternalData* external_data = nullptr);
 
 // The value of a Constant node's attribute: `value` (a tensor), `value_float(s)` or
-// `value_int(s)`. A `value` tensor with external data is read through `model_dir`.
-// Messages name `model_file` and `node` when given.
+// `value_int(s)`. A `value` tensor with external data is read through `model_dir` (and
+// `external_data`, as tensorFromProto does). Messages name `model_file` and `node` when
+// given.
 ConstTensor attributeTensor(const onnx::AttributeProto& attribute, const std::filesystem::path& model_dir = {},
-                            const std::string& model_file = "", const std::string& node = "");
+                            const std::string& model_file = "", const std::string& node = "",
+                            ExternalData* external_data = nullptr);
 
 }  // namespace pgq

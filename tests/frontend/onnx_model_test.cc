@@ -3,16 +3,20 @@
 #include "frontend/onnx/onnx_model.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -253,6 +257,151 @@ TEST_F(OnnxModelTest, RefusesBadExternalData) {
   TensorProto bad_offset = tensor("w", TensorProto::FLOAT, {2});
   setExternal(bad_offset, {{"location", "weights.bin"}, {"offset", "-4"}});
   EXPECT_EQ(readError(bad_offset), "m.onnx: initializer 'w': external data offset '-4' is not a byte count");
+}
+
+TEST_F(OnnxModelTest, MapsEachExternalFileOnceAndReadsToItsEndWithoutALength) {
+  write("model.onnx.data", rawBytes<float>({1, 2, 3, 4, 5}));
+  ExternalData files;
+  TensorProto head = tensor("head", TensorProto::FLOAT, {2});
+  setExternal(head, {{"location", "model.onnx.data"}, {"offset", "0"}, {"length", "8"}});
+  TensorProto tail = tensor("tail", TensorProto::FLOAT, {3});
+  setExternal(tail, {{"location", "model.onnx.data"}, {"offset", "8"}});  // no length: to the end
+  EXPECT_EQ(tensorFromProto(head, dir_, "m.onnx", &files).values, (std::vector<double>{1, 2}));
+  EXPECT_EQ(tensorFromProto(tail, dir_, "m.onnx", &files).values, (std::vector<double>{3, 4, 5}));
+  EXPECT_EQ(files.mappedFiles(), 1u);
+
+  // A Constant's value reads through the same mappings.
+  onnx::AttributeProto value;
+  value.set_name("value");
+  *value.mutable_t() = tail;
+  EXPECT_EQ(attributeTensor(value, dir_, "m.onnx", "c0", &files).values, (std::vector<double>{3, 4, 5}));
+  EXPECT_EQ(files.mappedFiles(), 1u);
+
+  // Without a length, everything after the offset must be the tensor's.
+  TensorProto longer = tensor("w", TensorProto::FLOAT, {2});
+  setExternal(longer, {{"location", "model.onnx.data"}, {"offset", "4"}});
+  EXPECT_EQ(readError(longer), "m.onnx: initializer 'w': external data in " + (dir_ / "model.onnx.data").string() +
+                                   " is 16 bytes, but its dims and dtype need 8");
+  // An empty file holds an empty tensor (mmap cannot map it; nothing needs to).
+  write("empty.bin", "");
+  TensorProto none = tensor("e", TensorProto::FLOAT, {0, 3});
+  setExternal(none, {{"location", "empty.bin"}});
+  ConstTensor empty = read(none);
+  EXPECT_EQ(empty.dims, (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(empty.values.empty());
+}
+
+TEST_F(OnnxModelTest, RefusesExternalRangesPastTheEndOrOverflowing) {
+  write("weights.bin", rawBytes<float>({1, 2}));
+  auto error = [&](std::initializer_list<std::pair<std::string, std::string>> entries) {
+    TensorProto t = tensor("w", TensorProto::FLOAT, {2});
+    setExternal(t, entries);
+    return readError(t);
+  };
+  const std::string file = (dir_ / "weights.bin").string();
+  EXPECT_EQ(error({{"location", "weights.bin"}, {"offset", "4"}, {"length", "8"}}),
+            "m.onnx: initializer 'w': external data at offset 4 for 8 bytes runs past the end of " + file +
+                " (8 bytes)");
+  // offset + length would wrap around 2^64 to 7.
+  EXPECT_EQ(error({{"location", "weights.bin"}, {"offset", "18446744073709551615"}, {"length", "8"}}),
+            "m.onnx: initializer 'w': external data offset 18446744073709551615 is past the end of " + file +
+                " (8 bytes)");
+  EXPECT_EQ(error({{"location", "weights.bin"}, {"offset", "9"}}),
+            "m.onnx: initializer 'w': external data offset 9 is past the end of " + file + " (8 bytes)");
+  EXPECT_EQ(error({{"location", "weights.bin"}, {"offset", "0"}, {"length", "18446744073709551615"}}),
+            "m.onnx: initializer 'w': external data in " + file +
+                " is 18446744073709551615 bytes, but its dims and dtype need 8");
+  for (const char* text : {"18446744073709551616", "+4", " 4", "4k", "0x4", ""})
+    EXPECT_EQ(error({{"location", "weights.bin"}, {"offset", text}}),
+              fmt::format("m.onnx: initializer 'w': external data offset '{}' is not a byte count", text));
+}
+
+TEST_F(OnnxModelTest, RefusesATensorOverTheMemoryBudgetBeforeReadingIt) {
+  // 2^29 floats: 2 GiB in the file (sparse, no disk space), 4 GiB as doubles.
+  const std::string data = path("big.bin");
+  int fd = ::open(data.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, off_t{1} << 31), 0);
+  ::close(fd);
+  ExternalData files;
+  TensorProto big = tensor("w", TensorProto::FLOAT, {1 << 20, 1 << 9});
+  setExternal(big, {{"location", "big.bin"}});
+  EXPECT_EQ(errorOf([&] { tensorFromProto(big, dir_, "m.onnx", &files); }),
+            "m.onnx: initializer 'w': its dims 1048576x512 make more than 268435456 elements, the most pgq holds "
+            "in one constant tensor (2 GiB as 8-byte doubles)");
+  EXPECT_EQ(files.mappedFiles(), 0u);  // refused before the file was opened
+
+  // Dims whose product overflows 64 bits, with no data at all.
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(readError(tensor("h", TensorProto::INT8, {huge, huge, 2})),
+            fmt::format("m.onnx: initializer 'h': its dims {0}x{0}x2 make more than 268435456 elements, the most "
+                        "pgq holds in one constant tensor (2 GiB as 8-byte doubles)",
+                        huge));
+  // The budget is on elements: 2^28 is the most, and a zero dim makes any other fine.
+  TensorProto at_limit = tensor("l", TensorProto::FLOAT, {1 << 28});
+  EXPECT_EQ(readError(at_limit), "m.onnx: initializer 'l': has 0 values, but its dims 268435456 need 268435456");
+  EXPECT_TRUE(read(tensor("z", TensorProto::FLOAT, {huge, 0})).values.empty());
+}
+
+TEST_F(OnnxModelTest, FollowsSymlinksThatStayInTheModelsFolder) {
+  fs::create_directories(dir_ / "shards");
+  write("shards/weights.bin", rawBytes<float>({1, 2, 3}));
+  fs::create_symlink("shards/weights.bin", dir_ / "weights.link");  // a relative link
+  fs::create_symlink(dir_ / "shards", dir_ / "linked_shards");      // an absolute link to a folder inside
+  ExternalData files;
+  for (const char* location : {"weights.link", "linked_shards/weights.bin", "shards/weights.bin"}) {
+    TensorProto w = tensor("w", TensorProto::FLOAT, {3});
+    setExternal(w, {{"location", location}});
+    EXPECT_EQ(tensorFromProto(w, dir_, "m.onnx", &files).values, (std::vector<double>{1, 2, 3})) << location;
+  }
+  EXPECT_EQ(files.mappedFiles(), 1u);  // one file under three names: keyed by its real path
+}
+
+TEST_F(OnnxModelTest, RefusesSymlinksThatLeaveTheModelsFolder) {
+  const fs::path model_dir = dir_ / "model";
+  fs::create_directories(model_dir);
+  fs::create_directories(dir_ / "private");
+  write("private/secret.bin", rawBytes<float>({6, 6}));
+  fs::create_symlink(dir_ / "private" / "secret.bin", model_dir / "secret_link");
+  fs::create_symlink("../private/secret.bin", model_dir / "relative_link");
+  fs::create_symlink("secret_link", model_dir / "chained_link");  // inside, then out
+  fs::create_symlink(dir_ / "private", model_dir / "shards");      // a folder that leads out
+  fs::create_symlink("/dev/zero", model_dir / "zeros");
+  const fs::path real_model = fs::canonical(model_dir);
+  const fs::path real_secret = fs::canonical(dir_ / "private" / "secret.bin");
+  for (const char* location : {"secret_link", "relative_link", "chained_link", "shards/secret.bin", "zeros"}) {
+    TensorProto w = tensor("w", TensorProto::FLOAT, {2});
+    setExternal(w, {{"location", location}});
+    const std::string target = std::string(location) == "zeros" ? "/dev/zero" : real_secret.string();
+    EXPECT_EQ(errorOf([&] { tensorFromProto(w, model_dir, "m.onnx"); }),
+              fmt::format("m.onnx: initializer 'w': external data location '{}' leads to {}, outside the model's "
+                          "folder {}",
+                          location, target, real_model.string()));
+  }
+}
+
+TEST_F(OnnxModelTest, RefusesExternalDataThatIsNotARegularFileWithoutOpeningIt) {
+  ASSERT_EQ(::mkfifo(path("pipe").c_str(), 0644), 0);
+  fs::create_symlink("pipe", dir_ / "pipe_link");
+  fs::create_directories(dir_ / "folder");
+  const fs::path real_dir = fs::canonical(dir_);
+  for (const auto& [location, real, type] : {std::tuple{"pipe", "pipe", "a FIFO"},
+                                             std::tuple{"pipe_link", "pipe", "a FIFO"},
+                                             std::tuple{"folder", "folder", "a directory"}}) {
+    TensorProto w = tensor("w", TensorProto::FLOAT, {2});
+    setExternal(w, {{"location", location}});
+    // Opening the FIFO for reading would wait for a writer: give it one after 10 s so
+    // that the test fails rather than hangs.
+    std::future<std::string> message = std::async(std::launch::async, [&] { return readError(w); });
+    if (message.wait_for(std::chrono::seconds(10)) == std::future_status::timeout) {
+      int writer = ::open(path("pipe").c_str(), O_WRONLY | O_NONBLOCK);
+      if (writer >= 0) ::close(writer);
+      ADD_FAILURE() << location << ": reading blocked";
+    }
+    EXPECT_EQ(message.get(), fmt::format("m.onnx: initializer 'w': external data location '{}': {}: is {}, "
+                                         "expected a regular file",
+                                         location, (real_dir / real).string(), type));
+  }
 }
 
 TEST_F(OnnxModelTest, ReadsConstantAttributes) {
