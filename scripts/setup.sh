@@ -13,14 +13,15 @@ build_dir=${BUILD_DIR:-$root/build}
 jobs=${JOBS:-2}
 
 # Build tools, libraries, the PyTorch reference used by the parity tests (with a
-# threaded BLAS so it is a fair peer), the default corpus, gnuplot for the plots,
+# threaded BLAS so it is a fair peer; python3-onnx reads modern exports' metadata in
+# tests/onnx/modern), the default corpus, gnuplot for the plots,
 # SentencePiece, Open MPI (multi-process training under mpirun, docs/DISTRIBUTED.md),
 # and the packages the English corpus is assembled from.
 packages=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libfmt-dev libspdlog-dev libeigen3-dev libdnnl-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libcli11-dev
-  python3 python3-torch python3-numpy python3-yaml libopenblas0-pthread
+  python3 python3-torch python3-numpy python3-yaml python3-onnx libopenblas0-pthread
   fortunes gnuplot-nox libomp-dev libre2-dev
   libonnx-dev libprotobuf-dev libonnx-testdata
   libsentencepiece-dev openmpi-bin libopenmpi-dev procps bible-kjv bible-kjv-text dict-gcide wordnet-base
