@@ -1045,7 +1045,7 @@ const std::map<std::string, Folder::Rule>& Folder::rules() {
         {"Trilu", &Folder::trilu},         {"Unsqueeze", &Folder::unsqueeze},
     };
     for (const auto& [op, method] : kMethods)
-      rules[op] = [method](const Folder& f) -> Result { return f.one((f.*method)()); };
+      rules[op] = [method = method](const Folder& f) -> Result { return f.one((f.*method)()); };
     rules["Split"] = [](const Folder& f) -> Result { return f.split(); };
     rules["Identity"] = [](const Folder& f) -> Result { return f.one(f.input(0)); };
     rules["Constant"] = [](const Folder& f) -> Result {
@@ -1082,7 +1082,7 @@ const std::map<std::string, Folder::Rule>& Folder::rules() {
         {"ReduceSumSquare", {0, square, std::plus<double>(), nullptr}},
     };
     for (const auto& [op, reduction] : kReductionRules)
-      rules[op] = [reduction](const Folder& f) -> Result { return f.one(f.reduce(reduction)); };
+      rules[op] = [reduction = reduction](const Folder& f) -> Result { return f.one(f.reduce(reduction)); };
 
     const std::pair<const char*, Binary> kLogic[] = {
         {"Equal", std::equal_to<double>()},
@@ -1095,7 +1095,7 @@ const std::map<std::string, Folder::Rule>& Folder::rules() {
         {"Xor", [](double a, double b) { return (a != 0) != (b != 0); }},
     };
     for (const auto& [op, compare] : kLogic)
-      rules[op] = [compare](const Folder& f) -> Result { return f.one(f.binary(kBool, compare)); };
+      rules[op] = [compare = compare](const Folder& f) -> Result { return f.one(f.binary(kBool, compare)); };
     rules["Not"] = [](const Folder& f) -> Result { return f.one(f.unary([](double a) { return a == 0; })); };
     rules["IsNaN"] = [](const Folder& f) -> Result {
       return f.one(f.unary([](double a) { return std::isnan(a); }, kBool));
@@ -1116,7 +1116,7 @@ const std::map<std::string, Folder::Rule>& Folder::rules() {
         {"Pow", [](double a, double b) { return std::pow(a, b); }},
     };
     for (const auto& [op, g] : kArithmetic)
-      rules[op] = [in0, g](const Folder& f) -> Result { return f.one(f.binary(in0(f), g)); };
+      rules[op] = [in0, g = g](const Folder& f) -> Result { return f.one(f.binary(in0(f), g)); };
     rules["Div"] = [in0](const Folder& f) -> Result {
       if (!f.input(0).isInteger()) return f.one(f.binary(in0(f), std::divides<double>()));
       // Integer division truncates toward zero (C's, as ONNX Runtime computes it).
@@ -1139,7 +1139,7 @@ const std::map<std::string, Folder::Rule>& Folder::rules() {
     };
     const std::pair<const char*, Binary> kVariadic[] = {
         {"Min", nanMin}, {"Max", nanMax}, {"Sum", std::plus<double>()}};
-    for (const auto& [op, g] : kVariadic) rules[op] = [g](const Folder& f) -> Result { return f.one(f.variadic(g)); };
+    for (const auto& [op, g] : kVariadic) rules[op] = [g = g](const Folder& f) -> Result { return f.one(f.variadic(g)); };
     rules["Mean"] = [](const Folder& f) -> Result { return f.one(f.variadic(std::plus<double>(), true)); };
 
     const std::pair<const char*, double (*)(double)> kUnary[] = {
@@ -1160,7 +1160,7 @@ const std::map<std::string, Folder::Rule>& Folder::rules() {
         {"Sign", [](double a) { return std::isnan(a) ? a : double((a > 0) - (a < 0)); }},
         {"Erf", [](double a) { return std::erf(a); }},
     };
-    for (const auto& [op, g] : kUnary) rules[op] = [g](const Folder& f) -> Result { return f.one(f.unary(g)); };
+    for (const auto& [op, g] : kUnary) rules[op] = [g = g](const Folder& f) -> Result { return f.one(f.unary(g)); };
     return rules;
   }();
   return kRules;
