@@ -24,7 +24,7 @@ double bytesOf(const Node& n) { return static_cast<double>(n.shape().numElements
 
 RooflineReport analyzeRoofline(const ModelConfig& model, const HardwareModel& hw, Precision precision,
                                double min_speedup) {
-  TransformerGraph t = buildModel(model);
+  TransformerGraph t = buildModel(model, /*initial_values=*/false);  // shapes only
   PassContext ctx;
   buildForwardPipeline()->run(*t.graph, ctx);
   appendBackward(*t.graph, t.loss, t.params);

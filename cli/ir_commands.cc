@@ -126,7 +126,7 @@ void addIrCommands(CLI::App& app) {
     std::optional<Recipe> recipe;
     if (!model_hardware.empty()) hardware = loadHardwareModel(model_hardware);
     if (!model_recipe.empty()) recipe = loadRecipe(model_recipe);
-    TransformerGraph t = buildModel(o.model);
+    TransformerGraph t = buildModel(o.model, /*initial_values=*/false);  // printed, never run
     PassContext ctx;
     buildForwardPipeline()->run(*t.graph, ctx);  // the forward the trainer runs
     if (!forward_only) appendBackward(*t.graph, t.loss, t.params);

@@ -1,4 +1,5 @@
 // `pgq train`: train a model config on a text corpus.
+#include <chrono>
 #include <omp.h>
 
 #include <algorithm>
@@ -127,7 +128,10 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   cmd->callback([] {
     TrainOptions& o = args.options;
-    o.model = loadModel(args.model);
+    const auto started = std::chrono::steady_clock::now();
+    o.model = loadModel(args.model);  // an ONNX model is imported here, once
+    const double model_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     if (args.seed) o.model.seed = static_cast<uint64_t>(*args.seed);
     if (args.warmup) o.optimizer.warmup = *args.warmup;
     else o.optimizer.warmup = std::min(o.optimizer.warmup, o.steps);
@@ -153,6 +157,8 @@ void addTrainCommand(CLI::App& app) {
     fmt::print("\n{:.1f} ms/step ({:.0f} tokens/s, {} thread{}), peak memory {:.1f} MiB\n", ms,
                static_cast<double>(o.model.tokens()) / (ms / 1000.0), threads, threads == 1 ? "" : "s",
                static_cast<double>(r.memory.peak()) / (1 << 20));
+    fmt::print("setup {:.1f} s (model {:.1f} s, graphs, memory and parameters {:.1f} s), first step {:.0f} ms\n",
+               (model_ms + r.setup_ms) / 1000.0, model_ms / 1000.0, r.setup_ms / 1000.0, r.history.front().step_ms);
     fmt::print("metrics: {}\ncheckpoint: {}\n", r.metrics_path, r.checkpoint_path);
     if (!r.profile_path.empty())
       fmt::print("profile: {} ({} steps, written in {:.0f} ms); inspect it with: pgq sqnr-table {}\n", r.profile_path,

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "frontend/onnx/importer.h"
+#include "frontend/onnx/import_once.h"
 #include "frontend/sharding_rules.h"
 #include "support/config_file.h"
 #include "support/errors.h"
@@ -14,9 +14,10 @@
 namespace pgq {
 namespace {
 
-// Imports the model once: it must import, and its sizes fill the config.
+// Imports the model (once per process: the graphs built from this config reuse the
+// import): it must import, and its sizes fill the config.
 ModelConfig importedConfig(ModelConfig c) {
-  ImportedModel m = importOnnx({c.onnx, c.batch, c.seq_len, c.trainable, c.frozen});
+  ImportedSizes m = importedSizes({c.onnx, c.batch, c.seq_len, c.trainable, c.frozen});
   c.batch = m.batch;
   c.seq_len = m.seq_len;
   c.vocab = m.vocab;

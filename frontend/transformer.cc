@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "frontend/onnx/importer.h"
+#include "frontend/onnx/import_once.h"
 #include "frontend/sharding_rules.h"
 #include "ir/builder.h"
 
@@ -187,14 +187,12 @@ TransformerGraph buildTransformer(const ModelConfig& config) {
   return TransformerBuilder(config).build();
 }
 
-TransformerGraph buildModel(const ModelConfig& config) {
+TransformerGraph buildModel(const ModelConfig& config, bool initial_values) {
   if (!config.imported()) return buildTransformer(config);
-  ImportedModel m = importOnnx({config.onnx, config.batch, config.seq_len, config.trainable, config.frozen});
-  TransformerGraph t = std::move(m.net);
+  TransformerGraph t =
+      importedGraph({config.onnx, config.batch, config.seq_len, config.trainable, config.frozen}, initial_values);
   if (config.tensor_parallel > 1)
     applyShardingRules(loadShardingRules(config.sharding_rules), t.params, config.tensor_parallel);
-  t.constants = std::move(m.constants);
-  t.values = std::make_shared<const std::map<std::string, std::vector<float>>>(std::move(m.values));
   return t;
 }
 

@@ -48,7 +48,11 @@ struct TransformerGraph {
 
 TransformerGraph buildTransformer(const ModelConfig& config);
 
-// The forward graph of a run's model: buildTransformer, or the import of config.onnx.
-TransformerGraph buildModel(const ModelConfig& config);
+// The forward graph of a run's model: buildTransformer, or the import of config.onnx
+// (once per process, frontend/onnx/import_once.h). `initial_values`: an imported model's
+// graph also carries its parameters' values (TransformerGraph::values); a graph whose
+// parameters are bound to tensors initialized from another (evaluation, profiling,
+// analysis) needs none.
+TransformerGraph buildModel(const ModelConfig& config, bool initial_values = true);
 
 }  // namespace pgq

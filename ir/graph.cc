@@ -63,6 +63,22 @@ void Graph::setOutputs(std::vector<Node*> nodes) {
   outputs_ = std::move(nodes);
 }
 
+std::unique_ptr<Graph> Graph::clone(std::unordered_map<const Node*, Node*>* copies) const {
+  auto out = std::make_unique<Graph>(name_);
+  std::unordered_map<const Node*, Node*> local;
+  std::unordered_map<const Node*, Node*>& map = copies ? *copies : local;
+  for (const Node* node : postOrder()) {
+    std::vector<Node*> operands;
+    operands.reserve(node->operands_.size());
+    for (const Node* operand : node->operands_) operands.push_back(map.at(operand));
+    map[node] = out->create(node->op_, std::move(operands), node->attrs_, node->type_, node->name_);
+  }
+  std::vector<Node*> outputs;
+  for (const Node* node : outputs_) outputs.push_back(map.at(node));
+  out->outputs_ = std::move(outputs);
+  return out;
+}
+
 std::vector<Node*> Graph::postOrder() const {
   // Iterative DFS (graphs read from files may be arbitrarily deep). A node is "open"
   // while its operands are being visited; meeting an open node again is a cycle. Marks

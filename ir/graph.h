@@ -58,6 +58,12 @@ class Graph {
   // interface and always stay. Returns the number of nodes removed.
   int removeDead();
 
+  // A copy: the same nodes (op, name, type, attributes, operands) in the same order
+  // (operands first), the same outputs and name. `copies`, when given, receives each
+  // node's copy, so that a caller can map the nodes it holds (an imported model's
+  // parameters and inputs) into the new graph.
+  std::unique_ptr<Graph> clone(std::unordered_map<const Node*, Node*>* copies = nullptr) const;
+
   // A name not used in the graph yet, derived from `base`.
   std::string uniqueName(std::string_view base) const;
 

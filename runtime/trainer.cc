@@ -175,7 +175,8 @@ void runTrainingPipeline(TransformerGraph& t, const TrainingPipelineOptions& opt
 
 TransformerGraph buildTrainingGraph(const TrainOptions& options, bool instrument, const Recipe* recipe = nullptr,
                                     const HardwareModel* hardware = nullptr, bool data_parallel = false) {
-  TransformerGraph t = buildModel(options.model);
+  // The instrumented graph's parameters are bound to the training graph's tensors.
+  TransformerGraph t = buildModel(options.model, /*initial_values=*/!instrument);
   PassContext ctx;
   buildForwardPipeline()->run(*t.graph, ctx);
   appendBackward(*t.graph, t.loss, t.params);
@@ -375,7 +376,7 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
                             "--dynamic-batch)",
                             e.what(), job.replicas, lo.model.batch, o.model.batch));
   }
-  eval = buildModel(lo.model);
+  eval = buildModel(lo.model, /*initial_values=*/false);  // bound to the training parameters
   PassContext ctx;
   buildForwardPipeline()->run(*eval.graph, ctx);
   TrainingPipelineOptions eval_pipeline = trainingPipelineOptions(lo, false);
@@ -426,6 +427,7 @@ void TrainingSession::Impl::initParameters() {
     constants.emplace_back(c->name(), Tensor(c->type()));
     initParameter(*c, o.model.seed, constants.back().second, train.values.get());
   }
+  train.values.reset();  // an imported model's weights: the parameters hold them now
 }
 
 ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
@@ -887,6 +889,7 @@ void TrainLoop::checkRanksAgree() const {
 }
 
 TrainResult TrainLoop::run() {
+  const auto started = std::chrono::steady_clock::now();
   validateTrainOptions(o_);
   if (lead_) checkProfileOptions();
   checkEstimatedMemory(o_);
@@ -915,6 +918,7 @@ TrainResult TrainLoop::run() {
   else if (!o_.init_from.empty()) loadFrom(o_.init_from, false);
 
   TrainResult result;
+  result.setup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   result.checkpoint_path = checkpoint_path_;
   result.metrics_path = (std::filesystem::path(o_.out_dir) / kMetricsFile).string();
   std::string recipe_name = o_.recipe_path.empty() ? precisionName(o_.precision) : session_->recipeName();

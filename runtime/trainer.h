@@ -136,6 +136,9 @@ struct TrainResult {
   double collective_ms_per_step = 0;
   double collective_calls_per_step = 0;
   double profile_write_ms = 0;
+  // From train()'s start to the first step's: checks, graphs and their compilation,
+  // memory, parameters (an imported model's weights), a resumed checkpoint.
+  double setup_ms = 0;
 };
 
 // The formats stage (i) profiles on this CPU: the int8 per-channel formats that run

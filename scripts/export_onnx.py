@@ -13,7 +13,7 @@ Library:
 CLI (the test models of tests/onnx/models.py):
     /usr/bin/python3 scripts/export_onnx.py --arch gpt2|llama|bert --opset 14|17
         [--no-fold] [--loss|--logits] [--reference] [--vocab V --d-model D --layers L
-        --seq T --batch B] --out DIR
+        --heads H --seq T --batch B] --out DIR
 writes DIR/model.onnx, DIR/model.onnx.params.txt, DIR/inputs/<graph input>.npy (int64
 input_ids, and labels with --loss) and, with --reference, PyTorch's DIR/ref/loss.npy and
 DIR/ref/grads/<ONNX initializer name>.npy (float32). --loss puts F.cross_entropy over
@@ -309,6 +309,7 @@ def main(argv=None):
     parser.add_argument("--vocab", type=int, help="vocabulary size (256 to train on pgq's byte corpora)")
     parser.add_argument("--d-model", type=int, help="model width")
     parser.add_argument("--layers", type=int, help="number of blocks")
+    parser.add_argument("--heads", type=int, help="attention heads (they must divide --d-model)")
     parser.add_argument("--seq", type=int, help="sequence length")
     parser.add_argument("--batch", type=int, help="batch size")
     parser.add_argument("--dynamic-batch", action="store_true",
@@ -325,6 +326,8 @@ def main(argv=None):
         models.D_MODEL[args.arch] = args.d_model
     if args.layers:
         models.N_LAYERS = args.layers
+    if args.heads:
+        models.N_HEADS[args.arch] = args.heads
     if args.seq:
         models.SEQ = args.seq
     if args.batch:

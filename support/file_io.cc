@@ -222,6 +222,18 @@ InputFile openInputFile(const std::string& path, InputKind kind) {
 void readRest(InputFile& file, std::string& out) { readRestInto(file, out); }
 void readRest(InputFile& file, std::vector<uint8_t>& out) { readRestInto(file, out); }
 
+size_t readChunk(InputFile& file, char* dst, size_t size, uint64_t already_read) {
+  for (;;) {
+    ssize_t got = ::read(file.fd.get(), dst, size);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0)
+      throw Error(fmt::format("{}: cannot read at byte offset {}: {}", file.path, already_read, errnoText(errno)));
+    if (static_cast<uint64_t>(got) > file.limit - std::min(already_read, file.limit))
+      throw Error(tooLarge(file, already_read + static_cast<uint64_t>(got)));
+    return static_cast<size_t>(got);
+  }
+}
+
 std::string readTextFile(const std::string& path, InputKind kind) {
   InputFile file = openInputFile(path, kind);
   std::string text;

@@ -80,6 +80,11 @@ InputFile openInputFile(const std::string& path, InputKind kind);
 void readRest(InputFile& file, std::string& out);
 void readRest(InputFile& file, std::vector<uint8_t>& out);
 
+// Reads up to `size` bytes of `file` into `dst` (a chunk of a file read piece by piece,
+// already_read bytes so far) and returns how many: 0 at the end of the file. Throws
+// pgq::Error naming the file when reading fails or the file grows past file.limit.
+size_t readChunk(InputFile& file, char* dst, size_t size, uint64_t already_read);
+
 // The whole content of a file of `kind` (see openInputFile and readRest).
 std::string readTextFile(const std::string& path, InputKind kind);
 

@@ -114,6 +114,19 @@ std::optional<std::string> attrString(const onnx::NodeProto& node, const std::st
 
 namespace {
 
+// The [cols, rows] transpose of row-major [rows, cols] `v`, in 64 x 64 tiles: a 50257 x 768
+// embedding's strided writes one element at a time took most of an import.
+std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 64;
+  std::vector<float> out(v.size());
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile)
+      for (int64_t i = i0; i < std::min(rows, i0 + kTile); ++i)
+        for (int64_t j = j0; j < std::min(cols, j0 + kTile); ++j)
+          out[static_cast<size_t>(j * rows + i)] = v[static_cast<size_t>(i * cols + j)];
+  return out;
+}
+
 // Ops that only move or select values: a parameter read through them is still read
 // as a parameter (see chooseTrainable).
 const std::unordered_set<std::string> kLayoutOps{"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity",
@@ -758,7 +771,10 @@ void Importer::findLoss() {
 }
 
 ImportedModel Importer::run() {
-  model_ = readOnnxModel(o_.path, &out_.fingerprint);
+  // The model file's and each external data file's bytes are read once, by the tensor
+  // that needs them; the weights are held once, as the values decoded.
+  ExternalData external;
+  model_ = readOnnxModel(o_.path, &out_.fingerprint, &external);
   opset_ = defaultOpset(model_, file_);
   if (opset_ < kMinOpset || opset_ > kMaxOpset)
     throw Error(fmt::format("{}: opset {} is not supported; pgq imports opsets {} to {} (torch.onnx.export writes "
@@ -771,32 +787,26 @@ ImportedModel Importer::run() {
   chooseTrainable();
   fs::path dir = fs::path(o_.path).parent_path();
   if (dir.empty()) dir = ".";  // a model in the current folder
-  ExternalData external;       // each weights file mapped once for the whole import
   // Initializers, in file order so that parameters keep the model's order; one that no
   // node reads is not read at all (its bytes may be large, or external).
   std::unordered_set<std::string> read;
   for (const onnx::NodeProto& node : model_.graph().node())
     for (const std::string& in : node.input()) read.insert(in);
   for (const onnx::ValueInfoProto& o : model_.graph().output()) read.insert(o.name());
-  for (const onnx::TensorProto& t : model_.graph().initializer()) {
+  for (onnx::TensorProto& t : *model_.mutable_graph()->mutable_initializer()) {
     if (!read.count(t.name())) continue;
-    ConstTensor c = tensorFromProto(t, dir, file_, &external);
     if (trainable_.count(t.name())) {
       auto ref = param_of_.find(t.name());
       const std::string param = ref == param_of_.end() ? t.name() : ref->second.param;
       const bool transpose = ref != param_of_.end() && ref->second.transpose;
       Node*& p = param_nodes_[param];
-      std::vector<float> v = c.floats();
-      std::vector<int64_t> dims = c.dims;
-      if (transpose) {  // store the parameter in its module's layout
-        const int64_t rows = dims[0], cols = dims[1];
-        std::vector<float> tv(v.size());
-        for (int64_t i = 0; i < rows; ++i)
-          for (int64_t j = 0; j < cols; ++j) tv[static_cast<size_t>(j * rows + i)] = v[static_cast<size_t>(i * cols + j)];
-        v = std::move(tv);
-        dims = {cols, rows};
-      }
+      std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+      if (transpose) dims = {dims[1], dims[0]};  // nameParameters checked that it is 2-D
       if (!p) {
+        // The first initializer holding the parameter gives its value; another (a tied
+        // embedding's transposed copy) is the same parameter and is not read.
+        std::vector<float> v = floatsFromProto(t, dir, file_, &external, nullptr);
+        if (transpose) v = transposed(v, dims[1], dims[0]);  // stored in its module's layout
         p = b_.parameter(irName(param), {DType::kF32, Shape(dims)}, "model");
         out_.values[p->name()] = std::move(v);
         out_.onnx_names[p->name()] = param;
@@ -807,8 +817,9 @@ ImportedModel Importer::run() {
       }
       values_[t.name()] = transpose ? b_.transpose(p, {1, 0}) : p;
     } else {
-      values_[t.name()] = std::move(c);
+      values_[t.name()] = tensorFromProto(t, dir, file_, &external);
     }
+    std::string().swap(*t.mutable_raw_data());  // a small one's bytes, parsed with the model
   }
   for (const onnx::NodeProto& node : model_.graph().node()) {
     try {

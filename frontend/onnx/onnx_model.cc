@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -10,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <optional>
 
@@ -239,41 +241,83 @@ std::string_view externalBytes(const TensorProto& t, const fs::path& model_dir, 
   return data.substr(offset, bytes);
 }
 
-ConstTensor readTensor(const TensorProto& t, const fs::path& model_dir, ExternalData* files,
-                       const TensorContext& ctx) {
-  ConstTensor out;
-  out.dtype = t.data_type();
-  size_t size = elementSize(out.dtype);
-  if (size == 0) ctx.fail(fmt::format("dtype {} is not supported", dtypeName(out.dtype)));
+// The element count of `t`'s dims (into `dims`), refused past the budget before
+// anything is allocated; checking each partial product keeps it from overflowing.
+uint64_t checkedCount(const TensorProto& t, std::vector<int64_t>& dims, const TensorContext& ctx) {
+  if (elementSize(t.data_type()) == 0) ctx.fail(fmt::format("dtype {} is not supported", dtypeName(t.data_type())));
   for (int64_t d : t.dims()) {
     if (d < 0) ctx.fail(fmt::format("dimension {} is negative", d));
-    out.dims.push_back(d);
+    dims.push_back(d);
   }
-  // The element count, refused past the budget before anything is allocated; checking
-  // each partial product keeps it from overflowing.
   constexpr uint64_t kMaxElements = kMaxConstTensorBytes / sizeof(double);
-  uint64_t count = std::find(out.dims.begin(), out.dims.end(), 0) == out.dims.end() ? 1 : 0;
-  for (int64_t d : out.dims) {
+  uint64_t count = std::find(dims.begin(), dims.end(), 0) == dims.end() ? 1 : 0;
+  for (int64_t d : dims) {
     if (count > kMaxElements / static_cast<uint64_t>(d == 0 ? 1 : d))
       ctx.fail(fmt::format("its dims {} make more than {} elements, the most pgq holds in one constant tensor ({} "
                            "as 8-byte doubles)",
-                           fmt::join(out.dims, "x"), kMaxElements, byteSizeText(kMaxConstTensorBytes)));
+                           fmt::join(dims, "x"), kMaxElements, byteSizeText(kMaxConstTensorBytes)));
     count *= static_cast<uint64_t>(d);
   }
+  return count;
+}
+
+void checkInlineLength(const TensorProto& t, const ExternalData::Range& range, uint64_t count,
+                       const TensorContext& ctx) {
+  if (range.length != count * elementSize(t.data_type()))
+    ctx.fail(fmt::format("raw_data has {} bytes, but {} elements of {} need {}", range.length, count,
+                         dtypeName(t.data_type()), count * elementSize(t.data_type())));
+}
+
+// The little-endian bytes of `t`'s `count` elements (raw_data; an initializer's raw_data
+// left in the model file, read into `scratch`; or external data, whose mapping `files`
+// or `own_files` holds), or nullopt when they are in a typed field.
+std::optional<std::string_view> rawBytes(const TensorProto& t, const fs::path& model_dir, uint64_t count,
+                                         ExternalData* files, ExternalData& own_files, std::string* scratch,
+                                         const TensorContext& ctx) {
   const bool external = t.has_data_location() && t.data_location() == TensorProto::EXTERNAL;
-  if (external || t.has_raw_data()) {
-    ExternalData own_files;  // maps only when `files` is null and the tensor is external
-    std::string_view raw =
-        external ? externalBytes(t, model_dir, count * size, files ? *files : own_files, ctx) : t.raw_data();
-    if (raw.size() != count * size)
-      ctx.fail(fmt::format("raw_data has {} bytes, but {} elements of {} need {}", raw.size(), count,
-                           dtypeName(out.dtype), count * size));
-    out.values.resize(count);
-    for (uint64_t i = 0; i < count; ++i) out.values[i] = decodeElement(out.dtype, raw.data() + i * size, ctx);
-  } else {
+  if (std::optional<ExternalData::Range> range =
+          !external && scratch && files ? files->inlineRange(t.name()) : std::nullopt) {
+    checkInlineLength(t, *range, count, ctx);
+    scratch->resize(range->length);
+    files->readInline(t.name(), *range, scratch->data());
+    return std::string_view(*scratch);
+  }
+  if (!external && !t.has_raw_data()) {
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
     if (static_cast<uint64_t>(typedCount(t)) != count)
-      ctx.fail(fmt::format("has {} values, but its dims {} need {}", typedCount(t), fmt::join(out.dims, "x"),
-                           count));
+      ctx.fail(fmt::format("has {} values, but its dims {} need {}", typedCount(t), fmt::join(dims, "x"), count));
+    return std::nullopt;
+  }
+  const size_t size = elementSize(t.data_type());
+  std::string_view raw = external ? externalBytes(t, model_dir, count * size, files ? *files : own_files, ctx)
+                                  : std::string_view(t.raw_data());
+  if (raw.size() != count * size)
+    ctx.fail(fmt::format("raw_data has {} bytes, but {} elements of {} need {}", raw.size(), count,
+                         dtypeName(t.data_type()), count * size));
+  return raw;
+}
+
+// Gives a decoded tensor's external pages back (ExternalData::release).
+void releaseExternal(const TensorProto& t, std::string_view raw, ExternalData* files) {
+  if (files && t.has_data_location() && t.data_location() == TensorProto::EXTERNAL) files->release(raw);
+}
+
+// `initializer`: `t` is a graph initializer, whose raw_data may have been left in the
+// model file (readOnnxModel's `weights`).
+ConstTensor readTensor(const TensorProto& t, const fs::path& model_dir, ExternalData* files,
+                       const TensorContext& ctx, bool initializer) {
+  ConstTensor out;
+  out.dtype = t.data_type();
+  const uint64_t count = checkedCount(t, out.dims, ctx);
+  ExternalData own_files;  // maps only when `files` is null and the tensor is external
+  std::string scratch;
+  if (std::optional<std::string_view> raw =
+          rawBytes(t, model_dir, count, files, own_files, initializer ? &scratch : nullptr, ctx)) {
+    const size_t size = elementSize(out.dtype);
+    out.values.resize(count);
+    for (uint64_t i = 0; i < count; ++i) out.values[i] = decodeElement(out.dtype, raw->data() + i * size, ctx);
+    releaseExternal(t, *raw, files);
+  } else {
     out.values = typedValues(t, ctx);
   }
   return out;
@@ -281,22 +325,257 @@ ConstTensor readTensor(const TensorProto& t, const fs::path& model_dir, External
 
 }  // namespace
 
-onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint) {
+namespace {
+
+// A model file for the protobuf parser, read in 1 MiB chunks and hashed as it goes: the
+// file's bytes are never held whole, so the parsed model (which copies each tensor's
+// bytes) is the only copy in memory. An error reading stops the parse; the caller
+// rethrows it.
+class ModelFileStream final : public google::protobuf::io::ZeroCopyInputStream {
+ public:
+  explicit ModelFileStream(InputFile& file) : file_(file), buffer_(kChunk) {}
+
+  bool Next(const void** data, int* size) override {
+    if (backed_up_ == 0) {
+      if (error_) return false;
+      try {
+        filled_ = readChunk(file_, buffer_.data(), buffer_.size(), read_);
+      } catch (const Error&) {
+        error_ = std::current_exception();
+        return false;
+      }
+      if (filled_ == 0) return false;
+      read_ += filled_;
+      hash_ = fnv1a64(reinterpret_cast<const uint8_t*>(buffer_.data()), filled_, hash_);
+      backed_up_ = filled_;
+    }
+    *data = buffer_.data() + (filled_ - backed_up_);
+    *size = static_cast<int>(backed_up_);
+    position_ += static_cast<int64_t>(backed_up_);
+    backed_up_ = 0;
+    return true;
+  }
+  void BackUp(int count) override {
+    backed_up_ = static_cast<size_t>(count);
+    position_ -= count;
+  }
+  bool Skip(int count) override {
+    const void* data;
+    int size;
+    while (count > 0) {
+      if (!Next(&data, &size)) return false;
+      if (size > count) BackUp(size - count);
+      count -= std::min(size, count);
+    }
+    return true;
+  }
+  int64_t ByteCount() const override { return position_; }
+
+  uint64_t hash() const { return hash_; }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+  // Reads (and hashes) what is left after the message, which the parse does not want.
+  bool atEnd() {
+    const void* data;
+    int size;
+    return !Next(&data, &size);
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t{1} << 20;
+  InputFile& file_;
+  std::vector<char> buffer_;
+  size_t filled_ = 0;     // bytes in buffer_
+  size_t backed_up_ = 0;  // of them, given back by BackUp (the end of the buffer)
+  uint64_t read_ = 0;
+  int64_t position_ = 0;
+  uint64_t hash_ = 0xcbf29ce484222325ull;  // FNV-1a's offset basis, as fnv1a64's default
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+// ---- Leaving large initializers' bytes in the file ----
+// A model's protobuf is walked field by field (the wire format: a varint tag of field
+// number and wire type, then a varint, 8 bytes, a length and bytes, or 4 bytes) and
+// copied, except the raw_data of the graph's large initializers: those bytes are skipped
+// and their place in the file recorded. Protobuf 3.21 has no lazy bytes fields, and a
+// parse copies every byte string.
+
+namespace {
+
+namespace wire {
+constexpr int kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5;
+constexpr int kModelGraph = 7;               // ModelProto.graph
+constexpr int kGraphInitializer = 5;         // GraphProto.initializer
+constexpr int kTensorName = 8;               // TensorProto.name
+constexpr int kTensorRawData = 9;            // TensorProto.raw_data
+constexpr int kTensorDataLocation = 14;      // TensorProto.data_location
+}  // namespace wire
+
+void appendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void appendBytesField(std::string& out, uint32_t tag, const std::string& bytes) {
+  appendVarint(out, tag);
+  appendVarint(out, bytes.size());
+  out += bytes;
+}
+
+// Copies the field whose `tag` was just read; false on a malformed or cut field (or a
+// group, which ONNX does not use).
+bool copyField(google::protobuf::io::CodedInputStream& in, uint32_t tag, std::string& out) {
+  appendVarint(out, tag);
+  switch (tag & 7) {
+    case wire::kVarint: {
+      uint64_t v;
+      if (!in.ReadVarint64(&v)) return false;
+      appendVarint(out, v);
+      return true;
+    }
+    case wire::kFixed64: {
+      uint64_t v;
+      if (!in.ReadLittleEndian64(&v)) return false;
+      for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+      return true;
+    }
+    case wire::kFixed32: {
+      uint32_t v;
+      if (!in.ReadLittleEndian32(&v)) return false;
+      for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+      return true;
+    }
+    case wire::kBytes: {
+      uint32_t length;
+      std::string bytes;
+      if (!in.ReadVarint32(&length) || !in.ReadString(&bytes, static_cast<int>(length))) return false;
+      appendVarint(out, length);
+      out += bytes;
+      return true;
+    }
+    default: return false;
+  }
+}
+
+struct Stripper {
+  google::protobuf::io::CodedInputStream& in;
+  std::map<std::string, ExternalData::Range> ranges;
+  std::string duplicate;  // an initializer name seen twice among those stripped
+
+  // Reads the length of a message field and walks it with `walk`, appending it to `out`.
+  template <typename Walk>
+  bool nested(uint32_t tag, std::string& out, Walk walk) {
+    uint32_t length;
+    if (!in.ReadVarint32(&length)) return false;
+    auto limit = in.PushLimit(static_cast<int>(length));
+    std::string inner;
+    if (!walk(inner) || !in.ConsumedEntireMessage() || in.BytesUntilLimit() != 0) return false;
+    in.PopLimit(limit);
+    appendBytesField(out, tag, inner);
+    return true;
+  }
+
+  bool tensor(std::string& out) {
+    std::string name;
+    std::optional<ExternalData::Range> raw;
+    bool external = false;
+    for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+      const int field = static_cast<int>(tag >> 3);
+      if (field == wire::kTensorRawData && (tag & 7) == wire::kBytes) {
+        uint32_t length;
+        if (!in.ReadVarint32(&length)) return false;
+        if (length >= kInlineWeightBytes) {
+          raw = ExternalData::Range{static_cast<uint64_t>(in.CurrentPosition()), length};
+          if (!in.Skip(static_cast<int>(length))) return false;
+          continue;
+        }
+        raw.reset();  // a later raw_data replaces an earlier one, as in a parse
+        std::string bytes;
+        if (!in.ReadString(&bytes, static_cast<int>(length))) return false;
+        appendBytesField(out, tag, bytes);
+        continue;
+      }
+      if (field == wire::kTensorName && (tag & 7) == wire::kBytes) {
+        uint32_t length;
+        if (!in.ReadVarint32(&length) || !in.ReadString(&name, static_cast<int>(length))) return false;
+        appendBytesField(out, tag, name);
+        continue;
+      }
+      if (field == wire::kTensorDataLocation && (tag & 7) == wire::kVarint) {
+        uint64_t v;
+        if (!in.ReadVarint64(&v)) return false;
+        external = v == TensorProto::EXTERNAL;
+        appendVarint(out, tag);
+        appendVarint(out, v);
+        continue;
+      }
+      if (!copyField(in, tag, out)) return false;
+    }
+    // External data wins over raw_data (the readers look at data_location first).
+    if (raw && !external && !ranges.emplace(name, *raw).second) duplicate = name;
+    return true;
+  }
+
+  bool graph(std::string& out) {
+    for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+      const bool ok = (tag >> 3) == wire::kGraphInitializer && (tag & 7) == wire::kBytes
+                          ? nested(tag, out, [&](std::string& t) { return tensor(t); })
+                          : copyField(in, tag, out);
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool model(std::string& out) {
+    for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+      const bool ok = (tag >> 3) == wire::kModelGraph && (tag & 7) == wire::kBytes
+                          ? nested(tag, out, [&](std::string& g) { return graph(g); })
+                          : copyField(in, tag, out);
+      if (!ok) return false;
+    }
+    return in.ConsumedEntireMessage();
+  }
+};
+
+}  // namespace
+
+onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint, ExternalData* weights) {
   InputFile file = openInputFile(path, InputKind::kOnnxModel);
-  std::string bytes;
-  readRest(file, bytes);
-  if (fingerprint) *fingerprint = fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()));
-  google::protobuf::io::CodedInputStream coded(&stream);
-  // The default limit is 64 MiB; a model file may have up to 2 GiB.
-  coded.SetTotalBytesLimit(INT_MAX);
+  ModelFileStream stream(file);
   onnx::ModelProto model;
-  if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+  bool parsed;
+  std::map<std::string, ExternalData::Range> ranges;
+  {
+    google::protobuf::io::CodedInputStream coded(&stream);
+    // The default limit is 64 MiB; a model file may have up to 2 GiB.
+    coded.SetTotalBytesLimit(INT_MAX);
+    if (weights) {
+      Stripper stripper{coded, {}, {}};
+      std::string stripped;
+      parsed = stripper.model(stripped) && model.ParseFromString(stripped);
+      if (parsed && !stripper.duplicate.empty())
+        throw Error(fmt::format("{}: two initializers are named '{}'", path, stripper.duplicate));
+      ranges = std::move(stripper.ranges);
+    } else {
+      parsed = model.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
+    }
+  }  // the coded stream gives back what it read ahead
+  stream.rethrow();
+  if (!parsed || !stream.atEnd())
     throw Error(fmt::format("{}: not an ONNX model: it is not a valid ONNX protobuf or is truncated", path));
+  stream.rethrow();
+  if (fingerprint) *fingerprint = stream.hash();
   // Most byte strings that are not protobuf fail to parse; the few that do lack a graph.
   if (!model.has_graph())
     throw Error(fmt::format("{}: not an ONNX model: it has no graph (not a valid ONNX protobuf, or truncated)", path));
   defaultOpset(model, path);
+  if (weights) weights->keepModelFile(std::move(file), std::move(ranges));
   return model;
 }
 
@@ -405,9 +684,85 @@ std::string_view ExternalData::file(const fs::path& real_path) {
   return {static_cast<const char*>(mapping->address), mapping->size};
 }
 
+void ExternalData::release(std::string_view bytes) {
+  // Whole pages inside the range only: a page shared with a neighbouring tensor stays.
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+  // The mapping is private and never written: its pages are the file's, which a later
+  // read faults in again. A failure only leaves them resident.
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void ExternalData::keepModelFile(InputFile file, std::map<std::string, Range> ranges) {
+  model_file_.emplace(std::move(file));
+  inline_ = std::move(ranges);
+}
+
+std::optional<ExternalData::Range> ExternalData::inlineRange(const std::string& name) const {
+  auto it = inline_.find(name);
+  if (it == inline_.end() || !model_file_) return std::nullopt;
+  return it->second;
+}
+
+void ExternalData::readInline(const std::string& name, const Range& range, char* dst) {
+  PGQ_ASSERT(model_file_, "initializer '{}' read from a model file that was not kept", name);
+  uint64_t done = 0;
+  while (done < range.length) {
+    ssize_t got = ::pread(model_file_->fd.get(), dst + done, range.length - done,
+                          static_cast<off_t>(range.offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0)
+      throw Error(fmt::format("{}: initializer '{}': cannot read its raw_data at byte offset {}: {}",
+                              model_file_->path, name, range.offset + done, std::strerror(errno)));
+    if (got == 0)
+      throw Error(fmt::format("{}: initializer '{}': the file was cut short while it was imported",
+                              model_file_->path, name));
+    done += static_cast<uint64_t>(got);
+  }
+}
+
 ConstTensor tensorFromProto(const TensorProto& t, const fs::path& model_dir, const std::string& model_file,
                             ExternalData* external_data) {
-  return readTensor(t, model_dir, external_data, {model_file, fmt::format("initializer '{}'", t.name())});
+  return readTensor(t, model_dir, external_data, {model_file, fmt::format("initializer '{}'", t.name())}, true);
+}
+
+std::vector<float> floatsFromProto(const TensorProto& t, const fs::path& model_dir, const std::string& model_file,
+                                   ExternalData* external_data, std::vector<int64_t>* dims) {
+  TensorContext ctx{model_file, fmt::format("initializer '{}'", t.name())};
+  std::vector<int64_t> shape;
+  const uint64_t count = checkedCount(t, shape, ctx);
+  if (dims) *dims = shape;
+  std::vector<float> out;
+  const bool external = t.has_data_location() && t.data_location() == TensorProto::EXTERNAL;
+  if (std::optional<ExternalData::Range> range =
+          !external && external_data && t.data_type() == TensorProto::FLOAT && std::endian::native == std::endian::little
+              ? external_data->inlineRange(t.name())
+              : std::nullopt) {
+    checkInlineLength(t, *range, count, ctx);  // read straight into the values
+    out.resize(count);
+    external_data->readInline(t.name(), *range, reinterpret_cast<char*>(out.data()));
+    return out;
+  }
+  ExternalData own_files;
+  std::string scratch;
+  std::optional<std::string_view> raw = rawBytes(t, model_dir, count, external_data, own_files, &scratch, ctx);
+  if (raw && t.data_type() == TensorProto::FLOAT && std::endian::native == std::endian::little) {
+    out.resize(count);
+    if (count) std::memcpy(out.data(), raw->data(), raw->size());
+  } else if (raw) {
+    const size_t size = elementSize(t.data_type());
+    out.resize(count);
+    for (uint64_t i = 0; i < count; ++i)
+      out[i] = static_cast<float>(decodeElement(t.data_type(), raw->data() + i * size, ctx));
+  } else if (t.data_type() == TensorProto::FLOAT) {
+    out.assign(t.float_data().begin(), t.float_data().end());
+  } else {
+    std::vector<double> values = typedValues(t, ctx);
+    out.assign(values.begin(), values.end());
+  }
+  if (raw) releaseExternal(t, *raw, external_data);
+  return out;
 }
 
 ConstTensor attributeTensor(const onnx::AttributeProto& attribute, const fs::path& model_dir,
@@ -418,7 +773,7 @@ ConstTensor attributeTensor(const onnx::AttributeProto& attribute, const fs::pat
   const std::string& name = attribute.name();
   if (name == "value") {
     if (!attribute.has_t()) ctx.fail("has no tensor");
-    return readTensor(attribute.t(), model_dir, external_data, ctx);
+    return readTensor(attribute.t(), model_dir, external_data, ctx, false);
   }
   if (name == "value_float" || name == "value_floats") {
     out.dtype = TensorProto::FLOAT;

@@ -6,19 +6,32 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
+#include "support/file_io.h"
+
 namespace pgq {
 
-// Parses the ONNX model at `path` (at most 2 GiB, protobuf's limit). Throws pgq::Error
-// naming the file when it cannot be read, is not an ONNX protobuf (a text file, a
-// truncated download), has no graph or imports no opset of the default domain.
-// `fingerprint`, when given, receives the FNV-1a hash of the file's bytes (support/hash.h).
-onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint = nullptr);
+class ExternalData;
+
+// Parses the ONNX model at `path` (at most 2 GiB, protobuf's limit), reading it in
+// chunks. Throws pgq::Error naming the file when it cannot be read, is not an ONNX
+// protobuf (a text file, a truncated download), has no graph or imports no opset of the
+// default domain. `fingerprint`, when given, receives the FNV-1a hash of the file's
+// bytes (support/hash.h).
+// `weights`, when given, keeps the file open and the raw_data of every graph initializer
+// of kInlineWeightBytes or more in it: those tensors come back without data, and
+// tensorFromProto and floatsFromProto read them from the file when given the same
+// `weights`. A model's weights are then held once while it is imported (as the values
+// decoded), not also as protobuf bytes.
+onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint = nullptr,
+                               ExternalData* weights = nullptr);
+inline constexpr uint64_t kInlineWeightBytes = uint64_t{64} << 10;
 
 // The opset version the model imports for the default domain ("" or "ai.onnx").
 // Throws pgq::Error (naming `model_file` when given) when there is none.
@@ -81,10 +94,28 @@ class ExternalData {
   std::string_view file(const std::filesystem::path& real_path);
   // How many files are mapped now.
   size_t mappedFiles() const { return files_.size(); }
+  // Hands the pages of `bytes` (a view of one of the mappings, a tensor just decoded)
+  // back to the page cache, so that a model's external weights are not all resident at
+  // once besides the values decoded from them.
+  void release(std::string_view bytes);
+
+  // Where an initializer's raw_data lies in the model file itself (readOnnxModel with
+  // `weights`).
+  struct Range {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  void keepModelFile(InputFile file, std::map<std::string, Range> ranges);
+  // Where the raw_data of initializer `name` lies in the model file, when it was left
+  // there; readInline reads range.length bytes of it into `dst`.
+  std::optional<Range> inlineRange(const std::string& name) const;
+  void readInline(const std::string& name, const Range& range, char* dst);
 
  private:
   struct Mapping;
   std::map<std::string, std::unique_ptr<Mapping>> files_;
+  std::optional<InputFile> model_file_;
+  std::map<std::string, Range> inline_;
 };
 
 // The values of initializer or attribute tensor `t` of the model `model_file`, whose
@@ -100,6 +131,14 @@ class ExternalData {
 // what the dims and dtype need, all checked before any byte is read.
 ConstTensor tensorFromProto(const onnx::TensorProto& t, const std::filesystem::path& model_dir,
                             const std::string& model_file, ExternalData* external_data = nullptr);
+
+// The values of initializer `t` as float32 (a weight the model trains), decoded straight
+// from its bytes (FLOAT's are copied, never widened to doubles on the way), with the same
+// checks and messages as tensorFromProto; `dims`, when given, receives its dims. For the
+// float dtypes (ConstTensor::isFloat).
+std::vector<float> floatsFromProto(const onnx::TensorProto& t, const std::filesystem::path& model_dir,
+                                   const std::string& model_file, ExternalData* external_data,
+                                   std::vector<int64_t>* dims);
 
 // The value of a Constant node's attribute: `value` (a tensor), `value_float(s)` or
 // `value_int(s)`. A `value` tensor with external data is read through `model_dir` (and

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "support/errors.h"
+#include "support/hash.h"
 #include "tests/test_util.h"
 
 namespace pgq {
@@ -125,6 +126,76 @@ TEST_F(OnnxModelTest, ParsesAModelOver64MiB) {
   onnx::ModelProto back = readOnnxModel(file);
   ASSERT_EQ(back.graph().initializer_size(), 1);
   EXPECT_EQ(back.graph().initializer(0).raw_data().size(), size_t{68} << 20);
+}
+
+// readOnnxModel with `weights` leaves large initializers' bytes in the file (the parsed
+// model holds them once as values, not also as protobuf bytes): every tensor reads as
+// it does from a full parse, the small ones stay inline, the fingerprint is the file's.
+TEST_F(OnnxModelTest, LeavesLargeInitializersInTheFile) {
+  onnx::ModelProto model = readOnnxModel((kNodeTests / "test_add" / "model.onnx").string());
+  const int64_t n = static_cast<int64_t>(kInlineWeightBytes / sizeof(float)) + 3;  // just over the threshold
+  std::vector<float> big(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) big[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i % 1000) - 7.0f;
+  TensorProto* w = model.mutable_graph()->add_initializer();
+  *w = tensor("w", TensorProto::FLOAT, {n});
+  w->set_raw_data(std::string(reinterpret_cast<const char*>(big.data()), big.size() * sizeof(float)));
+  TensorProto* h = model.mutable_graph()->add_initializer();  // a 16-bit one, decoded from the file
+  *h = tensor("h", TensorProto::FLOAT16, {int64_t{40000}});
+  h->set_raw_data(std::string(80000, '\x3c'));
+  TensorProto* s = model.mutable_graph()->add_initializer();  // small: parsed with the model
+  *s = tensor("s", TensorProto::FLOAT, {2});
+  s->set_raw_data(rawBytes<float>({1.5f, -2}));
+  const std::string bytes = model.SerializeAsString();
+  std::string file = write("weights.onnx", bytes);
+
+  uint64_t full_hash = 0, lazy_hash = 0;
+  onnx::ModelProto full = readOnnxModel(file, &full_hash);
+  ExternalData weights;
+  onnx::ModelProto lazy = readOnnxModel(file, &lazy_hash, &weights);
+  EXPECT_EQ(full_hash, fnv1a64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  EXPECT_EQ(lazy_hash, full_hash);
+  ASSERT_EQ(lazy.graph().initializer_size(), 3);
+  EXPECT_FALSE(lazy.graph().initializer(0).has_raw_data());
+  EXPECT_FALSE(lazy.graph().initializer(1).has_raw_data());
+  EXPECT_EQ(lazy.graph().initializer(2).raw_data(), full.graph().initializer(2).raw_data());
+  EXPECT_EQ(lazy.graph().node(0).op_type(), "Add");  // the rest of the model is as parsed
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    const TensorProto& l = lazy.graph().initializer(i);
+    const TensorProto& f = full.graph().initializer(i);
+    EXPECT_EQ(tensorFromProto(l, dir_, file, &weights).values, tensorFromProto(f, dir_, file).values);
+    EXPECT_EQ(floatsFromProto(l, dir_, file, &weights, nullptr), floatsFromProto(f, dir_, file, nullptr, nullptr));
+  }
+  EXPECT_EQ(floatsFromProto(lazy.graph().initializer(0), dir_, file, &weights, nullptr), big);
+  // Without the object that kept the file, the tensor has no data, and says so.
+  EXPECT_EQ(errorOf([&] { tensorFromProto(lazy.graph().initializer(0), dir_, file); }),
+            fmt::format("{}: initializer 'w': has 0 values, but its dims {} need {}", file, n, n));
+}
+
+TEST_F(OnnxModelTest, LeftInTheFileChecksLengthsAndNames) {
+  onnx::ModelProto model = readOnnxModel((kNodeTests / "test_add" / "model.onnx").string());
+  TensorProto* w = model.mutable_graph()->add_initializer();
+  *w = tensor("w", TensorProto::FLOAT, {3});
+  w->set_raw_data(std::string(kInlineWeightBytes, '\0'));
+  std::string file = write("short.onnx", model.SerializeAsString());
+  ExternalData weights;
+  onnx::ModelProto lazy = readOnnxModel(file, nullptr, &weights);
+  EXPECT_EQ(errorOf([&] { floatsFromProto(lazy.graph().initializer(0), dir_, file, &weights, nullptr); }),
+            fmt::format("{}: initializer 'w': raw_data has {} bytes, but 3 elements of FLOAT need 12", file,
+                        kInlineWeightBytes));
+  EXPECT_EQ(errorOf([&] { tensorFromProto(lazy.graph().initializer(0), dir_, file, &weights); }),
+            fmt::format("{}: initializer 'w': raw_data has {} bytes, but 3 elements of FLOAT need 12", file,
+                        kInlineWeightBytes));
+  *model.mutable_graph()->add_initializer() = *w;  // the same name twice
+  std::string twice = write("twice.onnx", model.SerializeAsString());
+  ExternalData more;
+  EXPECT_EQ(errorOf([&] { readOnnxModel(twice, nullptr, &more); }), twice + ": two initializers are named 'w'");
+  // A model cut inside a skipped tensor is as truncated as one cut anywhere else.
+  std::string bytes = model.SerializeAsString();
+  std::string cut = write("cut.onnx", bytes.substr(0, bytes.size() - 100));
+  ExternalData cut_weights;
+  EXPECT_EQ(errorOf([&] { readOnnxModel(cut, nullptr, &cut_weights); }),
+            cut + ": not an ONNX model: it is not a valid ONNX protobuf or is truncated");
 }
 
 TEST_F(OnnxModelTest, ReadsRawData) {

@@ -52,6 +52,29 @@ TEST(Text, GoldenFilesRoundTripExactly) {
   }
 }
 
+// Graph::clone copies every node, attribute and output: the copy prints as the original
+// does, and editing the copy leaves the original as it was.
+TEST(Text, CloneIsAnIndependentCopy) {
+  for (const auto& file : goldenFiles()) {
+    SCOPED_TRACE(file.string());
+    auto graph = parseGraph(withoutComments(readFile(file)), file.string());
+    const std::string before = printGraph(*graph);
+    std::unordered_map<const Node*, Node*> copies;
+    auto copy = graph->clone(&copies);
+    verify(*copy);
+    EXPECT_EQ(printGraph(*copy), before);
+    ASSERT_EQ(copies.size(), graph->size());
+    for (const auto& [original, twin] : copies) {
+      EXPECT_EQ(copy->find(original->name()), twin);
+      EXPECT_NE(original, twin);
+    }
+    ASSERT_FALSE(copy->outputs().empty());
+    copy->setOutputs({});
+    copy->removeDead();
+    EXPECT_EQ(printGraph(*graph), before);
+  }
+}
+
 TEST(Text, BuiltGraphRoundTrips) {
   Graph g("built");
   Builder b(g);

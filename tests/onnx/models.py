@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 VOCAB = {"gpt2": 96, "llama": 80, "bert": 64}
 D_MODEL = {"gpt2": 48, "llama": 64, "bert": 32}
+N_HEADS = {"gpt2": 4, "llama": 4, "bert": 2}
 N_LAYERS = 2
 BATCH = 2
 SEQ = 16
@@ -273,7 +274,7 @@ ARCHS = ("gpt2", "llama", "bert")
 def build(arch, seed=0):
     torch.manual_seed(seed)
     vocab, d = VOCAB[arch], D_MODEL[arch]
-    model = {"gpt2": Gpt2, "llama": Llama, "bert": Bert}[arch](vocab, d)
+    model = {"gpt2": Gpt2, "llama": Llama, "bert": Bert}[arch](vocab, d, n_heads=N_HEADS[arch])
     # Norm gains start at one and biases at zero; perturb every 1-D parameter so that
     # a swapped gain and bias or a wrong broadcast shows in the gradients.
     with torch.no_grad():
