@@ -32,10 +32,12 @@ for run in $(seq "$runs"); do
   /usr/bin/time -f '%e %M' -o "$work/train" "$pgq" train --model "$dir/model.onnx" --steps 1 --eval-batches 1 \
       --out "$work/run" --no-progress > "$work/train.out"
   read -r train_s train_kb < "$work/train"
+  # A pgq from before the setup line (for a before/after comparison) prints none.
   setup=$(sed -n 's/^setup \([0-9.]*\) s.*/\1/p' "$work/train.out")
   first=$(sed -n 's/.*first step \([0-9]*\) ms.*/\1/p' "$work/train.out")
+  setup=${setup:-nan} first=${first:-nan}
   awk -v r="$run" -v is="$import_s" -v ik="$import_kb" -v b="$base_mb" -v w="$weights_mb" -v s="$setup" \
-      -v f="$first" -v tk="$train_kb" 'BEGIN {
-    printf "run %d: import %.2f s, peak %.0f MB (%.2fx the weights above the base); train: setup %.1f s + first step %.2f s = %.1f s, peak %.0f MB\n",
-      r, is, ik / 1024, (ik / 1024 - b) / w, s, f / 1000, s + f / 1000, tk / 1024 }'
+      -v f="$first" -v tk="$train_kb" -v ts="$train_s" 'BEGIN {
+    printf "run %d: import %.2f s, peak %.0f MB (%.2fx the weights above the base); train: setup %.1f s + first step %.2f s = %.1f s, peak %.0f MB, whole command %.1f s\n",
+      r, is, ik / 1024, (ik / 1024 - b) / w, s, f / 1000, s + f / 1000, tk / 1024, ts }'
 done
