@@ -1,8 +1,8 @@
 // `pgq train`: train a model config on a text corpus.
-#include <chrono>
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 
