@@ -1,7 +1,11 @@
 // `pgq import`: read an ONNX model, say what pgq made of it, write its training graph,
 // and (with --inputs/--grads-out) compute its loss and gradients for a check against
 // the framework that exported it.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -92,8 +96,44 @@ std::vector<Tensor> readInputs(const ImportedModel& m, const std::string& dir) {
   return tensors;
 }
 
+// The outputs, checked before any work (and before anything is written) so that a path
+// that cannot take them costs no import: -o must name a file in an existing folder;
+// --grads-out is a folder (with a grads/ folder in it) that is there or can be made:
+// each part of the path that exists is a folder, and the deepest one pgq can write in.
+void checkOutputs(const ImportArgs& args) {
+  std::error_code ec;
+  if (!args.out.empty()) {
+    const fs::path file(args.out);
+    const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+    if (!fs::is_directory(dir, ec))
+      throw Error(fmt::format("-o {}: folder '{}' does not exist; create it first", args.out, dir.string()));
+    if (fs::is_directory(file, ec)) throw Error(fmt::format("-o {}: is a folder; give a file such as {}", args.out,
+                                                            (file / "train.pgq").string()));
+  }
+  if (args.grads_out.empty()) return;
+  const fs::path grads = fs::path(args.grads_out) / "grads";
+  for (fs::path p = grads; !p.empty(); p = p.parent_path()) {
+    const fs::file_status st = fs::status(p, ec);
+    if (st.type() == fs::file_type::not_found) {
+      if (p == p.parent_path()) break;
+      continue;
+    }
+    if (st.type() != fs::file_type::directory)
+      throw Error(fmt::format("--grads-out {}: cannot make the folder {}: {} is not a folder", args.grads_out,
+                              grads.string(), p.string()));
+    if (::access(p.c_str(), W_OK | X_OK) != 0)
+      throw Error(fmt::format("--grads-out {}: cannot write in {}: {}", args.grads_out, p.string(), std::strerror(errno)));
+    return;
+  }
+  // A relative path with no existing part: the current folder.
+  if (::access(".", W_OK | X_OK) != 0)
+    throw Error(fmt::format("--grads-out {}: cannot write in the current folder: {}", args.grads_out,
+                            std::strerror(errno)));
+}
+
 void run(const ImportArgs& args) {
   if (args.inputs.empty() != args.grads_out.empty()) throw Error("--inputs and --grads-out go together");
+  checkOutputs(args);
   ImportedModel m = importOnnx(args.onnx);
   std::vector<Tensor> inputs;
   if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
@@ -119,7 +159,9 @@ void run(const ImportArgs& args) {
     }
   for (size_t i = 0; i < m.inputs.size(); ++i) exec.bind(m.inputs[i].second, inputs[i]);
   exec.run();
-  fs::create_directories(fs::path(args.grads_out) / "grads");
+  std::error_code ec;
+  fs::create_directories(fs::path(args.grads_out) / "grads", ec);
+  if (ec) throw Error(fmt::format("--grads-out {}: cannot make the folder: {}", args.grads_out, ec.message()));
   const float loss = exec.outputScalar(0);
   writeNpy((fs::path(args.grads_out) / "loss.npy").string(), {}, std::span<const float>(&loss, 1));
   for (size_t i = 0; i < m.net.params.size(); ++i) {

@@ -204,6 +204,13 @@ void Importer::readInputs() {
     else
       throw Error(fmt::format("{}: graph input \"{}\" has element type {}; pgq takes int64/int32 tokens or float32",
                               file_, in.name(), onnx::TensorProto_DataType_Name(et)));
+    // Training feeds token ids and labels; a float input would be fed nothing (found at
+    // step 1 as a NaN loss, blamed on the learning rate).
+    if (dtype == DType::kF32 && !o_.forward_only)
+      throw Error(fmt::format("{}: graph input \"{}\" is float32, but pgq feeds a training model only integer inputs "
+                              "(token ids, labels): nothing would feed it. Make it an initializer (a weight) or "
+                              "export the model without it",
+                              file_, in.name()));
     std::vector<int64_t> dims;
     for (int d = 0; d < tt.shape().dim_size(); ++d) {
       const auto& dim = tt.shape().dim(d);
@@ -317,7 +324,10 @@ void Importer::chooseTrainable() {
   };
 
   std::string list_path = o_.path + ".params.txt";
-  if (fs::is_regular_file(list_path)) {
+  // Present means read: a FIFO, a directory or a device there is refused (readTextFile
+  // says what it is), never skipped, which would silently change what trains.
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(list_path, ec))) {
     std::string text = readTextFile(list_path, InputKind::kModelConfig);
     size_t line_no = 0, pos = 0;
     while (pos < text.size()) {
@@ -770,6 +780,18 @@ void Importer::findLoss() {
   graph_->setOutputs({out_.net.loss});
 }
 
+template <typename It>
+void Importer::checkFinite(const std::string& initializer, It begin, It end, std::string_view why,
+                           bool allow_inf) const {
+  for (It it = begin; it != end; ++it) {
+    const double v = static_cast<double>(*it);
+    if (std::isnan(v) || (!allow_inf && std::isinf(v)))
+      throw Error(fmt::format("{}: initializer \"{}\" holds {} at element {}{}{}; export the model again from "
+                              "finite weights",
+                              file_, initializer, v, it - begin, why.empty() ? "" : ": ", why));
+  }
+}
+
 ImportedModel Importer::run() {
   // The model file's and each external data file's bytes are read once, by the tensor
   // that needs them; the weights are held once, as the values decoded.
@@ -806,6 +828,7 @@ ImportedModel Importer::run() {
         // The first initializer holding the parameter gives its value; another (a tied
         // embedding's transposed copy) is the same parameter and is not read.
         std::vector<float> v = floatsFromProto(t, dir, file_, &external, nullptr);
+        checkFinite(t.name(), v.begin(), v.end(), "a parameter must be finite to train");
         if (transpose) v = transposed(v, dims[1], dims[0]);  // stored in its module's layout
         p = b_.parameter(irName(param), {DType::kF32, Shape(dims)}, "model");
         out_.values[p->name()] = std::move(v);
@@ -817,7 +840,10 @@ ImportedModel Importer::run() {
       }
       values_[t.name()] = transpose ? b_.transpose(p, {1, 0}) : p;
     } else {
-      values_[t.name()] = tensorFromProto(t, dir, file_, &external);
+      ConstTensor c = tensorFromProto(t, dir, file_, &external);
+      // -inf is a mask's value; NaN is no constant's.
+      if (c.isFloat()) checkFinite(t.name(), c.values.begin(), c.values.end(), "", /*allow_inf=*/true);
+      values_[t.name()] = std::move(c);
     }
     std::string().swap(*t.mutable_raw_data());  // a small one's bytes, parsed with the model
   }

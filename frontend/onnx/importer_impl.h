@@ -62,6 +62,9 @@ class Importer {
  public:
   explicit Importer(const OnnxImportOptions& o);
   ImportedModel run();
+  // Throws naming the initializer at its first NaN (or infinity, unless allow_inf).
+  template <typename It>
+  void checkFinite(const std::string& initializer, It begin, It end, std::string_view why, bool allow_inf = false) const;
 
   // The handlers onnx_ops.def names (import_ops.cc, import_attention.cc).
   void binaryOp(const onnx::NodeProto& node);

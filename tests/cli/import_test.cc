@@ -4,10 +4,13 @@
 // broken one way per test. Every IR op the importer emits has a gradient rule
 // (frontend/autodiff.cc), so there is no model whose loss is reached through an op
 // without one to test.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -315,6 +318,54 @@ TEST_F(Import, IsNanIsOnlyTheSoftmaxGuard) {
   std::string path = write("isnan.onnx", m);
   expectRefused(path, {path + ": node \"/guard/Where\" (Where, opset 20): IsNaN is only imported as Where(IsNaN(p), 0, p) "
                               "of a softmax p"});
+}
+
+// Issue 29, 9: defects that used to surface at step 1 as a NaN loss blamed on --lr.
+TEST_F(Import, NanOrInfinityInAWeightIsRefusedAtImport) {
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    onnx::ModelProto m = lm();
+    m.mutable_graph()->mutable_initializer(1)->set_float_data(5, bad);  // head
+    std::string path = write("bad_weight.onnx", m);
+    expectRefused(path, {path + ": initializer \"head\" holds " + (std::isnan(bad) ? "nan" : "inf") + " at element 5",
+                         "a parameter must be finite"});
+  }
+  // A frozen constant may hold -inf (an additive mask), never NaN.
+  onnx::ModelProto m = lm();
+  m.mutable_graph()->mutable_initializer(1)->set_float_data(5, std::nanf(""));
+  std::string path = write("bad_constant.onnx", m);
+  expectRefused(path + " --frozen head", {path + ": initializer \"head\" holds nan at element 5"});
+}
+
+TEST_F(Import, AFloatGraphInputNothingFeedsIsRefused) {
+  onnx::ModelProto m = lm();
+  addValue(m.mutable_graph()->add_input(), "temperature", TensorProto::FLOAT, {1});
+  std::string path = write("float_input.onnx", m);
+  expectRefused(path, {path + ": graph input \"temperature\" is float32", "nothing would feed it"});
+}
+
+// Issue 29, 11: a parameter list beside the model that is not a regular file.
+TEST_F(Import, AParameterListThatIsNotAFileIsRefused) {
+  std::string path = write("listed.onnx", lm());
+  fs::create_directories(path + ".params.txt");
+  expectRefused(path, {path + ".params.txt: is a directory, expected a regular file"});
+  fs::remove(path + ".params.txt");
+  ASSERT_EQ(::mkfifo((path + ".params.txt").c_str(), 0644), 0);
+  expectRefused(path, {path + ".params.txt: is a FIFO, expected a regular file"});
+  fs::remove(path + ".params.txt");
+  fs::create_symlink("/dev/zero", path + ".params.txt");
+  expectRefused(path, {path + ".params.txt: is a character device, expected a regular file"});
+}
+
+// Issue 29, 6: outputs are checked before any work.
+TEST_F(Import, OutputsThatCannotBeWrittenAreRefusedBeforeWork) {
+  std::string path = write("lm.onnx", lm());
+  std::string file = write("a_file", "x");
+  expectRefused(path + " --inputs " + dir_.string() + " --grads-out " + file,
+                {"--grads-out " + file + ": cannot make the folder " + file + "/grads: " + file + " is not a folder"});
+  expectRefused(path + " --inputs " + dir_.string() + " --grads-out /dev/null/sub",
+                {"--grads-out /dev/null/sub: cannot make the folder /dev/null/sub/grads: /dev/null is not a folder"});
+  expectRefused(path + " -o " + (dir_ / "missing" / "g.pgq").string(), {"folder '" + (dir_ / "missing").string() + "' does not exist"});
+  expectRefused(path + " -o " + dir_.string(), {"-o " + dir_.string() + ": is a folder"});
 }
 
 }  // namespace
