@@ -116,6 +116,8 @@ void Importer::whereOp(const onnx::NodeProto& node) {
     return set(node, 0, p);
   }
   const ConstTensor& cond = requireConstant(node, 0, "the condition");
+  if (cond.dtype != onnx::TensorProto::BOOL)
+    fail(node, fmt::format("the condition is {}; Where's condition is BOOL", dtypeName(cond.dtype)));
   auto d1 = broadcastDims(shapeOf(value(node, 1)), shapeOf(value(node, 2)));
   auto dims = d1 ? broadcastDims(cond.dims, *d1) : std::nullopt;
   if (!dims) fail(node, "operand shapes do not broadcast");

@@ -803,6 +803,7 @@ ImportedModel Importer::run() {
                             "20 by default since PyTorch 2.9; export again with opset_version between them)",
                             file_, opset_, kMinOpset, kMaxOpset));
   out_.opset = opset_;
+  checkStructure();
 
   readInputs();
   nameParameters();
@@ -855,6 +856,7 @@ ImportedModel Importer::run() {
       fail(node, e.what());
     }
   }
+  checkDeclaredOutputs();
   if (o_.forward_only) {
     std::vector<Node*> outs;
     for (const onnx::ValueInfoProto& o : model_.graph().output()) {

@@ -108,6 +108,12 @@ class Importer {
                                : fmt::format("\"{}\"", node.name());
   }
 
+  // What the ONNX standard forbids (import_checks.cc): an unknown IR version, two default
+  // opsets, duplicate initializers or inputs, a value defined twice or read before it is
+  // defined, an op with the wrong number of inputs or outputs.
+  void checkStructure() const;
+  // A graph output whose declared static dims the graph does not compute.
+  void checkDeclaredOutputs() const;
   void readInputs();
   void nameParameters();
   void chooseTrainable();

@@ -560,7 +560,7 @@ onnx::ModelProto readOnnxModel(const std::string& path, uint64_t* fingerprint, E
       std::string stripped;
       parsed = stripper.model(stripped) && model.ParseFromString(stripped);
       if (parsed && !stripper.duplicate.empty())
-        throw Error(fmt::format("{}: two initializers are named '{}'", path, stripper.duplicate));
+        throw Error(fmt::format("{}: two initializers are named \"{}\"", path, stripper.duplicate));
       ranges = std::move(stripper.ranges);
     } else {
       parsed = model.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();

@@ -88,7 +88,10 @@ onnx::ModelProto lm(const std::string& middle = "") {
     axis->set_name("axis");
     axis->set_data_type(TensorProto::INT64);
     axis->add_int64_data(1);
-    addNode(g, middle, "/mix/" + middle, {"h", "axis"}, {"m"});
+    // A unary op reads h only (ONNX's input counts are checked before import).
+    const bool unary = middle == "Softplus" || middle == "Softsign";
+    addNode(g, middle, "/mix/" + middle, unary ? std::vector<std::string>{"h"} : std::vector<std::string>{"h", "axis"},
+            {"m"});
   }
   addNode(g, "MatMul", "/head/MatMul", {middle.empty() ? "h" : "m", "head"}, {"logits"});
   addValue(g->add_output(), "logits", TensorProto::FLOAT, {2, 4, 8});
@@ -366,6 +369,79 @@ TEST_F(Import, OutputsThatCannotBeWrittenAreRefusedBeforeWork) {
                 {"--grads-out /dev/null/sub: cannot make the folder /dev/null/sub/grads: /dev/null is not a folder"});
   expectRefused(path + " -o " + (dir_ / "missing" / "g.pgq").string(), {"folder '" + (dir_ / "missing").string() + "' does not exist"});
   expectRefused(path + " -o " + dir_.string(), {"-o " + dir_.string() + ": is a folder"});
+}
+
+// Issue 29, 15: what the ONNX standard forbids (ONNX 1.12's checker stops at opset 17).
+TEST_F(Import, FilesTheStandardForbidsAreRefused) {
+  {
+    onnx::ModelProto m = lm();
+    *m.mutable_graph()->add_initializer() = m.graph().initializer(1);
+    std::string path = write("dup_init.onnx", m);
+    expectRefused(path, {path + ": two initializers are named \"head\""});
+  }
+  {
+    onnx::ModelProto m = lm();
+    m.mutable_graph()->mutable_node(1)->add_input("emb");
+    std::string path = write("matmul3.onnx", m);
+    expectRefused(path, {path + ": node \"/head/MatMul\" (MatMul, opset 17): has 3 inputs; MatMul takes 2 at opset 17"});
+  }
+  {
+    onnx::ModelProto m = lm();
+    m.add_opset_import()->set_domain("ai.onnx");
+    m.mutable_opset_import(1)->set_version(17);
+    std::string path = write("two_opsets.onnx", m);
+    expectRefused(path, {path + ": the model imports the default ONNX domain 2 times"});
+  }
+  for (int64_t ir : {0, 99}) {
+    onnx::ModelProto m = lm();
+    m.set_ir_version(ir);
+    std::string path = write("ir.onnx", m);
+    expectRefused(path, {fmt::format("{}: ir_version {} is not an ONNX IR version pgq reads (3 to 11)", path, ir)});
+  }
+  {
+    onnx::ModelProto m = lm();
+    *m.mutable_graph()->add_input() = m.graph().input(0);
+    std::string path = write("dup_input.onnx", m);
+    expectRefused(path, {path + ": two graph inputs are named \"tokens\""});
+  }
+  {
+    onnx::ModelProto m = lm();
+    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(2)->set_dim_value(9);
+    std::string path = write("declared.onnx", m);
+    expectRefused(path, {path + ": output \"logits\" is declared [2, 4, 9], but the graph computes [2, 4, 8]"});
+  }
+  {
+    onnx::ModelProto m = lm();
+    m.mutable_graph()->mutable_node(1)->set_input(0, "later");
+    std::string path = write("order.onnx", m);
+    expectRefused(path, {path + ": node \"/head/MatMul\" (MatMul, opset 17): input \"later\" is not a graph input"});
+  }
+  {
+    // Where's condition must be BOOL: an int64 one is refused, not taken as truthiness.
+    onnx::ModelProto m = lm();
+    onnx::GraphProto* g = m.mutable_graph();
+    TensorProto* cond = g->add_initializer();
+    cond->set_name("cond");
+    cond->set_data_type(TensorProto::INT64);
+    for (int i = 0; i < 6; ++i) cond->add_int64_data(i % 2);
+    cond->add_dims(6);
+    TensorProto* zero = g->add_initializer();
+    zero->set_name("zero");
+    zero->set_data_type(TensorProto::FLOAT);
+    zero->add_float_data(0);
+    g->mutable_node(1)->set_input(0, "w");
+    onnx::NodeProto where;
+    where.set_op_type("Where");
+    where.set_name("/mask/Where");
+    where.add_input("cond");
+    where.add_input("h");
+    where.add_input("zero");
+    where.add_output("w");
+    *g->mutable_node()->Add() = where;
+    g->mutable_node()->SwapElements(1, 2);
+    std::string path = write("where_int.onnx", m);
+    expectRefused(path, {path + ": node \"/mask/Where\" (Where, opset 17): the condition is INT64; Where's condition is BOOL"});
+  }
 }
 
 }  // namespace

@@ -189,7 +189,7 @@ TEST_F(OnnxModelTest, LeftInTheFileChecksLengthsAndNames) {
   *model.mutable_graph()->add_initializer() = *w;  // the same name twice
   std::string twice = write("twice.onnx", model.SerializeAsString());
   ExternalData more;
-  EXPECT_EQ(errorOf([&] { readOnnxModel(twice, nullptr, &more); }), twice + ": two initializers are named 'w'");
+  EXPECT_EQ(errorOf([&] { readOnnxModel(twice, nullptr, &more); }), twice + ": two initializers are named \"w\"");
   // A model cut inside a skipped tensor is as truncated as one cut anywhere else.
   std::string bytes = model.SerializeAsString();
   std::string cut = write("cut.onnx", bytes.substr(0, bytes.size() - 100));
