@@ -15,6 +15,7 @@
 #include "plan/recipe_export.h"
 #include "plan/recipe_generator.h"
 #include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq::cli {
 namespace {
@@ -30,11 +31,13 @@ void checkExportPath(const std::string& path) {
   if (file.filename().empty() || fs::is_directory(file, ec))
     throw Error(fmt::format("--export-torch {}: is a directory; give a file such as {}", path,
                             (dir / "recipe.json").string()));
+  std::string filter;
   try {
-    torchFilterPath(path);  // refuses a JSON path the filter would overwrite
+    filter = torchFilterPath(path);  // refuses a JSON path the filter would overwrite
   } catch (const Error& e) {
     throw Error(fmt::format("--export-torch {}", e.what()));
   }
+  checkFileWithSidecar("--export-torch", path, filter);
 }
 
 }  // namespace

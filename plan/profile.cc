@@ -12,6 +12,7 @@
 #include "ir/quant.h"
 #include "support/config_file.h"
 #include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq {
 
@@ -324,9 +325,15 @@ std::string profileToCsv(const Profile& profile) {
   return csv;
 }
 
-std::string writeProfile(const std::string& path, const Profile& profile) {
+std::string profileCsvPath(const std::string& path) {
   std::string csv_path = std::filesystem::path(path).replace_extension(".csv").string();
   if (csv_path == path) csv_path += ".csv";
+  return csv_path;
+}
+
+std::string writeProfile(const std::string& path, const Profile& profile) {
+  const std::string csv_path = profileCsvPath(path);
+  checkFileWithSidecar("profile", path, csv_path);  // both paths decided before either is written
   std::string yaml = profileToYaml(profile);
   std::string csv = profileToCsv(profile);
   writeFileAtomically(path, yaml);

@@ -158,8 +158,11 @@ inline constexpr int kProfileVersion = 1;
 
 std::string profileToYaml(const Profile& profile);
 std::string profileToCsv(const Profile& profile);
-// Writes PATH (YAML) and PATH with its extension replaced by .csv, each atomically;
-// returns the CSV path. On failure throws pgq::Error and leaves no partial file.
+// The CSV written beside profile PATH: PATH with its extension replaced by .csv.
+std::string profileCsvPath(const std::string& path);
+// Writes PATH (YAML) and profileCsvPath(PATH), each atomically, after checking that
+// both can be (support/file_io.h's checkFileWithSidecar); returns the CSV path. On
+// failure throws pgq::Error and leaves no partial file.
 std::string writeProfile(const std::string& path, const Profile& profile);
 // Reads and validates a profile: every field present and of the right kind, formats
 // well formed, fractions in [0, 1], SQNR >= 0, each operand's `scaling` record complete

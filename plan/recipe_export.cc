@@ -312,6 +312,7 @@ std::string torchFilterPath(const std::string& json_path) {
 std::string writeTorchExport(const std::string& json_path, const Recipe& recipe) {
   // Both texts first: a recipe the export refuses writes neither file.
   std::string py_path = torchFilterPath(json_path);
+  checkFileWithSidecar("--export-torch", json_path, py_path);  // both paths decided before either is written
   std::string json = recipeToTorchJson(recipe);
   std::string py = recipeToTorchFilter(recipe);
   writeFileAtomically(json_path, json);

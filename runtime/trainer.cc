@@ -744,16 +744,8 @@ void TrainLoop::checkProfileOptions() const {
   if (o_.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
   if (o_.profile_steps == 0)
     throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got 0", o_.profile_out));
-  // Fail now, not after training, when the profile cannot be written.
-  std::filesystem::path dir = std::filesystem::path(o_.profile_out).parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec))
-    throw Error(fmt::format("--profile-out {}: directory {} does not exist", o_.profile_out, dir.string()));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw Error(fmt::format("--profile-out {}: directory {} is not writable", o_.profile_out, dir.string()));
-  if (std::filesystem::is_directory(o_.profile_out, ec))
-    throw Error(fmt::format("--profile-out {}: is a directory, expected a file name", o_.profile_out));
+  // Fail now, not after training, when the profile or the CSV beside it cannot be written.
+  checkFileWithSidecar("--profile-out", o_.profile_out, profileCsvPath(o_.profile_out));
 }
 
 void TrainLoop::loadFrom(const std::string& path, bool same_run) {

@@ -234,6 +234,24 @@ size_t readChunk(InputFile& file, char* dst, size_t size, uint64_t already_read)
   }
 }
 
+void checkFileWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar) {
+  namespace fs = std::filesystem;
+  for (const std::string& p : {path, sidecar}) {
+    const std::string which = p == path ? "" : fmt::format(" (written beside {})", path);
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw Error(fmt::format("{} {}: {}{} is {}; it and {} need regular files (or paths not taken yet)", flag, path,
+                              p, which, fileTypeName(st.st_mode), p == path ? sidecar : path));
+    fs::path dir = fs::path(p).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw Error(fmt::format("{} {}: folder {} does not exist", flag, path, dir.string()));
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      throw Error(fmt::format("{} {}: folder {} is not writable: {}", flag, path, dir.string(), errnoText(errno)));
+  }
+}
+
 std::string readTextFile(const std::string& path, InputKind kind) {
   InputFile file = openInputFile(path, kind);
   std::string text;

@@ -133,6 +133,13 @@ class OutputFile {
   bool committed_ = false;
 };
 
+// Checks, before anything is written, that a file `path` and its `sidecar` (a second
+// file written beside it: X.csv beside X.yaml) can both be written: each is a regular
+// file (or a link to one) or not there yet, never a folder, device or FIFO (a sidecar
+// beside /dev/null would be /dev/null.csv), and their folder exists and is writable.
+// Throws pgq::Error starting with `flag` and the path.
+void checkFileWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar);
+
 // Writes `text` to `path` by OutputFile's rule: atomically for a regular file (on
 // failure `path` is left as it was, with no temporary file behind), in place for a
 // device or FIFO.

@@ -906,4 +906,42 @@ TEST_F(Cli, HwprobeWritesALoadableModel) {
   EXPECT_NE(recipe.out.find("hardware: here"), std::string::npos) << recipe.out;
 }
 
+// Issue 29, 10: a file written with a sidecar (the profile's CSV, the PyTorch export's
+// Python filter) has both paths decided before either is written.
+TEST_F(Cli, SidecarsAreCheckedBeforeAnythingIsWritten) {
+  Result p = pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out /dev/null --out " +
+                 (dir_ / "run").string());
+  EXPECT_EQ(p.code, 2) << p.out;
+  EXPECT_NE(p.out.find("--profile-out /dev/null: /dev/null is a character device; it and /dev/null.csv need regular "
+                       "files"),
+            std::string::npos)
+      << p.out;
+  EXPECT_FALSE(fs::exists("/dev/null.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "run"));  // refused before the run started
+  fs::create_directories(dir_ / "prof.csv");
+  Result d = pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " +
+                 (dir_ / "prof.yaml").string() + " --out " + (dir_ / "run").string());
+  EXPECT_EQ(d.code, 2) << d.out;
+  EXPECT_NE(d.out.find((dir_ / "prof.csv").string() + " (written beside " + (dir_ / "prof.yaml").string() +
+                       ") is a directory"),
+            std::string::npos)
+      << d.out;
+
+  std::string profile = (dir_ / "p.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + profile + " --out " +
+                (dir_ / "run2").string())
+                .code,
+            0);
+  const std::string recipe = "recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-torch ";
+  Result dev = pgq(recipe + "/dev/null");
+  EXPECT_EQ(dev.code, 2) << dev.out;
+  EXPECT_NE(dev.out.find("--export-torch /dev/null: /dev/null is a character device"), std::string::npos) << dev.out;
+  EXPECT_FALSE(fs::exists("/dev/null.py"));
+  fs::create_directories(dir_ / "export.py");
+  Result dir = pgq(recipe + (dir_ / "export.json").string());
+  EXPECT_EQ(dir.code, 2) << dir.out;
+  EXPECT_NE(dir.out.find("export.py (written beside"), std::string::npos) << dir.out;
+  EXPECT_FALSE(fs::exists(dir_ / "export.json"));
+}
+
 }  // namespace
