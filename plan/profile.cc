@@ -193,6 +193,30 @@ OperandProfile readOperand(const ConfigNode& node) {
   return o;
 }
 
+// The sizes the roofline estimates from: every dim of [batch, M, K, N] at least 1 and
+// below 2^31, at most 2^52 multiply-adds (a GEMM of a 1B-parameter model's head over a
+// million tokens is 2^48), flops twice that, each device's share no larger than the
+// whole. An edited or damaged profile otherwise reaches the roofline as a GEMM estimated
+// at 6e15 ms.
+void checkGemmShapes(const ConfigNode& node, const GemmProfile& g) {
+  constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+  constexpr double kMaxMacs = static_cast<double>(int64_t{1} << 52);
+  double macs = 1;
+  for (int64_t d : g.gemm_shape) {
+    if (d < 1 || d > kMaxDim)
+      node.fail("gemm_shape", fmt::format("dims of [batch, M, K, N] must lie in [1, {}], got {}", kMaxDim, d));
+    macs *= static_cast<double>(d);
+  }
+  if (macs > kMaxMacs)
+    node.fail("gemm_shape", fmt::format("{} multiply-adds is more than any GEMM a profile describes (at most 2^52)", macs));
+  if (static_cast<double>(g.flops) != 2 * macs)
+    node.fail("flops", fmt::format("{} is not twice the product of gemm_shape ({})", g.flops, 2 * macs));
+  for (size_t i = 0; i < g.device_shape.size(); ++i)
+    if (g.device_shape[i] < 1 || g.device_shape[i] > g.gemm_shape[i])
+      node.fail("device_shape", fmt::format("dim {} is {}; one device's share lies in [1, {}] (gemm_shape's)", i,
+                                            g.device_shape[i], g.gemm_shape[i]));
+}
+
 GemmProfile readGemm(const ConfigNode& node) {
   node.allowOnly({"label", "direction", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
                   "device_shape", "operands", "reach", "gradient_reach", "output_errors"});
@@ -206,6 +230,7 @@ GemmProfile readGemm(const ConfigNode& node) {
   g.sharding = *parseName<ShardingKind>(node.getEnum("sharding", allNames<ShardingKind>()));
   g.devices = node.getInt("devices", 1, 1 << 20);
   g.device_shape = intList(node, "device_shape", 4);
+  checkGemmShapes(node, g);
   for (const ConfigNode& o : node.child("operands").items()) g.operands.push_back(readOperand(o));
   if (g.operands.size() < 2 || g.operands[0].side != "lhs" || g.operands[1].side != "rhs")
     node.fail("operands", "expected the lhs operand, then the rhs operand (then optionally out)");

@@ -3,6 +3,7 @@
 #include "plan/profile.h"
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -108,4 +109,35 @@ TEST(ProfileMetrics, AbsentWithoutMetricsAndRangeChecked) {
 }
 
 }  // namespace
+// Issue 29, 12: the sizes the roofline estimates from are checked, naming the field.
+TEST(ProfileShapes, AbsurdOrInconsistentShapesAreRefused) {
+  struct Case {
+    std::vector<int64_t> gemm, device;
+    int64_t flops;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{1, 4, -8, 16}, {1, 4, 8, 16}, 1024, "gemm_shape': dims of [batch, M, K, N] must lie in [1, 2147483647], got -8"},
+      {{1, 0, 8, 16}, {1, 1, 8, 16}, 0, "got 0"},
+      {{1, 1 << 20, 1 << 20, 1 << 20}, {1, 4, 8, 16}, 2 * (int64_t{1} << 60), "more than any GEMM a profile describes"},
+      {{1, 4, 8, 16}, {1, 4, 8, 16}, 1000, "flops': 1000 is not twice the product of gemm_shape (1024)"},
+      {{1, 4, 8, 16}, {1, 8, 8, 16}, 1024, "device_shape': dim 1 is 8; one device's share lies in [1, 4]"},
+      {{1, 4, 8, 16}, {1, 4, 0, 16}, 1024, "device_shape': dim 2 is 0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    Profile p = metricsProfile();
+    p.gemms[0].gemm_shape = c.gemm;
+    p.gemms[0].device_shape = c.device;
+    p.gemms[0].flops = c.flops;
+    try {
+      parseProfile(profileToYaml(p), "p.yaml");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("p.yaml"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace pgq
