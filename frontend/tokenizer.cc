@@ -167,6 +167,46 @@ constexpr int64_t kTrainingSentences = 400'000;
 // shards in order: a fixed count keeps the model a function of the text alone.
 constexpr int kTrainerThreads = 2;
 
+// SentencePiece's trainer skips every sentence (line) longer than max_sentence_length,
+// 4192 bytes by default: a corpus on one line (a 48 MiB dump) gave it nothing and it
+// failed asking for a smaller vocabulary. Lines are cut into pieces of at most this many
+// bytes for training, at the last space before the limit (or at a UTF-8 character
+// boundary when there is none); encoding still sees the text as it is.
+constexpr size_t kMaxSentenceBytes = 4192;
+
+// `text` with every line longer than kMaxSentenceBytes cut as above; the text itself
+// when no line is that long.
+std::string_view trainingLines(std::string_view text, std::string& storage) {
+  bool long_line = false;
+  for (size_t start = 0; start < text.size() && !long_line;) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    long_line = end - start > kMaxSentenceBytes;
+    start = end + 1;
+  }
+  if (!long_line) return text;
+  storage.clear();
+  storage.reserve(text.size() + text.size() / kMaxSentenceBytes + 1);
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    while (end - start > kMaxSentenceBytes) {
+      size_t cut = text.find_last_of(" \t", start + kMaxSentenceBytes);
+      if (cut == std::string_view::npos || cut <= start) {
+        cut = start + kMaxSentenceBytes;
+        while (cut > start && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not mid-character
+      }
+      storage.append(text.substr(start, cut - start));
+      storage.push_back('\n');
+      start = cut;
+    }
+    storage.append(text.substr(start, end - start));
+    storage.push_back('\n');
+    start = end + 1;
+  }
+  return storage;
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> bytesTokenizer() { return std::make_unique<BytesTokenizer>(); }
@@ -208,8 +248,9 @@ std::string trainSentencePiece(std::string_view text, SentencePieceModel model, 
     keys.push_back(key.c_str());
     values.push_back(value.c_str());
   }
-  std::string serialized, error;
-  if (library().train(keys.data(), values.data(), options.size(), text.data(), text.size(), appendText, &serialized,
+  std::string storage, serialized, error;
+  const std::string_view lines = trainingLines(text, storage);
+  if (library().train(keys.data(), values.data(), options.size(), lines.data(), lines.size(), appendText, &serialized,
                       appendText, &error))
     throw Error(error);
   return serialized;

@@ -1,5 +1,7 @@
 #include "frontend/tokenizer.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -66,6 +68,20 @@ TEST_P(SentencePieceTest, RoundTripsEveryTextExactlyAndCountsItsBytes) {
 TEST_P(SentencePieceTest, TrainingIsDeterministic) {
   const std::string corpus = englishLikeText(100'000, 5);
   EXPECT_EQ(trainSentencePiece(corpus, GetParam(), 400), trainSentencePiece(corpus, GetParam(), 400));
+}
+
+// Issue 29, 13: SentencePiece skips lines over 4192 bytes; a corpus on one line trains
+// as well as the same text broken into lines (pgq cuts long lines for training only).
+TEST_P(SentencePieceTest, ACorpusOnOneLineTrains) {
+  std::string one_line = englishLikeText(60'000);
+  std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+  ASSERT_EQ(one_line.find('\n'), std::string::npos);
+  std::unique_ptr<Tokenizer> tokenizer = loadSentencePiece(trainSentencePiece(one_line, GetParam(), 400));
+  EXPECT_EQ(tokenizer->vocabSize(), 400);
+  std::vector<uint32_t> ids;
+  tokenizer->encode(one_line, ids);
+  EXPECT_EQ(tokenizer->decode(ids), one_line);
+  EXPECT_LT(ids.size(), one_line.size() / 2);  // pieces, not bytes
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SentencePieceTest,
