@@ -232,7 +232,12 @@ void Importer::readInputs() {
                                 in.name(), d, dim.dim_param(), *flag ? flag : "a static export"));
       }
     }
-    Node* n = b_.input(irName(in.name()), {dtype, Shape(dims)});
+    Node* n = nullptr;
+    try {
+      n = b_.input(irName(in.name()), {dtype, Shape(dims)});
+    } catch (const Error& e) {  // the IR's own checks (a shape too large) know no file or input
+      throw Error(fmt::format("{}: input \"{}\": {}", file_, in.name(), e.what()));
+    }
     values_[in.name()] = n;
     out_.inputs.emplace_back(in.name(), n);
     if (dtype == DType::kS32) int_inputs_.insert(in.name());

@@ -444,4 +444,13 @@ TEST_F(Import, FilesTheStandardForbidsAreRefused) {
   }
 }
 
+// Issue 29, 14: a shape the IR refuses names the file and the input.
+TEST_F(Import, AnInputShapeTooLargeNamesTheFileAndTheInput) {
+  onnx::ModelProto m = lm();
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(
+      1000000000000);
+  std::string path = write("huge.onnx", m);
+  expectRefused(path, {path + ": input \"tokens\": ", "more than 2^40 elements"});
+}
+
 }  // namespace
