@@ -80,6 +80,7 @@ class Experiment {
   void recordOptions() const;
   // Phase 1: the f32 baseline up to its checkpoint, with the profile of its last steps.
   void baseline();
+  int64_t from_checkpoint_step_ = 0;  // the step of --from-checkpoint's checkpoint
   // The profile of phase 1, checked to be of this experiment's model.
   Profile profile() const;
   // Phase 2: the recipes to compare.
@@ -247,7 +248,7 @@ void Experiment::baseline() {
   std::string profile = (fs::path(o_.out_dir) / "profile.yaml").string();
   if (!o_.from_checkpoint.empty()) {
     baseline_checkpoint_ = o_.from_checkpoint;
-    baseline_step_ = loadCheckpoint(o_.from_checkpoint).step;
+    baseline_step_ = from_checkpoint_step_;  // read and checked by run()
   } else {
     baseline_checkpoint_ = (fs::path(dir) / "checkpoint.pgqckpt").string();
     baseline_step_ = o_.baseline_steps;
@@ -582,6 +583,11 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
 
 ExperimentResult Experiment::run() {
   validate();
+  if (!o_.from_checkpoint.empty()) {  // its model, before any work
+    const Checkpoint ckpt = loadCheckpoint(o_.from_checkpoint);
+    checkCheckpointModel(ckpt.model_config, o_.model, o_.from_checkpoint, /*same_run=*/false);
+    from_checkpoint_step_ = ckpt.step;
+  }
   // The baseline profiles, so it holds the instrumented training graph as well.
   checkTrainingMemory(o_.model, estimateTrainingMemory(o_.model, o_.eval_batches, true), availableMemoryBytes());
   std::error_code ec;

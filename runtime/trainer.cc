@@ -639,24 +639,52 @@ namespace {
 // longer exact, and no run comes near it.
 constexpr int64_t kMaxPlannedSteps = int64_t{1} << 53;
 
-// A model config's YAML (ModelConfig::toYaml) without the lines that start with one of
-// `keys`.
-std::string withoutKeys(const std::string& yaml, std::initializer_list<std::string_view> keys) {
-  std::string text;
-  std::istringstream lines(yaml);
-  for (std::string line; std::getline(lines, line);)
-    if (std::none_of(keys.begin(), keys.end(), [&](std::string_view k) { return line.rfind(k, 0) == 0; }))
-      text += line + "\n";
-  return text;
+}  // namespace
+
+void checkCheckpointModel(const std::string& checkpoint_config, const ModelConfig& model, const std::string& path,
+                          bool same_run) {
+  // Checkpoints hold whole tensors: the device layout (tensor_parallel) may change
+  // between runs, and so may the number of data-parallel replicas (batch is global). A
+  // new run from a checkpoint (--init-from) may also change batch and seed.
+  const std::vector<std::string_view> free =
+      same_run ? std::vector<std::string_view>{"tensor_parallel"}
+               : std::vector<std::string_view>{"batch", "seed", "tensor_parallel"};
+  // Top-level `key: value` lines of each config (a nested value is compared as its lines).
+  auto fields = [&](const std::string& yaml) {
+    std::map<std::string, std::string> out;
+    std::istringstream lines(yaml);
+    std::string key;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      if (line[0] != ' ' && line[0] != '-') {
+        const size_t colon = line.find(':');
+        key = line.substr(0, colon);
+        out[key] = colon == std::string::npos ? "" : line.substr(std::min(line.size(), colon + 2));
+      } else {
+        out[key] += "\n" + line;
+      }
+    }
+    for (std::string_view k : free) out.erase(std::string(k));
+    return out;
+  };
+  const auto theirs = fields(checkpoint_config), ours = fields(model.toYaml());
+  std::vector<std::string> differences;
+  for (const auto& [key, value] : theirs) {
+    auto it = ours.find(key);
+    if (it == ours.end()) differences.push_back(fmt::format("{} is {} there, not set here", key, value));
+    else if (it->second != value) differences.push_back(fmt::format("{} is {} there, {} here", key, value, it->second));
+  }
+  for (const auto& [key, value] : ours)
+    if (!theirs.count(key)) differences.push_back(fmt::format("{} is not set there, {} here", key, value));
+  if (differences.empty()) return;
+  for (std::string& d : differences) std::replace(d.begin(), d.end(), '\n', ' ');
+  throw Error(fmt::format("{}: the checkpoint was trained with another model config ({}): {}", path,
+                          same_run ? "only tensor_parallel may change when a run continues"
+                                   : "only batch, seed and tensor_parallel may change in a new run from it",
+                          fmt::join(differences, "; ")));
 }
 
-// Checkpoints hold whole tensors: the device layout (tensor_parallel) may change
-// between runs, and so may the number of data-parallel replicas (batch is global).
-std::string withoutLayout(const std::string& yaml) { return withoutKeys(yaml, {"tensor_parallel: "}); }
-// What a new run from a checkpoint (--init-from) may change besides the layout.
-std::string withoutNewRunKeys(const std::string& yaml) {
-  return withoutKeys(yaml, {"batch: ", "seed: ", "tensor_parallel: "});
-}
+namespace {
 
 // The checkpoint fields that only this run can judge (the reader checked the rest):
 // a forged or foreign checkpoint can carry a valid checksum around values no run of
@@ -769,14 +797,7 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
   // A new run from a checkpoint (--init-from) may use another batch size and seed
   // (fine-tuning at a larger batch, a second seed of a fine-tuning run): neither changes
   // a parameter. A resumed run changes nothing.
-  if (!same_run) {
-    if (withoutNewRunKeys(ckpt.model_config) != withoutNewRunKeys(o_.model.toYaml()))
-      throw Error(fmt::format("{}: the checkpoint was trained with a different model config (only batch and seed "
-                              "may change in a new run from it):\n{}",
-                              path, ckpt.model_config));
-  } else if (withoutLayout(ckpt.model_config) != withoutLayout(o_.model.toYaml()))
-    throw Error(fmt::format("{}: the checkpoint was trained with a different model config:\n{}", path,
-                            ckpt.model_config));
+  checkCheckpointModel(ckpt.model_config, o_.model, path, same_run);
   const Corpus& corpus = session_->corpus();
   auto fingerprint = ckpt.info.find("corpus_fingerprint");
   if (fingerprint != ckpt.info.end() && fingerprint->second != fmt::format("{:016x}", corpus.fingerprint))

@@ -217,4 +217,11 @@ class TrainingSession {
 // the last good checkpoint is kept).
 TrainResult train(const TrainOptions& options);
 
+// Throws pgq::Error naming checkpoint `path` and every field that differs when the model
+// config a checkpoint was trained with (`checkpoint_config`, its YAML) is not `model`'s:
+// a run continued from it (`same_run`, --resume) may change only tensor_parallel, a new
+// run from it (--init-from, pgq experiment --from-checkpoint) also batch and seed.
+void checkCheckpointModel(const std::string& checkpoint_config, const ModelConfig& model, const std::string& path,
+                          bool same_run);
+
 }  // namespace pgq

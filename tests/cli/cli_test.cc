@@ -944,4 +944,30 @@ TEST_F(Cli, SidecarsAreCheckedBeforeAnythingIsWritten) {
   EXPECT_FALSE(fs::exists(dir_ / "export.json"));
 }
 
+// Issue 29, 8: a checkpoint of another model is refused before any work, in one line
+// naming the fields that differ.
+TEST_F(Cli, ACheckpointOfAnotherModelIsRefusedBeforeWorkNamingTheFields) {
+  const std::string run = (dir_ / "tiny").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 3 --no-progress --out " + run).code, 0);
+  const std::string ckpt = run + "/checkpoint.pgqckpt";
+  const std::string out = (dir_ / "exp").string();
+  Result e = pgq("experiment --model small --from-checkpoint " + ckpt + " --out " + out);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out;
+  EXPECT_NE(e.out.find(ckpt + ": the checkpoint was trained with another model config (only batch, seed and "
+                             "tensor_parallel may change in a new run from it): "),
+            std::string::npos)
+      << e.out;
+  EXPECT_NE(e.out.find("d_model is 32 there, 256 here"), std::string::npos) << e.out;
+  EXPECT_FALSE(fs::exists(out));
+  Result t = pgq("train --model small --steps 3 --no-progress --init-from " + ckpt + " --out " + (dir_ / "t").string());
+  EXPECT_EQ(t.code, 2) << t.out;
+  EXPECT_NE(t.out.find("n_layers is 2 there, 4 here"), std::string::npos) << t.out;
+  // A new run may change the seed and batch.
+  EXPECT_EQ(pgq("train --model tiny --steps 4 --batch 2 --seed 7 --no-progress --init-from " + ckpt + " --out " +
+                (dir_ / "t2").string())
+                .code,
+            0);
+}
+
 }  // namespace

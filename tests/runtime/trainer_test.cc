@@ -143,7 +143,9 @@ TEST_F(TrainerTest, InitFromMayChangeBatchAndSeedButNotTheModel) {
   TrainOptions wider = tinyOptions("wider");
   wider.init_from = next.init_from;
   wider.model.n_layers += 1;
-  EXPECT_NE(test::errorOf([&] { train(wider); }).find("only batch and seed may change"), std::string::npos);
+  EXPECT_NE(test::errorOf([&] { train(wider); })
+                .find("only batch, seed and tensor_parallel may change in a new run from it): n_layers is 2 there, 3 here"),
+            std::string::npos);
 }
 
 TEST_F(TrainerTest, DivergenceStopsWithTheStepAndKeepsTheLastCheckpoint) {
