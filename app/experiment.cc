@@ -80,6 +80,7 @@ class Experiment {
   void recordOptions() const;
   // Phase 1: the f32 baseline up to its checkpoint, with the profile of its last steps.
   void baseline();
+  int64_t scheduleWarmup(int64_t steps) const;
   int64_t from_checkpoint_step_ = 0;  // the step of --from-checkpoint's checkpoint
   // The profile of phase 1, checked to be of this experiment's model.
   Profile profile() const;
@@ -218,6 +219,11 @@ void Experiment::recordOptions() const {
   writeFileAtomically(path, text);
 }
 
+// The warmup of a schedule of `steps`: the experiment's (a fifth of the baseline, at
+// most 100), shortened when a baseline checkpoint of few steps (--from-checkpoint) makes
+// the whole schedule shorter than that; the user gives no --warmup here.
+int64_t Experiment::scheduleWarmup(int64_t steps) const { return std::min(o_.optimizer.warmup, steps); }
+
 TrainOptions Experiment::trainOptions(const std::string& dir) const {
   TrainOptions t;
   t.model = o_.model;
@@ -264,6 +270,7 @@ void Experiment::baseline() {
   // Every run plans the same schedule: baseline then fine-tuning, so a fine-tune run
   // continues exactly where the baseline stopped.
   t.steps = baseline_step_ + o_.finetune_steps;
+  t.optimizer.warmup = scheduleWarmup(t.steps);
   if (o_.from_checkpoint.empty()) {
     int64_t at = t.resume ? loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step : 0;
     t.stop_after = o_.baseline_steps - at;
@@ -349,6 +356,7 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
   }
   TrainOptions t = trainOptions(dir);
   t.steps = baseline_step_ + o_.finetune_steps;
+  t.optimizer.warmup = scheduleWarmup(t.steps);
   t.stop_after = 0;
   if (steps < o_.finetune_steps) t.stop_after = steps;  // a search trial
   if (!t.resume) t.init_from = baseline_checkpoint_;

@@ -968,6 +968,12 @@ TEST_F(Cli, ACheckpointOfAnotherModelIsRefusedBeforeWorkNamingTheFields) {
                 (dir_ / "t2").string())
                 .code,
             0);
+  // A baseline shorter than the experiment's default warmup (40 steps at the quick
+  // preset): its fine-tuning schedules warm up over what they have (the user gave no
+  // --warmup to blame).
+  Result short_baseline = pgq("experiment --model tiny --from-checkpoint " + ckpt +
+                              " --profile-steps 2 --finetune-steps 4 --no-progress --out " + out);
+  EXPECT_EQ(short_baseline.code, 0) << short_baseline.out;
 }
 
 }  // namespace
