@@ -10,9 +10,10 @@
 //
 // The first rule that matches a parameter decides; parameters no rule matches stay
 // whole on every device. The rules feed the same passes as the built models'
-// annotations (propagate_sharding, partition_spmd), so any split is correct; a
-// Megatron-style split (column-parallel, then row-parallel) is the one that needs
-// collectives only where Megatron has them.
+// annotations (propagate_sharding, partition_spmd), so any split of a GEMM weight or an
+// embedding table is correct; a Megatron-style split (column-parallel, then
+// row-parallel) is the one that needs collectives only where Megatron has them. Other
+// parameters (norm gains, biases) are refused: they stay whole.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -39,7 +40,9 @@ ShardingRules loadShardingRules(const std::string& path);
 
 // Sets `split = [dim, devices]` on every parameter a rule matches. Throws pgq::Error
 // naming the file and the rule's line when a rule matches no parameter, names a dim the
-// parameter lacks, or the dim does not split into `devices` equal parts.
+// parameter lacks, the dim does not split into `devices` equal parts, or the parameter
+// is read other than as a GEMM operand or an embedding table (a norm gain, a bias: those
+// stay whole).
 void applyShardingRules(const ShardingRules& rules, std::span<Node* const> params, int64_t devices);
 
 }  // namespace pgq
