@@ -126,6 +126,12 @@ void addTrainCommand(CLI::App& app) {
   cmd->add_option("--hardware", o.hardware,
                   "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
+  static double collective_timeout = kDefaultCollectiveTimeoutS;
+  cmd->add_option("--collective-timeout", collective_timeout,
+                  "Under mpirun: seconds a collective may wait for the other ranks before the job ends naming the "
+                  "ranks that do not answer (stopped or hung); 0 waits forever (for a debugger)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   cmd->callback([] {
     TrainOptions& o = args.options;
     const auto started = std::chrono::steady_clock::now();
@@ -138,7 +144,8 @@ void addTrainCommand(CLI::App& app) {
     o.precision = args.precision == "bf16" ? Precision::kBf16 : Precision::kF32;
     // Under mpirun: the job's ranks, split into tensor-parallel groups of the model's T.
     std::unique_ptr<Collectives> job;
-    if (launchedByMpirun()) job = makeMpiCollectives(static_cast<int>(o.model.tensor_parallel));
+    if (launchedByMpirun())
+      job = makeMpiCollectives(static_cast<int>(o.model.tensor_parallel), INT_MAX, collective_timeout);
     else if (o.model.tensor_parallel > 1)
       throw Error(fmt::format("--tensor-parallel {} needs {} processes per model: start pgq with mpirun -np {} (or "
                               "a multiple, for data parallelism)",

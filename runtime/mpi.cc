@@ -3,13 +3,17 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "support/errors.h"
 
@@ -33,9 +37,15 @@ void inPieces(int64_t count, int64_t max_count, F&& f) {
   for (int64_t done = 0; done < count; done += max_count) f(done, static_cast<int>(std::min(max_count, count - done)));
 }
 
+// Tags of the liveness check after a collective timed out (on pgq's private copy of the
+// world, so no other message matches them).
+constexpr int kPingTag = 7101;
+constexpr int kPongTag = 7102;
+
 class MpiCollectives final : public Collectives {
  public:
-  MpiCollectives(int tensor_parallel, int64_t max_count) : max_count_(max_count) {
+  MpiCollectives(int tensor_parallel, int64_t max_count, double timeout_s)
+      : max_count_(max_count), timeout_s_(timeout_s) {
     PGQ_ASSERT(mpiActive(), "MPI collectives without MPI (not launched by mpirun)");
     PGQ_ASSERT(max_count >= 1 && max_count <= INT_MAX, "max_count {}", max_count);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
@@ -93,8 +103,10 @@ class MpiCollectives final : public Collectives {
   void allGather(const float* in, float* out, int64_t count, DeviceGroup group) override {
     CountedCall counted(stats_, static_cast<double>(count) * sizeof(float));
     inPieces(count, max_count_, [&](int64_t offset, int n) {
+      MPI_Request request;
       if (n == count) {
-        MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(group));
+        MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(group), &request);
+        wait(request, "all-gather", count * sizeof(float), group);
         return;
       }
       // Member i's piece goes to out[i * count + offset]: a type of n floats whose extent
@@ -103,7 +115,8 @@ class MpiCollectives final : public Collectives {
       MPI_Type_contiguous(n, MPI_FLOAT, &piece);
       MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(count) * sizeof(float), &spaced);
       MPI_Type_commit(&spaced);
-      MPI_Allgather(in + offset, n, MPI_FLOAT, out + offset, 1, spaced, comm(group));
+      MPI_Iallgather(in + offset, n, MPI_FLOAT, out + offset, 1, spaced, comm(group), &request);
+      wait(request, "all-gather", count * sizeof(float), group);
       MPI_Type_free(&spaced);
       MPI_Type_free(&piece);
     });
@@ -114,15 +127,18 @@ class MpiCollectives final : public Collectives {
     CountedCall counted(stats_, static_cast<double>(count) * members * sizeof(float));
     std::vector<float> packed;
     inPieces(count, max_count_, [&](int64_t offset, int n) {
+      MPI_Request request;
       if (n == count) {
-        MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm(group));
+        MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm(group), &request);
+        wait(request, "reduce-scatter", count * members * sizeof(float), group);
         return;
       }
       // Piece `offset` of every member's block, side by side, as one smaller reduce-scatter.
       packed.resize(static_cast<size_t>(members) * n);
       for (int i = 0; i < members; ++i)
         std::copy_n(in + static_cast<int64_t>(i) * count + offset, n, packed.data() + static_cast<int64_t>(i) * n);
-      MPI_Reduce_scatter_block(packed.data(), out + offset, n, MPI_FLOAT, MPI_SUM, comm(group));
+      MPI_Ireduce_scatter_block(packed.data(), out + offset, n, MPI_FLOAT, MPI_SUM, comm(group), &request);
+      wait(request, "reduce-scatter", count * members * sizeof(float), group);
     });
   }
 
@@ -130,7 +146,9 @@ class MpiCollectives final : public Collectives {
     PGQ_ASSERT(root >= 0 && root < world_size_, "broadcast root {} of {} ranks", root, world_size_);
     CountedCall counted(stats_, static_cast<double>(bytes));
     inPieces(bytes, max_count_, [&](int64_t offset, int n) {
-      MPI_Bcast(static_cast<char*>(data) + offset, n, MPI_BYTE, root, world_);
+      MPI_Request request;
+      MPI_Ibcast(static_cast<char*>(data) + offset, n, MPI_BYTE, root, world_, &request);
+      wait(request, "broadcast", bytes, std::nullopt);
     });
   }
 
@@ -138,7 +156,9 @@ class MpiCollectives final : public Collectives {
     CountedCall counted(stats_, static_cast<double>(text.size()));
     int64_t length = static_cast<int64_t>(text.size());
     std::vector<int64_t> lengths(static_cast<size_t>(world_size_));
-    MPI_Allgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, world_);
+    MPI_Request request;
+    MPI_Iallgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, world_, &request);
+    wait(request, "all-gather of the ranks' texts", sizeof length, std::nullopt);
     // Every rank sees the same lengths, so every rank refuses together.
     int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
     PGQ_ASSERT(total <= max_count_, "allGatherStrings: {} bytes in all, above {} for one MPI call", total,
@@ -147,8 +167,9 @@ class MpiCollectives final : public Collectives {
     std::vector<int> displacements(counts.size(), 0);
     std::partial_sum(counts.begin(), counts.end() - 1, displacements.begin() + 1);
     std::string all(static_cast<size_t>(total), '\0');
-    MPI_Allgatherv(text.data(), static_cast<int>(length), MPI_CHAR, all.data(), counts.data(),
-                   displacements.data(), MPI_CHAR, world_);
+    MPI_Iallgatherv(text.data(), static_cast<int>(length), MPI_CHAR, all.data(), counts.data(),
+                    displacements.data(), MPI_CHAR, world_, &request);
+    wait(request, "all-gather of the ranks' texts", static_cast<int64_t>(total), std::nullopt);
     std::vector<std::string> result;
     for (size_t i = 0; i < counts.size(); ++i) result.push_back(all.substr(displacements[i], counts[i]));
     return result;
@@ -156,7 +177,9 @@ class MpiCollectives final : public Collectives {
 
   void barrier() override {
     CountedCall counted(stats_, 0);
-    MPI_Barrier(world_);
+    MPI_Request request;
+    MPI_Ibarrier(world_, &request);
+    wait(request, "barrier", 0, std::nullopt);
   }
 
  private:
@@ -172,11 +195,82 @@ class MpiCollectives final : public Collectives {
   void allReduce(T* data, int64_t count, MPI_Datatype type, DeviceGroup group, MPI_Op op = MPI_SUM) {
     CountedCall counted(stats_, static_cast<double>(count) * sizeof(T));
     inPieces(count, max_count_, [&](int64_t offset, int n) {
-      MPI_Allreduce(MPI_IN_PLACE, data + offset, n, type, op, comm(group));
+      MPI_Request request;
+      MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, type, op, comm(group), &request);
+      wait(request, "all-reduce", count * static_cast<int64_t>(sizeof(T)), group);
     });
   }
 
+  // Waits for `request`, polling (MPI progresses it in MPI_Test): spinning first, as most
+  // collectives complete within microseconds to milliseconds, then sleeping 100 us
+  // between tests. Past the timeout, ends the job (timedOut).
+  void wait(MPI_Request& request, const char* what, int64_t bytes, std::optional<DeviceGroup> group) {
+    int done = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t polls = 0;; ++polls) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      answerPings();
+      if (polls < 20000) continue;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (timeout_s_ > 0 && waited > timeout_s_) timedOut(what, bytes, group, waited);
+    }
+  }
+
+  // Answers the liveness check of a rank whose collective timed out.
+  void answerPings() {
+    int pending = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, world_, &pending, &status);
+    if (!pending) return;
+    int token = 0;
+    MPI_Recv(&token, 1, MPI_INT, status.MPI_SOURCE, kPingTag, world_, MPI_STATUS_IGNORE);
+    MPI_Request reply;
+    MPI_Isend(&world_rank_, 1, MPI_INT, status.MPI_SOURCE, kPongTag, world_, &reply);
+    MPI_Request_free(&reply);
+  }
+
+  // Asks every other rank whether it is alive (a rank waiting in any collective answers
+  // within a few milliseconds; one that is stopped or hung does not), for up to 10 s,
+  // names those that did not answer and ends the job.
+  [[noreturn]] void timedOut(const char* what, int64_t bytes, std::optional<DeviceGroup> group, double waited) {
+    std::vector<int> answer(static_cast<size_t>(world_size_), -1);
+    std::vector<MPI_Request> pongs(static_cast<size_t>(world_size_), MPI_REQUEST_NULL);
+    for (int r = 0; r < world_size_; ++r) {
+      if (r == world_rank_) continue;
+      MPI_Request ping;
+      MPI_Isend(&world_rank_, 1, MPI_INT, r, kPingTag, world_, &ping);
+      MPI_Request_free(&ping);
+      MPI_Irecv(&answer[static_cast<size_t>(r)], 1, MPI_INT, r, kPongTag, world_, &pongs[static_cast<size_t>(r)]);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const double grace = std::min(10.0, std::max(1.0, timeout_s_));
+    int all = 0;
+    while (!all && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < grace) {
+      MPI_Testall(world_size_, pongs.data(), &all, MPI_STATUSES_IGNORE);
+      answerPings();  // another waiting rank may be asking too
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<int> silent;
+    for (int r = 0; r < world_size_; ++r)
+      if (r != world_rank_ && answer[static_cast<size_t>(r)] != r) silent.push_back(r);
+    const std::string in = group ? (*group == DeviceGroup::kTensor ? " in the tensor-parallel group"
+                                                                   : " in the data-parallel group")
+                                 : "";
+    const std::string who =
+        silent.empty() ? "every rank answers, so the ranks wait in different collectives (please report)"
+                       : fmt::format("rank{} {} do{} not answer (stopped or hung)", silent.size() > 1 ? "s" : "",
+                                     fmt::join(silent, ", "), silent.size() > 1 ? "" : "es");
+    fmt::print(stderr,
+               "pgq: error: rank {}: a collective ({} of {} bytes{}) did not complete in {:.0f} s; {}: ending the "
+               "job (--collective-timeout sets the wait, 0 waits forever)\n",
+               world_rank_, what, bytes, in, waited, who);
+    abortJob(1);
+  }
+
   int64_t max_count_;
+  double timeout_s_;
   int world_rank_ = 0;
   int world_size_ = 1;
   int local_size_ = 1;
@@ -229,8 +323,8 @@ int worldRankOrZero() {
   return 0;
 }
 
-std::unique_ptr<Collectives> makeMpiCollectives(int tensor_parallel, int64_t max_count) {
-  return std::make_unique<MpiCollectives>(tensor_parallel, max_count);
+std::unique_ptr<Collectives> makeMpiCollectives(int tensor_parallel, int64_t max_count, double timeout_s) {
+  return std::make_unique<MpiCollectives>(tensor_parallel, max_count, timeout_s);
 }
 
 void abortJob(int exit_code) {

@@ -52,7 +52,13 @@ int worldRankOrZero();
 // tensor_parallel is below 1 or does not divide the job's ranks. A call moves at most
 // `max_count` elements (bytes for broadcast): longer buffers go in several calls, as
 // MPI counts are ints; tests pass a small limit to exercise that.
-std::unique_ptr<Collectives> makeMpiCollectives(int tensor_parallel, int64_t max_count = INT_MAX);
+// A collective that has not completed after `timeout_s` seconds (0: no limit) means a
+// rank stopped (SIGSTOP, a debugger) or hangs: the waiting rank asks every rank of the
+// job whether it is alive, prints which ones do not answer, and ends the job (exit 1)
+// instead of waiting forever, as a blocking MPI call would.
+inline constexpr double kDefaultCollectiveTimeoutS = 300;
+std::unique_ptr<Collectives> makeMpiCollectives(int tensor_parallel, int64_t max_count = INT_MAX,
+                                                double timeout_s = kDefaultCollectiveTimeoutS);
 
 // Ends the process with `exit_code`; under MPI ends every process of the job
 // (MPI_Abort), since the others may wait in a collective for this one.

@@ -5,7 +5,9 @@
 #      cannot share; a command other than train: exit 2 naming the flag or field;
 #   3. a rank killed with SIGKILL ends the whole job within 30 s, mpirun names the rank,
 #      the last checkpoint is intact and --resume continues it (in one process: the
-#      checkpoint does not depend on the layout).
+#      checkpoint does not depend on the layout);
+#   4. a rank stopped with SIGSTOP ends the job once a collective has waited
+#      --collective-timeout seconds, with a message naming the rank that does not answer.
 # Usage: faults_test.sh PGQ MPIRUN (ctest sets the mpirun environment).
 set -uo pipefail
 pgq=$1
@@ -79,4 +81,29 @@ out=$("$pgq" train --model tiny --steps 1000000 --stop-after 5 --resume --out "$
   fail "--resume after the kill failed: $out"
 grep -q "resuming from" <<<"$out" || fail "no resume message: $out"
 echo "ok: $(grep "resuming from" <<<"$out")"
+# A stopped rank: the others' next collective times out and names it.
+run=$tmp/stop
+"${mpi[@]}" -np 2 "$pgq" train --model tiny --steps 1000000 --eval-every 0 --collective-timeout 2 --out "$run" \
+  --no-progress >"$tmp/stop.log" 2>&1 &
+job=$!
+rank1=""
+for _ in $(seq 300); do
+  for pid in $(pgrep -f -- "--out $run"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then rank1=$pid; fi
+  done
+  [ -n "$rank1" ] && [ -f "$run/metrics.csv" ] && break
+  sleep 0.1
+done
+[ -n "$rank1" ] || fail "rank 1 of the stop test not found: $(cat "$tmp/stop.log")"
+kill -STOP "$rank1"
+stopped=$(date +%s%N)
+wait "$job"
+rc=$?
+elapsed_ms=$((($(date +%s%N) - stopped) / 1000000))
+kill -KILL "$rank1" 2>/dev/null
+[ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was stopped"
+[ "$elapsed_ms" -lt 30000 ] || fail "the job took ${elapsed_ms} ms to end after a rank was stopped"
+grep -q "rank 0: a collective (.*) did not complete in [0-9]* s; rank 1 does not answer (stopped or hung)" \
+  "$tmp/stop.log" || fail "no message names the stopped rank 1: $(cat "$tmp/stop.log")"
+echo "ok: stopped rank 1: the job ended in ${elapsed_ms} ms: $(grep "does not answer" "$tmp/stop.log")"
 echo "all fault tests passed"
