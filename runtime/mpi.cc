@@ -3,9 +3,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -65,9 +68,19 @@ class MpiCollectives final : public Collectives {
     MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local_size_);
     MPI_Comm_free(&node);
+    members_ = {otherMembers(tp_), otherMembers(dp_), otherMembers(world_)};
+    if (timeout_s_ > 0) watchdog_ = std::thread([this] { watch(); });
   }
 
   ~MpiCollectives() override {
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard lock(watch_mutex_);
+        stop_watch_ = true;
+      }
+      watch_cv_.notify_all();
+      watchdog_.join();
+    }
     // After MPI_Finalize (a Collectives outliving main's MpiSession) MPI calls are illegal;
     // finalizing has released the communicators anyway.
     if (!mpiActive()) return;
@@ -102,11 +115,10 @@ class MpiCollectives final : public Collectives {
 
   void allGather(const float* in, float* out, int64_t count, DeviceGroup group) override {
     CountedCall counted(stats_, static_cast<double>(count) * sizeof(float));
+    const Inside inside = arrive(comm(group), "all-gather", count * static_cast<int64_t>(sizeof(float)), group);
     inPieces(count, max_count_, [&](int64_t offset, int n) {
-      MPI_Request request;
       if (n == count) {
-        MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(group), &request);
-        wait(request, "all-gather", count * sizeof(float), group);
+        MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(group));
         return;
       }
       // Member i's piece goes to out[i * count + offset]: a type of n floats whose extent
@@ -115,8 +127,7 @@ class MpiCollectives final : public Collectives {
       MPI_Type_contiguous(n, MPI_FLOAT, &piece);
       MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(count) * sizeof(float), &spaced);
       MPI_Type_commit(&spaced);
-      MPI_Iallgather(in + offset, n, MPI_FLOAT, out + offset, 1, spaced, comm(group), &request);
-      wait(request, "all-gather", count * sizeof(float), group);
+      MPI_Allgather(in + offset, n, MPI_FLOAT, out + offset, 1, spaced, comm(group));
       MPI_Type_free(&spaced);
       MPI_Type_free(&piece);
     });
@@ -125,40 +136,38 @@ class MpiCollectives final : public Collectives {
   void reduceScatterSum(const float* in, float* out, int64_t count, DeviceGroup group) override {
     const int members = size(group);
     CountedCall counted(stats_, static_cast<double>(count) * members * sizeof(float));
+    const Inside inside =
+        arrive(comm(group), "reduce-scatter", count * members * static_cast<int64_t>(sizeof(float)), group);
     std::vector<float> packed;
     inPieces(count, max_count_, [&](int64_t offset, int n) {
-      MPI_Request request;
       if (n == count) {
-        MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm(group), &request);
-        wait(request, "reduce-scatter", count * members * sizeof(float), group);
+        MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm(group));
         return;
       }
       // Piece `offset` of every member's block, side by side, as one smaller reduce-scatter.
       packed.resize(static_cast<size_t>(members) * n);
       for (int i = 0; i < members; ++i)
         std::copy_n(in + static_cast<int64_t>(i) * count + offset, n, packed.data() + static_cast<int64_t>(i) * n);
-      MPI_Ireduce_scatter_block(packed.data(), out + offset, n, MPI_FLOAT, MPI_SUM, comm(group), &request);
-      wait(request, "reduce-scatter", count * members * sizeof(float), group);
+      MPI_Reduce_scatter_block(packed.data(), out + offset, n, MPI_FLOAT, MPI_SUM, comm(group));
     });
   }
 
   void broadcast(void* data, int64_t bytes, int root) override {
     PGQ_ASSERT(root >= 0 && root < world_size_, "broadcast root {} of {} ranks", root, world_size_);
     CountedCall counted(stats_, static_cast<double>(bytes));
+    const Inside inside = arrive(world_, "broadcast", bytes, std::nullopt);
     inPieces(bytes, max_count_, [&](int64_t offset, int n) {
-      MPI_Request request;
-      MPI_Ibcast(static_cast<char*>(data) + offset, n, MPI_BYTE, root, world_, &request);
-      wait(request, "broadcast", bytes, std::nullopt);
+      MPI_Bcast(static_cast<char*>(data) + offset, n, MPI_BYTE, root, world_);
     });
   }
 
   std::vector<std::string> allGatherStrings(const std::string& text) override {
     CountedCall counted(stats_, static_cast<double>(text.size()));
+    const Inside inside =
+        arrive(world_, "all-gather of the ranks' texts", static_cast<int64_t>(text.size()), std::nullopt);
     int64_t length = static_cast<int64_t>(text.size());
     std::vector<int64_t> lengths(static_cast<size_t>(world_size_));
-    MPI_Request request;
-    MPI_Iallgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, world_, &request);
-    wait(request, "all-gather of the ranks' texts", sizeof length, std::nullopt);
+    MPI_Allgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, world_);
     // Every rank sees the same lengths, so every rank refuses together.
     int64_t total = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
     PGQ_ASSERT(total <= max_count_, "allGatherStrings: {} bytes in all, above {} for one MPI call", total,
@@ -167,9 +176,8 @@ class MpiCollectives final : public Collectives {
     std::vector<int> displacements(counts.size(), 0);
     std::partial_sum(counts.begin(), counts.end() - 1, displacements.begin() + 1);
     std::string all(static_cast<size_t>(total), '\0');
-    MPI_Iallgatherv(text.data(), static_cast<int>(length), MPI_CHAR, all.data(), counts.data(),
-                    displacements.data(), MPI_CHAR, world_, &request);
-    wait(request, "all-gather of the ranks' texts", static_cast<int64_t>(total), std::nullopt);
+    MPI_Allgatherv(text.data(), static_cast<int>(length), MPI_CHAR, all.data(), counts.data(),
+                   displacements.data(), MPI_CHAR, world_);
     std::vector<std::string> result;
     for (size_t i = 0; i < counts.size(); ++i) result.push_back(all.substr(displacements[i], counts[i]));
     return result;
@@ -177,9 +185,8 @@ class MpiCollectives final : public Collectives {
 
   void barrier() override {
     CountedCall counted(stats_, 0);
-    MPI_Request request;
-    MPI_Ibarrier(world_, &request);
-    wait(request, "barrier", 0, std::nullopt);
+    if (timeout_s_ > 0) static_cast<void>(arrive(world_, "barrier", 0, std::nullopt));  // the barrier itself
+    else MPI_Barrier(world_);
   }
 
  private:
@@ -194,26 +201,121 @@ class MpiCollectives final : public Collectives {
   template <typename T>
   void allReduce(T* data, int64_t count, MPI_Datatype type, DeviceGroup group, MPI_Op op = MPI_SUM) {
     CountedCall counted(stats_, static_cast<double>(count) * sizeof(T));
+    const Inside inside = arrive(comm(group), "all-reduce", count * static_cast<int64_t>(sizeof(T)), group);
     inPieces(count, max_count_, [&](int64_t offset, int n) {
-      MPI_Request request;
-      MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, type, op, comm(group), &request);
-      wait(request, "all-reduce", count * static_cast<int64_t>(sizeof(T)), group);
+      MPI_Allreduce(MPI_IN_PLACE, data + offset, n, type, op, comm(group));
     });
   }
 
-  // Waits for `request`, polling (MPI progresses it in MPI_Test): spinning first, as most
-  // collectives complete within microseconds to milliseconds, then sleeping 100 us
-  // between tests. Past the timeout, ends the job (timedOut).
+  // While a blocking collective runs: when it began (steady clock, ns; 0 outside one)
+  // and what it is, for the watchdog.
+  struct Current {
+    std::atomic<int64_t> since_ns{0};
+    std::atomic<const char*> what{""};
+    std::atomic<int64_t> bytes{0};
+    std::atomic<int> members{2};  // the index into members_ of the collective's group
+  };
+  class Inside {
+   public:
+    explicit Inside(Current* current) : current_(current) {}
+    Inside(const Inside&) = delete;
+    Inside& operator=(const Inside&) = delete;
+    ~Inside() {
+      if (current_) current_->since_ns.store(0, std::memory_order_release);
+    }
+
+   private:
+    Current* current_;
+  };
+
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Waits, with the timeout, until every member of `comm` has reached this collective (a
+  // non-blocking barrier, polled: a rank stopped or hung before it is named by timedOut),
+  // then the collective runs as a blocking call, Open MPI's fast kind (its non-blocking
+  // collectives, polled, made a tensor-parallel step 1.16x slower). A rank stopped
+  // inside the blocking call is caught by the watchdog thread. The barrier costs
+  // microseconds among ranks that are all there.
+  [[nodiscard]] Inside arrive(MPI_Comm comm, const char* what, int64_t bytes, std::optional<DeviceGroup> group) {
+    if (timeout_s_ <= 0) return Inside(nullptr);
+    MPI_Request request;
+    MPI_Ibarrier(comm, &request);
+    wait(request, what, bytes, group);
+    current_.what.store(what, std::memory_order_relaxed);
+    current_.bytes.store(bytes, std::memory_order_relaxed);
+    current_.members.store(!group ? 2 : *group == DeviceGroup::kTensor ? 0 : 1, std::memory_order_relaxed);
+    current_.since_ns.store(nowNs(), std::memory_order_release);
+    return Inside(&current_);
+  }
+
+  // The watchdog: every 100 ms, whether the main thread has been inside one blocking
+  // collective for longer than the timeout. MPI is the main thread's alone
+  // (MPI_THREAD_FUNNELED), so it names the ranks it cannot tell apart (the collective's
+  // other members, one of which stopped inside it) and ends this process; mpirun then
+  // ends the job.
+  void watch() {
+    std::unique_lock lock(watch_mutex_);
+    while (!watch_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_watch_; })) {
+      const int64_t since = current_.since_ns.load(std::memory_order_acquire);
+      if (since == 0) continue;
+      const double waited = static_cast<double>(nowNs() - since) / 1e9;
+      if (waited <= timeout_s_) continue;
+      const int which = current_.members.load(std::memory_order_relaxed);
+      const std::vector<int>& others = members_[static_cast<size_t>(which)];
+      const char* groups[] = {" in the tensor-parallel group", " in the data-parallel group", ""};
+      fmt::print(stderr,
+                 "pgq: error: rank {}: a collective ({} of {} bytes{}) that every rank had entered did not complete "
+                 "in {:.0f} s; rank{} {} stopped or hang{} inside it: ending the job (--collective-timeout sets the "
+                 "wait, 0 waits forever)\n",
+                 world_rank_, current_.what.load(), current_.bytes.load(), groups[which], waited,
+                 others.size() > 1 ? "s" : "", fmt::join(others, " or "), others.size() > 1 ? "" : "s");
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+
+  static std::string groupText(std::optional<DeviceGroup> group) {
+    if (!group) return "";
+    return *group == DeviceGroup::kTensor ? " in the tensor-parallel group" : " in the data-parallel group";
+  }
+
+  // The world ranks of the other members of the tensor (0) and data (1) groups and of
+  // the world (2).
+  std::vector<int> otherMembers(MPI_Comm comm) const {
+    MPI_Group world_group, group;
+    MPI_Comm_group(world_, &world_group);
+    MPI_Comm_group(comm, &group);
+    int n = 0;
+    MPI_Group_size(group, &n);
+    std::vector<int> local(static_cast<size_t>(n)), global(static_cast<size_t>(n));
+    std::iota(local.begin(), local.end(), 0);
+    MPI_Group_translate_ranks(group, n, local.data(), world_group, global.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    std::erase(global, world_rank_);
+    return global;
+  }
+
+  // Waits for `request`, polling (MPI progresses it in MPI_Test) as a blocking call
+  // would: spinning for the first 10 ms, as a collective whose ranks are all there
+  // completes within that, then sleeping 50 us between tests while the other ranks are
+  // still computing. Every 256 tests it answers liveness checks and looks at the clock;
+  // past the timeout it ends the job (timedOut).
   void wait(MPI_Request& request, const char* what, int64_t bytes, std::optional<DeviceGroup> group) {
     int done = 0;
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t polls = 0;; ++polls) {
+    bool spinning = true;
+    for (uint64_t polls = 1;; ++polls) {
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (done) return;
+      if (!spinning) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (polls % 256 != 0) continue;
       answerPings();
-      if (polls < 20000) continue;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      spinning = waited < 0.01;
       if (timeout_s_ > 0 && waited > timeout_s_) timedOut(what, bytes, group, waited);
     }
   }
@@ -255,9 +357,7 @@ class MpiCollectives final : public Collectives {
     std::vector<int> silent;
     for (int r = 0; r < world_size_; ++r)
       if (r != world_rank_ && answer[static_cast<size_t>(r)] != r) silent.push_back(r);
-    const std::string in = group ? (*group == DeviceGroup::kTensor ? " in the tensor-parallel group"
-                                                                   : " in the data-parallel group")
-                                 : "";
+    const std::string in = groupText(group);
     const std::string who =
         silent.empty() ? "every rank answers, so the ranks wait in different collectives (please report)"
                        : fmt::format("rank{} {} do{} not answer (stopped or hung)", silent.size() > 1 ? "s" : "",
@@ -271,6 +371,12 @@ class MpiCollectives final : public Collectives {
 
   int64_t max_count_;
   double timeout_s_;
+  Current current_;
+  std::vector<std::vector<int>> members_;  // otherMembers of the tensor, data and world groups
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool stop_watch_ = false;
+  std::thread watchdog_;
   int world_rank_ = 0;
   int world_size_ = 1;
   int local_size_ = 1;

@@ -53,9 +53,12 @@ int worldRankOrZero();
 // `max_count` elements (bytes for broadcast): longer buffers go in several calls, as
 // MPI counts are ints; tests pass a small limit to exercise that.
 // A collective that has not completed after `timeout_s` seconds (0: no limit) means a
-// rank stopped (SIGSTOP, a debugger) or hangs: the waiting rank asks every rank of the
-// job whether it is alive, prints which ones do not answer, and ends the job (exit 1)
-// instead of waiting forever, as a blocking MPI call would.
+// rank stopped (SIGSTOP, a debugger) or hangs, and ends the job (exit 1) with a message
+// naming it, instead of waiting forever as a blocking MPI call would: each collective
+// first waits for every member in a non-blocking barrier polled against the clock (past
+// the timeout the waiting rank asks every rank whether it is alive and names those that
+// do not answer), then runs as a blocking call watched by a thread (past the timeout it
+// names the collective's other members, one of which stopped inside it).
 inline constexpr double kDefaultCollectiveTimeoutS = 300;
 std::unique_ptr<Collectives> makeMpiCollectives(int tensor_parallel, int64_t max_count = INT_MAX,
                                                 double timeout_s = kDefaultCollectiveTimeoutS);

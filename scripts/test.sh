@@ -6,7 +6,8 @@
 #   3. the performance smoke: six speed ratios measured in one process (bench/perf_smoke.cc)
 #   4. every test again under AddressSanitizer + UBSan (./build-asan), but PyTorch parity
 #      and the installed-package example
-#   5. the IR parser under libFuzzer for FUZZ_SECONDS (default 60) (./build-fuzz)
+#   5. under libFuzzer (./build-fuzz): the IR parser and the ONNX importer for
+#      FUZZ_SECONDS (default 60) each, the YAML readers for half that
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,18 +38,41 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1500 -LE 'parity|install'
 
-step "fuzzing the IR parser for ${fuzz_seconds}s"
+step "fuzzing the IR parser, the ONNX importer (${fuzz_seconds}s each) and the YAML readers"
 if [ ! -f build-fuzz/build.ninja ]; then
   CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPGQ_FUZZ=ON \
     -DPGQ_BUILD_TESTS=OFF -DPGQ_BUILD_BENCH=OFF -DPGQ_BUILD_CLI=OFF \
     -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
 fi
-cmake --build build-fuzz -j "$jobs" --target pgq_parser_fuzz
+cmake --build build-fuzz -j "$jobs" --target pgq_parser_fuzz pgq_onnx_import_fuzz pgq_yaml_fuzz
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-cp tests/ir/golden/*.pgq "$corpus/"
+mkdir "$corpus/ir" "$corpus/onnx" "$corpus/yaml"
+cp tests/ir/golden/*.pgq "$corpus/ir/"
 build-fuzz/tests/fuzz/pgq_parser_fuzz -max_total_time="$fuzz_seconds" -timeout=10 \
-  -dict=tests/fuzz/pgq.dict "$corpus" 2>&1 | tail -n 3
+  -dict=tests/fuzz/pgq.dict "$corpus/ir" 2>&1 | tail -n 3
+# Seeds: PyTorch 2.11 exports and ONNX's own node test models (every op pgq folds or
+# imports, at their opsets).
+for m in tests/data/onnx_modern/*/model.onnx; do cp "$m" "$corpus/onnx/$(basename "$(dirname "$m")").onnx"; done
+for d in /usr/share/libonnx-testdata/data/node/test_{add,matmul,gemm,softmax,layer_normalization,gather,reshape,slice,split,where,concat,transpose,expand,range,trilu,cumsum,erf,pow,reduce_mean,cast}*; do
+  [ -f "$d/model.onnx" ] && cp "$d/model.onnx" "$corpus/onnx/$(basename "$d").onnx"
+done
+build-fuzz/tests/fuzz/pgq_onnx_import_fuzz -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2560 \
+  "$corpus/onnx" 2>&1 | tail -n 3
+# The first byte picks the reader: 0 profile, 1 recipe, 2 hardware model, 3 policy. A
+# profile and a recipe of the tiny model are made with the Release build.
+build/pgq train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out "$corpus/p.yaml" \
+  --out "$corpus/run" >/dev/null
+build/pgq recipe --profile "$corpus/p.yaml" --hardware epyc-zen3-2c --policy F+B -o "$corpus/r.yaml" >/dev/null 2>&1
+{ printf '\x00'; cat "$corpus/p.yaml"; } >"$corpus/yaml/profile"
+{ printf '\x01'; cat "$corpus/r.yaml"; } >"$corpus/yaml/recipe"
+i=0
+for f in recipes/hardware/*.yaml recipes/policies/*.yaml tests/plan/*.yaml; do
+  case $f in recipes/hardware/*) k='\x02' ;; *) k='\x03' ;; esac
+  { printf "$k"; cat "$f"; } >"$corpus/yaml/seed$((i += 1))"
+done
+build-fuzz/tests/fuzz/pgq_yaml_fuzz -max_total_time="$((fuzz_seconds / 2))" -timeout=10 "$corpus/yaml" 2>&1 |
+  tail -n 3
 
 step "all tests passed"

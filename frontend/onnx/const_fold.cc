@@ -21,7 +21,11 @@ using onnx::TensorProto;
 using Dims = std::vector<int64_t>;
 
 // Beyond this many multiply-adds a MatMul would stall the import for minutes.
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+constexpr int64_t kMaxMatMulWork = int64_t{1} << 26;  // within libFuzzer's per-input timeout
+#else
 constexpr int64_t kMaxMatMulWork = int64_t{1} << 32;
+#endif
 constexpr double kTwo53 = 9007199254740992.0;
 constexpr double kTwo63 = 9223372036854775808.0;
 
@@ -225,8 +229,8 @@ class Folder {
       else count *= d;
     }
     if (count > kMaxFoldedElements)
-      fail(fmt::format("folding would give a huge constant of shape [{}] (more than 2^26 elements)",
-                       fmt::join(dims, ", ")));
+      fail(fmt::format("folding would give a huge constant of shape [{}] (more than 2^{} elements)",
+                       fmt::join(dims, ", "), kMaxFoldedElementsLog2));
     ConstTensor t;
     t.dtype = dtype;
     t.dims = std::move(dims);
@@ -625,7 +629,8 @@ ConstTensor Folder::range() const {
   if (d == 0) fail("delta is 0");
   double count = std::max(std::ceil((l - s) / d), 0.0);
   if (!(count <= static_cast<double>(kMaxFoldedElements)))
-    fail(fmt::format("folding would give a huge constant of {} elements (more than 2^26)", count));
+    fail(fmt::format("folding would give a huge constant of {} elements (more than 2^{})", count,
+                     kMaxFoldedElementsLog2));
   ConstTensor out = make(start.dtype, {static_cast<int64_t>(count)});
   for (int64_t i = 0; i < out.dims[0]; ++i) out.values.push_back(s + static_cast<double>(i) * d);
   return out;

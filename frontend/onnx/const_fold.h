@@ -15,7 +15,12 @@
 namespace pgq {
 
 // The most elements a folded result may have (2^26: 512 MiB of doubles).
-inline constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+inline constexpr int kMaxFoldedElementsLog2 = 22;  // the same checks within libFuzzer's memory
+#else
+inline constexpr int kMaxFoldedElementsLog2 = 26;
+#endif
+inline constexpr int64_t kMaxFoldedElements = int64_t{1} << kMaxFoldedElementsLog2;
 
 // Evaluates `node` of the default domain at `opset` on the constants `inputs` (one per
 // node input; nullptr for an absent optional input), with ONNX's semantics: numpy
