@@ -39,7 +39,9 @@ void addExperimentCommand(CLI::App& app) {
                   "Text file, directory of text files, pre-split directory (train.txt, val.txt) or 'english' "
                   "(scripts/setup.sh assembles it)")
       ->capture_default_str();
-  cmd->add_option("--out", o.out_dir, "Results folder (an interrupted experiment resumes there)")->capture_default_str();
+  cmd->add_option("--out", o.out_dir, "Results folder (an interrupted experiment resumes there)")
+      ->check(kNonEmptyPath)
+      ->capture_default_str();
   cmd->add_option("--hardware", o.hardware, "Hardware model for the recipes (preset or YAML)")->capture_default_str();
   cmd->add_option("--from-checkpoint", o.from_checkpoint, "Use this baseline checkpoint instead of training one");
   addNumber(cmd, ranges::kBaselineSteps, baseline_steps, "f32 steps before profiling (default: by --preset)");

@@ -12,7 +12,7 @@ void addHwprobeCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("hwprobe", "Measure this machine's peaks, bandwidth and GEMM rates into a hardware model");
   static std::string out, name;
   static ProbeOptions options;
-  cmd->add_option("-o,--out", out, "Hardware model to write (YAML); printed when absent");
+  cmd->add_option("-o,--out", out, "Hardware model to write (YAML); printed when absent")->check(kNonEmptyPath);
   cmd->add_option("--name", name, "Name of the model (default: probed-<isa>-<threads>t)");
   addThreadsFlag(cmd);
   addNumber(cmd, ranges::kProbeSeconds, options.seconds_per_test, "Wall time per measurement in seconds");

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
+#include "cli/number_flags.h"
 #include "frontend/autodiff.h"
 #include "frontend/onnx/importer.h"
 #include "ir/printer.h"
@@ -184,7 +185,7 @@ void addImportCommand(CLI::App& app) {
   auto* list_ops = cmd->add_flag("--list-ops", args.list_ops,
                                  "Print the ONNX ops pgq imports (opsets, differentiable inputs, attributes) and exit");
   model->excludes(list_ops);
-  cmd->add_option("-o,--out", args.out, "Write the training graph (pgq IR text) here");
+  cmd->add_option("-o,--out", args.out, "Write the training graph (pgq IR text) here")->check(kNonEmptyPath);
   cmd->add_option("--batch", args.onnx.batch, "Size of a dynamic batch dim")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq", args.onnx.seq_len, "Size of a dynamic sequence dim")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -192,7 +193,8 @@ void addImportCommand(CLI::App& app) {
   cmd->add_option("--frozen", args.onnx.frozen, "Do not train the initializers matching this RE2 pattern");
   cmd->add_option("--inputs", args.inputs, "Folder with <graph input name>.npy for every graph input");
   cmd->add_option("--grads-out", args.grads_out,
-                  "Run forward and backward in f32 on --inputs; write loss.npy and grads/<parameter>.npy here");
+                  "Run forward and backward in f32 on --inputs; write loss.npy and grads/<parameter>.npy here")
+      ->check(kNonEmptyPath);
   cmd->callback([] {
     if (args.list_ops) return fmt::print("{}", onnxOpTableText());
     if (args.onnx.path.empty()) throw CLI::RequiredError("model");

@@ -23,6 +23,12 @@ T parseNumber(const OptionRange<T>& range, const std::string& text);
 extern template int64_t parseNumber(const OptionRange<int64_t>&, const std::string&);
 extern template double parseNumber(const OptionRange<double>&, const std::string&);
 
+// For a flag naming a file or folder to write: an empty argument (`-o ''`, an unset shell
+// variable) is refused while parsing, not taken as the flag left out.
+inline const CLI::Validator kNonEmptyPath(
+    [](std::string& text) { return text.empty() ? std::string("an empty path; give a path or leave the flag out") : ""; },
+    "PATH");
+
 // A flag whose `value` holds its default, shown in the help after the range.
 template <typename V, typename T>
 CLI::Option* addNumber(CLI::App* cmd, const OptionRange<T>& range, V& value, const std::string& description) {

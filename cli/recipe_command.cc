@@ -54,7 +54,8 @@ void addRecipeCommand(CLI::App& app) {
       ->required();
   cmd->add_option("--policy", policy, "F, F+B, F+B_SR, F+B_SR>T, F+B_SR<T, F>T1+B_SR>T2, or a policy YAML file")
       ->required();
-  cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent");
+  cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent")
+      ->check(kNonEmptyPath);
   static std::string model;
   cmd->add_option("--model", model, "Check that the profile was made with this model (preset, YAML or ONNX file)");
   addNumber(cmd, ranges::kTokenScale, token_scale,
@@ -63,7 +64,8 @@ void addRecipeCommand(CLI::App& app) {
   static std::string export_torch;
   cmd->add_option("--export-torch", export_torch,
                   "Also write the recipe for PyTorch: FILE.json (the nn.Linear modules to quantize with Transformer "
-                  "Engine or torchao) and FILE.py beside it (torchao's module_filter_fn)");
+                  "Engine or torchao) and FILE.py beside it (torchao's module_filter_fn)")
+      ->check(kNonEmptyPath);
   static std::string metric;
   cmd->add_option("--metric", metric,
                   fmt::format("What the policy's thresholds compare, per GEMM: {} (pgq sqnr-table shows each; "

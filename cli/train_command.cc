@@ -75,7 +75,9 @@ void addTrainCommand(CLI::App& app) {
                   "(scripts/setup.sh assembles it)")
       ->capture_default_str();
   addNumber(cmd, ranges::kSteps, o.steps, "Total optimizer steps (a resumed run continues to this count)");
-  cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")->capture_default_str();
+  cmd->add_option("--out", o.out_dir, "Run directory: metrics.csv and checkpoint.pgqckpt")
+      ->check(kNonEmptyPath)
+      ->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue the run whose checkpoint is in --out");
   cmd->add_option("--init-from", o.init_from,
                   "Start this run from another run's checkpoint (weights, optimizer state, step); the recipe, --batch and --seed may differ");
@@ -100,7 +102,8 @@ void addTrainCommand(CLI::App& app) {
   addNumber(cmd, ranges::kProfileSteps, o.profile_steps,
             "Stage (i): log GEMM operand statistics for this many steps (0: none; needs --profile-out)");
   addNumber(cmd, ranges::kProfileWarmup, o.profile_warmup, "Steps to train before the logged ones");
-  cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)");
+  cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)")
+      ->check(kNonEmptyPath);
   cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
   cmd->add_flag("--profile-metrics", o.profile_metrics,
                 "Also log the statistics of the metrics beyond SQNR (docs/METRICS.md): each operand's bias-aware "

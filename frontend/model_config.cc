@@ -23,6 +23,7 @@ ModelConfig importedConfig(ModelConfig c) {
   c.vocab = m.vocab;
   // The hash of the bytes imported identifies the model a checkpoint was trained from.
   c.onnx_hash = fmt::format("{:016x}", m.fingerprint);
+  c.imported_parameters = m.parameters;
   return c;
 }
 

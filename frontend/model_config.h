@@ -56,6 +56,9 @@ struct ModelConfig {
   // batch, seq_len) or left 0.
   std::string onnx;
   std::string onnx_hash;
+  // The trainable parameters' elements of an imported model (for the memory estimate:
+  // its config has no sizes); not part of the config (toYaml leaves it out).
+  int64_t imported_parameters = 0;
   std::string trainable;
   std::string frozen;
   // Imported models: the sharding-rules file (frontend/sharding_rules.h) tensor

@@ -37,9 +37,9 @@ constexpr double kLayerDffSwiGlu = 5, kEvalDffSwiGlu = 3;
 constexpr double kMargin = 1.2;
 
 double parameterCount(const ModelConfig& m) {
+  if (m.imported()) return static_cast<double>(m.imported_parameters);  // counted at import
   double d = static_cast<double>(m.d_model), f = static_cast<double>(m.d_ff), v = static_cast<double>(m.vocab);
-  // The width of k and v. An imported model's config has no sizes (n_heads 0): its
-  // estimate comes out 0 whatever the formula, but must not divide by zero.
+  // The width of k and v (n_heads is never 0 here: an imported model returned above).
   double kv = m.n_heads > 0 ? d * static_cast<double>(m.kvHeads()) / static_cast<double>(m.n_heads) : 0;
   double norm = m.norm == NormKind::kRmsNorm ? d : 2 * d;
   double mlp = (m.activation == Activation::kSwiGlu ? 3 : 2) * d * f;

@@ -768,6 +768,16 @@ void TrainLoop::checkProfileOptions() const {
     throw Error(fmt::format("--profile-granularity: expected tensor, channel or block<N>, got '{}'",
                             o_.profile_granularity));
   }
+  if (o_.profile_steps == 0) {
+    // The flags that say what a profile records mean nothing without one.
+    const char* orphan = !o_.profile_formats.empty() ? "--profile-formats"
+                         : o_.profile_metrics        ? "--profile-metrics"
+                         : o_.profile_outputs        ? "--profile-outputs"
+                                                     : nullptr;
+    if (orphan) throw Error(fmt::format("{} says what a profile records: give --profile-steps N and --profile-out FILE "
+                                        "too",
+                                        orphan));
+  }
   if (o_.profile_steps == 0 && o_.profile_out.empty()) return;
   if (o_.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
   if (o_.profile_steps == 0)

@@ -69,7 +69,14 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(fmt::format("{}: malformed .npy header at character {}: {} (header: {})", path_, pos_, what, text_));
+    // The header as one line: it ends in a newline and may hold control characters.
+    std::string shown;
+    for (char c : text_) {
+      if (c == '\n') shown += "\\n";
+      else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) shown += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      else shown += c;
+    }
+    throw Error(fmt::format("{}: malformed .npy header at character {}: {} (header: {})", path_, pos_, what, shown));
   }
   void skipSpace() {
     while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n')) ++pos_;

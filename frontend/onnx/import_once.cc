@@ -75,7 +75,9 @@ Entry& entryFor(const OnnxImportOptions& o) {
 ImportedSizes importedSizes(const OnnxImportOptions& options) {
   std::lock_guard lock(mutex);
   const ImportedModel& m = *entryFor(options).model;
-  return {m.batch, m.seq_len, m.vocab, m.fingerprint};
+  int64_t parameters = 0;
+  for (const Node* p : m.net.params) parameters += p->shape().numElements();
+  return {m.batch, m.seq_len, m.vocab, m.fingerprint, parameters};
 }
 
 TransformerGraph importedGraph(const OnnxImportOptions& options, bool values) {

@@ -27,6 +27,7 @@ struct ImportedSizes {
   int64_t seq_len = 0;
   int64_t vocab = 0;
   uint64_t fingerprint = 0;  // ImportedModel::fingerprint
+  int64_t parameters = 0;    // elements of the trainable parameters
 };
 
 // The sizes of the imported model (importOnnx's checks and errors).

@@ -976,4 +976,24 @@ TEST_F(Cli, ACheckpointOfAnotherModelIsRefusedBeforeWorkNamingTheFields) {
   EXPECT_EQ(short_baseline.code, 0) << short_baseline.out;
 }
 
+// Issue 29, minor: an empty output path is refused, not taken as the flag left out; the
+// flags that say what a profile records need a profile.
+TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
+  for (const std::string& args : {std::string("train --model tiny --steps 2 --out ''"),
+                                  std::string("hwprobe --seconds 0.05 -o ''"),
+                                  std::string("experiment --out ''")}) {
+    Result r = pgq(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("an empty path; give a path or leave the flag out"), std::string::npos) << r.out;
+  }
+  for (const char* flag : {"--profile-formats fp8", "--profile-metrics", "--profile-outputs"}) {
+    Result r = pgq(std::string("train --model tiny --steps 2 --no-progress --out ") + (dir_ / "orphan").string() + " " +
+                   flag);
+    EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("says what a profile records: give --profile-steps N and --profile-out FILE too"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
 }  // namespace

@@ -189,4 +189,14 @@ TEST(MemoryEstimate, AnInt8StepPeaksNoHigherThanTheF32One) {
 }
 
 }  // namespace
+// Issue 29, minor: an imported model's estimate counts its parameters (its config has
+// no sizes), four copies of them (weights, gradients, two AdamW moments).
+TEST(MemoryEstimate, AnImportedModelCountsItsParameters) {
+  ModelConfig m = loadModelConfig((fs::path(PGQ_SOURCE_DIR) / "tests/data/onnx_modern/gpt2/model.onnx").string());
+  ASSERT_TRUE(m.imported());
+  EXPECT_EQ(m.imported_parameters, 116480);  // what pgq import reports for this export
+  const MemoryEstimate e = estimateTrainingMemory(m, 8, false);
+  EXPECT_EQ(e.weight_bytes, 4.0 * 4 * 116480);
+}
+
 }  // namespace pgq

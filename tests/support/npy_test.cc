@@ -171,6 +171,10 @@ TEST_F(NpyTest, RefusesMalformedHeaders) {
   EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (2,) "),
             path("h.npy") + ": malformed .npy header at character 55: expected ',' (header: "
                             "{'descr': '<f4', 'fortran_order': False, 'shape': (2,) )");
+  // Issue 29: the message is one line, whatever the header holds.
+  EXPECT_EQ(error("{'descr': '<f4',\n\t'shape' (2,)}"),
+            path("h.npy") + ": malformed .npy header at character 17: expected a quoted string (header: "
+                            "{'descr': '<f4',\\n\\x09'shape' (2,)})");
 }
 
 TEST_F(NpyTest, ConversionsRefuseOtherTypesAndOutOfRangeIntegers) {
