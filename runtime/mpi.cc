@@ -246,7 +246,7 @@ class MpiCollectives final : public Collectives {
     wait(request, what, bytes, group);
     current_.what.store(what, std::memory_order_relaxed);
     current_.bytes.store(bytes, std::memory_order_relaxed);
-    current_.members.store(!group ? 2 : *group == DeviceGroup::kTensor ? 0 : 1, std::memory_order_relaxed);
+    current_.members.store(groupIndex(group), std::memory_order_relaxed);
     current_.since_ns.store(nowNs(), std::memory_order_release);
     return Inside(&current_);
   }
@@ -265,22 +265,23 @@ class MpiCollectives final : public Collectives {
       if (waited <= timeout_s_) continue;
       const int which = current_.members.load(std::memory_order_relaxed);
       const std::vector<int>& others = members_[static_cast<size_t>(which)];
-      const char* groups[] = {" in the tensor-parallel group", " in the data-parallel group", ""};
       fmt::print(stderr,
                  "pgq: error: rank {}: a collective ({} of {} bytes{}) that every rank had entered did not complete "
                  "in {:.0f} s; rank{} {} stopped or hang{} inside it: ending the job (--collective-timeout sets the "
                  "wait, 0 waits forever)\n",
-                 world_rank_, current_.what.load(), current_.bytes.load(), groups[which], waited,
+                 world_rank_, current_.what.load(), current_.bytes.load(), kGroupText[which], waited,
                  others.size() > 1 ? "s" : "", fmt::join(others, " or "), others.size() > 1 ? "" : "s");
       std::fflush(stderr);
       std::_Exit(1);
     }
   }
 
-  static std::string groupText(std::optional<DeviceGroup> group) {
-    if (!group) return "";
-    return *group == DeviceGroup::kTensor ? " in the tensor-parallel group" : " in the data-parallel group";
+  // Collectives of the tensor group (0), the data group (1) and the world (2): the index
+  // of members_ and of kGroupText.
+  static int groupIndex(std::optional<DeviceGroup> group) {
+    return !group ? 2 : *group == DeviceGroup::kTensor ? 0 : 1;
   }
+  static constexpr const char* kGroupText[] = {" in the tensor-parallel group", " in the data-parallel group", ""};
 
   // The world ranks of the other members of the tensor (0) and data (1) groups and of
   // the world (2).
@@ -357,7 +358,7 @@ class MpiCollectives final : public Collectives {
     std::vector<int> silent;
     for (int r = 0; r < world_size_; ++r)
       if (r != world_rank_ && answer[static_cast<size_t>(r)] != r) silent.push_back(r);
-    const std::string in = groupText(group);
+    const char* in = kGroupText[groupIndex(group)];
     const std::string who =
         silent.empty() ? "every rank answers, so the ranks wait in different collectives (please report)"
                        : fmt::format("rank{} {} do{} not answer (stopped or hung)", silent.size() > 1 ? "s" : "",

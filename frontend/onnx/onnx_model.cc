@@ -522,24 +522,22 @@ struct Stripper {
     return true;
   }
 
-  bool graph(std::string& out) {
+  // Copies a message's fields up to its end, walking the message fields numbered
+  // `field` with `walk` and copying the others as they are.
+  template <typename Walk>
+  bool fields(std::string& out, int field, Walk walk) {
     for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
-      const bool ok = (tag >> 3) == wire::kGraphInitializer && (tag & 7) == wire::kBytes
-                          ? nested(tag, out, [&](std::string& t) { return tensor(t); })
-                          : copyField(in, tag, out);
+      const bool ok = static_cast<int>(tag >> 3) == field && (tag & 7) == wire::kBytes ? nested(tag, out, walk)
+                                                                                       : copyField(in, tag, out);
       if (!ok) return false;
     }
     return true;
   }
-
+  bool graph(std::string& out) {
+    return fields(out, wire::kGraphInitializer, [&](std::string& t) { return tensor(t); });
+  }
   bool model(std::string& out) {
-    for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
-      const bool ok = (tag >> 3) == wire::kModelGraph && (tag & 7) == wire::kBytes
-                          ? nested(tag, out, [&](std::string& g) { return graph(g); })
-                          : copyField(in, tag, out);
-      if (!ok) return false;
-    }
-    return in.ConsumedEntireMessage();
+    return fields(out, wire::kModelGraph, [&](std::string& g) { return graph(g); }) && in.ConsumedEntireMessage();
   }
 };
 
