@@ -24,6 +24,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/run_dir_lock.h"
+#include "runtime/run_layout.h"
 #include "support/config_file.h"
 #include "support/errors.h"
 #include "support/file_io.h"
@@ -235,7 +236,7 @@ TrainOptions Experiment::trainOptions(const std::string& dir) const {
   t.out_dir = dir;
   t.progress = o_.progress;
   t.log_every = 100;
-  t.resume = fs::exists(fs::path(dir) / "checkpoint.pgqckpt");
+  t.resume = fs::exists(RunLayout{dir}.checkpoint());
   return t;
 }
 
@@ -256,7 +257,7 @@ void Experiment::baseline() {
     baseline_checkpoint_ = o_.from_checkpoint;
     baseline_step_ = from_checkpoint_step_;  // read and checked by run()
   } else {
-    baseline_checkpoint_ = (fs::path(dir) / "checkpoint.pgqckpt").string();
+    baseline_checkpoint_ = RunLayout{dir}.checkpoint();
     baseline_step_ = o_.baseline_steps;
   }
   // A given checkpoint is the baseline by definition (its step was read above); our own
@@ -272,7 +273,7 @@ void Experiment::baseline() {
   t.steps = baseline_step_ + o_.finetune_steps;
   t.optimizer.warmup = scheduleWarmup(t.steps);
   if (o_.from_checkpoint.empty()) {
-    int64_t at = t.resume ? loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step : 0;
+    int64_t at = t.resume ? loadCheckpoint(RunLayout{t.out_dir}.checkpoint()).step : 0;
     t.stop_after = o_.baseline_steps - at;
     t.profile_warmup = o_.baseline_steps - o_.profile_steps;
     if (t.resume && at > t.profile_warmup) {
@@ -365,8 +366,8 @@ RunSummary Experiment::finetune(const std::string& name, const std::string& poli
   // A run that finished training but not its summary (interrupted in between) only
   // needs the summary.
   int64_t target = t.stop_after > 0 ? baseline_step_ + t.stop_after : t.steps;
-  if (!t.resume || loadCheckpoint(t.out_dir + "/checkpoint.pgqckpt").step < target) train(t);
-  RunSummary s = summarizeRun(name, policy, recipe, readMetrics((fs::path(dir) / "metrics.csv").string()));
+  if (!t.resume || loadCheckpoint(RunLayout{t.out_dir}.checkpoint()).step < target) train(t);
+  RunSummary s = summarizeRun(name, policy, recipe, readMetrics(RunLayout{dir}.metrics()));
   s.adversarial = adversarial;
   if (!recipe.empty()) {
     Recipe r = loadRecipe(recipe);

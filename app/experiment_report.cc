@@ -13,6 +13,7 @@
 #include "plan/profile.h"
 #include "plan/sqnr_table.h"
 #include "runtime/metrics.h"
+#include "runtime/run_layout.h"
 #include "support/config_file.h"
 #include "support/errors.h"
 #include "support/file_io.h"
@@ -164,11 +165,11 @@ void lossCurves(const std::string& out_dir, const std::vector<RunSummary>& runs)
     return out;
   };
   std::vector<std::pair<std::string, std::string>> data;
-  std::vector<RunStep> base = readMetrics((fs::path(out_dir) / "runs" / runSlug(runs[0].name) / "metrics.csv").string());
+  std::vector<RunStep> base = readMetrics(RunLayout{fs::path(out_dir) / "runs" / runSlug(runs[0].name)}.metrics());
   std::string top = "plot ", bottom = "plot ";
   for (size_t i = 0; i < runs.size(); ++i) {
     std::vector<RunStep> steps =
-        readMetrics((fs::path(out_dir) / "runs" / runSlug(runs[i].name) / "metrics.csv").string());
+        readMetrics(RunLayout{fs::path(out_dir) / "runs" / runSlug(runs[i].name)}.metrics());
     std::vector<double> loss, diff;
     for (size_t j = 0; j < steps.size(); ++j) {
       loss.push_back(steps[j].loss);

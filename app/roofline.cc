@@ -4,9 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "frontend/autodiff.h"
-#include "frontend/transformer.h"
 #include "ir/gemm_meta.h"
+#include "passes/compile.h"
 #include "plan/profile.h"
 
 namespace pgq {
@@ -24,13 +23,9 @@ double bytesOf(const Node& n) { return static_cast<double>(n.shape().numElements
 
 RooflineReport analyzeRoofline(const ModelConfig& model, const HardwareModel& hw, Precision precision,
                                double min_speedup) {
-  TransformerGraph t = buildModel(model, /*initial_values=*/false);  // shapes only
-  PassContext ctx;
-  buildForwardPipeline()->run(*t.graph, ctx);
-  appendBackward(*t.graph, t.loss, t.params);
-  TrainingPipelineOptions options;
-  options.precision = precision;
-  buildTrainingPipeline(options)->run(*t.graph, ctx);
+  TrainingPipelineOptions pipeline;
+  pipeline.precision = precision;
+  const TransformerGraph t = compileModel(model, {.pipeline = pipeline});  // shapes only
 
   RooflineReport r;
   r.model = model.name;

@@ -14,10 +14,9 @@
 
 #include "cli/commands.h"
 #include "cli/number_flags.h"
-#include "frontend/autodiff.h"
 #include "frontend/onnx/importer.h"
 #include "ir/printer.h"
-#include "passes/training_pipeline.h"
+#include "passes/compile.h"
 #include "runtime/executor.h"
 #include "runtime/param_init.h"
 #include "support/errors.h"
@@ -42,7 +41,7 @@ void printSummary(const ImportedModel& m, const Graph& training) {
   int64_t elements = 0;
   for (const Node* p : m.net.params) elements += p->shape().numElements();
   int64_t const_elements = 0;
-  for (const Node* c : m.constants) const_elements += c->shape().numElements();
+  for (const Node* c : m.net.constants) const_elements += c->shape().numElements();
   std::map<std::string, int64_t> gemms;
   double flops = 0;
   for (const Node* n : training.nodes()) {
@@ -55,7 +54,7 @@ void printSummary(const ImportedModel& m, const Graph& training) {
   fmt::print("imported {} (opset {}): batch {}, seq {}, vocab {}\n", m.net.graph->name(), m.opset, m.batch, m.seq_len,
              m.vocab);
   fmt::print("  parameters: {} trainable ({} values), {} constants ({} values)\n", m.net.params.size(), elements,
-             m.constants.size(), const_elements);
+             m.net.constants.size(), const_elements);
   fmt::print("  inputs:");
   for (const auto& [name, node] : m.inputs) fmt::print(" {} {}", name, node->type().toString());
   fmt::print("\n  training graph: {} nodes;", training.size());
@@ -138,10 +137,8 @@ void run(const ImportArgs& args) {
   ImportedModel m = importOnnx(args.onnx);
   std::vector<Tensor> inputs;
   if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
-  PassContext ctx;
-  buildForwardPipeline()->run(*m.net.graph, ctx);
-  appendBackward(*m.net.graph, m.net.loss, m.net.params);
-  buildTrainingPipeline({})->run(*m.net.graph, ctx);
+  m.net.constants = m.constants;  // their handles are found again after the pipeline too
+  compile(m.net, {});
   printSummary(m, *m.net.graph);
   if (!args.out.empty()) {
     writeFileAtomically(args.out, printGraph(*m.net.graph));
@@ -151,8 +148,8 @@ void run(const ImportArgs& args) {
 
   Executor exec(*m.net.graph);
   std::vector<Tensor> values;
-  values.reserve(m.net.params.size() + m.constants.size());
-  for (const std::vector<Node*>* list : {&m.net.params, &m.constants})
+  values.reserve(m.net.params.size() + m.net.constants.size());
+  for (const std::vector<Node*>* list : {&m.net.params, &m.net.constants})
     for (Node* p : *list) {
       values.emplace_back(p->type());
       initParameter(*p, 0, values.back(), &m.values);

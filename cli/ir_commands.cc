@@ -8,11 +8,10 @@
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
-#include "frontend/autodiff.h"
-#include "frontend/transformer.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/compile.h"
 #include "passes/pipeline.h"
 #include "passes/registry.h"
 #include "passes/training_pipeline.h"
@@ -126,16 +125,13 @@ void addIrCommands(CLI::App& app) {
     std::optional<Recipe> recipe;
     if (!model_hardware.empty()) hardware = loadHardwareModel(model_hardware);
     if (!model_recipe.empty()) recipe = loadRecipe(model_recipe);
-    TransformerGraph t = buildModel(o.model, /*initial_values=*/false);  // printed, never run
-    PassContext ctx;
-    buildForwardPipeline()->run(*t.graph, ctx);  // the forward the trainer runs
-    if (!forward_only) appendBackward(*t.graph, t.loss, t.params);
+    // Printed, never run: what the trainer compiles, or (without --compile) what
+    // autodiff makes of the forward the trainer runs.
+    std::optional<TrainingPipelineOptions> pipeline;
+    if (compile)
+      pipeline = trainingPipelineOptions(o, model_profile, recipe ? &*recipe : nullptr, hardware ? &*hardware : nullptr);
+    TransformerGraph t = compileModel(o.model, {.backward = !forward_only, .pipeline = pipeline});
     verify(*t.graph);
-    if (compile) {
-      buildTrainingPipeline(trainingPipelineOptions(o, model_profile, recipe ? &*recipe : nullptr,
-                                                    hardware ? &*hardware : nullptr))
-          ->run(*t.graph, ctx);
-    }
     fmt::print("{}", printGraph(*t.graph));
   });
 

@@ -16,9 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/exceptions.h>
 
 #include "cli/commands.h"
 #include "kernels/cpu_isa.h"
@@ -33,8 +31,7 @@ constexpr int kExitUsage = 2;     // bad input: files, flags, configs
 constexpr int kExitInternal = 3;  // a bug in pgq
 
 std::string versionText() {
-  const dnnl_version_t* v = dnnl_version();
-  return fmt::format("pgq {} (oneDNN {}.{}.{}, CPU {})", PGQ_VERSION_STRING, v->major, v->minor, v->patch,
+  return fmt::format("pgq {} (oneDNN {}, CPU {})", PGQ_VERSION_STRING, pgq::kernels::onednnVersion(),
                      pgq::kernels::int8Caps().describe());
 }
 
@@ -121,8 +118,6 @@ int run(CLI::App& app, int argc, char** argv) {
     while (!message.empty() && message.back() == '\n') message.pop_back();
     return fail(kExitUsage, message);
   } catch (const pgq::Error& e) {
-    return fail(kExitUsage, fmt::format("pgq: error: {}", e.what()));
-  } catch (const YAML::Exception& e) {
     return fail(kExitUsage, fmt::format("pgq: error: {}", e.what()));
   } catch (const pgq::InternalError& e) {
     return fail(kExitInternal, fmt::format("pgq: internal error (please report): {}", e.what()));

@@ -23,28 +23,10 @@
 // `split` annotations over ModelConfig::tensor_parallel devices: wq, wk, wv, w_gate
 // and w_up along their output dim (column-parallel), wo and w_down along their input
 // dim (row-parallel), the embedding and the logits weight along the vocabulary.
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
-
 #include "frontend/model_config.h"
-#include "ir/graph.h"
+#include "frontend/model_graph.h"
 
 namespace pgq {
-
-struct TransformerGraph {
-  std::unique_ptr<Graph> graph;
-  Node* tokens = nullptr;   // input s32[B,T]
-  Node* targets = nullptr;  // input s32[B,T]: tokens shifted by one
-  Node* loss = nullptr;     // f32[] mean cross-entropy
-  std::vector<Node*> params;  // in a stable order (the order of checkpoints)
-  // Imported models only: parameters that are never trained (frozen initializers,
-  // buffers), and the initial value of every parameter and constant by name (from the
-  // model file; built models initialize from each parameter's `init`).
-  std::vector<Node*> constants;
-  std::shared_ptr<const std::map<std::string, std::vector<float>>> values;
-};
 
 TransformerGraph buildTransformer(const ModelConfig& config);
 

@@ -62,4 +62,9 @@ const Int8Caps& int8Caps() {
   return caps;
 }
 
+std::string onednnVersion() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
 }  // namespace pgq::kernels

@@ -28,4 +28,7 @@ const Int8Caps& int8Caps();
 // The capabilities of a CPU with or without VNNI (for tests and hardware models).
 Int8Caps int8CapsFor(bool vnni, std::string isa_name);
 
+// The oneDNN library pgq runs with, "2.6.3" (for `pgq --version`).
+std::string onednnVersion();
+
 }  // namespace pgq::kernels

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/transformer.h"
+#include "frontend/model_graph.h"
 
 namespace pgq {
 
@@ -38,8 +38,8 @@ struct OnnxImportOptions {
   int64_t seq_len = 0;
   // RE2 patterns over initializer names, overriding the default choice of trainable
   // parameters: `frozen` wins over `trainable`.
-  std::string trainable;
-  std::string frozen;
+  std::string trainable = {};
+  std::string frozen = {};
   // Import the forward computation only: the graph's outputs are the model's outputs,
   // no loss is looked for and no input needs to be integer (single-op test models).
   bool forward_only = false;

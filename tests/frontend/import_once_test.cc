@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "frontend/model_config.h"
+#include "frontend/transformer.h"
 #include "ir/printer.h"
 #include "tests/test_util.h"
 

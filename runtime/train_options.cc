@@ -1,0 +1,118 @@
+#include "runtime/train_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ir/quant.h"
+#include "plan/policy.h"
+#include "plan/profile.h"
+#include "runtime/memory_estimate.h"
+#include "support/errors.h"
+#include "support/file_io.h"
+#include "support/option_ranges.h"
+#include "support/quant_format.h"
+
+namespace pgq {
+
+double learningRate(const OptimizerConfig& opt, int64_t step, int64_t total) {
+  if (step < opt.warmup) return opt.lr * static_cast<double>(step + 1) / static_cast<double>(opt.warmup);
+  int64_t decay_steps = std::max<int64_t>(1, total - opt.warmup);
+  double progress = std::min(1.0, static_cast<double>(step - opt.warmup) / static_cast<double>(decay_steps));
+  double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return opt.lr * (opt.min_lr_ratio + (1.0 - opt.min_lr_ratio) * cosine);
+}
+
+void validateOptimizerConfig(const OptimizerConfig& opt) {
+  using namespace ranges;
+  kLr.check(opt.lr);
+  kWarmup.check(opt.warmup);
+  kMinLrRatio.check(opt.min_lr_ratio);
+  kWeightDecay.check(opt.weight_decay);
+  kGradClip.check(opt.grad_clip);
+  kBeta1.check(opt.beta1);
+  kBeta2.check(opt.beta2);
+  kAdamEps.check(opt.eps);
+}
+
+std::string precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
+
+void validateTrainOptions(const TrainOptions& o) {
+  using namespace ranges;
+  kSteps.check(o.steps);
+  kStopAfter.check(o.stop_after);
+  kEvalEvery.check(o.eval_every);
+  kEvalBatches.check(o.eval_batches);
+  kCheckpointEvery.check(o.checkpoint_every);
+  kLogEvery.check(o.log_every);
+  validateOptimizerConfig(o.optimizer);
+  kWarmup.check(o.optimizer.warmup, o.steps);
+  kProfileBits.check(o.profile_bits);
+  for (const std::string& item : o.profile_formats) {
+    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) != std::end(kFormatSchemes)) continue;
+    try {
+      QuantFormat::parse(item);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--profile-formats: '{}' is neither a format scheme ({}) nor a format: {}", item,
+                              fmt::join(kFormatSchemes, ", "), e.what()));
+    }
+  }
+  kProfileAmaxHistory.check(o.profile_amax_history);
+  kProfileSteps.check(o.profile_steps, o.steps);
+  kProfileWarmup.check(o.profile_warmup, o.steps);
+  // Both are at most --steps, itself at most kMaxSteps: the sum cannot overflow.
+  if (o.profile_warmup + o.profile_steps > o.steps)
+    throw Error(fmt::format("--profile-warmup {} + --profile-steps {} exceed --steps {}", o.profile_warmup,
+                            o.profile_steps, o.steps));
+}
+
+void checkEstimatedMemory(const TrainOptions& o) {
+  checkTrainingMemory(o.model, estimateTrainingMemory(o.model, o.eval_batches, o.profile_steps > 0),
+                      availableMemoryBytes());
+}
+
+void checkSessionOptions(const TrainOptions& o) {
+  validateTrainOptions(o);
+  const std::string& config = o.model.source.empty() ? o.model.name : o.model.source;
+  // An imported model is fed bytes: every token id up to 255 must have a row.
+  if (o.model.imported() && o.model.vocab < 256)
+    throw Error(fmt::format("model {}: a vocabulary of {} tokens cannot hold the 256 byte values pgq trains on; "
+                            "export the model with a vocabulary of at least 256",
+                            config, o.model.vocab));
+  if (!o.model.imported() && o.model.tokenizer == TokenizerKind::kBytes && o.model.vocab != 256)
+    throw Error(fmt::format("model {}: field 'vocab' is {}, but tokenizer bytes has exactly 256 tokens; set vocab "
+                            "to 256, or tokenizer to sentencepiece",
+                            config, o.model.vocab));
+  // An imported model has no closed-form estimate; its executors' plans are checked.
+  if (!o.model.imported()) checkEstimatedMemory(o);
+}
+
+void checkProfileOptions(const TrainOptions& o) {
+  try {
+    quantFormatBits(fmt::format("int8:{}:rtn", o.profile_granularity));
+  } catch (const Error&) {
+    throw Error(fmt::format("--profile-granularity: expected tensor, channel or block<N>, got '{}'",
+                            o.profile_granularity));
+  }
+  if (o.profile_steps == 0) {
+    // The flags that say what a profile records mean nothing without one.
+    const char* orphan = !o.profile_formats.empty() ? "--profile-formats"
+                         : o.profile_metrics        ? "--profile-metrics"
+                         : o.profile_outputs        ? "--profile-outputs"
+                                                     : nullptr;
+    if (orphan) throw Error(fmt::format("{} says what a profile records: give --profile-steps N and --profile-out FILE "
+                                        "too",
+                                        orphan));
+  }
+  if (o.profile_steps == 0 && o.profile_out.empty()) return;
+  if (o.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
+  if (o.profile_steps == 0)
+    throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got 0", o.profile_out));
+  // Fail now, not after training, when the profile or the CSV beside it cannot be written.
+  checkFileWithSidecar("--profile-out", o.profile_out, profileCsvPath(o.profile_out));
+}
+
+}  // namespace pgq

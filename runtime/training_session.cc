@@ -1,0 +1,518 @@
+#include "runtime/training_session.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "kernels/cpu_isa.h"
+#include "kernels/optim.h"
+#include "passes/compile.h"
+#include "plan/hardware.h"
+#include "plan/policy.h"
+#include "plan/recipe.h"
+#include "runtime/data_loader.h"
+#include "runtime/memory_estimate.h"
+#include "runtime/mpi.h"
+#include "runtime/param_init.h"
+#include "runtime/profile_collector.h"
+#include "runtime/sharding.h"
+#include "support/errors.h"
+#include "support/quant_format.h"
+#include "pgq_version.h"
+
+namespace pgq {
+
+namespace {
+
+// The output errors measured with --profile-metrics: the integer formats at a width both
+// operands may have on this CPU (without VNNI an 8 x 8-bit int8 GEMM saturates, and the
+// CPU backend refuses it: 7 bits then, the narrower side of what a recipe would run
+// there), round to nearest for every operand and either rounding for gradients; the
+// FP8/MX schemes' formats likewise.
+std::vector<FormatPair> outputPairs(const TrainOptions& o) {
+  const kernels::Int8Caps& caps = kernels::int8Caps();
+  std::vector<FormatPair> pairs;
+  auto add = [&](const std::string& operand, const std::string& gradient) {
+    FormatPair pair{operand, gradient};
+    if (std::find(pairs.begin(), pairs.end(), pair) == pairs.end()) pairs.push_back(std::move(pair));
+  };
+  for (auto [bits, granularity] :
+       {std::pair{o.profile_bits, o.profile_granularity}, std::pair{8, std::string("channel")}}) {
+    const int b = std::min(bits, caps.max_bits_both);
+    add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:rtn", b, granularity));
+    add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:sr", b, granularity));
+  }
+  for (const std::string& item : o.profile_formats) {
+    if (item == "int8" ||
+        std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) == std::end(kFormatSchemes))
+      continue;
+    SchemeFormats rtn = schemeFormats(item, "rtn", "rtn"), sr = schemeFormats(item, "rtn", "sr");
+    add(rtn.operand, rtn.gradient);
+    add(rtn.operand, sr.gradient);
+  }
+  return pairs;
+}
+
+
+}  // namespace
+
+ProfileFormats profileFormats(const TrainOptions& o) {
+  ProfileFormats p;
+  const kernels::Int8Caps& caps = kernels::int8Caps();
+  auto add = [&](int bits, const std::string& granularity) {
+    std::vector<int> widths{std::min(bits, caps.max_bits_one)};
+    if (widths[0] > caps.max_bits_both) widths.push_back(caps.max_bits_both);
+    for (int b : widths) {
+      std::string rtn = fmt::format("int{}:{}:rtn", b, granularity), sr = fmt::format("int{}:{}:sr", b, granularity);
+      if (std::find(p.formats.begin(), p.formats.end(), rtn) == p.formats.end()) {
+        p.formats.push_back(rtn);
+        p.gradient_formats.push_back(sr);
+      }
+    }
+  };
+  add(8, "channel");
+  add(o.profile_bits, o.profile_granularity);
+  auto once = [](std::vector<std::string>& list, const std::string& format) {
+    if (std::find(list.begin(), list.end(), format) == list.end()) list.push_back(format);
+  };
+  for (const std::string& item : o.profile_formats) {
+    if (item == "int8") continue;  // always profiled
+    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) != std::end(kFormatSchemes)) {
+      SchemeFormats rtn = schemeFormats(item, "rtn", "rtn"), sr = schemeFormats(item, "rtn", "sr");
+      once(p.formats, rtn.operand);
+      once(p.gradient_formats, rtn.gradient);
+      once(p.gradient_formats, sr.gradient);
+    } else {
+      once(p.formats, QuantFormat::parse(item).toString());
+    }
+  }
+  p.outputs = o.profile_outputs;
+  if (o.profile_metrics) {
+    p.metrics = true;
+    p.output_pairs = outputPairs(o);
+  }
+  return p;
+}
+
+TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& o, bool instrument, const Recipe* recipe,
+                                                const HardwareModel* hardware) {
+  TrainingPipelineOptions p;
+  p.precision = o.precision;
+  if (instrument) p.profile = profileFormats(o);
+  if (hardware) p.hardware = *hardware;
+  if (recipe) p.recipe = *recipe;
+  p.seed = o.model.seed;
+  return p;
+}
+
+namespace {
+
+// The pipeline of one of the session's graphs: trainingPipelineOptions() of this
+// process's options, averaged over the data-parallel replicas when there are several.
+TrainingPipelineOptions graphPipeline(const TrainOptions& local, bool instrument, const Recipe* recipe,
+                                      const HardwareModel* hardware, bool data_parallel) {
+  TrainingPipelineOptions p = trainingPipelineOptions(local, instrument, recipe, hardware);
+  p.data_parallel = data_parallel;
+  return p;
+}
+
+// This CPU as far as int8 GEMMs go: whatever hardware model a recipe was made for, it
+// trains here, so its formats must run exactly here too. Only the int8 fields are set.
+HardwareModel thisCpu() {
+  const kernels::Int8Caps& caps = kernels::int8Caps();
+  HardwareModel cpu;
+  cpu.name = fmt::format("this CPU ({})", caps.isa_name);
+  cpu.vnni = caps.vnni;
+  cpu.max_bits_one = caps.max_bits_one;
+  cpu.max_bits_both = caps.max_bits_both;
+  // FP8 and MX formats run emulated here (fake_quant + f32 GEMM): every family trains.
+  cpu.formats.assign(std::begin(kFormatFamilies), std::end(kFormatFamilies));
+  return cpu;
+}
+
+const TrainOptions& checkedForSession(const TrainOptions& o) {
+  checkSessionOptions(o);
+  return o;
+}
+
+}  // namespace
+
+// The job this session runs in: the given collectives, or a process of its own.
+struct Job {
+  explicit Job(const TrainOptions& o) {
+    if (!o.collectives) owned = makeLocalCollectives();
+    comm = o.collectives ? o.collectives : owned.get();
+    if (comm->size(DeviceGroup::kTensor) != o.model.tensor_parallel)
+      throw Error(fmt::format("model {}: tensor_parallel is {}, but this job splits the model over {} process(es); "
+                              "run {} ranks per model with mpirun and --tensor-parallel {}",
+                              o.model.source.empty() ? o.model.name : o.model.source, o.model.tensor_parallel,
+                              comm->size(DeviceGroup::kTensor), o.model.tensor_parallel, o.model.tensor_parallel));
+    replicas = comm->size(DeviceGroup::kData);
+    replica = comm->rank(DeviceGroup::kData);
+    if (o.model.batch % replicas != 0)
+      throw Error(fmt::format("model {}: field 'batch' is {}, the global batch, which the {} data-parallel replicas "
+                              "({} ranks / tensor_parallel {}) must share equally",
+                              o.model.source.empty() ? o.model.name : o.model.source, o.model.batch, replicas,
+                              comm->worldSize(), o.model.tensor_parallel));
+    rows = {replica * (o.model.batch / replicas), o.model.batch / replicas};
+  }
+  // The options of this process's graphs: batch / D rows.
+  TrainOptions local(const TrainOptions& o) const {
+    TrainOptions l = o;
+    l.model.batch = o.model.batch / replicas;
+    return l;
+  }
+  std::unique_ptr<Collectives> owned;
+  Collectives* comm = nullptr;
+  int64_t replicas = 1;
+  int64_t replica = 0;
+  RowRange rows;
+};
+
+struct TrainingSession::Impl {
+  explicit Impl(const TrainOptions& options);
+
+  const TrainOptions o;  // checked (checkSessionOptions) before anything else is built
+  Job job;
+  // lr x the AdamW step bound of the last update: how far it moved any weight element
+  // (predicted weight scales add it; 0 before the first update).
+  double weight_step = 0;
+  TrainOptions lo;  // o with this process's share of the batch
+  Corpus corpus;
+  CorpusTokens corpus_tokens;
+  std::optional<Recipe> recipe;
+  std::optional<HardwareModel> hardware;
+  TransformerGraph train;
+  TransformerGraph eval;
+  std::unique_ptr<Executor> train_exec;
+  std::unique_ptr<Executor> eval_exec;
+  // Stage (i): the same training graph with statistics nodes, built on first use.
+  TransformerGraph instrumented;
+  std::unique_ptr<Executor> instrumented_exec;
+  std::unique_ptr<ProfileCollector> collector;
+  // Wall time of the profiled steps after the first (whose kernels run for the first
+  // time), and of the first.
+  double profiled_ms = 0, first_profiled_ms = 0;
+  int64_t profiled_steps = 0;
+  std::vector<Tensor> params, m, v;
+  // Each parameter's split over the tensor-parallel devices (none: whole on each).
+  std::vector<std::optional<ParamSplit>> splits;
+  // An imported model's constants (frozen parameters and buffers), by name.
+  std::vector<std::pair<std::string, Tensor>> constants;
+  Tensor tokens, targets;
+  BatchSampler sampler;
+  // What the memory check of each executor's plan compares: the memory available when
+  // the session started, and the bytes planned so far (parameters, moments, the batch
+  // and the buffers of the executors compiled before).
+  std::optional<double> available_bytes = availableMemoryBytes();
+  double planned_bytes = 0;
+
+  // Options of an executor whose plan is checked against the available memory.
+  ExecutorOptions executorOptions(bool profile);
+  std::unique_ptr<Executor> makeExecutor(const Graph& graph, bool profile) {
+    return std::make_unique<Executor>(graph, executorOptions(profile), makeCpuBackend(job.comm));
+  }
+  void bindParams();
+  void buildInstrumented();
+  void initParameters();
+  double gradNorm(const Executor& exec) const;
+};
+
+TrainingSession::Impl::Impl(const TrainOptions& options)
+    : o(checkedForSession(options)),
+      job(options),
+      lo(job.local(options)),
+      corpus(loadCorpus(options.corpus)),
+      corpus_tokens(corpus, options.model),
+      sampler(corpus_tokens.train(), options.model.batch, options.model.seq_len, options.model.seed, Split::kTrain,
+              job.rows) {
+  if (!o.hardware.empty()) hardware = loadHardwareModel(o.hardware);
+  if (!o.recipe_path.empty()) {
+    // Refuse a recipe for another model or with formats the hardware cannot run now,
+    // naming its file, rather than when the graph is rewritten or the first step runs.
+    recipe = loadRecipe(o.recipe_path);
+    checkRecipeModel(*recipe, o.model.name, o.model.source);
+    if (hardware) checkRecipeRunsExactly(*recipe, *hardware);
+    checkRecipeRunsExactly(*recipe, thisCpu());
+    int emulated = 0;
+    for (const RecipeEntry& e : recipe->entries)
+      emulated += e.decision == Decision::kQuantize && QuantFormat::parse(e.lhs_format).isEmulated();
+    if (emulated > 0 && worldRankOrZero() == 0)
+      spdlog::info("recipe {}: {} entries in FP8/MX formats run emulated on this CPU (quantize -> dequantize -> f32 "
+                   "GEMM): the formats' numerics at f32 speed; the speed on the recipe's hardware ({}) is what pgq "
+                   "recipe --explain estimates",
+                   o.recipe_path, emulated, recipe->hardware.empty() ? "not recorded" : recipe->hardware);
+  }
+  const bool data_parallel = job.replicas > 1;
+  try {
+    train = compileModel(lo.model, {.pipeline = graphPipeline(lo, false, recipe ? &*recipe : nullptr,
+                                                              hardware ? &*hardware : nullptr, data_parallel),
+                                    .initial_values = true});
+  } catch (const Error& e) {
+    if (!data_parallel || !o.model.imported()) throw;
+    throw Error(fmt::format("{}\n(each of the {} data-parallel replicas imports the model for its {} of the {} rows "
+                            "of the global batch; export it with a dynamic batch axis, e.g. scripts/export_onnx.py "
+                            "--dynamic-batch)",
+                            e.what(), job.replicas, lo.model.batch, o.model.batch));
+  }
+  // The forward graph and its loss, bound to the training parameters.
+  eval = compileModel(lo.model, {.backward = false, .pipeline = graphPipeline(lo, false, nullptr, nullptr, data_parallel)});
+  // The parameters, their AdamW moments and the batch, allocated after the executors.
+  auto bytes = [](const Node* n) {
+    return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
+  };
+  for (const Node* p : train.params) planned_bytes += 3 * bytes(p);
+  planned_bytes += 2 * bytes(train.tokens);
+  train_exec = makeExecutor(*train.graph, o.profile_ops);
+  eval_exec = makeExecutor(*eval.graph, false);
+  initParameters();
+  tokens = Tensor(train.tokens->type());
+  // A model whose loss reads only the tokens (an imported logits model) has no targets.
+  targets = Tensor(train.tokens->type());
+  bindParams();
+  train_exec->bind(train.tokens, tokens);
+  eval_exec->bind(eval.tokens, tokens);
+  if (train.targets) train_exec->bind(train.targets, targets);
+  if (eval.targets) eval_exec->bind(eval.targets, targets);
+}
+
+// Every process initializes the whole parameter from the seed (or the imported model's
+// value), takes its part, and then holds what rank 0 holds: a broadcast makes sure even
+// if an imported model's file differed between machines.
+void TrainingSession::Impl::initParameters() {
+  for (Node* p : train.params) {
+    splits.push_back(paramSplit(*p));
+    Tensor whole(globalType(*p));
+    if (splits.back()) {
+      // initParameter checks the tensor against the node's type: give it the global one.
+      Graph scratch;
+      Node* global = scratch.create(Op::kParameter, {}, p->attrs(), globalType(*p), p->name());
+      initParameter(*global, o.model.seed, whole, train.values.get());
+    } else {
+      initParameter(*p, o.model.seed, whole, train.values.get());
+    }
+    if (job.comm->worldSize() > 1) job.comm->broadcast(whole.raw(), static_cast<int64_t>(whole.bytes()), 0);
+    params.push_back(splits.back() ? shardOf(whole, splits.back()->dim, job.comm->rank(DeviceGroup::kTensor),
+                                             splits.back()->devices)
+                                   : std::move(whole));
+    m.emplace_back(p->type());
+    v.emplace_back(p->type());
+  }
+  for (Node* c : train.constants) {
+    constants.emplace_back(c->name(), Tensor(c->type()));
+    initParameter(*c, o.model.seed, constants.back().second, train.values.get());
+  }
+  train.values.reset();  // an imported model's weights: the parameters hold them now
+}
+
+ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
+  ExecutorOptions options;
+  options.profile = profile;
+  options.before_allocation = [this](const MemoryStats& planned) {
+    planned_bytes += static_cast<double>(planned.arena_bytes + planned.persistent_bytes);
+    checkPlannedMemory(o.model, planned_bytes, available_bytes);
+  };
+  return options;
+}
+
+void TrainingSession::Impl::bindParams() {
+  for (size_t i = 0; i < train.params.size(); ++i) {
+    train_exec->bind(train.params[i], params[i]);
+    eval_exec->bind(train.params[i]->name(), params[i]);
+    if (instrumented_exec) instrumented_exec->bind(train.params[i]->name(), params[i]);
+  }
+  for (auto& [name, tensor] : constants) {
+    train_exec->bind(name, tensor);
+    eval_exec->bind(name, tensor);
+    if (instrumented_exec) instrumented_exec->bind(name, tensor);
+  }
+}
+
+void TrainingSession::Impl::buildInstrumented() {
+  // Its parameters are bound to the training graph's tensors.
+  instrumented = compileModel(lo.model, {.pipeline = graphPipeline(lo, true, nullptr, nullptr, job.replicas > 1)});
+  instrumented_exec = makeExecutor(*instrumented.graph, o.profile_ops);
+  instrumented_exec->bind(instrumented.tokens, tokens);
+  if (instrumented.targets) instrumented_exec->bind(instrumented.targets, targets);
+  collector = std::make_unique<ProfileCollector>(*instrumented.graph, o.profile_amax_history);
+  bindParams();
+}
+
+// The gradients are already averaged over the replicas; a split parameter's squares
+// are summed over the tensor-parallel devices, a whole one's counted once.
+double TrainingSession::Impl::gradNorm(const Executor& exec) const {
+  double split_sum = 0, whole_sum = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::span<const float> g = exec.output<float>(i + 1);
+    const double squares = kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
+    (splits[i] ? split_sum : whole_sum) += squares;
+    if (spdlog::should_log(spdlog::level::trace))
+      spdlog::trace("gradient of {}: sum of squares {} ({})", train.params[i]->name(), squares,
+                 splits[i] ? "this device's part" : "whole");
+  }
+  if (job.comm->size(DeviceGroup::kTensor) > 1) job.comm->allReduceSum(&split_sum, 1, DeviceGroup::kTensor);
+  return std::sqrt(split_sum + whole_sum);
+}
+
+TrainingSession::TrainingSession(const TrainOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+TrainingSession::~TrainingSession() = default;
+
+const Corpus& TrainingSession::corpus() const { return impl_->corpus; }
+const CorpusTokens& TrainingSession::corpusTokens() const { return impl_->corpus_tokens; }
+std::string TrainingSession::recipeName() const { return impl_->recipe ? impl_->recipe->name : std::string(); }
+const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
+Executor& TrainingSession::executor() { return *impl_->train_exec; }
+double TrainingSession::plannedBytes() const { return impl_->planned_bytes; }
+
+Executor& TrainingSession::instrumentedExecutor() {
+  if (!impl_->instrumented_exec) impl_->buildInstrumented();
+  return *impl_->instrumented_exec;
+}
+
+const Executor* TrainingSession::instrumentedExecutorIfBuilt() const { return impl_->instrumented_exec.get(); }
+
+Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) const {
+  const Impl& s = *impl_;
+  PGQ_ASSERT(s.collector && s.collector->steps() > 0, "no profiled steps");
+  ProfileRun run;
+  run.model = s.o.model.name;
+  run.model_config = s.o.model.toYaml();
+  run.corpus = s.corpus.source;
+  run.corpus_fingerprint = fmt::format("{:016x}", s.corpus.fingerprint);
+  run.seed = s.o.model.seed;
+  run.warmup_steps = s.o.profile_warmup;
+  run.threads = omp_get_max_threads();
+  run.precision = precisionName(s.o.precision);
+  run.pgq_version = PGQ_VERSION_STRING;
+  run.cpu_isa = kernels::int8Caps().isa_name;
+  run.vnni = kernels::int8Caps().vnni;
+  ProfileFormats formats = profileFormats(s.o);
+  run.formats = formats.formats;
+  run.gradient_formats = formats.gradient_formats;
+  run.step_ms = plain_step_ms;
+  run.metrics = s.o.profile_metrics;
+  run.metrics_step_ms = s.profiled_steps > 1 ? s.profiled_ms / static_cast<double>(s.profiled_steps - 1)
+                                             : s.first_profiled_ms;
+  return s.collector->profile(std::move(run), this_process_only ? nullptr : s.job.comm);
+}
+
+StepRecord TrainingSession::step(int64_t step, bool profile) {
+  Impl& s = *impl_;
+  Executor& exec = profile ? instrumentedExecutor() : *s.train_exec;
+  auto start = std::chrono::steady_clock::now();
+  s.sampler.sample(step, s.tokens, s.targets);
+  exec.run(step, s.weight_step);
+  double loss = exec.outputScalar(0);
+  double norm = s.gradNorm(exec);
+  if (!std::isfinite(loss) || !std::isfinite(norm))
+    throw Error(fmt::format("step {}: the training {} is {}", step + 1,
+                            std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss));
+  const OptimizerConfig& opt = s.o.optimizer;
+  double lr = learningRate(opt, step, s.o.steps);
+  float scale = 1.0f;
+  if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = static_cast<float>(opt.grad_clip / norm);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    kernels::AdamWParams p;
+    p.lr = static_cast<float>(lr);
+    p.beta1 = static_cast<float>(opt.beta1);
+    p.beta2 = static_cast<float>(opt.beta2);
+    p.eps = static_cast<float>(opt.eps);
+    // Decay matrices only (GPT-2 practice): not norm gains.
+    p.weight_decay = s.params[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
+    p.step = step + 1;
+    std::span<const float> g = exec.output<float>(i + 1);
+    kernels::adamwUpdate(s.params[i].data<float>(), g.data(), s.m[i].data<float>(), s.v[i].data<float>(),
+                         s.params[i].numElements(), p, scale);
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  // The update just applied moved each weight element by at most about lr (exactly: lr
+  // x adamUpdateBound): what the profile's predicted weight scales add to this step's
+  // absmax to predict the next one's.
+  s.weight_step = lr * adamUpdateBound(opt.beta1, opt.beta2, step + 1);
+  if (profile) {
+    s.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
+    if (s.profiled_steps++ == 0) s.first_profiled_ms = ms;
+    else s.profiled_ms += ms;
+  }
+  StepRecord record;
+  record.step = step + 1;
+  record.loss = loss;
+  record.lr = lr;
+  record.grad_norm = norm;
+  record.step_ms = ms;
+  return record;
+}
+
+Evaluation TrainingSession::evaluate() {
+  Impl& s = *impl_;
+  BatchSampler val(s.corpus_tokens.val(), s.o.model.batch, s.o.model.seq_len, s.o.model.seed, Split::kVal,
+                   s.job.rows);
+  EvalBatches batches = val.evalBatches(s.o.eval_batches);
+  const std::vector<uint32_t>& piece_bytes = s.corpus_tokens.tokenizer().pieceBytes();
+  double loss_sum = 0, nats = 0, bytes = 0;
+  for (int64_t i = 0; i < batches.size(); ++i) {
+    batches.fill(i, s.tokens, s.targets);
+    s.eval_exec->run();
+    // The mean over the whole batch's targets (averaged over the replicas in the graph);
+    // times their count, their sum.
+    double loss = s.eval_exec->outputScalar(0);
+    loss_sum += loss;
+    nats += loss * static_cast<double>(s.targets.numElements() * s.job.replicas);
+    for (int32_t target : std::span<const int32_t>(s.targets.data<int32_t>(), s.targets.numElements()))
+      bytes += piece_bytes[static_cast<size_t>(target)];
+  }
+  if (s.job.replicas > 1) s.job.comm->allReduceSum(&bytes, 1, DeviceGroup::kData);
+  return {loss_sum / static_cast<double>(batches.size()), nats / std::numbers::ln2 / bytes};
+}
+
+std::vector<std::pair<std::string, TensorType>> TrainingSession::stateTypes() const {
+  std::vector<std::pair<std::string, TensorType>> types;
+  for (const Node* p : impl_->train.params) {
+    types.emplace_back(p->name(), globalType(*p));
+    types.emplace_back("adam_m/" + p->name(), globalType(*p));
+    types.emplace_back("adam_v/" + p->name(), globalType(*p));
+  }
+  return types;
+}
+
+std::vector<std::pair<std::string, Tensor>> TrainingSession::state() const {
+  const Impl& s = *impl_;
+  std::vector<std::pair<std::string, Tensor>> out;
+  // The whole tensors: a split one is gathered from the tensor-parallel devices.
+  auto whole = [&](size_t i, const Tensor& t) {
+    return s.splits[i] ? gatherShards(t, s.splits[i]->dim, *s.job.comm) : t.clone();
+  };
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const std::string& name = s.train.params[i]->name();
+    out.emplace_back(name, whole(i, s.params[i]));
+    out.emplace_back("adam_m/" + name, whole(i, s.m[i]));
+    out.emplace_back("adam_v/" + name, whole(i, s.v[i]));
+  }
+  return out;
+}
+
+void TrainingSession::loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source) {
+  Impl& s = *impl_;
+  std::vector<std::pair<std::string, TensorType>> types = stateTypes();
+  PGQ_ASSERT(tensors.size() == types.size(), "{}: {} state tensors, expected {}", source, tensors.size(),
+             types.size());
+  // Whole tensors in, this device's parts kept.
+  const int64_t rank = s.job.comm->rank(DeviceGroup::kTensor);
+  auto part = [&](size_t i, Tensor& t) {
+    return s.splits[i] ? shardOf(t, s.splits[i]->dim, rank, s.splits[i]->devices) : std::move(t);
+  };
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.params[i] = part(i, tensors[3 * i].second);
+    s.m[i] = part(i, tensors[3 * i + 1].second);
+    s.v[i] = part(i, tensors[3 * i + 2].second);
+  }
+  s.bindParams();
+}
+
+}  // namespace pgq

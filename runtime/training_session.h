@@ -1,0 +1,103 @@
+#pragma once
+// A training session: the corpus, the training and evaluation graphs (and stage (i)'s
+// instrumented one) with their executors, the parameters and AdamW moments, over one
+// process or an MPI job. train() (runtime/trainer.h) drives it with metrics,
+// checkpoints and a progress bar; benchmarks call step() directly.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frontend/model_graph.h"
+#include "passes/training_pipeline.h"
+#include "plan/profile.h"
+#include "runtime/corpus.h"
+#include "runtime/corpus_tokens.h"
+#include "runtime/executor.h"
+#include "runtime/train_options.h"
+
+namespace pgq {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0;
+  std::optional<double> val_loss;
+  std::optional<double> val_bpb;  // bits per byte, measured with val_loss
+  double lr = 0;
+  double grad_norm = 0;
+  double step_ms = 0;
+};
+
+// The formats stage (i) profiles on this CPU: the int8 per-channel formats that run
+// exactly (the 7-bit variant too without VNNI), plus the same for the requested bits
+// and granularity; round-to-nearest for every operand and stochastic rounding for
+// gradients. With profile_metrics, the output errors' format pairs (operand, gradient):
+// for the requested bits and granularity, and for int8 per channel, at the width both
+// operands may have on this CPU (7 bits without VNNI), (rtn, rtn) and (rtn, sr); for
+// each FP8/MX scheme of profile_formats its operand format with its gradient format in
+// either rounding.
+ProfileFormats profileFormats(const TrainOptions& options);
+
+// The training pipeline (passes/training_pipeline.h) of a run with `options`:
+// `instrument` adds stage (i)'s statistics nodes in profileFormats(options), a recipe
+// stage (iii)'s int8 rewrite, a hardware model the roofline estimates.
+TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& options, bool instrument,
+                                                const Recipe* recipe = nullptr,
+                                                const HardwareModel* hardware = nullptr);
+
+// One evaluation over the fixed validation batches. Bits per byte: the targets' summed
+// loss in bits over the bytes of text those targets stand for (Tokenizer::pieceBytes),
+// which compares models with different tokenizers; loss / ln 2 for a byte-level model.
+struct Evaluation {
+  double loss = 0;           // mean loss per token (nats)
+  double bits_per_byte = 0;
+};
+
+// The state of a training run that is not about bookkeeping: the corpus, the
+// training and evaluation graphs with their executors, parameters and AdamW moments.
+// train() drives it with metrics, checkpoints and a progress bar; benchmarks call
+// step() directly.
+class TrainingSession {
+ public:
+  // Checks the options and the model's estimated memory, loads and checks the corpus,
+  // builds and compiles both graphs (refusing a memory plan larger than the memory
+  // available, before allocating it), initializes the parameters from the model seed.
+  explicit TrainingSession(const TrainOptions& options);
+  ~TrainingSession();
+
+  // One optimizer step: sample batch `step` (0-based), forward, backward, clip, AdamW.
+  // With `profile`, the step runs the instrumented graph and its statistics are
+  // collected (the numerics are the same). Throws pgq::Error when the loss or
+  // gradient norm is not finite (before touching the parameters).
+  StepRecord step(int64_t step, bool profile = false);
+  // The profile of the steps run with profile = true so far; `plain_step_ms` is the
+  // measured time of an uninstrumented step (0 when unknown). In a job of several
+  // processes every one calls it and gets all their statistics, unless
+  // `this_process_only` (then it is local).
+  Profile profile(double plain_step_ms = 0, bool this_process_only = false) const;
+  Executor& instrumentedExecutor();
+  // The instrumented executor if a profiled step built it, else null.
+  const Executor* instrumentedExecutorIfBuilt() const;
+  Evaluation evaluate();
+
+  const Corpus& corpus() const;
+  const CorpusTokens& corpusTokens() const;
+  std::string recipeName() const;  // empty without a recipe
+  const TransformerGraph& trainingGraph() const;
+  Executor& executor();
+  // Parameters and moments as named tensors (checkpoint order), and back.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  void loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source);
+  std::vector<std::pair<std::string, TensorType>> stateTypes() const;
+  // Bytes the session holds: parameters, AdamW moments, the batch and the buffers of its
+  // executors (what the memory check compared with the available memory).
+  double plannedBytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pgq
