@@ -90,6 +90,10 @@ class Experiment {
   // Phase 3: one fine-tuning run; `recipe` empty for the f32 continuation.
   RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps,
                       bool adversarial = false);
+  // Phases 2-3 of each protocol, and the report.
+  ExperimentResult runRecipes();
+  ExperimentResult runSearch();
+  ExperimentResult runOrderings();
   void search(const Profile& profile, const HardwareModel& hw);
   // Fig. 2: the orderings' speed-vs-loss curves (app/orderings.h).
   std::string orderings(const Profile& profile, const HardwareModel& hw);
@@ -161,13 +165,13 @@ void Experiment::validate() const {
   if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), o_.scheme) == std::end(kFormatSchemes))
     throw Error(fmt::format("--scheme: unknown format scheme '{}' (expected one of {})", o_.scheme,
                             fmt::join(kFormatSchemes, ", ")));
-  if (((o_.metric && *o_.metric != Metric::kSqnr) || o_.orderings || !o_.ordering_metrics.empty()) &&
+  const bool orderings = o_.protocol == ExperimentProtocol::kOrderings;
+  if (((o_.metric && *o_.metric != Metric::kSqnr) || orderings || !o_.ordering_metrics.empty()) &&
       !o_.profile_metrics)
     throw Error(fmt::format("--metric {} and --orderings need the statistics of the metrics beyond SQNR: drop "
                             "--no-profile-metrics",
                             nameOf(o_.metric.value_or(Metric::kSqnr))));
-  if (o_.orderings) {
-    if (o_.search) throw Error("--orderings and --search conflict: each chooses its own runs");
+  if (orderings) {
     if (o_.random_orderings < 1 || o_.random_orderings > 100)
       throw Error(fmt::format("--random-orderings must be in [1, 100], got {}", o_.random_orderings));
     if (o_.pareto_steps != 0 && (o_.pareto_steps < 2 || o_.pareto_steps > o_.finetune_steps))
@@ -605,24 +609,47 @@ ExperimentResult Experiment::run() {
   // Held for the whole experiment; its training runs lock their own subdirectories.
   RunDirLock lock(o_.out_dir);
   recordOptions();
-  int n_recipes = 3 + 2 * static_cast<int>(o_.fractions.size()) + static_cast<int>(o_.extra_policies.size());
-  phases_ = 1 + (o_.search ? 8 : 1 + n_recipes);
-  if (o_.orderings) phases_ = 1;  // counted once the candidates are known
-  steps_left_ = (o_.from_checkpoint.empty() ? o_.baseline_steps : o_.profile_steps) +
-                (o_.search ? 8 * o_.trial_steps : (1 + n_recipes) * o_.finetune_steps);
+  const int n_recipes = 3 + 2 * static_cast<int>(o_.fractions.size()) + static_cast<int>(o_.extra_policies.size());
+  const int64_t baseline_steps = o_.from_checkpoint.empty() ? o_.baseline_steps : o_.profile_steps;
+  switch (o_.protocol) {
+    case ExperimentProtocol::kRecipes:
+      phases_ = 2 + n_recipes;
+      steps_left_ = baseline_steps + (1 + n_recipes) * o_.finetune_steps;
+      break;
+    case ExperimentProtocol::kSearch:
+      phases_ = 9;
+      steps_left_ = baseline_steps + 8 * o_.trial_steps;
+      break;
+    case ExperimentProtocol::kOrderings:
+      phases_ = 1;  // counted once the candidates are known
+      steps_left_ = baseline_steps + (1 + n_recipes) * o_.finetune_steps;
+      break;
+  }
   baseline();
+  switch (o_.protocol) {
+    case ExperimentProtocol::kRecipes: return runRecipes();
+    case ExperimentProtocol::kSearch: return runSearch();
+    case ExperimentProtocol::kOrderings: return runOrderings();
+  }
+  throw InternalError("unknown experiment protocol");
+}
+
+ExperimentResult Experiment::runOrderings() {
   ExperimentResult result;
-  if (o_.orderings) {
-    result.report_path = orderings(profile(), loadHardwareModel(o_.hardware));
-    double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-    fmt::print(stderr, "\norderings done in {}\n", durationText(elapsed));
-    return result;
-  }
-  if (o_.search) {
-    search(profile(), loadHardwareModel(o_.hardware));
-    result.report_path = (fs::path(o_.out_dir) / "SEARCH.md").string();
-    return result;
-  }
+  result.report_path = orderings(profile(), loadHardwareModel(o_.hardware));
+  double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  fmt::print(stderr, "\norderings done in {}\n", durationText(elapsed));
+  return result;
+}
+
+ExperimentResult Experiment::runSearch() {
+  search(profile(), loadHardwareModel(o_.hardware));
+  ExperimentResult result;
+  result.report_path = (fs::path(o_.out_dir) / "SEARCH.md").string();
+  return result;
+}
+
+ExperimentResult Experiment::runRecipes() {
   std::vector<RecipeRun> recipes = makeRecipes();
   phases_ = phase_ + 1 + static_cast<int>(recipes.size());
   std::vector<RunSummary> runs;
@@ -643,7 +670,7 @@ ExperimentResult Experiment::run() {
   const Metric metric = o_.metric.value_or(defaultMetric(profile()));
   in.metric = metric == Metric::kSqnr ? "SQNR" : std::string(nameOf(metric));
   in.runs = runs;
-  result = writeExperimentReport(in);
+  ExperimentResult result = writeExperimentReport(in);
   double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   fmt::print(stderr, "\nexperiment done in {}\n", durationText(elapsed));
   return result;

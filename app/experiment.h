@@ -17,10 +17,12 @@
 // started again (an interrupted run resumes from its last checkpoint); the report is
 // written from those files only.
 //
-// With `search`, phase 2-3 is replaced by a threshold search: from the paper's priors
+// The protocol (ExperimentProtocol) says what phases 2-3 compare. kRecipes: the above.
+// kSearch: a threshold search instead: from the paper's priors
 // (forward SQNR 20, backward 1) the backward then the forward threshold are bisected
 // over the SQNR values of the profile with short trial runs, to find the fastest
-// recipe whose loss stays within `loss_budget` of the f32 baseline.
+// recipe whose loss stays within `loss_budget` of the f32 baseline. kOrderings: Fig. 2,
+// the candidates cut at several points in the orders of every metric (app/orderings.h).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,6 +32,13 @@
 #include "runtime/trainer.h"
 
 namespace pgq {
+
+// What an experiment compares after its baseline and profile.
+enum class ExperimentProtocol {
+  kRecipes,    // the standard and adversarial recipes, and extra policies (Table I)
+  kSearch,     // the fastest thresholds within a loss budget (--search)
+  kOrderings,  // every metric's ordering of the candidates, cut at several points (--orderings)
+};
 
 struct ExperimentOptions {
   ModelConfig model;
@@ -69,20 +78,20 @@ struct ExperimentOptions {
   // sets it unless --no-profile-metrics.
   bool profile_metrics = false;
 
-  // Orderings (Fig. 2, app/orderings.h) instead of the fixed recipes: the candidates of
+  ExperimentProtocol protocol = ExperimentProtocol::kRecipes;
+  // kOrderings (Fig. 2, app/orderings.h): the candidates of
   // `ordering_direction` (bwd | fwd; the other direction stays f32) cut at each point
   // (fractions of the candidates, and all of them) in every metric's order (those
   // listed; empty: all the profile can give), the adversarial one, `random_orderings`
   // random ones, and with pareto_steps > 0 a Pareto estimate from runs of that many steps
   // quantizing one candidate each.
-  bool orderings = false;
   std::string ordering_direction = "bwd";
   std::vector<double> ordering_points = {0.25, 0.5, 0.75};
   std::vector<Metric> ordering_metrics;
   int64_t random_orderings = 5;
   int64_t pareto_steps = 0;
 
-  bool search = false;
+  // kSearch:
   double loss_budget = 0.01;    // relative to the baseline's loss
   int64_t trial_steps = 60;
 };

@@ -73,7 +73,8 @@ void addExperimentCommand(CLI::App& app) {
   addNumber(cmd, ranges::kSeed, seed,
             "Seed of the profiled and fine-tuning runs' data order and rounding (default: the model config's): a "
             "second seed of the same experiment from the same --from-checkpoint");
-  cmd->add_flag("--search", o.search, "Search the forward/backward SQNR thresholds instead of the fixed recipes");
+  static bool search = false, orderings = false;
+  cmd->add_flag("--search", search, "Search the forward/backward SQNR thresholds instead of the fixed recipes");
   addNumber(cmd, ranges::kLossBudget, loss_budget,
             "--search (required there): allowed loss increase over f32, e.g. 0.01 for 1%");
   addNumber(cmd, ranges::kTrialSteps, trial_steps,
@@ -90,7 +91,7 @@ void addExperimentCommand(CLI::App& app) {
   cmd->add_flag("--no-profile-metrics", no_profile_metrics,
                 "The profile logs SQNR only (profiled steps 2-5x cheaper; the thresholds then compare SQNR)")
       ->excludes(with_metrics);
-  cmd->add_flag("--orderings", o.orderings,
+  cmd->add_flag("--orderings", orderings,
                 "Fig. 2: instead of the fixed recipes, cut several orderings of the candidates (every metric, "
                 "adversarial, random, Pareto estimate) at the same counts, fine-tune each cut, and write "
                 "orderings.md and fig2.png with each ordering's area");
@@ -124,9 +125,13 @@ void addExperimentCommand(CLI::App& app) {
     o.finetune_steps = finetune_steps.value_or(paper ? 80 : full ? 300 : 60);
     if (trial_steps) o.trial_steps = *trial_steps;
     o.optimizer.warmup = std::min<int64_t>(100, std::max<int64_t>(1, o.baseline_steps / 5));
-    if (!o.search && (loss_budget || trial_steps))
+    if (search && orderings) throw Error("--orderings and --search conflict: each chooses its own runs");
+    o.protocol = search      ? ExperimentProtocol::kSearch
+                 : orderings ? ExperimentProtocol::kOrderings
+                             : ExperimentProtocol::kRecipes;
+    if (!search && (loss_budget || trial_steps))
       throw Error("--loss-budget and --trial-steps only apply with --search");
-    if (o.search) {
+    if (search) {
       if (!loss_budget) throw Error("--search needs --loss-budget (e.g. 0.01 for 1%)");
       if (!fractions.empty() || !o.extra_policies.empty())
         throw Error("--fractions and --policy choose the fixed recipes; --search chooses its own");
@@ -146,11 +151,11 @@ void addExperimentCommand(CLI::App& app) {
       std::stringstream in(ordering_metrics);
       for (std::string m; std::getline(in, m, ',');) o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));
     }
-    if (!o.orderings && (!points.empty() || !ordering_metrics.empty() || cmd->count("--random-orderings") ||
+    if (!orderings && (!points.empty() || !ordering_metrics.empty() || cmd->count("--random-orderings") ||
                          cmd->count("--pareto-steps") || cmd->count("--ordering-direction")))
       throw Error("--points, --ordering-metrics, --random-orderings, --pareto-steps and --ordering-direction only "
                   "apply with --orderings");
-    if (o.orderings && o.random_orderings <= 0)
+    if (orderings && o.random_orderings <= 0)
       throw Error(fmt::format("--random-orderings must be >= 1, got {}", o.random_orderings));
     if (!points.empty()) {
       o.ordering_points.clear();

@@ -192,26 +192,34 @@ struct TrainingSession::Impl {
   TransformerGraph eval;
   std::unique_ptr<Executor> train_exec;
   std::unique_ptr<Executor> eval_exec;
-  // Stage (i): the same training graph with statistics nodes, built on first use.
-  TransformerGraph instrumented;
-  std::unique_ptr<Executor> instrumented_exec;
-  std::unique_ptr<ProfileCollector> collector;
-  // Wall time of the profiled steps after the first (whose kernels run for the first
-  // time), and of the first.
-  double profiled_ms = 0, first_profiled_ms = 0;
-  int64_t profiled_steps = 0;
-  std::vector<Tensor> params, m, v;
-  // Each parameter's split over the tensor-parallel devices (none: whole on each).
-  std::vector<std::optional<ParamSplit>> splits;
-  // An imported model's constants (frozen parameters and buffers), by name.
-  std::vector<std::pair<std::string, Tensor>> constants;
+  // Stage (i): the same training graph with statistics nodes, built on first use, and
+  // what its steps collected.
+  struct Profiling {
+    TransformerGraph graph;
+    std::unique_ptr<Executor> exec;
+    std::unique_ptr<ProfileCollector> collector;
+    // Wall time of the profiled steps after the first (whose kernels run for the first
+    // time), and of the first.
+    double ms = 0, first_ms = 0;
+    int64_t steps = 0;
+  } profiling;
+  // What training changes: this device's part of each parameter with its AdamW moments.
+  struct Parameters {
+    std::vector<Tensor> values, m, v;
+    // Each parameter's split over the tensor-parallel devices (none: whole on each).
+    std::vector<std::optional<ParamSplit>> splits;
+    // An imported model's constants (frozen parameters and buffers), by name.
+    std::vector<std::pair<std::string, Tensor>> constants;
+  } state;
   Tensor tokens, targets;
   BatchSampler sampler;
   // What the memory check of each executor's plan compares: the memory available when
   // the session started, and the bytes planned so far (parameters, moments, the batch
   // and the buffers of the executors compiled before).
-  std::optional<double> available_bytes = availableMemoryBytes();
-  double planned_bytes = 0;
+  struct MemoryBudget {
+    std::optional<double> available = availableMemoryBytes();
+    double planned = 0;
+  } memory;
 
   // Options of an executor whose plan is checked against the available memory.
   ExecutorOptions executorOptions(bool profile);
@@ -262,13 +270,14 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
                             e.what(), job.replicas, lo.model.batch, o.model.batch));
   }
   // The forward graph and its loss, bound to the training parameters.
-  eval = compileModel(lo.model, {.backward = false, .pipeline = graphPipeline(lo, false, nullptr, nullptr, data_parallel)});
+  eval = compileModel(lo.model,
+                      {.backward = false, .pipeline = graphPipeline(lo, false, nullptr, nullptr, data_parallel)});
   // The parameters, their AdamW moments and the batch, allocated after the executors.
   auto bytes = [](const Node* n) {
     return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
   };
-  for (const Node* p : train.params) planned_bytes += 3 * bytes(p);
-  planned_bytes += 2 * bytes(train.tokens);
+  for (const Node* p : train.params) memory.planned += 3 * bytes(p);
+  memory.planned += 2 * bytes(train.tokens);
   train_exec = makeExecutor(*train.graph, o.profile_ops);
   eval_exec = makeExecutor(*eval.graph, false);
   initParameters();
@@ -287,9 +296,9 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
 // if an imported model's file differed between machines.
 void TrainingSession::Impl::initParameters() {
   for (Node* p : train.params) {
-    splits.push_back(paramSplit(*p));
+    state.splits.push_back(paramSplit(*p));
     Tensor whole(globalType(*p));
-    if (splits.back()) {
+    if (state.splits.back()) {
       // initParameter checks the tensor against the node's type: give it the global one.
       Graph scratch;
       Node* global = scratch.create(Op::kParameter, {}, p->attrs(), globalType(*p), p->name());
@@ -298,15 +307,15 @@ void TrainingSession::Impl::initParameters() {
       initParameter(*p, o.model.seed, whole, train.values.get());
     }
     if (job.comm->worldSize() > 1) job.comm->broadcast(whole.raw(), static_cast<int64_t>(whole.bytes()), 0);
-    params.push_back(splits.back() ? shardOf(whole, splits.back()->dim, job.comm->rank(DeviceGroup::kTensor),
-                                             splits.back()->devices)
-                                   : std::move(whole));
-    m.emplace_back(p->type());
-    v.emplace_back(p->type());
+    const std::optional<ParamSplit>& split = state.splits.back();
+    state.values.push_back(split ? shardOf(whole, split->dim, job.comm->rank(DeviceGroup::kTensor), split->devices)
+                                 : std::move(whole));
+    state.m.emplace_back(p->type());
+    state.v.emplace_back(p->type());
   }
   for (Node* c : train.constants) {
-    constants.emplace_back(c->name(), Tensor(c->type()));
-    initParameter(*c, o.model.seed, constants.back().second, train.values.get());
+    state.constants.emplace_back(c->name(), Tensor(c->type()));
+    initParameter(*c, o.model.seed, state.constants.back().second, train.values.get());
   }
   train.values.reset();  // an imported model's weights: the parameters hold them now
 }
@@ -315,32 +324,32 @@ ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
   ExecutorOptions options;
   options.profile = profile;
   options.before_allocation = [this](const MemoryStats& planned) {
-    planned_bytes += static_cast<double>(planned.arena_bytes + planned.persistent_bytes);
-    checkPlannedMemory(o.model, planned_bytes, available_bytes);
+    memory.planned += static_cast<double>(planned.arena_bytes + planned.persistent_bytes);
+    checkPlannedMemory(o.model, memory.planned, memory.available);
   };
   return options;
 }
 
 void TrainingSession::Impl::bindParams() {
   for (size_t i = 0; i < train.params.size(); ++i) {
-    train_exec->bind(train.params[i], params[i]);
-    eval_exec->bind(train.params[i]->name(), params[i]);
-    if (instrumented_exec) instrumented_exec->bind(train.params[i]->name(), params[i]);
+    train_exec->bind(train.params[i], state.values[i]);
+    eval_exec->bind(train.params[i]->name(), state.values[i]);
+    if (profiling.exec) profiling.exec->bind(train.params[i]->name(), state.values[i]);
   }
-  for (auto& [name, tensor] : constants) {
+  for (auto& [name, tensor] : state.constants) {
     train_exec->bind(name, tensor);
     eval_exec->bind(name, tensor);
-    if (instrumented_exec) instrumented_exec->bind(name, tensor);
+    if (profiling.exec) profiling.exec->bind(name, tensor);
   }
 }
 
 void TrainingSession::Impl::buildInstrumented() {
   // Its parameters are bound to the training graph's tensors.
-  instrumented = compileModel(lo.model, {.pipeline = graphPipeline(lo, true, nullptr, nullptr, job.replicas > 1)});
-  instrumented_exec = makeExecutor(*instrumented.graph, o.profile_ops);
-  instrumented_exec->bind(instrumented.tokens, tokens);
-  if (instrumented.targets) instrumented_exec->bind(instrumented.targets, targets);
-  collector = std::make_unique<ProfileCollector>(*instrumented.graph, o.profile_amax_history);
+  profiling.graph = compileModel(lo.model, {.pipeline = graphPipeline(lo, true, nullptr, nullptr, job.replicas > 1)});
+  profiling.exec = makeExecutor(*profiling.graph.graph, o.profile_ops);
+  profiling.exec->bind(profiling.graph.tokens, tokens);
+  if (profiling.graph.targets) profiling.exec->bind(profiling.graph.targets, targets);
+  profiling.collector = std::make_unique<ProfileCollector>(*profiling.graph.graph, o.profile_amax_history);
   bindParams();
 }
 
@@ -348,13 +357,13 @@ void TrainingSession::Impl::buildInstrumented() {
 // are summed over the tensor-parallel devices, a whole one's counted once.
 double TrainingSession::Impl::gradNorm(const Executor& exec) const {
   double split_sum = 0, whole_sum = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < state.values.size(); ++i) {
     std::span<const float> g = exec.output<float>(i + 1);
     const double squares = kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
-    (splits[i] ? split_sum : whole_sum) += squares;
+    (state.splits[i] ? split_sum : whole_sum) += squares;
     if (spdlog::should_log(spdlog::level::trace))
       spdlog::trace("gradient of {}: sum of squares {} ({})", train.params[i]->name(), squares,
-                 splits[i] ? "this device's part" : "whole");
+                 state.splits[i] ? "this device's part" : "whole");
   }
   if (job.comm->size(DeviceGroup::kTensor) > 1) job.comm->allReduceSum(&split_sum, 1, DeviceGroup::kTensor);
   return std::sqrt(split_sum + whole_sum);
@@ -368,18 +377,18 @@ const CorpusTokens& TrainingSession::corpusTokens() const { return impl_->corpus
 std::string TrainingSession::recipeName() const { return impl_->recipe ? impl_->recipe->name : std::string(); }
 const TransformerGraph& TrainingSession::trainingGraph() const { return impl_->train; }
 Executor& TrainingSession::executor() { return *impl_->train_exec; }
-double TrainingSession::plannedBytes() const { return impl_->planned_bytes; }
+double TrainingSession::plannedBytes() const { return impl_->memory.planned; }
 
 Executor& TrainingSession::instrumentedExecutor() {
-  if (!impl_->instrumented_exec) impl_->buildInstrumented();
-  return *impl_->instrumented_exec;
+  if (!impl_->profiling.exec) impl_->buildInstrumented();
+  return *impl_->profiling.exec;
 }
 
-const Executor* TrainingSession::instrumentedExecutorIfBuilt() const { return impl_->instrumented_exec.get(); }
+const Executor* TrainingSession::instrumentedExecutorIfBuilt() const { return impl_->profiling.exec.get(); }
 
 Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) const {
   const Impl& s = *impl_;
-  PGQ_ASSERT(s.collector && s.collector->steps() > 0, "no profiled steps");
+  PGQ_ASSERT(s.profiling.collector && s.profiling.collector->steps() > 0, "no profiled steps");
   ProfileRun run;
   run.model = s.o.model.name;
   run.model_config = s.o.model.toYaml();
@@ -397,9 +406,9 @@ Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) c
   run.gradient_formats = formats.gradient_formats;
   run.step_ms = plain_step_ms;
   run.metrics = s.o.profile_metrics;
-  run.metrics_step_ms = s.profiled_steps > 1 ? s.profiled_ms / static_cast<double>(s.profiled_steps - 1)
-                                             : s.first_profiled_ms;
-  return s.collector->profile(std::move(run), this_process_only ? nullptr : s.job.comm);
+  run.metrics_step_ms = s.profiling.steps > 1 ? s.profiling.ms / static_cast<double>(s.profiling.steps - 1)
+                                             : s.profiling.first_ms;
+  return s.profiling.collector->profile(std::move(run), this_process_only ? nullptr : s.job.comm);
 }
 
 StepRecord TrainingSession::step(int64_t step, bool profile) {
@@ -417,18 +426,18 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   double lr = learningRate(opt, step, s.o.steps);
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = static_cast<float>(opt.grad_clip / norm);
-  for (size_t i = 0; i < s.params.size(); ++i) {
+  for (size_t i = 0; i < s.state.values.size(); ++i) {
     kernels::AdamWParams p;
     p.lr = static_cast<float>(lr);
     p.beta1 = static_cast<float>(opt.beta1);
     p.beta2 = static_cast<float>(opt.beta2);
     p.eps = static_cast<float>(opt.eps);
     // Decay matrices only (GPT-2 practice): not norm gains.
-    p.weight_decay = s.params[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
+    p.weight_decay = s.state.values[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
     p.step = step + 1;
     std::span<const float> g = exec.output<float>(i + 1);
-    kernels::adamwUpdate(s.params[i].data<float>(), g.data(), s.m[i].data<float>(), s.v[i].data<float>(),
-                         s.params[i].numElements(), p, scale);
+    kernels::adamwUpdate(s.state.values[i].data<float>(), g.data(), s.state.m[i].data<float>(),
+                         s.state.v[i].data<float>(), s.state.values[i].numElements(), p, scale);
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The update just applied moved each weight element by at most about lr (exactly: lr
@@ -436,9 +445,9 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   // absmax to predict the next one's.
   s.weight_step = lr * adamUpdateBound(opt.beta1, opt.beta2, step + 1);
   if (profile) {
-    s.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
-    if (s.profiled_steps++ == 0) s.first_profiled_ms = ms;
-    else s.profiled_ms += ms;
+    s.profiling.collector->add(exec, WeightStepBound{lr, adamUpdateBound(opt.beta1, opt.beta2, step + 1)});
+    if (s.profiling.steps++ == 0) s.profiling.first_ms = ms;
+    else s.profiling.ms += ms;
   }
   StepRecord record;
   record.step = step + 1;
@@ -486,13 +495,13 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   // The whole tensors: a split one is gathered from the tensor-parallel devices.
   auto whole = [&](size_t i, const Tensor& t) {
-    return s.splits[i] ? gatherShards(t, s.splits[i]->dim, *s.job.comm) : t.clone();
+    return s.state.splits[i] ? gatherShards(t, s.state.splits[i]->dim, *s.job.comm) : t.clone();
   };
-  for (size_t i = 0; i < s.params.size(); ++i) {
+  for (size_t i = 0; i < s.state.values.size(); ++i) {
     const std::string& name = s.train.params[i]->name();
-    out.emplace_back(name, whole(i, s.params[i]));
-    out.emplace_back("adam_m/" + name, whole(i, s.m[i]));
-    out.emplace_back("adam_v/" + name, whole(i, s.v[i]));
+    out.emplace_back(name, whole(i, s.state.values[i]));
+    out.emplace_back("adam_m/" + name, whole(i, s.state.m[i]));
+    out.emplace_back("adam_v/" + name, whole(i, s.state.v[i]));
   }
   return out;
 }
@@ -505,12 +514,12 @@ void TrainingSession::loadState(std::vector<std::pair<std::string, Tensor>> tens
   // Whole tensors in, this device's parts kept.
   const int64_t rank = s.job.comm->rank(DeviceGroup::kTensor);
   auto part = [&](size_t i, Tensor& t) {
-    return s.splits[i] ? shardOf(t, s.splits[i]->dim, rank, s.splits[i]->devices) : std::move(t);
+    return s.state.splits[i] ? shardOf(t, s.state.splits[i]->dim, rank, s.state.splits[i]->devices) : std::move(t);
   };
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    s.params[i] = part(i, tensors[3 * i].second);
-    s.m[i] = part(i, tensors[3 * i + 1].second);
-    s.v[i] = part(i, tensors[3 * i + 2].second);
+  for (size_t i = 0; i < s.state.values.size(); ++i) {
+    s.state.values[i] = part(i, tensors[3 * i].second);
+    s.state.m[i] = part(i, tensors[3 * i + 1].second);
+    s.state.v[i] = part(i, tensors[3 * i + 2].second);
   }
   s.bindParams();
 }

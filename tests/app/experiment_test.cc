@@ -73,7 +73,7 @@ class ExperimentTest : public ::testing::Test {
   // Orderings cut at half the candidates, with the metrics' statistics.
   ExperimentOptions orderingOptions(int64_t random_orderings, int64_t finetune_steps) const {
     ExperimentOptions o = options();
-    o.orderings = true;
+    o.protocol = ExperimentProtocol::kOrderings;
     o.profile_metrics = true;
     o.ordering_points = {0.5};
     o.random_orderings = random_orderings;
@@ -161,7 +161,7 @@ TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
   EXPECT_THROW(runExperiment(bad), Error);
   bad = options();
   bad.out_dir = (dir_ / "bad").string();
-  bad.search = true;
+  bad.protocol = ExperimentProtocol::kSearch;
   bad.loss_budget = 0;
   EXPECT_THROW(runExperiment(bad), Error);
   bad = options();
@@ -187,7 +187,7 @@ TEST_F(ExperimentTest, OptionsOutOfRangeFailBeforeWritingAnything) {
       {"--fractions", [&](ExperimentOptions& o) { o.fractions = {0.5, nan}; }},
       {"--fractions", [](ExperimentOptions& o) { o.fractions.assign(101, 0.5); }},
       {"--loss-budget", [&](ExperimentOptions& o) {
-         o.search = true;
+         o.protocol = ExperimentProtocol::kSearch;
          o.loss_budget = nan;
        }},
       {"--lr", [&](ExperimentOptions& o) { o.optimizer.lr = nan; }},
@@ -266,7 +266,7 @@ TEST_F(ExperimentTest, NeverRecommendsAnAdversarialRecipe) {
 
 TEST_F(ExperimentTest, SearchReportsEveryTrial) {
   ExperimentOptions o = options();
-  o.search = true;
+  o.protocol = ExperimentProtocol::kSearch;
   o.loss_budget = 0.5;  // generous: the search must then end up quantizing a lot
   o.trial_steps = 6;
   ExperimentResult r = runExperiment(o);
@@ -350,7 +350,7 @@ TEST_F(ExperimentTest, OrderingsInAnFp8Scheme) {
 
 TEST_F(ExperimentTest, SearchWorksWithAnyMetric) {
   ExperimentOptions o = options();
-  o.search = true;
+  o.protocol = ExperimentProtocol::kSearch;
   o.metric = Metric::kBias;
   o.profile_metrics = true;
   o.loss_budget = 0.5;
