@@ -16,6 +16,54 @@
 
 namespace pgq::cli {
 
+namespace {
+
+// The flags of --orderings (Fig. 2, app/orderings.h), as given.
+std::string ordering_metrics, points;
+
+void addOrderingsFlags(CLI::App* cmd, ExperimentOptions& o, bool& orderings) {
+  cmd->add_flag("--orderings", orderings,
+                "Fig. 2: instead of the fixed recipes, cut several orderings of the candidates (every metric, "
+                "adversarial, random, Pareto estimate) at the same counts, fine-tune each cut, and write "
+                "orderings.md and fig2.png with each ordering's area");
+  cmd->add_option("--ordering-direction", o.ordering_direction,
+                  "--orderings: the candidates to order, bwd or fwd (the other direction stays f32)")
+      ->capture_default_str();
+  cmd->add_option("--points", points,
+                  fmt::format("--orderings: comma-separated fractions of the candidates to cut at (default {}); "
+                              "all of them is always a point",
+                              fmt::join(o.ordering_points, ",")));
+  cmd->add_option("--ordering-metrics", ordering_metrics,
+                  "--orderings: comma-separated metrics to order by (default: every one the profile gives)");
+  cmd->add_option("--random-orderings", o.random_orderings, "--orderings: how many random orderings (>= 1)")
+      ->capture_default_str();
+  cmd->add_option("--pareto-steps", o.pareto_steps,
+                  "--orderings: steps of the short run that quantizes each candidate alone, for the Pareto estimate "
+                  "(0: no estimate; costs candidates + 1 runs of this length)")
+      ->capture_default_str();
+}
+
+// The --orderings flags into `o`, refused without --orderings.
+void finishOrderingsOptions(CLI::App* cmd, ExperimentOptions& o, bool orderings) {
+  if (!ordering_metrics.empty()) {
+    std::stringstream in(ordering_metrics);
+    for (std::string m; std::getline(in, m, ',');) o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));
+  }
+  if (!orderings && (!points.empty() || !ordering_metrics.empty() || cmd->count("--random-orderings") ||
+                     cmd->count("--pareto-steps") || cmd->count("--ordering-direction")))
+    throw Error("--points, --ordering-metrics, --random-orderings, --pareto-steps and --ordering-direction only "
+                "apply with --orderings");
+  if (orderings && o.random_orderings <= 0)
+    throw Error(fmt::format("--random-orderings must be >= 1, got {}", o.random_orderings));
+  if (!points.empty()) {
+    o.ordering_points.clear();
+    std::stringstream in(points);
+    for (std::string f; std::getline(in, f, ',');) o.ordering_points.push_back(parseNumber(ranges::kOrderingPoint, f));
+  }
+}
+
+}  // namespace
+
 void addExperimentCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "experiment",
@@ -79,7 +127,7 @@ void addExperimentCommand(CLI::App& app) {
             "--search (required there): allowed loss increase over f32, e.g. 0.01 for 1%");
   addNumber(cmd, ranges::kTrialSteps, trial_steps,
             fmt::format("--search: fine-tuning steps per trial (default {})", o.trial_steps));
-  static std::string metric, ordering_metrics, points;
+  static std::string metric;
   static bool no_profile_metrics = false;
   cmd->add_option("--metric", metric,
                   fmt::format("What the thresholds of the fixed recipes and of --search compare, per GEMM: {} "
@@ -91,25 +139,7 @@ void addExperimentCommand(CLI::App& app) {
   cmd->add_flag("--no-profile-metrics", no_profile_metrics,
                 "The profile logs SQNR only (profiled steps 2-5x cheaper; the thresholds then compare SQNR)")
       ->excludes(with_metrics);
-  cmd->add_flag("--orderings", orderings,
-                "Fig. 2: instead of the fixed recipes, cut several orderings of the candidates (every metric, "
-                "adversarial, random, Pareto estimate) at the same counts, fine-tune each cut, and write "
-                "orderings.md and fig2.png with each ordering's area");
-  cmd->add_option("--ordering-direction", o.ordering_direction,
-                  "--orderings: the candidates to order, bwd or fwd (the other direction stays f32)")
-      ->capture_default_str();
-  cmd->add_option("--points", points,
-                  fmt::format("--orderings: comma-separated fractions of the candidates to cut at (default {}); "
-                              "all of them is always a point",
-                              fmt::join(o.ordering_points, ",")));
-  cmd->add_option("--ordering-metrics", ordering_metrics,
-                  "--orderings: comma-separated metrics to order by (default: every one the profile gives)");
-  cmd->add_option("--random-orderings", o.random_orderings, "--orderings: how many random orderings (>= 1)")
-      ->capture_default_str();
-  cmd->add_option("--pareto-steps", o.pareto_steps,
-                  "--orderings: steps of the short run that quantizes each candidate alone, for the Pareto estimate "
-                  "(0: no estimate; costs candidates + 1 runs of this length)")
-      ->capture_default_str();
+  addOrderingsFlags(cmd, o, orderings);
   cmd->add_flag("!--no-progress", o.progress, "Do not draw progress bars");
   cmd->callback([cmd] {
     // The paper preset trains the realistic model where a flag does not name another.
@@ -147,21 +177,7 @@ void addExperimentCommand(CLI::App& app) {
     if (o.scheme != "int8" && (cmd->count("--bits") || cmd->count("--granularity")))
       throw Error(fmt::format("--bits and --granularity shape the int8 scheme; --scheme {} has its own formats",
                               o.scheme));
-    if (!ordering_metrics.empty()) {
-      std::stringstream in(ordering_metrics);
-      for (std::string m; std::getline(in, m, ',');) o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));
-    }
-    if (!orderings && (!points.empty() || !ordering_metrics.empty() || cmd->count("--random-orderings") ||
-                         cmd->count("--pareto-steps") || cmd->count("--ordering-direction")))
-      throw Error("--points, --ordering-metrics, --random-orderings, --pareto-steps and --ordering-direction only "
-                  "apply with --orderings");
-    if (orderings && o.random_orderings <= 0)
-      throw Error(fmt::format("--random-orderings must be >= 1, got {}", o.random_orderings));
-    if (!points.empty()) {
-      o.ordering_points.clear();
-      std::stringstream in(points);
-      for (std::string f; std::getline(in, f, ',');) o.ordering_points.push_back(parseNumber(ranges::kOrderingPoint, f));
-    }
+    finishOrderingsOptions(cmd, o, orderings);
     ExperimentResult r = runExperiment(o);
     fmt::print("report: {}\n", r.report_path);
     if (!r.table_path.empty()) fmt::print("table: {}\n", r.table_path);
