@@ -35,6 +35,13 @@ bool isIdentity(const std::vector<int64_t>& perm) {
   return true;
 }
 
+// A family's gradient rules reached with an op of another family: backprop()'s dispatch
+// is wrong.
+[[noreturn]] void notInFamily(const Node* node, const char* family) {
+  throw InternalError(fmt::format("autodiff: %{} ({}) was dispatched to the {} gradient rules", node->name(),
+                                  opName(node->op()), family));
+}
+
 class Autodiff {
  public:
   Autodiff(Graph& graph) : graph_(graph), b_(graph) {}
@@ -46,6 +53,13 @@ class Autodiff {
   void accumulate(Node* node, Node* grad);
   Node* joinPads(Node* a, Node* b);
   void backprop(Node* node, Node* dy);
+  // The gradient rules of one op family each; backprop() picks the family.
+  void arithmeticGrad(Node* node, Node* dy);
+  void unaryGrad(Node* node, Node* dy);
+  void selectGrad(Node* node, Node* dy);
+  void layoutGrad(Node* node, Node* dy);
+  void concatGrad(Node* node, Node* dy);
+  void reduceGrad(Node* node, Node* dy);
   void matmulGrad(Node* node, Node* dy);
   std::string gradName(const Node* of) const { return of->name() + ".grad"; }
 
@@ -186,6 +200,168 @@ void Autodiff::matmulGrad(Node* node, Node* dy) {
   }
 }
 
+// add, sub, mul, div, max.
+void Autodiff::arithmeticGrad(Node* node, Node* dy) {
+  Node* a = node->operand(0);
+  Node* b = node->operand(1);
+  switch (node->op()) {
+    case Op::kAdd:
+      accumulate(a, dy);
+      accumulate(b, dy);
+      return;
+    case Op::kSub:
+      accumulate(a, dy);
+      if (needs_grad_.count(b)) accumulate(b, b_.unary(Op::kNeg, dy));
+      return;
+    case Op::kMul:
+      if (needs_grad_.count(a)) accumulate(a, b_.mul(dy, b));
+      if (needs_grad_.count(b)) accumulate(b, b_.mul(dy, a));
+      return;
+    case Op::kDiv:  // y = a / b: da = dy / b, db = -dy * y / b
+      if (needs_grad_.count(a)) accumulate(a, b_.div(dy, b));
+      if (needs_grad_.count(b)) accumulate(b, b_.unary(Op::kNeg, b_.div(b_.mul(dy, node), b)));
+      return;
+    case Op::kMax: {  // ties send the gradient to the lhs
+      Node* mask = b_.ge(a, b);
+      Node* da = b_.mul(dy, mask);
+      accumulate(a, da);
+      if (needs_grad_.count(b)) accumulate(b, b_.sub(dy, da));
+      return;
+    }
+    default: notInFamily(node, "arithmetic");
+  }
+}
+
+// The unary functions, written with the result y where that is shorter; the activations
+// have fused gradient ops.
+void Autodiff::unaryGrad(Node* node, Node* dy) {
+  Node* x = node->operand(0);
+  switch (node->op()) {
+    case Op::kNeg: accumulate(x, b_.unary(Op::kNeg, dy)); return;
+    case Op::kExp: accumulate(x, b_.mul(dy, node)); return;
+    case Op::kLog: accumulate(x, b_.div(dy, x)); return;
+    case Op::kRsqrt: {  // y = x^-1/2: dx = -1/2 dy y^3
+      Node* y3 = b_.mul(b_.mul(node, node), node);
+      accumulate(x, b_.scale(b_.mul(dy, y3), -0.5));
+      return;
+    }
+    case Op::kTanh:  // dx = dy (1 - y^2)
+      accumulate(x, b_.sub(dy, b_.mul(dy, b_.mul(node, node))));
+      return;
+    case Op::kRelu: accumulate(x, b_.create(Op::kReluGrad, {x, dy}, {})); return;
+    case Op::kGelu: accumulate(x, b_.create(Op::kGeluGrad, {x, dy}, {})); return;
+    case Op::kSilu: accumulate(x, b_.create(Op::kSiluGrad, {x, dy}, {})); return;
+    case Op::kGeluErf: accumulate(x, b_.create(Op::kGeluErfGrad, {x, dy}, {})); return;
+    case Op::kSqrt:  // dx = dy / (2 y)
+      accumulate(x, b_.div(b_.scale(dy, 0.5), node));
+      return;
+    case Op::kSigmoid:  // dx = dy (y - y^2)
+      accumulate(x, b_.mul(dy, b_.sub(node, b_.mul(node, node))));
+      return;
+    case Op::kErf: {  // dx = dy 2/sqrt(pi) exp(-x^2)
+      Node* bump = b_.unary(Op::kExp, b_.unary(Op::kNeg, b_.mul(x, x)));
+      accumulate(x, b_.scale(b_.mul(dy, bump), 2.0 / std::sqrt(std::numbers::pi)));
+      return;
+    }
+    default: notInFamily(node, "unary");
+  }
+}
+
+// The condition is piecewise constant: no gradient; a and b get dy where they were chosen.
+void Autodiff::selectGrad(Node* node, Node* dy) {
+  Node* cond = node->operand(0);
+  Node* a = node->operand(1);
+  Node* b = node->operand(2);
+  if (!needs_grad_.count(a) && !needs_grad_.count(b)) return;
+  Node* zero = b_.constant(0.0, dy->type());
+  if (needs_grad_.count(a)) accumulate(a, b_.select(cond, dy, zero));
+  if (needs_grad_.count(b)) accumulate(b, b_.select(cond, zero, dy));
+}
+
+// Layout ops move elements: the gradient moves them back (a slice's is a pad, a
+// broadcast's a sum over the repeated dims).
+void Autodiff::layoutGrad(Node* node, Node* dy) {
+  Node* x = node->operand(0);
+  switch (node->op()) {
+    case Op::kConvert: accumulate(x, b_.convert(dy, x->dtype())); return;
+    case Op::kTranspose:
+      accumulate(x, b_.transpose(dy, inversePerm(node->attrs().getInts(AttrKey::kPerm))));
+      return;
+    case Op::kReshape: accumulate(x, b_.reshape(dy, x->shape())); return;
+    case Op::kSlice: {  // zeros where the slice dropped elements
+      const auto& starts = node->attrs().getInts(AttrKey::kStarts);
+      const auto& limits = node->attrs().getInts(AttrKey::kLimits);
+      std::vector<int64_t> high;
+      for (int d = 0; d < x->shape().rank(); ++d) high.push_back(x->shape().dim(d) - limits[static_cast<size_t>(d)]);
+      accumulate(x, b_.pad(dy, starts, std::move(high)));
+      return;
+    }
+    case Op::kPad: {
+      const auto& low = node->attrs().getInts(AttrKey::kLow);
+      std::vector<int64_t> limits;
+      for (int d = 0; d < x->shape().rank(); ++d) limits.push_back(low[static_cast<size_t>(d)] + x->shape().dim(d));
+      accumulate(x, b_.slice(dy, low, std::move(limits)));
+      return;
+    }
+    case Op::kConcat: concatGrad(node, dy); return;
+    case Op::kBroadcast: {
+      const auto& kept = node->attrs().getInts(AttrKey::kDims);
+      std::vector<int64_t> axes;
+      for (int64_t d = 0; d < node->shape().rank(); ++d)
+        if (std::find(kept.begin(), kept.end(), d) == kept.end()) axes.push_back(d);
+      accumulate(x, axes.empty() ? dy : b_.reduce(Op::kReduceSum, dy, axes));
+      return;
+    }
+    default: notInFamily(node, "layout");
+  }
+}
+
+// Each operand of a concat gets its part of dy.
+void Autodiff::concatGrad(Node* node, Node* dy) {
+  Node* a = node->operand(0);
+  Node* b = node->operand(1);
+  const size_t axis = static_cast<size_t>(node->attrs().getInt(AttrKey::kAxis));
+  const int64_t split = a->shape().dim(static_cast<int>(axis));
+  std::vector<int64_t> zeros(static_cast<size_t>(node->shape().rank()), 0);
+  std::vector<int64_t> ends(dy->shape().dims().begin(), dy->shape().dims().end());
+  if (needs_grad_.count(a)) {
+    std::vector<int64_t> limits = ends;
+    limits[axis] = split;
+    accumulate(a, b_.slice(dy, zeros, std::move(limits)));
+  }
+  if (needs_grad_.count(b)) {
+    std::vector<int64_t> starts = zeros;
+    starts[axis] = split;
+    accumulate(b, b_.slice(dy, std::move(starts), ends));
+  }
+}
+
+// dy spread back over the reduced dims: as is for a sum, divided by their count for a
+// mean, and to every element equal to the max for a max.
+void Autodiff::reduceGrad(Node* node, Node* dy) {
+  Node* x = node->operand(0);
+  const auto& axes = node->attrs().getInts(AttrKey::kAxes);
+  std::vector<int64_t> kept;
+  int64_t count = 1;
+  for (int64_t d = 0; d < x->shape().rank(); ++d) {
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(d);
+    else count *= x->shape().dim(static_cast<int>(d));
+  }
+  Node* spread = b_.broadcast(dy, x->shape(), kept);
+  switch (node->op()) {
+    case Op::kReduceSum: accumulate(x, spread); return;
+    case Op::kReduceMean: accumulate(x, b_.scale(spread, 1.0 / static_cast<double>(count))); return;
+    case Op::kReduceMax: {
+      Node* mask = b_.ge(x, b_.broadcast(node, x->shape(), kept));
+      accumulate(x, b_.mul(spread, mask));
+      return;
+    }
+    default: notInFamily(node, "reduction");
+  }
+}
+
+// Every op of ops.def names its gradient here; there is no default, so an op left out is
+// a compiler warning (-Wswitch) and, at run time, the error at the end.
 void Autodiff::backprop(Node* node, Node* dy) {
   auto op0 = [&] { return node->operand(0); };
   auto op1 = [&] { return node->operand(1); };
@@ -193,129 +369,17 @@ void Autodiff::backprop(Node* node, Node* dy) {
     case Op::kParameter: case Op::kInput: case Op::kConstant:
     case Op::kGe:  // piecewise constant: zero gradient
       return;
-    case Op::kAdd:
-      accumulate(op0(), dy);
-      accumulate(op1(), dy);
-      return;
-    case Op::kSub:
-      accumulate(op0(), dy);
-      if (needs_grad_.count(op1())) accumulate(op1(), b_.unary(Op::kNeg, dy));
-      return;
-    case Op::kMul:
-      if (needs_grad_.count(op0())) accumulate(op0(), b_.mul(dy, op1()));
-      if (needs_grad_.count(op1())) accumulate(op1(), b_.mul(dy, op0()));
-      return;
-    case Op::kDiv:  // y = a / b: da = dy / b, db = -dy * y / b
-      if (needs_grad_.count(op0())) accumulate(op0(), b_.div(dy, op1()));
-      if (needs_grad_.count(op1()))
-        accumulate(op1(), b_.unary(Op::kNeg, b_.div(b_.mul(dy, node), op1())));
-      return;
-    case Op::kMax: {  // ties send the gradient to the lhs
-      Node* mask = b_.ge(op0(), op1());
-      Node* da = b_.mul(dy, mask);
-      accumulate(op0(), da);
-      if (needs_grad_.count(op1())) accumulate(op1(), b_.sub(dy, da));
-      return;
-    }
-    case Op::kNeg: accumulate(op0(), b_.unary(Op::kNeg, dy)); return;
-    case Op::kExp: accumulate(op0(), b_.mul(dy, node)); return;
-    case Op::kLog: accumulate(op0(), b_.div(dy, op0())); return;
-    case Op::kRsqrt: {  // y = x^-1/2: dx = -1/2 dy y^3
-      Node* y3 = b_.mul(b_.mul(node, node), node);
-      accumulate(op0(), b_.scale(b_.mul(dy, y3), -0.5));
-      return;
-    }
-    case Op::kTanh:  // dx = dy (1 - y^2)
-      accumulate(op0(), b_.sub(dy, b_.mul(dy, b_.mul(node, node))));
-      return;
-    case Op::kRelu: accumulate(op0(), b_.create(Op::kReluGrad, {op0(), dy}, {})); return;
-    case Op::kGelu: accumulate(op0(), b_.create(Op::kGeluGrad, {op0(), dy}, {})); return;
-    case Op::kSilu: accumulate(op0(), b_.create(Op::kSiluGrad, {op0(), dy}, {})); return;
-    case Op::kGeluErf: accumulate(op0(), b_.create(Op::kGeluErfGrad, {op0(), dy}, {})); return;
-    case Op::kSqrt:  // dx = dy / (2 y)
-      accumulate(op0(), b_.div(b_.scale(dy, 0.5), node));
-      return;
-    case Op::kSigmoid:  // dx = dy (y - y^2)
-      accumulate(op0(), b_.mul(dy, b_.sub(node, b_.mul(node, node))));
-      return;
-    case Op::kErf: {  // dx = dy 2/sqrt(pi) exp(-x^2)
-      Node* bump = b_.unary(Op::kExp, b_.unary(Op::kNeg, b_.mul(op0(), op0())));
-      accumulate(op0(), b_.scale(b_.mul(dy, bump), 2.0 / std::sqrt(std::numbers::pi)));
-      return;
-    }
-    case Op::kSelect: {  // the condition is piecewise constant: no gradient
-      if (!needs_grad_.count(op1()) && !needs_grad_.count(node->operand(2))) return;
-      Node* zero = b_.constant(0.0, dy->type());
-      if (needs_grad_.count(op1())) accumulate(op1(), b_.select(op0(), dy, zero));
-      if (needs_grad_.count(node->operand(2))) accumulate(node->operand(2), b_.select(op0(), zero, dy));
-      return;
-    }
-    case Op::kConvert: accumulate(op0(), b_.convert(dy, op0()->dtype())); return;
-    case Op::kTranspose:
-      accumulate(op0(), b_.transpose(dy, inversePerm(node->attrs().getInts(AttrKey::kPerm))));
-      return;
-    case Op::kReshape: accumulate(op0(), b_.reshape(dy, op0()->shape())); return;
-    case Op::kSlice: {  // zeros where the slice dropped elements
-      const auto& starts = node->attrs().getInts(AttrKey::kStarts);
-      const auto& limits = node->attrs().getInts(AttrKey::kLimits);
-      std::vector<int64_t> high;
-      for (int d = 0; d < op0()->shape().rank(); ++d)
-        high.push_back(op0()->shape().dim(d) - limits[static_cast<size_t>(d)]);
-      accumulate(op0(), b_.pad(dy, starts, std::move(high)));
-      return;
-    }
-    case Op::kPad: {
-      const auto& low = node->attrs().getInts(AttrKey::kLow);
-      std::vector<int64_t> limits;
-      for (int d = 0; d < op0()->shape().rank(); ++d)
-        limits.push_back(low[static_cast<size_t>(d)] + op0()->shape().dim(d));
-      accumulate(op0(), b_.slice(dy, low, std::move(limits)));
-      return;
-    }
-    case Op::kConcat: {  // each operand gets its part of dy
-      const size_t axis = static_cast<size_t>(node->attrs().getInt(AttrKey::kAxis));
-      const int64_t split = op0()->shape().dim(static_cast<int>(axis));
-      std::vector<int64_t> zeros(static_cast<size_t>(node->shape().rank()), 0);
-      std::vector<int64_t> ends(dy->shape().dims().begin(), dy->shape().dims().end());
-      if (needs_grad_.count(op0())) {
-        std::vector<int64_t> limits = ends;
-        limits[axis] = split;
-        accumulate(op0(), b_.slice(dy, zeros, std::move(limits)));
-      }
-      if (needs_grad_.count(op1())) {
-        std::vector<int64_t> starts = zeros;
-        starts[axis] = split;
-        accumulate(op1(), b_.slice(dy, std::move(starts), ends));
-      }
-      return;
-    }
-    case Op::kBroadcast: {
-      const auto& kept = node->attrs().getInts(AttrKey::kDims);
-      std::vector<int64_t> axes;
-      for (int64_t d = 0; d < node->shape().rank(); ++d)
-        if (std::find(kept.begin(), kept.end(), d) == kept.end()) axes.push_back(d);
-      accumulate(op0(), axes.empty() ? dy : b_.reduce(Op::kReduceSum, dy, axes));
-      return;
-    }
-    case Op::kReduceSum: case Op::kReduceMean: case Op::kReduceMax: {
-      const auto& axes = node->attrs().getInts(AttrKey::kAxes);
-      std::vector<int64_t> kept;
-      int64_t count = 1;
-      for (int64_t d = 0; d < op0()->shape().rank(); ++d) {
-        if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(d);
-        else count *= op0()->shape().dim(static_cast<int>(d));
-      }
-      Node* spread = b_.broadcast(dy, op0()->shape(), kept);
-      if (node->op() == Op::kReduceSum) {
-        accumulate(op0(), spread);
-      } else if (node->op() == Op::kReduceMean) {
-        accumulate(op0(), b_.scale(spread, 1.0 / static_cast<double>(count)));
-      } else {  // every element equal to the max gets the gradient
-        Node* mask = b_.ge(op0(), b_.broadcast(node, op0()->shape(), kept));
-        accumulate(op0(), b_.mul(spread, mask));
-      }
-      return;
-    }
+    case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax:
+      return arithmeticGrad(node, dy);
+    case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh: case Op::kRelu:
+    case Op::kGelu: case Op::kSilu: case Op::kGeluErf: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
+      return unaryGrad(node, dy);
+    case Op::kSelect: return selectGrad(node, dy);
+    case Op::kConvert: case Op::kTranspose: case Op::kReshape: case Op::kSlice: case Op::kPad:
+    case Op::kConcat: case Op::kBroadcast:
+      return layoutGrad(node, dy);
+    case Op::kReduceSum: case Op::kReduceMean: case Op::kReduceMax:
+      return reduceGrad(node, dy);
     case Op::kSoftmax: accumulate(op0(), b_.create(Op::kSoftmaxGrad, {node, dy}, {})); return;
     case Op::kCausalMask: accumulate(op0(), b_.causalMask(dy, 0.0)); return;
     case Op::kRope: {  // a rotation is orthogonal: its gradient is the rotation back

@@ -86,6 +86,9 @@ class Rule {
     if (arity == 2) requireSameType(0, 1);
     return operand(0);
   }
+  TensorType graphInterface() const;
+  TensorType convert() const;
+  TensorType reshape() const;
   TensorType transpose() const;
   TensorType broadcast() const;
   TensorType slice() const;
@@ -93,12 +96,21 @@ class Rule {
   TensorType concat() const;
   TensorType select() const;
   TensorType rope() const;
+  TensorType gather() const;
+  TensorType scatterAdd() const;
+  TensorType crossEntropy() const;
   TensorType collective() const;
   // The Ints attribute `key`, which must hold one entry per dim of operand 0.
   const std::vector<int64_t>& perDim(AttrKey key) const;
   TensorType reduce() const;
   TensorType matmul() const;
   TensorType qmatmul() const;
+  TensorType quantStats() const;
+  TensorType errorStats() const;
+  TensorType smoothScales() const;
+  TensorType quantParams() const;
+  TensorType fakeQuant() const;
+  TensorType quantize() const;
   void gemmTags() const;
   // The operand of a quantization op seen as a matrix, per its contract/batch dims.
   QuantOperandShape quantShape(const Shape& shape, AttrKey contract, AttrKey batch) const;
@@ -348,16 +360,172 @@ TensorType Rule::qmatmul() const {
   return {DType::kF32, result};
 }
 
+// parameter and constant hold f32 or bf16 values (a constant also its `value`); an
+// input may be of any dtype (token ids are s32).
+TensorType Rule::graphInterface() const {
+  if (op_ == Op::kInput) return declared();
+  if (!isFloat(declared().dtype))
+    fail(fmt::format("must be f32 or bf16, got {}", declared().toString()));
+  if (op_ == Op::kConstant) requireAttr(AttrKey::kValue);
+  return declared();
+}
+
+TensorType Rule::convert() const {
+  if (declared().shape != operand(0).shape)
+    fail(fmt::format("result shape {} differs from operand shape {}",
+                     declared().shape.toString(), operand(0).shape.toString()));
+  return declared();
+}
+
+TensorType Rule::reshape() const {
+  if (declared().dtype != operand(0).dtype)
+    fail(fmt::format("result dtype {} differs from operand dtype {}",
+                     dtypeName(declared().dtype), dtypeName(operand(0).dtype)));
+  if (declared().shape.numElements() != operand(0).shape.numElements())
+    fail(fmt::format("cannot reshape {} ({} elements) to {} ({} elements)",
+                     operand(0).shape.toString(), operand(0).shape.numElements(),
+                     declared().shape.toString(), declared().shape.numElements()));
+  return declared();
+}
+
+TensorType Rule::gather() const {
+  requireFloat(0);
+  requireDType(1, DType::kS32);
+  if (operand(0).shape.rank() != 2)
+    fail(fmt::format("table must be [rows, cols], got {}", operand(0).toString()));
+  std::vector<int64_t> dims(operand(1).shape.dims().begin(), operand(1).shape.dims().end());
+  dims.push_back(operand(0).shape.dim(1));
+  return {operand(0).dtype, Shape(std::move(dims))};
+}
+
+TensorType Rule::scatterAdd() const {
+  requireFloat(0);
+  requireDType(1, DType::kS32);
+  const TensorType& out = declared();
+  std::vector<int64_t> expect(operand(1).shape.dims().begin(), operand(1).shape.dims().end());
+  if (out.shape.rank() != 2 || out.dtype != operand(0).dtype)
+    fail(fmt::format("result must be a {} table [rows, cols], got {}",
+                     dtypeName(operand(0).dtype), out.toString()));
+  expect.push_back(out.shape.dim(1));
+  if (operand(0).shape != Shape(expect))
+    fail(fmt::format("gradient {} must be the indices shape {} plus the table width {}",
+                     operand(0).toString(), operand(1).shape.toString(), out.shape.dim(1)));
+  return out;
+}
+
+// cross_entropy is the scalar loss; cross_entropy_grad has the logits' type.
+TensorType Rule::crossEntropy() const {
+  requireFloat(0);
+  requireDType(1, DType::kS32);
+  const Shape& logits = operand(0).shape;
+  if (logits.rank() != 2 || operand(1).shape != Shape({logits.dim(0)}))
+    fail(fmt::format("needs logits [N,V] and targets s32[N], got {} and {}",
+                     operand(0).toString(), operand(1).toString()));
+  if (op_ == Op::kCrossEntropy) return {DType::kF32, Shape()};
+  if (!(operand(2) == TensorType{DType::kF32, Shape()}))
+    fail(fmt::format("loss gradient must be f32[], got {}", operand(2).toString()));
+  return operand(0);
+}
+
+TensorType Rule::quantStats() const {
+  requireFloat(0);
+  requireAttr(AttrKey::kFormats);
+  const auto& formats = attrs_.getFormats(AttrKey::kFormats);
+  if (formats.empty()) fail("formats must list at least one format");
+  if (attrs_.has(AttrKey::kBias) && attrs_.getInt(AttrKey::kBias) != 0 && attrs_.getInt(AttrKey::kBias) != 1)
+    fail(fmt::format("bias must be 0 or 1, got {}", attrs_.getInt(AttrKey::kBias)));
+  quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims);
+  return {DType::kF32, Shape{static_cast<int64_t>(formats.size()), kStatFields}};
+}
+
+TensorType Rule::errorStats() const {
+  requireDType(0, DType::kF32);
+  requireSameType(0, 1);
+  requireAttr(AttrKey::kLabel);
+  format(AttrKey::kLhsFormat);
+  format(AttrKey::kRhsFormat);
+  return {DType::kF32, Shape{kErrorStatFields}};
+}
+
+TensorType Rule::smoothScales() const {
+  requireDType(0, DType::kF32);
+  requireDType(1, DType::kF32);
+  requireAttr(AttrKey::kLhsContract);
+  requireAttr(AttrKey::kRhsContract);
+  requireAttr(AttrKey::kAlpha);
+  double alpha = attrs_.getFloat(AttrKey::kAlpha);
+  if (!(alpha >= 0 && alpha <= 1)) fail(fmt::format("alpha must be in [0, 1], got {}", alpha));
+  try {
+    dotResultShape(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  GemmSizes g = gemmSizes(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
+  return {DType::kF32, Shape{g.k}};
+}
+
+TensorType Rule::quantParams() const {
+  requireDType(0, DType::kF32);
+  side();
+  if (attrs_.has(AttrKey::kAmaxHistory)) {
+    int64_t h = attrs_.getInt(AttrKey::kAmaxHistory);
+    if (h < 0) fail(fmt::format("amax_history must be >= 0, got {}", h));
+    if (h > 0 && !format(AttrKey::kFormat).isEmulated())
+      fail(fmt::format("amax_history (delayed scaling) is for FP8/MX formats, got {}",
+                       format(AttrKey::kFormat).toString()));
+    if (h > 0 && format(AttrKey::kFormat).granularity != Granularity::kPerTensor)
+      fail(fmt::format("amax_history (delayed scaling) needs a per-tensor format, got {}",
+                       format(AttrKey::kFormat).toString()));
+  }
+  if (attrs_.has(AttrKey::kPredictScale) && attrs_.getInt(AttrKey::kPredictScale) != 0) {
+    const QuantFormat& f = format(AttrKey::kFormat);
+    if (!f.isEmulated() || f.granularity != Granularity::kPerTensor)
+      fail(fmt::format("predict_scale needs a per-tensor FP8/MX format, got {}", f.toString()));
+    if (attrs_.has(AttrKey::kAmaxHistory) && attrs_.getInt(AttrKey::kAmaxHistory) > 0)
+      fail("predict_scale and amax_history are two scaling strategies: give one");
+  }
+  if (attrs_.has(AttrKey::kAmaxCompute)) {
+    const std::string& c = attrs_.getString(AttrKey::kAmaxCompute);
+    if (c != "max" && c != "most_recent") fail(fmt::format("amax_compute must be max or most_recent, got '{}'", c));
+  }
+  int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
+                                  format(AttrKey::kFormat));
+  return {DType::kF32, Shape{count}};
+}
+
+TensorType Rule::fakeQuant() const {
+  requireDType(0, DType::kF32);
+  requireDType(1, DType::kF32);
+  side();
+  const QuantFormat& f = format(AttrKey::kFormat);
+  if (!f.isEmulated())
+    fail(fmt::format("format {} runs as int8 (quantize + qmatmul), not fake_quant", f.toString()));
+  int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims), f);
+  if (operand(1).shape != Shape({count}))
+    fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
+  return {DType::kF32, operand(0).shape};
+}
+
+TensorType Rule::quantize() const {
+  requireDType(0, DType::kF32);
+  requireDType(1, DType::kF32);
+  GemmOperand s = side();
+  if (format(AttrKey::kFormat).isEmulated())
+    fail(fmt::format("format {} has no int8 storage here: it runs as fake_quant",
+                     format(AttrKey::kFormat).toString()));
+  int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
+                                  format(AttrKey::kFormat));
+  if (operand(1).shape != Shape({count}))
+    fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
+  return {s == GemmOperand::kLhs ? DType::kU8 : DType::kS8, operand(0).shape};
+}
+
+// Every op of ops.def names its rule here; there is no default, so an op left out is a
+// compiler warning (-Wswitch) and, at run time, the error below.
 TensorType Rule::run() const {
   switch (op_) {
-    case Op::kParameter:
-    case Op::kConstant:
-      if (!isFloat(declared().dtype))
-        fail(fmt::format("must be f32 or bf16, got {}", declared().toString()));
-      if (op_ == Op::kConstant) requireAttr(AttrKey::kValue);
-      return declared();
-    case Op::kInput:
-      return declared();
+    case Op::kParameter: case Op::kConstant: case Op::kInput:
+      return graphInterface();
 
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
     case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad:
@@ -367,8 +535,18 @@ TensorType Rule::run() const {
     case Op::kRelu: case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
     case Op::kSilu: case Op::kGeluErf:
       return elementwise(1);
-    case Op::kSelect:
-      return select();
+    case Op::kSelect: return select();
+    case Op::kConvert: return convert();
+
+    case Op::kTranspose: return transpose();
+    case Op::kReshape: return reshape();
+    case Op::kBroadcast: return broadcast();
+    case Op::kSlice: return slice();
+    case Op::kPad: return pad();
+    case Op::kConcat: return concat();
+    case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean:
+      return reduce();
+
     case Op::kSoftmax:
       requireMinRank(0, 1);
       return elementwise(1);
@@ -376,10 +554,7 @@ TensorType Rule::run() const {
       requireMinRank(0, 2);
       requireAttr(AttrKey::kValue);
       return elementwise(1);
-    case Op::kRope:
-      return rope();
-    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
-      return collective();
+    case Op::kRope: return rope();
     case Op::kRmsNorm: case Op::kLayerNorm:
       requireMinRank(0, 1);
       requirePositiveEps();
@@ -388,161 +563,22 @@ TensorType Rule::run() const {
       requireMinRank(0, 1);
       requirePositiveEps();
       return elementwise(2);
+    case Op::kGather: return gather();
+    case Op::kScatterAdd: return scatterAdd();
+    case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
+      return crossEntropy();
 
-    case Op::kConvert:
-      if (declared().shape != operand(0).shape)
-        fail(fmt::format("result shape {} differs from operand shape {}",
-                         declared().shape.toString(), operand(0).shape.toString()));
-      return declared();
-    case Op::kTranspose:
-      return transpose();
-    case Op::kReshape:
-      if (declared().dtype != operand(0).dtype)
-        fail(fmt::format("result dtype {} differs from operand dtype {}",
-                         dtypeName(declared().dtype), dtypeName(operand(0).dtype)));
-      if (declared().shape.numElements() != operand(0).shape.numElements())
-        fail(fmt::format("cannot reshape {} ({} elements) to {} ({} elements)",
-                         operand(0).shape.toString(), operand(0).shape.numElements(),
-                         declared().shape.toString(), declared().shape.numElements()));
-      return declared();
-    case Op::kBroadcast:
-      return broadcast();
-    case Op::kSlice:
-      return slice();
-    case Op::kPad:
-      return pad();
-    case Op::kConcat:
-      return concat();
-    case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean:
-      return reduce();
+    case Op::kMatMul: return matmul();
+    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
+      return collective();
 
-    case Op::kGather: {
-      requireFloat(0);
-      requireDType(1, DType::kS32);
-      if (operand(0).shape.rank() != 2)
-        fail(fmt::format("table must be [rows, cols], got {}", operand(0).toString()));
-      std::vector<int64_t> dims(operand(1).shape.dims().begin(), operand(1).shape.dims().end());
-      dims.push_back(operand(0).shape.dim(1));
-      return {operand(0).dtype, Shape(std::move(dims))};
-    }
-    case Op::kScatterAdd: {
-      requireFloat(0);
-      requireDType(1, DType::kS32);
-      const TensorType& out = declared();
-      std::vector<int64_t> expect(operand(1).shape.dims().begin(), operand(1).shape.dims().end());
-      if (out.shape.rank() != 2 || out.dtype != operand(0).dtype)
-        fail(fmt::format("result must be a {} table [rows, cols], got {}",
-                         dtypeName(operand(0).dtype), out.toString()));
-      expect.push_back(out.shape.dim(1));
-      if (operand(0).shape != Shape(expect))
-        fail(fmt::format("gradient {} must be the indices shape {} plus the table width {}",
-                         operand(0).toString(), operand(1).shape.toString(), out.shape.dim(1)));
-      return out;
-    }
-    case Op::kCrossEntropy:
-    case Op::kCrossEntropyGrad: {
-      requireFloat(0);
-      requireDType(1, DType::kS32);
-      const Shape& logits = operand(0).shape;
-      if (logits.rank() != 2 || operand(1).shape != Shape({logits.dim(0)}))
-        fail(fmt::format("needs logits [N,V] and targets s32[N], got {} and {}",
-                         operand(0).toString(), operand(1).toString()));
-      if (op_ == Op::kCrossEntropy) return {DType::kF32, Shape()};
-      if (!(operand(2) == TensorType{DType::kF32, Shape()}))
-        fail(fmt::format("loss gradient must be f32[], got {}", operand(2).toString()));
-      return operand(0);
-    }
-    case Op::kMatMul:
-      return matmul();
-    case Op::kQMatMul:
-      return qmatmul();
-    case Op::kQuantStats: {
-      requireFloat(0);
-      requireAttr(AttrKey::kFormats);
-      const auto& formats = attrs_.getFormats(AttrKey::kFormats);
-      if (formats.empty()) fail("formats must list at least one format");
-      if (attrs_.has(AttrKey::kBias) && attrs_.getInt(AttrKey::kBias) != 0 && attrs_.getInt(AttrKey::kBias) != 1)
-        fail(fmt::format("bias must be 0 or 1, got {}", attrs_.getInt(AttrKey::kBias)));
-      quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims);
-      return {DType::kF32, Shape{static_cast<int64_t>(formats.size()), kStatFields}};
-    }
-    case Op::kErrorStats: {
-      requireDType(0, DType::kF32);
-      requireSameType(0, 1);
-      requireAttr(AttrKey::kLabel);
-      format(AttrKey::kLhsFormat);
-      format(AttrKey::kRhsFormat);
-      return {DType::kF32, Shape{kErrorStatFields}};
-    }
-    case Op::kSmoothScales: {
-      requireDType(0, DType::kF32);
-      requireDType(1, DType::kF32);
-      requireAttr(AttrKey::kLhsContract);
-      requireAttr(AttrKey::kRhsContract);
-      requireAttr(AttrKey::kAlpha);
-      double alpha = attrs_.getFloat(AttrKey::kAlpha);
-      if (!(alpha >= 0 && alpha <= 1)) fail(fmt::format("alpha must be in [0, 1], got {}", alpha));
-      try {
-        dotResultShape(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
-      } catch (const Error& e) {
-        fail(e.what());
-      }
-      GemmSizes g = gemmSizes(operand(0).shape, operand(1).shape, DotDims::fromAttrs(attrs_));
-      return {DType::kF32, Shape{g.k}};
-    }
-    case Op::kQuantParams: {
-      requireDType(0, DType::kF32);
-      side();
-      if (attrs_.has(AttrKey::kAmaxHistory)) {
-        int64_t h = attrs_.getInt(AttrKey::kAmaxHistory);
-        if (h < 0) fail(fmt::format("amax_history must be >= 0, got {}", h));
-        if (h > 0 && !format(AttrKey::kFormat).isEmulated())
-          fail(fmt::format("amax_history (delayed scaling) is for FP8/MX formats, got {}",
-                           format(AttrKey::kFormat).toString()));
-        if (h > 0 && format(AttrKey::kFormat).granularity != Granularity::kPerTensor)
-          fail(fmt::format("amax_history (delayed scaling) needs a per-tensor format, got {}",
-                           format(AttrKey::kFormat).toString()));
-      }
-      if (attrs_.has(AttrKey::kPredictScale) && attrs_.getInt(AttrKey::kPredictScale) != 0) {
-        const QuantFormat& f = format(AttrKey::kFormat);
-        if (!f.isEmulated() || f.granularity != Granularity::kPerTensor)
-          fail(fmt::format("predict_scale needs a per-tensor FP8/MX format, got {}", f.toString()));
-        if (attrs_.has(AttrKey::kAmaxHistory) && attrs_.getInt(AttrKey::kAmaxHistory) > 0)
-          fail("predict_scale and amax_history are two scaling strategies: give one");
-      }
-      if (attrs_.has(AttrKey::kAmaxCompute)) {
-        const std::string& c = attrs_.getString(AttrKey::kAmaxCompute);
-        if (c != "max" && c != "most_recent") fail(fmt::format("amax_compute must be max or most_recent, got '{}'", c));
-      }
-      int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
-                                      format(AttrKey::kFormat));
-      return {DType::kF32, Shape{count}};
-    }
-    case Op::kFakeQuant: {
-      requireDType(0, DType::kF32);
-      requireDType(1, DType::kF32);
-      side();
-      const QuantFormat& f = format(AttrKey::kFormat);
-      if (!f.isEmulated())
-        fail(fmt::format("format {} runs as int8 (quantize + qmatmul), not fake_quant", f.toString()));
-      int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims), f);
-      if (operand(1).shape != Shape({count}))
-        fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
-      return {DType::kF32, operand(0).shape};
-    }
-    case Op::kQuantize: {
-      requireDType(0, DType::kF32);
-      requireDType(1, DType::kF32);
-      GemmOperand s = side();
-      if (format(AttrKey::kFormat).isEmulated())
-        fail(fmt::format("format {} has no int8 storage here: it runs as fake_quant",
-                         format(AttrKey::kFormat).toString()));
-      int64_t count = quantParamCount(quantShape(operand(0).shape, AttrKey::kContractDims, AttrKey::kBatchDims),
-                                      format(AttrKey::kFormat));
-      if (operand(1).shape != Shape({count}))
-        fail(fmt::format("params must be f32[{}], got {}", count, operand(1).toString()));
-      return {s == GemmOperand::kLhs ? DType::kU8 : DType::kS8, operand(0).shape};
-    }
+    case Op::kQMatMul: return qmatmul();
+    case Op::kQuantStats: return quantStats();
+    case Op::kErrorStats: return errorStats();
+    case Op::kSmoothScales: return smoothScales();
+    case Op::kQuantParams: return quantParams();
+    case Op::kFakeQuant: return fakeQuant();
+    case Op::kQuantize: return quantize();
   }
   fail("has no type rule");
 }

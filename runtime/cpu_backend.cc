@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <unordered_map>
@@ -40,23 +41,21 @@ namespace {
 
 namespace k = kernels;
 
-bool isBinaryElementwise(Op op) {
-  return op == Op::kAdd || op == Op::kSub || op == Op::kMul || op == Op::kDiv ||
-         op == Op::kMax || op == Op::kGe;
-}
-
-k::BinaryOp binaryOp(Op op) {
+// The kernel of a binary elementwise op; nullopt for every other op.
+std::optional<k::BinaryOp> binaryOp(Op op) {
   switch (op) {
     case Op::kAdd: return k::BinaryOp::kAdd;
     case Op::kSub: return k::BinaryOp::kSub;
     case Op::kMul: return k::BinaryOp::kMul;
     case Op::kDiv: return k::BinaryOp::kDiv;
     case Op::kMax: return k::BinaryOp::kMax;
-    default: return k::BinaryOp::kGe;
+    case Op::kGe: return k::BinaryOp::kGe;
+    default: return std::nullopt;
   }
 }
 
-k::UnaryOp unaryOp(Op op) {
+// The kernel of a unary elementwise op; nullopt for every other op.
+std::optional<k::UnaryOp> unaryOp(Op op) {
   switch (op) {
     case Op::kNeg: return k::UnaryOp::kNeg;
     case Op::kExp: return k::UnaryOp::kExp;
@@ -64,13 +63,89 @@ k::UnaryOp unaryOp(Op op) {
     case Op::kRsqrt: return k::UnaryOp::kRsqrt;
     case Op::kTanh: return k::UnaryOp::kTanh;
     case Op::kRelu: return k::UnaryOp::kRelu;
+    case Op::kGelu: return k::UnaryOp::kGelu;
     case Op::kSqrt: return k::UnaryOp::kSqrt;
     case Op::kSigmoid: return k::UnaryOp::kSigmoid;
     case Op::kErf: return k::UnaryOp::kErf;
     case Op::kSilu: return k::UnaryOp::kSilu;
     case Op::kGeluErf: return k::UnaryOp::kGeluErf;
-    default: return k::UnaryOp::kGelu;
+    default: return std::nullopt;
   }
+}
+
+// The families of ops the CPU backend runs, each lowered by one function of CpuBackend
+// (lower() lists them). familyOf names every op of ops.def once, and supports() and
+// lower() both dispatch on it, so they cannot disagree about an op; it has no default,
+// so an op left out is a compiler warning (-Wswitch) and an InternalError naming it.
+enum class OpFamily {
+  kGraphInterface,     // parameter, input, constant
+  kElementwise,        // arithmetic, activations and their gradients, select
+  kConvert,            // f32 <-> bf16
+  kLayout,             // transpose, reshape, broadcast, slice, pad, concat
+  kReduction,          // reduce_sum, reduce_max, reduce_mean
+  kAttentionAndNorm,   // softmax, causal mask, rope, rms/layer norm, and their gradients
+  kEmbeddingAndLoss,   // gather, scatter_add, cross_entropy and its gradient
+  kGemm,               // matmul
+  kQuantization,       // statistics, scales, quantize, qmatmul
+  kCollective,         // all_reduce, all_gather, reduce_scatter, shard
+};
+
+OpFamily familyOf(Op op) {
+  switch (op) {
+    case Op::kParameter: case Op::kInput: case Op::kConstant:
+      return OpFamily::kGraphInterface;
+    case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
+    case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh: case Op::kRelu:
+    case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf: case Op::kSilu:
+    case Op::kGeluErf: case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad:
+    case Op::kGeluErfGrad: case Op::kSelect:
+      return OpFamily::kElementwise;
+    case Op::kConvert:
+      return OpFamily::kConvert;
+    case Op::kTranspose: case Op::kReshape: case Op::kBroadcast: case Op::kSlice: case Op::kPad:
+    case Op::kConcat:
+      return OpFamily::kLayout;
+    case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean:
+      return OpFamily::kReduction;
+    case Op::kSoftmax: case Op::kSoftmaxGrad: case Op::kCausalMask: case Op::kRope:
+    case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kLayerNorm: case Op::kLayerNormGrad:
+      return OpFamily::kAttentionAndNorm;
+    case Op::kGather: case Op::kScatterAdd: case Op::kCrossEntropy: case Op::kCrossEntropyGrad:
+      return OpFamily::kEmbeddingAndLoss;
+    case Op::kMatMul:
+      return OpFamily::kGemm;
+    case Op::kQuantStats: case Op::kErrorStats: case Op::kSmoothScales: case Op::kQuantParams:
+    case Op::kQuantize: case Op::kFakeQuant: case Op::kQMatMul:
+      return OpFamily::kQuantization;
+    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
+      return OpFamily::kCollective;
+  }
+  throw InternalError(fmt::format("cpu backend: op {} is not in ops.def", static_cast<int>(op)));
+}
+
+// A family's lowering reached with an op of another family: familyOf is wrong.
+[[noreturn]] void notInFamily(const Node& node, const char* family) {
+  throw InternalError(fmt::format("cpu backend: %{} ({}) was dispatched to the {} lowering", node.name(),
+                                  opName(node.op()), family));
+}
+
+// false, with the reason in `why` when the caller asks for it.
+bool refuse(std::string* why, std::string reason) {
+  if (why) *why = std::move(reason);
+  return false;
+}
+
+// The elementwise, layout, reduction, attention, normalization, embedding and loss
+// kernels read and write f32 only (index operands are s32).
+bool f32Only(const Node& node, std::string* why) {
+  if (node.dtype() != DType::kF32)
+    return refuse(why, fmt::format("{} on {} (elementwise kernels are f32 only)", opName(node.op()),
+                                   dtypeName(node.dtype())));
+  for (const Node* operand : node.operands())
+    if (operand->dtype() == DType::kBF16)
+      return refuse(why, fmt::format("{} with a bf16 operand (elementwise kernels are f32 only)",
+                                     opName(node.op())));
+  return true;
 }
 
 // How a broadcast node maps onto the [outer, inner] view of the binary kernel.
@@ -110,7 +185,15 @@ class CpuBackend final : public Backend {
   void prepare(std::span<const Node* const> schedule) override;
 
  private:
-  Kernel lowerBinary(const Node& node, LoweringContext& ctx) const;
+  bool supportsCollective(const Node& node, std::string* why) const;
+  // One lowering per op family (familyOf); the families' own kernels follow each.
+  Kernel lowerGraphInterface(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerElementwise(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerBinary(const Node& node, LoweringContext& ctx, k::BinaryOp op) const;
+  Kernel lowerLayout(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerAttentionAndNorm(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerEmbeddingAndLoss(const Node& node, LoweringContext& ctx) const;
+  Kernel lowerQuantization(const Node& node, LoweringContext& ctx) const;
   Kernel lowerMatMul(const Node& node, LoweringContext& ctx) const;
   Kernel lowerReduce(const Node& node, LoweringContext& ctx) const;
   Kernel lowerConvert(const Node& node, LoweringContext& ctx) const;
@@ -152,70 +235,92 @@ k::OperandView quantView(const Node& node) {
       .view;
 }
 
-bool CpuBackend::supports(const Node& node, std::string* why) const {
-  auto no = [&](std::string reason) {
-    if (why) *why = std::move(reason);
-    return false;
-  };
+// The quantization ops read their operand in the layouts the int8 kernels take directly.
+bool supportsQuantization(const Node& node, std::string* why) {
+  // The passes give every quantizing node the seed of its stochastic-rounding stream; the
+  // verifier does not ask for one, the kernels do.
+  const bool rounds = node.op() == Op::kQuantStats || node.op() == Op::kQuantize || node.op() == Op::kFakeQuant;
+  if (rounds && !node.attrs().has(AttrKey::kSeed))
+    return refuse(why, fmt::format("{} without a seed (its stochastic rounding's stream)", opName(node.op())));
   switch (node.op()) {
-    case Op::kParameter: case Op::kInput: case Op::kReshape:
-      return true;
-    case Op::kConvert: {
-      DType from = node.operand(0)->dtype(), to = node.dtype();
-      bool ok = from == to || (from == DType::kF32 && to == DType::kBF16) ||
-                (from == DType::kBF16 && to == DType::kF32);
-      return ok ? true
-                : no(fmt::format("convert {} -> {} (only f32 <-> bf16)", dtypeName(from),
-                                 dtypeName(to)));
-    }
-    case Op::kMatMul:
-      return true;  // f32 or bf16 operands (the verifier guarantees the dtypes)
-    case Op::kSlice:
-      // A slice copies 4-byte elements without looking at them: s32 too (the next-token
-      // targets of an imported model are a slice of its tokens).
-      if (node.dtype() == DType::kS32) return true;
-      break;
     case Op::kQuantStats:
-      return node.operand(0)->dtype() == DType::kF32 ? true : no("quant_stats of a non-f32 tensor");
+      return node.operand(0)->dtype() == DType::kF32 || refuse(why, "quant_stats of a non-f32 tensor");
+    case Op::kErrorStats:
+      return f32Only(node, why);
     case Op::kQuantParams:
     case Op::kQuantize:
     case Op::kFakeQuant:
       if (operandOrder(node.operand(0)->shape().rank(), node.attrs().getInts(AttrKey::kContractDims),
                        node.attrs().getIntsOr(AttrKey::kBatchDims, {})) == OperandOrder::kNeedsPermute)
-        return no("the operand's dims are not [batch, free, contract] or [batch, contract, free]");
+        return refuse(why, "the operand's dims are not [batch, free, contract] or [batch, contract, free]");
       return true;
     case Op::kSmoothScales: {
       DotDims d = DotDims::fromAttrs(node.attrs());
       bool readable = operandOrder(node.operand(0)->shape().rank(), d.lhs_contract, d.lhs_batch) != OperandOrder::kNeedsPermute &&
                       operandOrder(node.operand(1)->shape().rank(), d.rhs_contract, d.rhs_batch) != OperandOrder::kNeedsPermute;
-      return readable ? true : no("operands in an order the kernel cannot read");
+      return readable || refuse(why, "operands in an order the kernel cannot read");
     }
     case Op::kQMatMul: {
       DotDims dims = DotDims::fromAttrs(node.attrs());
       GemmLayout layout = gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), dims);
-      if (layout.lhs_perm || layout.rhs_perm) return no("int8 operands in an order the GEMM cannot read");
+      if (layout.lhs_perm || layout.rhs_perm) return refuse(why, "int8 operands in an order the GEMM cannot read");
       try {
         k::checkExactInt8Gemm(node.attrs().getFormat(AttrKey::kLhsFormat), node.attrs().getFormat(AttrKey::kRhsFormat));
       } catch (const k::KernelError& e) {
-        return no(e.what());
+        return refuse(why, e.what());
       }
       return true;
     }
-    default:
-      break;
+    default: notInFamily(node, "quantization");
   }
-  if (node.dtype() != DType::kF32)
-    return no(fmt::format("{} on {} (elementwise kernels are f32 only)", opName(node.op()),
-                          dtypeName(node.dtype())));
-  for (const Node* operand : node.operands())
-    if (operand->dtype() == DType::kBF16)
-      return no(fmt::format("{} with a bf16 operand (elementwise kernels are f32 only)",
-                            opName(node.op())));
-  return true;
+}
+
+bool CpuBackend::supports(const Node& node, std::string* why) const {
+  switch (familyOf(node.op())) {
+    case OpFamily::kGraphInterface:
+      // The caller binds parameters and inputs; a constant is filled by an f32 kernel.
+      return node.op() != Op::kConstant || f32Only(node, why);
+    case OpFamily::kConvert: {
+      DType from = node.operand(0)->dtype(), to = node.dtype();
+      bool ok = from == to || (from == DType::kF32 && to == DType::kBF16) ||
+                (from == DType::kBF16 && to == DType::kF32);
+      return ok || refuse(why, fmt::format("convert {} -> {} (only f32 <-> bf16)", dtypeName(from), dtypeName(to)));
+    }
+    case OpFamily::kLayout:
+      // A reshape is its operand's buffer. A slice copies 4-byte elements without looking
+      // at them: s32 too (the next-token targets of an imported model are a slice of its
+      // tokens).
+      if (node.op() == Op::kReshape || (node.op() == Op::kSlice && node.dtype() == DType::kS32)) return true;
+      return f32Only(node, why);
+    case OpFamily::kElementwise:
+    case OpFamily::kReduction:
+    case OpFamily::kAttentionAndNorm:
+    case OpFamily::kEmbeddingAndLoss:
+      return f32Only(node, why);
+    case OpFamily::kGemm:
+      return true;  // f32 or bf16 operands (the verifier guarantees the dtypes)
+    case OpFamily::kQuantization:
+      return supportsQuantization(node, why);
+    case OpFamily::kCollective:
+      return f32Only(node, why) && supportsCollective(node, why);
+  }
+  throw InternalError(fmt::format("cpu backend: %{} ({}) has no op family", node.name(), opName(node.op())));
+}
+
+// all_gather, reduce_scatter and shard split a value into `devices` parts, one per
+// process of the job's group.
+bool CpuBackend::supportsCollective(const Node& node, std::string* why) const {
+  if (node.op() == Op::kAllReduce) return true;
+  const DeviceGroup group = node.attrs().getGroup(AttrKey::kGroup);
+  const int64_t devices = node.attrs().getInt(AttrKey::kDevices);
+  if (collectives_->size(group) == devices) return true;
+  return refuse(why, fmt::format("{} over {} devices, but this job's {} group has {} process(es); start it with "
+                                 "mpirun so that --tensor-parallel matches the model's split",
+                                 opName(node.op()), devices, nameOf(group), collectives_->size(group)));
 }
 
 bool CpuBackend::readsBroadcastInPlace(const Node& user, int index) const {
-  if (!isBinaryElementwise(user.op())) return false;
+  if (!binaryOp(user.op())) return false;
   const Node* bc = user.operand(index);
   const Node* other = user.operand(1 - index);
   // At most one distinct broadcast per kernel call: the view splits the output by it.
@@ -223,10 +328,9 @@ bool CpuBackend::readsBroadcastInPlace(const Node& user, int index) const {
   return bc->op() == Op::kBroadcast && bc->dtype() == DType::kF32 && bcastView(*bc).has_value();
 }
 
-Kernel CpuBackend::lowerBinary(const Node& node, LoweringContext& ctx) const {
+Kernel CpuBackend::lowerBinary(const Node& node, LoweringContext& ctx, k::BinaryOp op) const {
   OperandRef a = ctx.operand(0), b = ctx.operand(1);
   int y = ctx.result();
-  k::BinaryOp op = binaryOp(node.op());
   k::Bcast am = k::Bcast::kFull, bm = k::Bcast::kFull;
   int64_t outer = 1, inner = node.shape().numElements();
   for (auto [ref, mode] : {std::pair{&a, &am}, std::pair{&b, &bm}}) {
@@ -307,11 +411,18 @@ Kernel CpuBackend::lowerMatMul(const Node& node, LoweringContext& ctx) const {
   };
 }
 
+k::ReduceOp reduceOp(const Node& node) {
+  switch (node.op()) {
+    case Op::kReduceSum: return k::ReduceOp::kSum;
+    case Op::kReduceMax: return k::ReduceOp::kMax;
+    case Op::kReduceMean: return k::ReduceOp::kMean;
+    default: notInFamily(node, "reduction");
+  }
+}
+
 Kernel CpuBackend::lowerReduce(const Node& node, LoweringContext& ctx) const {
   const Node& in = *node.operand(0);
-  k::ReduceOp op = node.op() == Op::kReduceSum   ? k::ReduceOp::kSum
-                   : node.op() == Op::kReduceMax ? k::ReduceOp::kMax
-                                                 : k::ReduceOp::kMean;
+  k::ReduceOp op = reduceOp(node);
   ReduceLayout layout = reduceLayout(in.shape(), node.attrs().getInts(AttrKey::kAxes));
   int x = ctx.operand(0).slot, y = ctx.result();
   int permuted = -1;
@@ -627,11 +738,7 @@ Kernel CpuBackend::lowerCollective(const Node& node, LoweringContext& ctx) const
       }
     };
   }
-  const int64_t devices = node.attrs().getInt(AttrKey::kDevices);
-  if (comm->size(group) != devices)
-    throw Error(fmt::format("%{}: {} over {} devices, but this job's {} group has {} process(es); start it with "
-                            "mpirun so that --tensor-parallel matches the model's split",
-                            node.name(), opName(node.op()), devices, nameOf(group), comm->size(group)));
+  const int64_t devices = node.attrs().getInt(AttrKey::kDevices);  // the group's size (supportsCollective)
   // The layout of this device's block of the split value.
   const PartLayout l = partLayout(node.op() == Op::kAllGather ? node.operand(0)->shape() : node.shape(),
                                   node.attrs().getInt(AttrKey::kAxis), devices);
@@ -655,104 +762,107 @@ Kernel CpuBackend::lowerCollective(const Node& node, LoweringContext& ctx) const
         }
         comm->reduceScatterSum(in, rc.as<float>(y), count, group);
       };
-    default:  // shard: this device's block
+    case Op::kShard:  // this device's block
       return [=](const RunContext& rc) { copyBlock(l, rc.as<float>(x), comm->rank(group), rc.as<float>(y)); };
+    default: notInFamily(node, "collective");
   }
 }
 
-Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
-  std::string why;
-  if (!supports(node, &why)) throw Error(fmt::format("cpu backend: unsupported node %{}: {}", node.name(), why));
-  const Op op = node.op();
-  if (isBinaryElementwise(op)) return lowerBinary(node, ctx);
-  switch (op) {
-    case Op::kMatMul: return lowerMatMul(node, ctx);
-    case Op::kReduceSum: case Op::kReduceMax: case Op::kReduceMean: return lowerReduce(node, ctx);
-    case Op::kConvert: return lowerConvert(node, ctx);
-    case Op::kQuantStats: return lowerQuantStats(node, ctx);
-    case Op::kErrorStats: return lowerErrorStats(node, ctx);
-    case Op::kQuantParams: case Op::kQuantize: case Op::kFakeQuant: return lowerQuantize(node, ctx);
-    case Op::kQMatMul: return lowerQMatMul(node, ctx);
-    case Op::kSmoothScales: return lowerSmoothScales(node, ctx);
-    case Op::kAllReduce: case Op::kAllGather: case Op::kReduceScatter: case Op::kShard:
-      return lowerCollective(node, ctx);
-    default: break;
-  }
+// parameter and input: their slots hold what the caller binds, so nothing runs (the
+// executor does not even lower them). constant: filled with its value.
+Kernel CpuBackend::lowerGraphInterface(const Node& node, LoweringContext& ctx) const {
+  if (node.op() != Op::kConstant) return [](const RunContext&) {};
   int y = ctx.result();
-  int x = node.numOperands() > 0 ? ctx.operand(0).slot : -1;
-  int x1 = node.numOperands() > 1 ? ctx.operand(1).slot : -1;
-  int x2 = node.numOperands() > 2 ? ctx.operand(2).slot : -1;
   int64_t n = node.shape().numElements();
+  float value = static_cast<float>(node.attrs().getFloat(AttrKey::kValue));
+  return [=](const RunContext& rc) { k::fill(rc.as<float>(y), n, value); };
+}
+
+Kernel CpuBackend::lowerElementwise(const Node& node, LoweringContext& ctx) const {
+  const Op op = node.op();
+  if (std::optional<k::BinaryOp> binary = binaryOp(op)) return lowerBinary(node, ctx, *binary);
+  int y = ctx.result();
+  int x = ctx.operand(0).slot;
+  int64_t n = node.shape().numElements();
+  if (std::optional<k::UnaryOp> unary = unaryOp(op)) {
+    k::UnaryOp u = *unary;
+    return [=](const RunContext& rc) { k::unary(u, rc.as<float>(x), rc.as<float>(y), n); };
+  }
+  int x1 = ctx.operand(1).slot;
   switch (op) {
-    case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh:
-    case Op::kRelu: case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
-    case Op::kSilu: case Op::kGeluErf: {
-      k::UnaryOp u = unaryOp(op);
-      return [=](const RunContext& rc) { k::unary(u, rc.as<float>(x), rc.as<float>(y), n); };
-    }
     case Op::kReluGrad:
-      return [=](const RunContext& rc) {
-        k::reluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
-      };
+      return [=](const RunContext& rc) { k::reluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
     case Op::kGeluGrad:
-      return [=](const RunContext& rc) {
-        k::geluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
-      };
+      return [=](const RunContext& rc) { k::geluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
     case Op::kSiluGrad:
-      return [=](const RunContext& rc) {
-        k::siluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
-      };
+      return [=](const RunContext& rc) { k::siluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
     case Op::kGeluErfGrad:
-      return [=](const RunContext& rc) {
-        k::geluErfGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n);
-      };
-    case Op::kSelect:
+      return [=](const RunContext& rc) { k::geluErfGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
+    case Op::kSelect: {
+      int x2 = ctx.operand(2).slot;
       return [=](const RunContext& rc) {
         k::select(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(x2), rc.as<float>(y), n);
       };
-    case Op::kConstant: {
-      float value = static_cast<float>(node.attrs().getFloat(AttrKey::kValue));
-      return [=](const RunContext& rc) { k::fill(rc.as<float>(y), n, value); };
     }
-    case Op::kTranspose: {
-      std::vector<int64_t> dims(node.operand(0)->shape().dims().begin(),
-                                node.operand(0)->shape().dims().end());
-      std::vector<int64_t> perm = node.attrs().getInts(AttrKey::kPerm);
-      return [=](const RunContext& rc) { k::transpose(rc.as<float>(x), rc.as<float>(y), dims, perm); };
-    }
-    case Op::kSlice: {
-      std::vector<int64_t> x_dims(node.operand(0)->shape().dims().begin(),
-                                  node.operand(0)->shape().dims().end());
-      std::vector<int64_t> y_dims(node.shape().dims().begin(), node.shape().dims().end());
-      std::vector<int64_t> starts = node.attrs().getInts(AttrKey::kStarts);
+    default: notInFamily(node, "elementwise");
+  }
+}
+
+Kernel CpuBackend::lowerLayout(const Node& node, LoweringContext& ctx) const {
+  int y = ctx.result();
+  int x = ctx.operand(0).slot;
+  const Shape& in = node.operand(0)->shape();
+  std::vector<int64_t> x_dims(in.dims().begin(), in.dims().end());
+  switch (node.op()) {
+    // The executor gives a reshape its operand's buffer (and does not lower it); in a
+    // buffer of its own it is a copy.
+    case Op::kReshape: {
+      size_t bytes = static_cast<size_t>(node.shape().numElements()) * dtypeSize(node.dtype());
       return [=](const RunContext& rc) {
-        k::slice(rc.as<float>(x), rc.as<float>(y), x_dims, starts, y_dims);
+        if (rc.ptr(x) != rc.ptr(y)) std::memcpy(rc.ptr(y), rc.ptr(x), bytes);
       };
     }
+    case Op::kTranspose: {
+      std::vector<int64_t> perm = node.attrs().getInts(AttrKey::kPerm);
+      return [=](const RunContext& rc) { k::transpose(rc.as<float>(x), rc.as<float>(y), x_dims, perm); };
+    }
+    case Op::kSlice: {
+      std::vector<int64_t> y_dims(node.shape().dims().begin(), node.shape().dims().end());
+      std::vector<int64_t> starts = node.attrs().getInts(AttrKey::kStarts);
+      return [=](const RunContext& rc) { k::slice(rc.as<float>(x), rc.as<float>(y), x_dims, starts, y_dims); };
+    }
     case Op::kPad: {
-      std::vector<int64_t> x_dims(node.operand(0)->shape().dims().begin(),
-                                  node.operand(0)->shape().dims().end());
       std::vector<int64_t> low = node.attrs().getInts(AttrKey::kLow);
       std::vector<int64_t> high = node.attrs().getInts(AttrKey::kHigh);
       return [=](const RunContext& rc) { k::pad(rc.as<float>(x), rc.as<float>(y), x_dims, low, high); };
     }
     case Op::kConcat: {
+      int x1 = ctx.operand(1).slot;
       const int axis = static_cast<int>(node.attrs().getInt(AttrKey::kAxis));
       int64_t outer = 1;
       for (int d = 0; d < axis; ++d) outer *= node.shape().dim(d);
-      const Shape& a = node.operand(0)->shape();
       const Shape& b = node.operand(1)->shape();
-      int64_t a_inner = outer == 0 ? 0 : a.numElements() / outer;
+      int64_t a_inner = outer == 0 ? 0 : in.numElements() / outer;
       int64_t b_inner = outer == 0 ? 0 : b.numElements() / outer;
       return [=](const RunContext& rc) {
         k::concat(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), outer, a_inner, b_inner);
       };
     }
     case Op::kBroadcast: {
-      BroadcastCopy copy = broadcastCopy(node.operand(0)->shape(), node.shape(),
-                                         node.attrs().getInts(AttrKey::kDims));
+      BroadcastCopy copy = broadcastCopy(in, node.shape(), node.attrs().getInts(AttrKey::kDims));
       return [=](const RunContext& rc) { copy.run(rc.as<float>(x), rc.as<float>(y)); };
     }
+    default: notInFamily(node, "layout");
+  }
+}
+
+Kernel CpuBackend::lowerAttentionAndNorm(const Node& node, LoweringContext& ctx) const {
+  const Op op = node.op();
+  int y = ctx.result();
+  int x = ctx.operand(0).slot;
+  int x1 = node.numOperands() > 1 ? ctx.operand(1).slot : -1;
+  const Shape& s = node.shape();
+  switch (op) {
     case Op::kSoftmax: {
       int64_t rows = rowsOf(node), cols = lastDim(node);
       return [=](const RunContext& rc) { k::softmax(rc.as<float>(x), rc.as<float>(y), rows, cols); };
@@ -764,15 +874,11 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
       };
     }
     case Op::kCausalMask: {
-      const Shape& s = node.shape();
-      int64_t tq = s.dim(s.rank() - 2), tk = s.dim(s.rank() - 1), batch = n / (tq * tk);
+      int64_t tq = s.dim(s.rank() - 2), tk = s.dim(s.rank() - 1), batch = s.numElements() / (tq * tk);
       float value = static_cast<float>(node.attrs().getFloat(AttrKey::kValue));
-      return [=](const RunContext& rc) {
-        k::causalMask(rc.as<float>(x), rc.as<float>(y), batch, tq, tk, value);
-      };
+      return [=](const RunContext& rc) { k::causalMask(rc.as<float>(x), rc.as<float>(y), batch, tq, tk, value); };
     }
     case Op::kRope: {
-      const Shape& s = node.shape();
       // The angles depend only on the shape and theta: computed once here, not per run.
       auto table = std::make_shared<const k::RopeTable>(
           k::ropeTable(s.dim(2), s.dim(3), node.attrs().getFloat(AttrKey::kTheta)));
@@ -797,6 +903,14 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
         k::layerNormGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), rows, cols, eps);
       };
     }
+    default: notInFamily(node, "attention and normalization");
+  }
+}
+
+Kernel CpuBackend::lowerEmbeddingAndLoss(const Node& node, LoweringContext& ctx) const {
+  int y = ctx.result();
+  int x = ctx.operand(0).slot, x1 = ctx.operand(1).slot;
+  switch (node.op()) {
     case Op::kGather: {
       const Shape& table = node.operand(0)->shape();
       int64_t n_idx = node.operand(1)->shape().numElements();
@@ -819,16 +933,46 @@ Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
       };
     }
     case Op::kCrossEntropyGrad: {
+      int x2 = ctx.operand(2).slot;
       int64_t rows = node.shape().dim(0), cols = node.shape().dim(1);
       return [=](const RunContext& rc) {
-        k::crossEntropyGrad(rc.as<float>(x), rc.as<int32_t>(x1), *rc.as<float>(x2), rc.as<float>(y),
-                            rows, cols);
+        k::crossEntropyGrad(rc.as<float>(x), rc.as<int32_t>(x1), *rc.as<float>(x2), rc.as<float>(y), rows, cols);
       };
     }
-    default:
-      break;
+    default: notInFamily(node, "embedding and loss");
   }
-  throw InternalError(fmt::format("cpu backend: no lowering for {}", opName(op)));
+}
+
+Kernel CpuBackend::lowerQuantization(const Node& node, LoweringContext& ctx) const {
+  switch (node.op()) {
+    case Op::kQuantStats: return lowerQuantStats(node, ctx);
+    case Op::kErrorStats: return lowerErrorStats(node, ctx);
+    case Op::kSmoothScales: return lowerSmoothScales(node, ctx);
+    case Op::kQuantParams: case Op::kQuantize: case Op::kFakeQuant: return lowerQuantize(node, ctx);
+    case Op::kQMatMul: return lowerQMatMul(node, ctx);
+    default: notInFamily(node, "quantization");
+  }
+}
+
+// One lowering per family (familyOf); supports() decides on the same families, so a
+// node it accepts always lowers.
+Kernel CpuBackend::lower(const Node& node, LoweringContext& ctx) const {
+  std::string why;
+  if (!supports(node, &why))
+    throw Error(fmt::format("cpu backend: unsupported node %{} ({}): {}", node.name(), opName(node.op()), why));
+  switch (familyOf(node.op())) {
+    case OpFamily::kGraphInterface: return lowerGraphInterface(node, ctx);
+    case OpFamily::kElementwise: return lowerElementwise(node, ctx);
+    case OpFamily::kConvert: return lowerConvert(node, ctx);
+    case OpFamily::kLayout: return lowerLayout(node, ctx);
+    case OpFamily::kReduction: return lowerReduce(node, ctx);
+    case OpFamily::kAttentionAndNorm: return lowerAttentionAndNorm(node, ctx);
+    case OpFamily::kEmbeddingAndLoss: return lowerEmbeddingAndLoss(node, ctx);
+    case OpFamily::kGemm: return lowerMatMul(node, ctx);
+    case OpFamily::kQuantization: return lowerQuantization(node, ctx);
+    case OpFamily::kCollective: return lowerCollective(node, ctx);
+  }
+  throw InternalError(fmt::format("cpu backend: %{} ({}) has no op family", node.name(), opName(node.op())));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // The reference evaluator: the values of a graph computed in double precision by plain
 // loops. It is slow and obvious on purpose, and shares no code with the fast kernels,
 // so it can judge them (kernel and executor tests, gradient checks, numeric pass
-// tests). Every op's exact meaning is written beside its case in reference.cc.
+// tests). Every op's exact meaning is written beside its rule in reference.cc.
 //
 // Values are doubles whatever the dtype: integer dtypes hold exact integers, and f32
 // results are not rounded to f32 (only `convert` to bf16 rounds), so a fast f32 result
@@ -37,7 +37,9 @@ class ReferenceEvaluator {
   void setInput(std::string_view name, RefTensor value);
 
   // Evaluates every node, operands first. Throws pgq::Error if a parameter or input has
-  // no value, or on a data-dependent error (an index or target out of range).
+  // no value, or on a data-dependent error (an index or target out of range), and
+  // pgq::InternalError naming the op for an op it has no rule for (the quantizing ops:
+  // quant_stats, quant_params, quantize, fake_quant, qmatmul).
   void run();
 
   // The value of a node or of graph output i after run(); pgq::Error before.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <vector>
 
 #include "runtime/mpi.h"
@@ -56,10 +57,25 @@ TEST(LocalCollectives, StatsCountCallsAndBytes) {
   c->barrier();                                         // 0
   EXPECT_EQ(c->stats().calls, 7);
   EXPECT_EQ(c->stats().bytes, 162);
-  EXPECT_GE(c->stats().ms, 0);
   c->resetStats();
   EXPECT_EQ(c->stats().calls, 0);
   EXPECT_EQ(c->stats().bytes, 0);
+  EXPECT_EQ(c->stats().ms, 0);
+}
+
+// The time is that spent inside the calls, in milliseconds: more than nothing for a
+// gather that copies 64 MB, and no more than the test's own clock saw around them.
+TEST(LocalCollectives, StatsTimeTheCalls) {
+  std::unique_ptr<Collectives> c = makeLocalCollectives();
+  std::vector<float> big(size_t{16} << 20, 1.f), out(big.size());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) c->allGather(big.data(), out.data(), static_cast<int64_t>(big.size()), DeviceGroup::kTensor);
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(out, big);
+  EXPECT_EQ(c->stats().calls, 3);
+  EXPECT_EQ(c->stats().bytes, 3 * 64.0 * (1 << 20));
+  EXPECT_GT(c->stats().ms, 0);
+  EXPECT_LE(c->stats().ms, wall_ms);
 }
 
 // Without mpirun pgq is one process and never starts MPI.

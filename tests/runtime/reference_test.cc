@@ -642,5 +642,24 @@ TEST(ReferenceGolden, AllOpsRunWithFiniteValues) {
   EXPECT_GT(ev.output(0).data[0], 0);  // the loss
 }
 
+// The quantizing ops have no rule here (tests/kernels/ checks their kernels): evaluating
+// one is an InternalError that names it, never a silent zero.
+TEST(ReferenceGolden, AnOpWithoutARuleIsAnInternalErrorNamingIt) {
+  auto graph = parseGraph(R"(graph @q {
+  %x = input() : f32[8,4]
+  %s = quant_params(%x) {format="int8:channel:rtn", side="lhs", contract_dims=[1]} : f32[8]
+  return %s
+}
+)");
+  ReferenceEvaluator ev(*graph);
+  ev.setInput("x", randomRefTensor(graph->find("x")->type(), 1));
+  try {
+    ev.run();
+    ADD_FAILURE() << "quant_params evaluated";
+  } catch (const InternalError& e) {
+    EXPECT_EQ(std::string(e.what()), "reference evaluator has no rule for op 'quant_params' (%s)");
+  }
+}
+
 }  // namespace
 }  // namespace pgq
