@@ -264,8 +264,4 @@ const char* granularityName(Granularity granularity) {
   return "?";
 }
 
-const char* roundingName(Rounding rounding) {
-  return rounding == Rounding::kNearest ? "round-to-nearest" : "stochastic";
-}
-
 }  // namespace pgq

@@ -105,6 +105,5 @@ ElementLimits elementLimits(const QuantFormat& format);
 const char* elementName(Element element);  // int | e4m3 | e5m2
 
 const char* granularityName(Granularity granularity);
-const char* roundingName(Rounding rounding);
 
 }  // namespace pgq
