@@ -181,7 +181,12 @@ QuantFormat QuantFormat::parse(std::string_view text) {
 }
 
 bool QuantFormat::operator==(const QuantFormat& other) const {
-  return toString() == other.toString();
+  // Field by field what toString() writes, without building the two texts: profiles
+  // and recipes look formats up by value.
+  return element == other.element && (isFloat() || bits == other.bits) && granularity == other.granularity &&
+         (granularity != Granularity::kPerBlock || block == other.block) && rounding == other.rounding &&
+         scale == other.scale && asymmetric == other.asymmetric && clipping == other.clipping &&
+         (clipping != Clipping::kPercentile || percentile == other.percentile);
 }
 
 QuantFormat perChannelFormat(int bits, Rounding rounding) {
@@ -220,15 +225,6 @@ int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channe
 
 int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract) {
   return quantGroupCount(format, batch, channels, contract) * (format.asymmetric ? 2 : 1);
-}
-
-std::string_view formatFamily(const QuantFormat& format) {
-  switch (format.scale) {
-    case ScaleKind::kF32: return format.isFloat() ? "fp8" : "int8";
-    case ScaleKind::kE8M0: return format.isFloat() ? "mxfp8" : "mxint8";
-    case ScaleKind::kTwoLevel: return "moss_fp8";
-  }
-  return "?";
 }
 
 ElementLimits elementLimits(const QuantFormat& format) {
