@@ -105,9 +105,9 @@ class Experiment {
   Policy policy(const std::string& spec) const {
     Policy p = loadPolicy(spec);
     p.bits = o_.bits;
-    p.granularity = o_.granularity;
+    p.granularity = ScaleLayout::parse(o_.granularity);
     p.metric = o_.metric;
-    p.formats = {o_.scheme};
+    p.formats = {*parseScheme(o_.scheme)};
     return p;
   }
   // "int8:channel" or "fp8"; with the gradients' rounding, for report titles.
@@ -162,7 +162,7 @@ void Experiment::validate() const {
   }
   for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
   kTokenScale.check(o_.token_scale);
-  if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), o_.scheme) == std::end(kFormatSchemes))
+  if (!parseScheme(o_.scheme))
     throw Error(fmt::format("--scheme: unknown format scheme '{}' (expected one of {})", o_.scheme,
                             fmt::join(kFormatSchemes, ", ")));
   const bool orderings = o_.protocol == ExperimentProtocol::kOrderings;
@@ -187,7 +187,7 @@ void Experiment::validate() const {
   HardwareModel hw = loadHardwareModel(o_.hardware);
   // Every recipe of the experiment is in this scheme: one the hardware lacks would keep
   // every GEMM in high precision.
-  const std::string family = schemeFamily(o_.scheme);
+  const FormatFamily family = familyOf(*parseScheme(o_.scheme));
   if (!hw.runsFamily(family))
     throw Error(fmt::format("--scheme {}: hardware '{}' does not run {} natively (it runs: {}); choose a --hardware "
                             "that does (e.g. h100-sxm for fp8, b200 for mxfp8)",
@@ -665,8 +665,9 @@ ExperimentResult Experiment::runRecipes() {
   in.profile_steps = o_.profile_steps;
   in.threads = omp_get_max_threads();
   in.fractions = o_.fractions;
-  in.sqnr_format = o_.scheme == "int8" ? fmt::format("int{}:{}:rtn", o_.bits, o_.granularity)
-                                       : schemeFormats(o_.scheme, "rtn", "rtn").operand;
+  in.sqnr_format = o_.scheme == "int8"
+                       ? ScaleLayout::parse(o_.granularity).withBits(o_.bits, Rounding::kNearest)
+                       : schemeFormats(*parseScheme(o_.scheme), Rounding::kNearest, Rounding::kNearest).operand;
   const Metric metric = o_.metric.value_or(defaultMetric(profile()));
   in.metric = metric == Metric::kSqnr ? "SQNR" : std::string(nameOf(metric));
   in.runs = runs;

@@ -58,7 +58,7 @@ struct ExperimentOptions {
   // Rounding of gradient operands in the thresholded recipes: sr (F+B_SR>t, F+B_SR<t,
   // the paper's) or rtn (F+B>t, F+B<t).
   std::string backward_rounding = "sr";
-  // The format scheme of every recipe (plan/policy.h kFormatSchemes): int8 (with bits and
+  // The format scheme of every recipe (support/quant_scheme.h): int8 (with bits and
   // granularity above), or an FP8/MX one (fp8: e4m3 operands, e5m2 gradients), profiled
   // in that format and run emulated; `hardware` must run it natively.
   std::string scheme = "int8";

@@ -247,14 +247,15 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   lossCurves(in.out_dir, runs);
   speedupVsLoss(in.out_dir, runs, in.metric);
   Profile profile = loadProfile((dir / "profile.yaml").string());
+  const std::string sqnr_format = in.sqnr_format.toString();
   std::vector<SqnrRow> rows = sqnrRows(profile, in.sqnr_format);
-  writeFileAtomically((dir / "sqnr.md").string(), sqnrTableMarkdown(rows, in.sqnr_format));
-  writeSqnrPlot(rows, in.sqnr_format, (dir / "sqnr.png").string());
+  writeFileAtomically((dir / "sqnr.md").string(), sqnrTableMarkdown(rows, sqnr_format));
+  writeSqnrPlot(rows, sqnr_format, (dir / "sqnr.png").string());
 
   // Findings, every number from the files above.
   const RunSummary& base = runs.front();
   std::string findings;
-  findings += fmt::format("### Which GEMMs have the lowest SQNR (in {})\n\n", in.sqnr_format);
+  findings += fmt::format("### Which GEMMs have the lowest SQNR (in {})\n\n", sqnr_format);
   for (size_t i = 0; i < std::min<size_t>(5, rows.size()); ++i) {
     const SqnrRow& r = rows[i];
     const SqnrInput& low = r.lhs.sqnr <= r.rhs.sqnr ? r.lhs : r.rhs;
@@ -265,7 +266,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   for (const GemmProfile& g : profile.gemms)
     for (const OperandProfile& o : g.operands)
       if (const FormatStats* f = o.find(in.sqnr_format)) by_role[std::string(o.roleName())].push_back(f->sqnr_mean);
-  findings += fmt::format("\nMedian SQNR in {} by operand role:", in.sqnr_format);
+  findings += fmt::format("\nMedian SQNR in {} by operand role:", sqnr_format);
   for (auto& [role, v] : by_role) findings += fmt::format(" {} {:.3g} ({} operands);", role, median(v), v.size());
   findings.back() = '.';
   findings += fmt::format(

@@ -10,6 +10,7 @@
 
 #include "app/experiment.h"
 #include "frontend/model_config.h"
+#include "support/quant_format.h"
 
 namespace pgq {
 
@@ -58,7 +59,7 @@ struct ReportInputs {
   std::vector<double> fractions;
   // The format whose SQNR the report shows: the experiment's bits and granularity,
   // round to nearest (every GEMM operand is profiled in it).
-  std::string sqnr_format = "int8:channel:rtn";
+  QuantFormat sqnr_format = perChannelFormat(8);
   // What the thresholded recipes (F+B_SR>t, <t) compared: "SQNR" or a metric's name
   // (plan/gemm_metric.h).
   std::string metric = "SQNR";

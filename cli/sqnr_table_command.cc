@@ -1,5 +1,7 @@
 // `pgq sqnr-table`: the table (and plot) a user inspects after profiling, or with
 // --scaling the table of how often FP8 scaling strategies would have clipped.
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "app/sqnr_plot.h"
@@ -45,7 +47,10 @@ void addSqnrTableCommand(CLI::App& app) {
   cmd->add_option("--top", top, "With --compare: how many inputs to list")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->callback([] {
     const Metric sort_by = metricFromName(sort, "--sort");
-    if (!gradient_format.empty()) gradient_format = QuantFormat::parse(gradient_format).toString();
+    // The formats are parsed here, once: the table and its title show --format as given.
+    const QuantFormat shown = QuantFormat::parse(format);
+    std::optional<QuantFormat> gradient;
+    if (!gradient_format.empty()) gradient = QuantFormat::parse(gradient_format);
     Profile profile = loadProfile(profile_path);
     if (!compare.empty()) {
       SqnrComparison c = compareSqnr(profile, compare);
@@ -60,7 +65,7 @@ void addSqnrTableCommand(CLI::App& app) {
       else fmt::print("{}", scalingTableMarkdown(rows));
       return;
     }
-    std::vector<SqnrRow> rows = sqnrRows(profile, format, gradient_format, sort_by, profile_path);
+    std::vector<SqnrRow> rows = sqnrRows(profile, shown, gradient, sort_by, profile_path);
     if (csv) fmt::print("{}", sqnrTableCsv(rows));
     else if (json) fmt::print("{}", sqnrTableJson(rows, format));
     else fmt::print("{}", sqnrTableMarkdown(rows, format));

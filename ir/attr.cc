@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "support/errors.h"
+#include "support/escape.h"
 
 namespace pgq {
 namespace {
@@ -164,24 +165,6 @@ size_t Attrs::hash() const {
   return seed;
 }
 
-std::string quoteString(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-        else
-          out += c;
-    }
-  }
-  return out + "\"";
-}
-
 std::string formatAttrValue(const AttrValue& value) {
   return std::visit(
       [](const auto& v) -> std::string {
@@ -190,7 +173,7 @@ std::string formatAttrValue(const AttrValue& value) {
           std::string out = "[";
           for (size_t i = 0; i < items.size(); ++i) {
             if (i) out += ",";
-            out += quoteString(text(items[i]));
+            out += quoted(text(items[i]), QuoteStyle::kIrText);
           }
           return out + "]";
         };
@@ -203,7 +186,7 @@ std::string formatAttrValue(const AttrValue& value) {
           if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
           return s;
         } else if constexpr (std::is_same_v<T, std::string>) {
-          return quoteString(v);
+          return quoted(v, QuoteStyle::kIrText);
         } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
           return fmt::format("[{}]", fmt::join(v, ","));
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
@@ -211,11 +194,11 @@ std::string formatAttrValue(const AttrValue& value) {
         } else if constexpr (std::is_same_v<T, OperandRoles>) {
           return list(v, [](OperandRole r) { return nameOf(r); });
         } else if constexpr (std::is_same_v<T, QuantFormat>) {
-          return quoteString(v.toString());
+          return quoted(v.toString(), QuoteStyle::kIrText);
         } else if constexpr (std::is_same_v<T, std::vector<QuantFormat>>) {
           return list(v, [](const QuantFormat& f) { return f.toString(); });
         } else {
-          return quoteString(nameOf(v));
+          return quoted(nameOf(v), QuoteStyle::kIrText);
         }
       },
       value);

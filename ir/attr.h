@@ -82,7 +82,5 @@ class Attrs {
 // Metadata and formats are written by name, like strings: "bwd_dgrad",
 // ["gradient","weight"], "int8:channel:rtn".
 std::string formatAttrValue(const AttrValue& value);
-// Quotes and escapes a string for the text form.
-std::string quoteString(std::string_view text);
 
 }  // namespace pgq

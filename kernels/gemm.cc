@@ -142,10 +142,6 @@ void checkExactInt8Gemm(const QuantFormat& fa, const QuantFormat& fb, const Int8
   }
 }
 
-GemmSide narrowSideBySqnr(double sqnr_lhs, double sqnr_rhs) {
-  return sqnr_lhs > sqnr_rhs ? GemmSide::kLhs : GemmSide::kRhs;
-}
-
 GemmFormats exactGemmFormats(QuantFormat lhs, QuantFormat rhs, GemmSide narrow,
                              const Int8Caps& caps) {
   lhs.bits = std::min(lhs.bits, caps.max_bits_one);

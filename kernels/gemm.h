@@ -61,12 +61,6 @@ struct GemmFormats {
   QuantFormat rhs;
 };
 
-// Which side to narrow to 7 bits when both want 8 on a CPU without VNNI: the one with
-// the higher SQNR. With independent errors 1/SQNR_C ~ 1/SQNR_A + 1/SQNR_B, and one bit
-// less divides an operand's SQNR by ~4, so narrowing A costs 3/SQNR_A and narrowing B
-// 3/SQNR_B: narrow the side whose SQNR is higher. Ties narrow the rhs.
-GemmSide narrowSideBySqnr(double sqnr_lhs, double sqnr_rhs);
-
 // The formats nearest to (lhs, rhs) that run exactly: unchanged when they already do,
 // otherwise the `narrow` side drops to caps.max_bits_both bits (and any side above
 // caps.max_bits_one drops to that).

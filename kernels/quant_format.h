@@ -18,7 +18,6 @@ using pgq::granularityName;
 using pgq::perBlockFormat;
 using pgq::perChannelFormat;
 using pgq::perTensorFormat;
-using pgq::roundingName;
 
 // format.validate(), with a KernelError (the kernels' one exception) for a bad format.
 void checkFormat(const QuantFormat& format);

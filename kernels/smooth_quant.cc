@@ -55,22 +55,6 @@ std::vector<float> channelAbsMax(std::span<const float> x, const OperandView& vi
   return amax;
 }
 
-// out = x with contracting channel k multiplied by factor[k].
-void scaleChannels(std::span<const float> x, const OperandView& view,
-                   const std::vector<float>& factor, std::span<float> out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < view.batch * view.rows; ++row) {
-    const float* in = x.data() + row * view.cols;
-    float* o = out.data() + row * view.cols;
-    if (view.contract_along_cols) {
-      for (int64_t c = 0; c < view.cols; ++c) o[c] = in[c] * factor[c];
-    } else {
-      const float f = factor[row % view.rows];
-      for (int64_t c = 0; c < view.cols; ++c) o[c] = in[c] * f;
-    }
-  }
-}
-
 }  // namespace
 
 void smoothQuantFactors(std::span<const float> a, const OperandView& view_a,
@@ -90,24 +74,6 @@ void smoothQuantFactors(std::span<const float> a, const OperandView& view_a,
     }
     s[k] = (factor > 0.0 && factor <= FLT_MAX && float(factor) > 0.0f) ? float(factor) : 1.0f;
   }
-}
-
-void applySmoothQuant(std::span<const float> a, const OperandView& view_a, std::span<const float> b,
-                      const OperandView& view_b, std::span<const float> s, std::span<float> a_out,
-                      std::span<float> b_out) {
-  checkPair("applySmoothQuant", a, view_a, b, view_b, s.size());
-  checkOperand("applySmoothQuant", "A output", a_out, view_a);
-  checkOperand("applySmoothQuant", "B output", b_out, view_b);
-  std::vector<float> inverse(s.size());
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (!(s[k] > 0.0f && s[k] <= FLT_MAX)) {
-      throw KernelError::format("applySmoothQuant: s[{}] = {} is not a finite positive factor", k,
-                                s[k]);
-    }
-    inverse[k] = 1.0f / s[k];
-  }
-  scaleChannels(a, view_a, inverse, a_out);
-  scaleChannels(b, view_b, std::vector<float>(s.begin(), s.end()), b_out);
 }
 
 }  // namespace pgq::kernels

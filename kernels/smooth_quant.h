@@ -18,10 +18,4 @@ void smoothQuantFactors(std::span<const float> a, const OperandView& view_a,
                         std::span<const float> b, const OperandView& view_b, float alpha,
                         std::span<float> s);
 
-// a_out = A with channel k divided by s_k (multiplied by 1/s_k); b_out = B with channel k
-// multiplied by s_k. Outputs may alias their inputs.
-void applySmoothQuant(std::span<const float> a, const OperandView& view_a, std::span<const float> b,
-                      const OperandView& view_b, std::span<const float> s, std::span<float> a_out,
-                      std::span<float> b_out);
-
 }  // namespace pgq::kernels

@@ -27,12 +27,11 @@ constexpr double kMinReach = 1e-6;
 
 // The integer formats `a` and `b` equal but for their bits: the statistics of one stand
 // for the other with SQNR scaled by 4 per bit (the CPU's 7-bit side of an 8-bit recipe).
-std::optional<int> bitsApart(const std::string& a, const std::string& b) {
-  QuantFormat fa = QuantFormat::parse(a), fb = QuantFormat::parse(b);
-  if (fa.isFloat() || fb.isFloat()) return std::nullopt;
-  int apart = fa.bits - fb.bits;
-  fb.bits = fa.bits;
-  return fa == fb ? std::optional<int>(apart) : std::nullopt;
+std::optional<int> bitsApart(const QuantFormat& a, QuantFormat b) {
+  if (a.isFloat() || b.isFloat()) return std::nullopt;
+  int apart = a.bits - b.bits;
+  b.bits = a.bits;
+  return a == b ? std::optional<int>(apart) : std::nullopt;
 }
 
 std::string missing(Metric metric, const GemmProfile& g, const std::string& what, const std::string& path,
@@ -41,7 +40,7 @@ std::string missing(Metric metric, const GemmProfile& g, const std::string& what
                      path, nameOf(metric), what, g.label, flag);
 }
 
-double biasSqnr(const GemmProfile& g, const OperandProfile& o, const std::string& format, const std::string& path,
+double biasSqnr(const GemmProfile& g, const OperandProfile& o, const QuantFormat& format, const std::string& path,
                 bool& estimated) {
   for (const FormatStats& f : o.formats) {
     if (f.bias_sqnr_mean <= 0) continue;
@@ -52,11 +51,13 @@ double biasSqnr(const GemmProfile& g, const OperandProfile& o, const std::string
       estimated = true;
       return f.bias_sqnr_mean * std::pow(4.0, *apart);
     }
-  throw Error(missing(Metric::kBias, g, fmt::format("the bias-aware SQNR (bias_sqnr_mean) of its {} in {}", o.side, format),
+  throw Error(missing(Metric::kBias, g,
+                      fmt::format("the bias-aware SQNR (bias_sqnr_mean) of its {} in {}", o.sideName(),
+                                  format.toString()),
                       path, "pgq train --profile-metrics"));
 }
 
-double outputSqnr(Metric metric, const GemmProfile& g, const std::string& lhs, const std::string& rhs,
+double outputSqnr(Metric metric, const GemmProfile& g, const QuantFormat& lhs, const QuantFormat& rhs,
                   const std::string& path, bool& estimated) {
   if (const OutputErrorStats* e = g.findOutputError(lhs, rhs)) return e->sqnr_mean;
   // A side narrowed by the hardware: its share of the output noise grows 4x per bit;
@@ -68,7 +69,9 @@ double outputSqnr(Metric metric, const GemmProfile& g, const std::string& lhs, c
       return e.sqnr_mean * std::pow(4.0, std::min(*l, *r));
     }
   }
-  throw Error(missing(metric, g, fmt::format("the error of its result with inputs {} x {} (output_errors)", lhs, rhs),
+  throw Error(missing(metric, g,
+                      fmt::format("the error of its result with inputs {} x {} (output_errors)", lhs.toString(),
+                                  rhs.toString()),
                       path, "pgq train --profile-metrics"));
 }
 
@@ -129,7 +132,7 @@ Metric defaultMetric(const Profile& profile) {
   return hasMetric(profile, kDefaultMetric) ? kDefaultMetric : Metric::kSqnr;
 }
 
-MetricValue metricOf(Metric metric, const GemmProfile& g, const std::string& lhs_format, const std::string& rhs_format,
+MetricValue metricOf(Metric metric, const GemmProfile& g, const QuantFormat& lhs_format, const QuantFormat& rhs_format,
                      double sqnr_lhs, double sqnr_rhs, const std::string& profile_path) {
   MetricValue v;
   const double sqnr = std::min(sqnr_lhs, sqnr_rhs);

@@ -61,7 +61,7 @@ Metric defaultMetric(const Profile& profile);
 // The metric of GEMM `g` quantized with formats lhs x rhs, given their (possibly
 // estimated) input SQNRs. Throws pgq::Error naming the profile, the GEMM, the metric
 // and the missing field, with the flag that records it.
-MetricValue metricOf(Metric metric, const GemmProfile& g, const std::string& lhs_format, const std::string& rhs_format,
+MetricValue metricOf(Metric metric, const GemmProfile& g, const QuantFormat& lhs_format, const QuantFormat& rhs_format,
                      double sqnr_lhs, double sqnr_rhs, const std::string& profile_path);
 
 }  // namespace pgq

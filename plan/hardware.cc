@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -27,15 +28,30 @@ bool HardwareModel::runsExactly(int lhs_bits, int rhs_bits) const {
   return std::max(lhs_bits, rhs_bits) <= max_bits_one && std::min(lhs_bits, rhs_bits) <= max_bits_both;
 }
 
-bool HardwareModel::runsFamily(std::string_view family) const {
+bool HardwareModel::runsFamily(FormatFamily family) const {
   return std::find(formats.begin(), formats.end(), family) != formats.end();
 }
 
+namespace {
+
+// FP8 tensor cores run these families' GEMMs (MXFP8 at its own rate where given).
+bool runsOnFp8Cores(FormatFamily family) {
+  switch (family) {
+    case FormatFamily::kFp8:
+    case FormatFamily::kMxfp8:
+    case FormatFamily::kMossFp8: return true;
+    case FormatFamily::kInt8:
+    case FormatFamily::kMxint8: return false;
+  }
+  return false;
+}
+
+}  // namespace
+
 double HardwareModel::gemmRate(const QuantFormat& format) const {
-  std::string_view family = formatFamily(format);
-  if (family == "mxfp8") return gemm_mxfp8 > 0 ? gemm_mxfp8 : gemm_fp8;
-  if (family == "fp8" || family == "moss_fp8") return gemm_fp8;
-  return gemm_int8;
+  const FormatFamily family = formatFamily(format);
+  if (family == FormatFamily::kMxfp8) return gemm_mxfp8 > 0 ? gemm_mxfp8 : gemm_fp8;
+  return runsOnFp8Cores(family) ? gemm_fp8 : gemm_int8;
 }
 
 std::string HardwareModel::int8Limits() const {
@@ -79,21 +95,21 @@ HardwareModel fromNode(const ConfigNode& root) {
     root.fail(hw.peak_fp8 > 0 ? "gemm_gflops" : "peak_gflops", "fp8 needs both a peak and an achieved GEMM rate");
   if (root.has("formats")) {
     hw.formats.clear();
-    std::vector<std::string_view> families(std::begin(kFormatFamilies), std::end(kFormatFamilies));
     for (const ConfigNode& item : root.child("formats").items()) {
-      std::string family = item.asString();
-      if (std::find(families.begin(), families.end(), family) == families.end())
-        item.failHere(fmt::format("unknown format family '{}' (expected one of {})", family, fmt::join(families, ", ")));
-      if (std::find(hw.formats.begin(), hw.formats.end(), family) != hw.formats.end())
-        root.fail("formats", fmt::format("'{}' is listed twice", family));
-      bool float8 = family == "fp8" || family == "mxfp8" || family == "moss_fp8";
-      if (float8 && hw.gemm_fp8 <= 0)
-        root.fail("formats", fmt::format("lists '{}' but peak_gflops / gemm_gflops give no fp8 rate", family));
-      hw.formats.push_back(family);
+      std::string name = item.asString();
+      std::optional<FormatFamily> family = parseFormatFamily(name);
+      if (!family)
+        item.failHere(
+            fmt::format("unknown format family '{}' (expected one of {})", name, fmt::join(kFormatFamilies, ", ")));
+      if (hw.runsFamily(*family)) root.fail("formats", fmt::format("'{}' is listed twice", name));
+      if (runsOnFp8Cores(*family) && hw.gemm_fp8 <= 0)
+        root.fail("formats", fmt::format("lists '{}' but peak_gflops / gemm_gflops give no fp8 rate", name));
+      hw.formats.push_back(*family);
     }
-    if (hw.formats.empty()) root.fail("formats", "lists no format family (int8, fp8, mxfp8, mxint8, moss_fp8)");
+    if (hw.formats.empty())
+      root.fail("formats", fmt::format("lists no format family ({})", fmt::join(kFormatFamilies, ", ")));
   } else if (hw.gemm_fp8 > 0) {
-    hw.formats = {"int8", "fp8"};
+    hw.formats = {FormatFamily::kInt8, FormatFamily::kFp8};
   }
   hw.cast_once = root.getBool("cast_once", false);
   hw.high_precision = root.getEnum("high_precision", {"f32", "bf16"}, "f32") == "bf16" ? DType::kBF16 : DType::kF32;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
-#include "support/quant_format.h"
+#include "support/quant_scheme.h"
 
 namespace pgq {
 
@@ -27,9 +27,9 @@ struct HardwareModel {
   double peak_fp8 = 0, gemm_fp8 = 0, peak_mxfp8 = 0, gemm_mxfp8 = 0;
   // The dtype GEMMs run in when not quantized: f32 (CPUs) or bf16 (GPU training).
   DType high_precision = DType::kF32;
-  // The format families (support/quant_format.h formatFamily) this hardware runs
-  // natively; a recipe for it may use only these.
-  std::vector<std::string> formats = {"int8"};
+  // The format families (support/quant_scheme.h) this hardware runs natively; a recipe
+  // for it may use only these.
+  std::vector<FormatFamily> formats = {FormatFamily::kInt8};
   // The training library casts each tensor once per step and every GEMM reading it
   // reuses that copy (Transformer Engine's cast-transpose: a forward activation's FP8
   // copy also serves its weight gradient, dY's both of its GEMMs). False: each GEMM
@@ -52,7 +52,7 @@ struct HardwareModel {
   bool runsExactly(int lhs_bits, int rhs_bits) const;
   // The exact pairs in words: "no VNNI: exact up to 8 x 7 bits".
   std::string int8Limits() const;
-  bool runsFamily(std::string_view family) const;
+  bool runsFamily(FormatFamily family) const;
   // The achieved GEMM rate of a quantized GEMM in `format` (by family), GFLOP/s.
   double gemmRate(const QuantFormat& format) const;
   double ridge(DType dtype) const;  // flop per byte at the peak rate

@@ -8,7 +8,6 @@
 #include <fmt/ranges.h>
 #include <re2/re2.h>
 
-#include "ir/quant.h"
 #include "support/config_file.h"
 #include "support/errors.h"
 
@@ -23,21 +22,25 @@ std::string PolicyRule::describe() const {
   return parts.empty() ? std::string("every GEMM") : fmt::format("{}", fmt::join(parts, ", "));
 }
 
-SchemeFormats schemeFormats(std::string_view scheme, const std::string& rounding, const std::string& gradient_rounding) {
-  const std::string& r = rounding;
-  const std::string& g = gradient_rounding;
-  if (scheme == "fp8") return {fmt::format("e4m3:tensor:{}", r), fmt::format("e5m2:tensor:{}", g)};
-  if (scheme == "fp8_e4m3") return {fmt::format("e4m3:tensor:{}", r), fmt::format("e4m3:tensor:{}", g)};
-  if (scheme == "mxfp8") return {fmt::format("e4m3:block32:{}:scale=e8m0", r), fmt::format("e4m3:block32:{}:scale=e8m0", g)};
-  if (scheme == "mxint8") return {fmt::format("int8:block32:{}:scale=e8m0", r), fmt::format("int8:block32:{}:scale=e8m0", g)};
-  if (scheme == "moss_fp8")
-    return {fmt::format("e4m3:block32:{}:scale=two_level", r), fmt::format("e5m2:block32:{}:scale=two_level", g)};
-  throw Error(fmt::format("unknown format scheme '{}' (expected one of {})", scheme, fmt::join(kFormatSchemes, ", ")));
+ScaleLayout ScaleLayout::parse(std::string_view text) {
+  return {QuantFormat::parse(fmt::format("int8:{}:rtn", text))};
 }
 
-std::string schemeFamily(std::string_view scheme) {
-  if (scheme == "int8") return "int8";
-  return std::string(formatFamily(QuantFormat::parse(schemeFormats(scheme, "rtn", "rtn").operand)));
+std::string ScaleLayout::text() const {
+  // toString() writes int8:<granularity>:rtn[:<refinement>...]: all but the element and
+  // the rounding.
+  const std::string full = format.toString();
+  const size_t granularity = full.find(':') + 1, rounding = full.find(':', granularity);
+  const size_t refinements = full.find(':', rounding + 1);
+  return full.substr(granularity, rounding - granularity) +
+         (refinements == std::string::npos ? std::string() : full.substr(refinements));
+}
+
+QuantFormat ScaleLayout::withBits(int bits, Rounding rounding) const {
+  QuantFormat f = format;
+  f.bits = bits;
+  f.rounding = rounding;
+  return f;
 }
 
 namespace {
@@ -47,15 +50,20 @@ bool parseNumber(const std::string& text, double& out) {
   return ec == std::errc() && ptr == text.data() + text.size() && out >= 0;
 }
 
-// Checks that `granularity` (and an optional refinement) makes a valid format.
-void checkGranularity(const ConfigNode& node, std::string_view key, const std::string& text) {
+// The scale layout `text` gives field `key`.
+ScaleLayout readLayout(const ConfigNode& node, std::string_view key, const std::string& text) {
   try {
-    quantFormatBits(fmt::format("int8:{}:rtn", text));
-  } catch (const Error& e) {
+    return ScaleLayout::parse(text);
+  } catch (const Error&) {
     node.fail(key, fmt::format("expected tensor, channel or block<N> (optionally with :asym, :clip=mse or "
                                ":clip=p<pct>), got '{}'",
                                text));
   }
+}
+
+Rounding readRounding(const ConfigNode& node, std::string_view key, Rounding fallback) {
+  return node.getEnum(key, {"rtn", "sr"}, fallback == Rounding::kNearest ? "rtn" : "sr") == "sr" ? Rounding::kStochastic
+                                                                                                : Rounding::kNearest;
 }
 
 DirectionPolicy readDirection(const ConfigNode& node) {
@@ -65,8 +73,8 @@ DirectionPolicy readDirection(const ConfigNode& node) {
   d.threshold = node.getDouble("threshold", 0.0, 0.0, 1e12);
   d.invert = node.getBool("invert", false);
   if (d.invert && d.threshold <= 0) node.fail("invert", "needs a threshold > 0");
-  d.rounding = node.getEnum("rounding", {"rtn", "sr"}, "rtn");
-  d.gradient_rounding = node.getEnum("gradient_rounding", {"rtn", "sr"}, d.rounding);
+  d.rounding = readRounding(node, "rounding", Rounding::kNearest);
+  d.gradient_rounding = readRounding(node, "gradient_rounding", d.rounding);
   return d;
 }
 
@@ -89,16 +97,17 @@ PolicyRule readRule(const ConfigNode& node) {
   }
   r.action = node.getEnum("action", {"quantize", "keep"}) == "quantize" ? Decision::kQuantize : Decision::kKeep;
   for (auto [key, field] : {std::pair{"lhs_format", &r.lhs_format}, {"rhs_format", &r.rhs_format}}) {
-    *field = node.getString(key, "");
-    if (field->empty()) continue;
+    const std::string text = node.getString(key, "");
+    if (text.empty()) continue;
     if (r.action != Decision::kQuantize) node.fail(key, "only a quantize rule can name formats");
     try {
-      quantFormatBits(*field);
+      *field = QuantFormat::parse(text);
     } catch (const Error& e) {
       node.fail(key, e.what());
     }
   }
-  if (r.lhs_format.empty() != r.rhs_format.empty()) node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
+  if (r.lhs_format.has_value() != r.rhs_format.has_value())
+    node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
   r.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
   if (r.smooth > 0 && r.action != Decision::kQuantize) node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
   return r;
@@ -112,25 +121,25 @@ Policy fromNode(const ConfigNode& root) {
   p.forward = readDirection(root.child("forward"));
   p.backward = readDirection(root.child("backward"));
   p.bits = static_cast<int>(root.getInt("bits", 8, 2, 8));
-  p.granularity = root.getString("granularity", "channel");
-  checkGranularity(root, "granularity", p.granularity);
+  p.granularity = readLayout(root, "granularity", root.getString("granularity", "channel"));
   p.min_speedup = root.getDouble("min_speedup", 1.05, 0.0, 100.0);
   if (root.has("metric")) {
     std::string name = root.getString("metric");
     if (!parseMetric(name)) root.fail("metric", fmt::format("unknown metric '{}'; expected one of {}", name, metricNames()));
     p.metric = *parseMetric(name);
   }
-  p.low_sqnr = root.getString("low_sqnr", "keep");
-  if (p.low_sqnr != "keep") checkGranularity(root, "low_sqnr", p.low_sqnr);
+  if (std::string low_sqnr = root.getString("low_sqnr", "keep"); low_sqnr != "keep")
+    p.low_sqnr = readLayout(root, "low_sqnr", low_sqnr);
   if (root.has("formats")) {
     p.formats.clear();
     for (const ConfigNode& item : root.child("formats").items()) {
-      std::string scheme = item.asString();
-      if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), scheme) == std::end(kFormatSchemes))
-        item.failHere(fmt::format("unknown format scheme '{}' (expected one of {})", scheme, fmt::join(kFormatSchemes, ", ")));
-      if (std::find(p.formats.begin(), p.formats.end(), scheme) != p.formats.end())
-        item.failHere(fmt::format("format scheme '{}' is listed twice", scheme));
-      p.formats.push_back(scheme);
+      std::string name = item.asString();
+      std::optional<Scheme> scheme = parseScheme(name);
+      if (!scheme)
+        item.failHere(fmt::format("unknown format scheme '{}' (expected one of {})", name, fmt::join(kFormatSchemes, ", ")));
+      if (std::find(p.formats.begin(), p.formats.end(), *scheme) != p.formats.end())
+        item.failHere(fmt::format("format scheme '{}' is listed twice", name));
+      p.formats.push_back(*scheme);
     }
     if (p.formats.empty()) root.fail("formats", "lists no format scheme");
   }
@@ -143,7 +152,7 @@ Policy fromNode(const ConfigNode& root) {
     p.predict_weight_scales = scaling.getBool("predict_weight_scales", false);
     p.amax_compute = scaling.getEnum("amax_compute", {"max", "most_recent"}, "max");
     bool per_tensor_fp8 = std::any_of(p.formats.begin(), p.formats.end(),
-                                      [](const std::string& f) { return f == "fp8" || f == "fp8_e4m3"; });
+                                      [](Scheme f) { return f == Scheme::kFp8 || f == Scheme::kFp8E4m3; });
     if (!per_tensor_fp8)
       root.fail("scaling", "delayed scaling (amax_history) applies to the per-tensor FP8 schemes fp8 and fp8_e4m3; "
                            "`formats` lists neither");
@@ -167,7 +176,7 @@ std::optional<Policy> standardPolicy(const std::string& name) {
   if (!forward_threshold.empty() && !parseNumber(forward_threshold, p.forward.threshold)) return std::nullopt;
   if (!backward.empty()) {
     p.backward.quantize = true;
-    if (!sr.empty()) p.backward.gradient_rounding = "sr";
+    if (!sr.empty()) p.backward.gradient_rounding = Rounding::kStochastic;
     if (!comparison.empty()) {
       if (!parseNumber(backward_threshold, p.backward.threshold)) return std::nullopt;
       p.backward.invert = comparison == "<";

@@ -14,11 +14,13 @@
 // or a YAML file (see recipes/policies/*.yaml for examples).
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/gemm_meta.h"
 #include "plan/gemm_metric.h"
 #include "support/label_pattern.h"
+#include "support/quant_scheme.h"
 
 namespace pgq {
 
@@ -29,8 +31,11 @@ struct DirectionPolicy {
   // ordering). 0 without invert means always.
   double threshold = 0;
   bool invert = false;
-  std::string rounding = "rtn";           // weights and activations
-  std::string gradient_rounding = "rtn";  // gradient operands
+  Rounding rounding = Rounding::kNearest;           // weights and activations (rtn | sr in files)
+  Rounding gradient_rounding = Rounding::kNearest;  // gradient operands
+
+  // Whether a GEMM whose metric is `value` passes the threshold.
+  bool passes(double value) const { return invert ? value < threshold : (threshold <= 0 || value > threshold); }
 };
 
 // A rule forces a decision for the GEMMs it matches; the first matching rule wins.
@@ -41,49 +46,44 @@ struct PolicyRule {
   int64_t layer_min = -1;                    // inclusive layer range; -1 / -1 matches all
   int64_t layer_max = -1;
   Decision action = Decision::kKeep;         // `quantize` (int8) | `keep` in files
-  std::string lhs_format;   // quantize: formats to use instead of the policy's
-  std::string rhs_format;
+  // quantize: formats to use instead of the policy's (both or neither).
+  std::optional<QuantFormat> lhs_format;
+  std::optional<QuantFormat> rhs_format;
   double smooth = 0;        // quantize: SmoothQuant alpha (0: off)
 
   std::string describe() const;
 };
 
-// A format scheme: what a recipe quantizes a GEMM's operands to, by role, as the
-// training libraries name them:
-//   int8      the policy's bits and granularity (integer grid, f32 scales)
-//   fp8       per-tensor e4m3 for weights and activations, e5m2 for gradients
-//             (Transformer Engine's HYBRID format)
-//   fp8_e4m3  per-tensor e4m3 for every operand (TE's E4M3 format)
-//   mxfp8     OCP MXFP8 E4M3, blocks of 32 with E8M0 scales, every operand (TE's
-//             MXFP8BlockScaling default)
-//   mxint8    OCP MXINT8, blocks of 32 with E8M0 scales
-//   moss_fp8  MOSS two-level scales over blocks of 32: e4m3, e5m2 for gradients
-inline constexpr std::string_view kFormatSchemes[] = {"int8", "fp8", "fp8_e4m3", "mxfp8", "mxint8", "moss_fp8"};
-struct SchemeFormats {
-  std::string operand;   // weights and activations
-  std::string gradient;  // gradient operands
+// The scales of a policy's int8 formats, as `granularity:` and `low_sqnr:` write them
+// ("channel", "block64"). Held as the round-to-nearest int8 format they make; a GEMM's
+// bits and roundings are set by withBits().
+struct ScaleLayout {
+  QuantFormat format = perChannelFormat(8);
+
+  // The layout of the format `int8:<text>:rtn`. Throws pgq::Error (the format parser's
+  // message) for text that makes no valid format. (A refinement such as clip=mse belongs
+  // after the rounding, so `channel:clip=mse` is refused.)
+  static ScaleLayout parse(std::string_view text);
+  // The format's granularity and refinements: "block64", "channel:asym".
+  std::string text() const;
+  QuantFormat withBits(int bits, Rounding rounding) const;
 };
-// Formats of an FP8/MX scheme (not int8) with the given roundings ("rtn" | "sr").
-SchemeFormats schemeFormats(std::string_view scheme, const std::string& rounding,
-                            const std::string& gradient_rounding);
-// The format family a scheme's GEMMs run in (int8, fp8, mxfp8, ...: what hardware
-// models list as `formats`).
-std::string schemeFamily(std::string_view scheme);
 
 struct Policy {
   std::string name;
   DirectionPolicy forward;
   DirectionPolicy backward;
   int bits = 8;
-  std::string granularity = "channel";  // tensor | channel | block<N>
-  double min_speedup = 1.05;            // roofline: int8 must be estimated this much faster
-  // For a GEMM that fails its SQNR threshold: keep it in high precision, or quantize it
-  // with a refined format (e.g. "block64", "channel:clip=mse") instead.
-  std::string low_sqnr = "keep";
+  ScaleLayout granularity;     // tensor | channel | block<N>
+  double min_speedup = 1.05;   // roofline: int8 must be estimated this much faster
+  // For a GEMM that fails its SQNR threshold: keep it in high precision (none; `keep` in
+  // files), or quantize it with finer scales (e.g. "block64") instead.
+  std::optional<ScaleLayout> low_sqnr;
   std::vector<PolicyRule> rules;
-  // Candidate schemes in order of preference: a GEMM takes the first one the hardware
-  // runs natively that passes the roofline and the SQNR threshold (default: int8).
-  std::vector<std::string> formats = {"int8"};
+  // Candidate format schemes (support/quant_scheme.h) in order of preference: a GEMM
+  // takes the first one the hardware runs natively that passes the roofline and the
+  // SQNR threshold (default: int8).
+  std::vector<Scheme> formats = {Scheme::kInt8};
   // Delayed scaling for per-tensor FP8 schemes (0: just in time).
   int64_t amax_history = 0;
   std::string amax_compute = "max";

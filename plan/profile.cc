@@ -9,20 +9,19 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ir/quant.h"
 #include "support/config_file.h"
 #include "support/errors.h"
 #include "support/file_io.h"
 
 namespace pgq {
 
-const FormatStats* OperandProfile::find(const std::string& format) const {
+const FormatStats* OperandProfile::find(const QuantFormat& format) const {
   for (const FormatStats& f : formats)
     if (f.format == format) return &f;
   return nullptr;
 }
 
-const OutputErrorStats* GemmProfile::findOutputError(const std::string& lhs, const std::string& rhs) const {
+const OutputErrorStats* GemmProfile::findOutputError(const QuantFormat& lhs, const QuantFormat& rhs) const {
   for (const OutputErrorStats& e : output_errors)
     if (e.lhs_format == lhs && e.rhs_format == rhs) return &e;
   return nullptr;
@@ -50,7 +49,7 @@ YAML::Emitter& flowList(YAML::Emitter& out, const std::vector<std::string>& valu
 
 void emitOperand(YAML::Emitter& out, const OperandProfile& o) {
   out << YAML::BeginMap;
-  out << YAML::Key << "side" << YAML::Value << o.side;
+  out << YAML::Key << "side" << YAML::Value << std::string(o.sideName());
   out << YAML::Key << "role" << YAML::Value << std::string(o.roleName());
   out << YAML::Key << "tensor" << YAML::Value << o.tensor;
   out << YAML::Key << "shape" << YAML::Value;
@@ -67,7 +66,7 @@ void emitOperand(YAML::Emitter& out, const OperandProfile& o) {
   out << YAML::Key << "formats" << YAML::Value << YAML::BeginSeq;
   for (const FormatStats& f : o.formats) {
     out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "format" << YAML::Value << f.format;
+    out << YAML::Key << "format" << YAML::Value << f.format.toString();
     out << YAML::Key << "sqnr_mean" << YAML::Value << f.sqnr_mean;
     out << YAML::Key << "sqnr_min" << YAML::Value << f.sqnr_min;
     out << YAML::Key << "sqnr_max" << YAML::Value << f.sqnr_max;
@@ -113,7 +112,17 @@ std::vector<std::string> stringList(const ConfigNode& node, std::string_view key
 
 void checkFormat(const ConfigNode& node, std::string_view key, const std::string& format) {
   try {
-    quantFormatBits(format);
+    QuantFormat::parse(format);
+  } catch (const Error& e) {
+    node.fail(key, e.what());
+  }
+}
+
+// Field `key`, a format's text.
+QuantFormat formatField(const ConfigNode& node, std::string_view key) {
+  const std::string text = node.getString(key);
+  try {
+    return QuantFormat::parse(text);
   } catch (const Error& e) {
     node.fail(key, e.what());
   }
@@ -123,8 +132,7 @@ FormatStats readFormat(const ConfigNode& node) {
   node.allowOnly({"format", "sqnr_mean", "sqnr_min", "sqnr_max", "mse", "underflow_fraction", "clipped_fraction",
                   "bias_sqnr_mean"});
   FormatStats f;
-  f.format = node.getString("format");
-  checkFormat(node, "format", f.format);
+  f.format = formatField(node, "format");
   f.sqnr_mean = node.getDouble("sqnr_mean", 0.0, 1e300);
   f.sqnr_min = node.getDouble("sqnr_min", 0.0, 1e300);
   f.sqnr_max = node.getDouble("sqnr_max", 0.0, 1e300);
@@ -173,8 +181,8 @@ OperandProfile readOperand(const ConfigNode& node) {
   node.allowOnly({"side", "role", "tensor", "shape", "contract_dims", "batch_dims", "absmax", "absmax_mean", "rms",
                   "zero_fraction", "nonfinite_fraction", "formats", "scaling"});
   OperandProfile o;
-  o.side = node.getEnum("side", {"lhs", "rhs", "out"});
-  // The GEMM's result has no operand role.
+  // The GEMM's result is no operand and has no operand role.
+  o.side = parseName<GemmOperand>(node.getEnum("side", {"lhs", "rhs", "out"}));
   o.role = parseName<OperandRole>(node.getEnum("role", {"weight", "activation", "gradient", "output"}));
   o.tensor = node.getString("tensor");
   o.shape = intList(node, "shape");
@@ -217,12 +225,21 @@ void checkGemmShapes(const ConfigNode& node, const GemmProfile& g) {
                                             g.device_shape[i], g.gemm_shape[i]));
 }
 
+// The label of the forward GEMM a backward GEMM labelled `label` differentiates:
+// autodiff labels it `<forward label>:<dgrad|wgrad>[_lhs|_rhs]`. Empty when the label
+// has no suffix (it was given otherwise), and the forward GEMM is unknown.
+std::string forwardLabel(const std::string& label) {
+  const size_t colon = label.rfind(':');
+  return colon == std::string::npos ? std::string() : label.substr(0, colon);
+}
+
 GemmProfile readGemm(const ConfigNode& node) {
   node.allowOnly({"label", "direction", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
                   "device_shape", "operands", "reach", "gradient_reach", "output_errors"});
   GemmProfile g;
   g.label = node.getString("label");
   g.direction = *parseName<GemmDirection>(node.getEnum("direction", allNames<GemmDirection>()));
+  if (isBackward(g.direction)) g.grad_of = forwardLabel(g.label);
   g.layer = node.getInt("layer", -1, 1 << 20);
   g.gemm_shape = intList(node, "gemm_shape", 4);
   g.flops = node.getInt("flops", 0);
@@ -232,7 +249,7 @@ GemmProfile readGemm(const ConfigNode& node) {
   g.device_shape = intList(node, "device_shape", 4);
   checkGemmShapes(node, g);
   for (const ConfigNode& o : node.child("operands").items()) g.operands.push_back(readOperand(o));
-  if (g.operands.size() < 2 || g.operands[0].side != "lhs" || g.operands[1].side != "rhs")
+  if (g.operands.size() < 2 || g.operands[0].side != GemmOperand::kLhs || g.operands[1].side != GemmOperand::kRhs)
     node.fail("operands", "expected the lhs operand, then the rhs operand (then optionally out)");
   if (!g.operands[0].role || !g.operands[1].role)
     node.fail("operands", "the lhs and rhs operands need a role: weight, activation or gradient");
@@ -242,10 +259,8 @@ GemmProfile readGemm(const ConfigNode& node) {
     for (const ConfigNode& e : node.child("output_errors").items()) {
       e.allowOnly({"lhs_format", "rhs_format", "sqnr_mean", "sqnr_min"});
       OutputErrorStats o;
-      o.lhs_format = e.getString("lhs_format");
-      checkFormat(e, "lhs_format", o.lhs_format);
-      o.rhs_format = e.getString("rhs_format");
-      checkFormat(e, "rhs_format", o.rhs_format);
+      o.lhs_format = formatField(e, "lhs_format");
+      o.rhs_format = formatField(e, "rhs_format");
       o.sqnr_mean = e.getDouble("sqnr_mean", 0.0, 1e300);
       o.sqnr_min = e.getDouble("sqnr_min", 0.0, 1e300);
       g.output_errors.push_back(o);
@@ -312,8 +327,8 @@ std::string profileToYaml(const Profile& profile) {
       out << YAML::Key << "output_errors" << YAML::Value << YAML::BeginSeq;
       for (const OutputErrorStats& e : g.output_errors) {
         out << YAML::Flow << YAML::BeginMap;
-        out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
-        out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
+        out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format.toString();
+        out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format.toString();
         out << YAML::Key << "sqnr_mean" << YAML::Value << e.sqnr_mean;
         out << YAML::Key << "sqnr_min" << YAML::Value << e.sqnr_min;
         out << YAML::EndMap;
@@ -342,8 +357,8 @@ std::string profileToCsv(const Profile& profile) {
       for (const FormatStats& f : o.formats)
         csv += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.9g},{:.9g},{:.9g},{},{:.9g},{:.9g},{:.9g},{:.4f},{:.9g},{:.9g},{}\n",
                            g.label, g.direction, g.layer, g.gemm_shape[0], g.gemm_shape[1], g.gemm_shape[2],
-                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.side, o.roleName(), o.tensor, o.absmax,
-                           o.rms, o.zero_fraction, f.format, f.sqnr_mean, f.sqnr_min, f.sqnr_max,
+                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.sideName(), o.roleName(), o.tensor,
+                           o.absmax, o.rms, o.zero_fraction, f.format.toString(), f.sqnr_mean, f.sqnr_min, f.sqnr_max,
                            10.0 * std::log10(std::max(f.sqnr_min, 1e-30)), f.underflow_fraction,
                            f.clipped_fraction, scaling);
     }

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "ir/gemm_meta.h"
+#include "support/quant_format.h"
 
 namespace pgq {
 
 struct FormatStats {
-  std::string format;  // support/quant_format.h text form
+  QuantFormat format;
   double sqnr_mean = 0;
   double sqnr_min = 0;
   double sqnr_max = 0;
@@ -34,8 +35,8 @@ struct FormatStats {
 // them (the quantized GEMM computed beside the f32 one in the profiled steps):
 // sqnr = E[y^2] / E[(y_q - y)^2], per pair of operand formats.
 struct OutputErrorStats {
-  std::string lhs_format;
-  std::string rhs_format;
+  QuantFormat lhs_format;
+  QuantFormat rhs_format;
   double sqnr_mean = 0;
   double sqnr_min = 0;
 };
@@ -70,7 +71,7 @@ struct ScalingStats {
 };
 
 struct OperandProfile {
-  std::string side;                 // lhs | rhs | out
+  std::optional<GemmOperand> side;  // none for the GEMM's result ("out" in files)
   std::optional<OperandRole> role;  // none for the GEMM's result ("output" in files)
   std::string tensor;               // IR value name
   std::vector<int64_t> shape;
@@ -84,7 +85,9 @@ struct OperandProfile {
   std::vector<FormatStats> formats;
   std::optional<ScalingStats> scaling;  // none when fewer than 2 steps were logged
 
-  const FormatStats* find(const std::string& format) const;
+  const FormatStats* find(const QuantFormat& format) const;
+  // lhs | rhs | out
+  std::string_view sideName() const { return side ? nameOf(*side) : "out"; }
   // weight | activation | gradient | output
   std::string_view roleName() const { return role ? nameOf(*role) : "output"; }
 };
@@ -92,6 +95,11 @@ struct OperandProfile {
 struct GemmProfile {
   std::string label;
   GemmDirection direction = GemmDirection::kFwd;
+  // A backward GEMM: the label of the forward GEMM it differentiates (empty for a
+  // forward GEMM). The file records it only in the label, which autodiff writes as the
+  // forward GEMM's label and a suffix (`layer0/mlp/up:dgrad`, frontend/autodiff.cc), so
+  // the reader takes it from there, once; code past the reader uses this field.
+  std::string grad_of;
   int64_t layer = -1;
   std::vector<int64_t> gemm_shape;    // [batch, M, K, N]
   int64_t flops = 0;
@@ -108,7 +116,7 @@ struct GemmProfile {
   double gradient_reach = -1;
   std::vector<OutputErrorStats> output_errors;  // empty without `--profile-metrics`
 
-  const OutputErrorStats* findOutputError(const std::string& lhs, const std::string& rhs) const;
+  const OutputErrorStats* findOutputError(const QuantFormat& lhs, const QuantFormat& rhs) const;
 
   const OperandProfile& lhs() const { return operands[0]; }
   const OperandProfile& rhs() const { return operands[1]; }

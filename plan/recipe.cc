@@ -14,7 +14,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ir/analysis.h"
-#include "ir/quant.h"
 #include "support/config_file.h"
 #include "support/errors.h"
 
@@ -28,24 +27,25 @@ double RecipeSummary::estimatedStepSpeedup() const {
   return measured_step_ms / (other + est_gemm_int8_ms);
 }
 
-std::string decisionText(const RecipeEntry& e) {
-  if (e.decision != Decision::kQuantize) return std::string(nameOf(e.decision));
-  try {
-    return std::string(formatFamily(QuantFormat::parse(e.lhs_format)));
-  } catch (const Error&) {
-    return "quantize";
-  }
+namespace {
+
+// A quantize decision is written as the formats' family.
+std::string_view decisionText(const RecipeEntry& e) {
+  return e.decision == Decision::kQuantize ? nameOf(formatFamily(e.lhs_format)) : nameOf(e.decision);
 }
+
+}  // namespace
 
 std::string recipeToYaml(const Recipe& r) {
   YAML::Emitter out;
   out.SetDoublePrecision(6);
-  out << YAML::Comment(
+  out << YAML::Comment(fmt::format(
       "pgq recipe (stage ii): one entry per GEMM, first match wins; edit freely.\n"
-      "decision: keep, or the formats' family: int8 | fp8 | mxfp8 | mxint8 | moss_fp8 (FP8 and MX\n"
+      "decision: keep, or the formats' family: {} (FP8 and MX\n"
       "GEMMs are emulated on CPUs: quantize -> dequantize -> f32 GEMM). An entry may use `match: REGEX` (with optional direction/role\n"
       "filters) instead of `label:`. GEMMs no entry matches stay in high precision.\n"
-      "entry_count detects a file cut short: update or delete it when you add or remove entries.");
+      "entry_count detects a file cut short: update or delete it when you add or remove entries.",
+      fmt::join(kFormatFamilies, " | ")));
   out << YAML::BeginMap;
   out << YAML::Key << "version" << YAML::Value << 1;
   out << YAML::Key << "name" << YAML::Value << r.name;
@@ -71,10 +71,10 @@ std::string recipeToYaml(const Recipe& r) {
     else out << YAML::Key << "match" << YAML::Value << e.match.text();
     if (e.direction) out << YAML::Key << "direction" << YAML::Value << std::string(e.direction->name());
     if (e.role) out << YAML::Key << "role" << YAML::Value << std::string(nameOf(*e.role));
-    out << YAML::Key << "decision" << YAML::Value << decisionText(e);
+    out << YAML::Key << "decision" << YAML::Value << std::string(decisionText(e));
     if (e.decision == Decision::kQuantize) {
-      out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format;
-      out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format;
+      out << YAML::Key << "lhs_format" << YAML::Value << e.lhs_format.toString();
+      out << YAML::Key << "rhs_format" << YAML::Value << e.rhs_format.toString();
       if (e.smooth > 0) out << YAML::Key << "smooth" << YAML::Value << e.smooth;
       if (e.amax_history > 0) {
         out << YAML::Key << "amax_history" << YAML::Value << e.amax_history;
@@ -95,9 +95,9 @@ void writeRecipe(const std::string& path, const Recipe& recipe) { writeFileAtomi
 
 namespace {
 
-void checkFormat(const ConfigNode& node, std::string_view key, const std::string& format) {
+QuantFormat readFormat(const ConfigNode& node, std::string_view key, const std::string& text) {
   try {
-    quantFormatBits(format);
+    return QuantFormat::parse(text);
   } catch (const Error& e) {
     node.fail(key, e.what());
   }
@@ -120,27 +120,27 @@ RecipeEntry readEntry(const ConfigNode& node) {
   if (!e.label.empty() && (e.direction || e.role))
     node.failHere("direction/role filters go with `match`, not with an exact `label`");
   std::vector<std::string_view> decisions = {"keep", "quantize"};
-  for (std::string_view family : kFormatFamilies) decisions.push_back(family);
+  for (FormatFamily family : kFormatFamilies) decisions.push_back(nameOf(family));
   const std::string decision = node.getEnum("decision", decisions);
   e.decision = decision == "keep" ? Decision::kKeep : Decision::kQuantize;
   if (e.decision == Decision::kQuantize) {
-    e.lhs_format = node.getString("lhs_format");
-    e.rhs_format = node.getString("rhs_format");
-    checkFormat(node, "lhs_format", e.lhs_format);
-    checkFormat(node, "rhs_format", e.rhs_format);
-    const QuantFormat lhs = QuantFormat::parse(e.lhs_format), rhs = QuantFormat::parse(e.rhs_format);
+    const std::string lhs_text = node.getString("lhs_format"), rhs_text = node.getString("rhs_format");
+    e.lhs_format = readFormat(node, "lhs_format", lhs_text);
+    e.rhs_format = readFormat(node, "rhs_format", rhs_text);
+    const QuantFormat& lhs = e.lhs_format;
+    const QuantFormat& rhs = e.rhs_format;
     if (lhs.isEmulated() != rhs.isEmulated())
       node.fail("rhs_format", fmt::format("{} and {} mix an int8 operand with an FP8/MX one; give both operands "
                                           "int8 formats or both FP8/MX formats",
-                                          e.lhs_format, e.rhs_format));
-    if (decision != "quantize" && formatFamily(lhs) != decision)
-      node.fail("decision", fmt::format("decision '{}' but lhs_format {} is of family {}", decision, e.lhs_format,
+                                          lhs_text, rhs_text));
+    if (decision != "quantize" && parseFormatFamily(decision) != formatFamily(lhs))
+      node.fail("decision", fmt::format("decision '{}' but lhs_format {} is of family {}", decision, lhs_text,
                                         formatFamily(lhs)));
     e.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
     if (node.has("amax_history")) {
       e.amax_history = node.getInt("amax_history", 0, 1, 1 << 20);
       e.amax_compute = node.getEnum("amax_compute", {"max", "most_recent"}, "max");
-      for (const auto& [key, text, f] : {std::tuple{"lhs_format", e.lhs_format, lhs}, {"rhs_format", e.rhs_format, rhs}})
+      for (const auto& [key, text, f] : {std::tuple{"lhs_format", lhs_text, lhs}, {"rhs_format", rhs_text, rhs}})
         if (f.granularity != Granularity::kPerTensor || !f.isEmulated())
           node.fail("amax_history", fmt::format("delayed scaling (amax_history) needs per-tensor FP8 formats; {} is {}",
                                                 key, text));
@@ -246,19 +246,19 @@ void checkRecipeRunsExactly(const Recipe& recipe, const HardwareModel& hw) {
     auto what = [&] {
       return e.label.empty() ? fmt::format("entry `match: {}`", e.match.text()) : fmt::format("GEMM '{}'", e.label);
     };
-    for (const std::string& text : {e.lhs_format, e.rhs_format}) {
-      std::string_view family = formatFamily(QuantFormat::parse(text));
+    for (const QuantFormat& format : {e.lhs_format, e.rhs_format}) {
+      FormatFamily family = formatFamily(format);
       if (!hw.runsFamily(family))
         throw Error(fmt::format("{}:{}: {}: format {} ({}) does not run on hardware '{}' (it runs: {}); make the "
                                 "recipe for this hardware or pass the hardware the recipe was made for",
-                                recipe.source, e.line, what(), text, family, hw.name, fmt::join(hw.formats, ", ")));
+                                recipe.source, e.line, what(), format.toString(), family, hw.name,
+                                fmt::join(hw.formats, ", ")));
     }
-    if (QuantFormat::parse(e.lhs_format).isEmulated() ||
-        hw.runsExactly(quantFormatBits(e.lhs_format), quantFormatBits(e.rhs_format)))
-      continue;
+    if (e.lhs_format.isEmulated() || hw.runsExactly(e.lhs_format.bits, e.rhs_format.bits)) continue;
     throw Error(fmt::format("{}:{}: {}: {} x {} cannot run exactly on hardware '{}' ({}; a wider pair saturates "
                             "silently): narrow one operand's format",
-                            recipe.source, e.line, what(), e.lhs_format, e.rhs_format, hw.name, hw.int8Limits()));
+                            recipe.source, e.line, what(), e.lhs_format.toString(), e.rhs_format.toString(), hw.name,
+                            hw.int8Limits()));
   }
 }
 
@@ -320,8 +320,8 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       used[i] = true;
       d.decision = e.decision;
       if (e.decision == Decision::kQuantize) {
-        d.lhs_format = QuantFormat::parse(e.lhs_format);
-        d.rhs_format = QuantFormat::parse(e.rhs_format);
+        d.lhs_format = e.lhs_format;
+        d.rhs_format = e.rhs_format;
         // MX blocks must tile the contracting dimension (OCP MX has no partial blocks).
         for (const auto& [key, f] : {std::pair{"lhs_format", d.lhs_format}, {"rhs_format", d.rhs_format}})
           if (f.scale != ScaleKind::kF32 && g.k % f.block != 0)

@@ -27,9 +27,18 @@
 #include "ir/graph.h"
 #include "plan/hardware.h"
 #include "support/label_pattern.h"
-#include "support/quant_format.h"
+#include "support/quant_scheme.h"
 
 namespace pgq {
+
+// What a generated entry's GEMM is, from the profile: its direction, its operands'
+// roles, and for a backward GEMM the label of the forward GEMM it differentiates. The
+// PyTorch export (plan/recipe_export.h) groups GEMMs into modules by these.
+struct EntryGemm {
+  GemmDirection direction = GemmDirection::kFwd;
+  OperandRoles roles = {OperandRole::kActivation, OperandRole::kActivation};
+  std::string grad_of;  // empty for a forward GEMM
+};
 
 struct RecipeEntry {
   std::string label;   // exact label ...
@@ -39,9 +48,9 @@ struct RecipeEntry {
   std::optional<DirectionFilter> direction;
   std::optional<OperandRole> role;
   Decision decision = Decision::kKeep;
-  // int8: the formats as written in the file (checked when read).
-  std::string lhs_format;
-  std::string rhs_format;
+  // quantize: the operands' formats (text in the file, parsed and checked when read).
+  QuantFormat lhs_format;
+  QuantFormat rhs_format;
   double smooth = 0;  // SmoothQuant alpha in (0, 1]; 0 = off
   // Delayed scaling (per-tensor formats, as Transformer Engine's DelayedScaling): the
   // scale comes from the amax of the last amax_history steps reduced by amax_compute
@@ -64,6 +73,9 @@ struct RecipeEntry {
   std::vector<int64_t> gemm_shape, device_shape;
   int64_t devices = 1;
   ShardingKind sharding = ShardingKind::kReplicated;
+  // From generation (not written to the file): what the GEMM is. None for an entry read
+  // from a file.
+  std::optional<EntryGemm> gemm;
 };
 
 struct RecipeSummary {

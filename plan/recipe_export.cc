@@ -1,8 +1,8 @@
 #include "plan/recipe_export.h"
 
 #include <filesystem>
+#include <map>
 #include <optional>
-#include <set>
 #include <unordered_set>
 #include <unordered_map>
 #include <utility>
@@ -14,7 +14,7 @@
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/json_text.h"
-#include "support/quant_format.h"
+#include "support/quant_scheme.h"
 
 namespace pgq {
 namespace {
@@ -41,62 +41,62 @@ struct TorchExport {
   std::vector<const RecipeEntry*> other_gemms;  // every other GEMM, in the recipe's order
 };
 
-// A label's forward label and backward suffix: "blocks.0/attn/q:dgrad" -> {"blocks.0/attn/q", "dgrad"}.
-std::pair<std::string_view, std::string_view> splitLabel(std::string_view label) {
-  size_t colon = label.find(':');
-  if (colon == std::string_view::npos) return {label, {}};
-  return {label.substr(0, colon), label.substr(colon + 1)};
-}
-
-// The direction a suffix names (frontend/autodiff.cc); none for a suffix it never writes.
-std::optional<GemmDirection> directionOf(std::string_view suffix) {
-  if (suffix.empty()) return GemmDirection::kFwd;
-  if (suffix.starts_with("dgrad")) return GemmDirection::kBwdDgrad;
-  if (suffix.starts_with("wgrad")) return GemmDirection::kBwdWgrad;
-  return std::nullopt;
-}
-
 // The recipe's file for messages, or its name when it was generated in memory.
 std::string whereFrom(const Recipe& recipe) {
   return recipe.source.empty() ? fmt::format("recipe {}", recipe.name) : recipe.source;
 }
 
+// The entry's GEMM as generation recorded it; the export needs it.
+const EntryGemm& gemmOf(const Recipe& recipe, const RecipeEntry& e) {
+  if (e.label.empty())
+    throw Error(fmt::format("{}:{}: entry `match: {}`: the PyTorch export needs one `label:` entry per GEMM, as pgq "
+                            "recipe writes them",
+                            whereFrom(recipe), e.line, e.match.text()));
+  if (!e.gemm)
+    throw Error(fmt::format("{}:{}: GEMM '{}': the PyTorch export needs a recipe generated from a profile (pgq recipe "
+                            "--export-torch), which knows each GEMM's direction and forward GEMM",
+                            whereFrom(recipe), e.line, e.label));
+  return *e.gemm;
+}
+
+// A Linear computes x.W: exactly one operand of its forward GEMM is a weight, and its
+// backward GEMMs are then at most one dgrad (dx) and one wgrad (dW).
+bool multipliesByOneWeight(const EntryGemm& forward) {
+  return (forward.roles[0] == OperandRole::kWeight) != (forward.roles[1] == OperandRole::kWeight);
+}
+
 TorchExport groupByModule(const Recipe& recipe) {
-  // The GEMMs labelled after each forward label, in order of first appearance.
-  struct LabelGroup {
+  // Each forward GEMM with the backward GEMMs that differentiate it, in order of first
+  // appearance of either.
+  struct GemmGroup {
     const RecipeEntry* forward = nullptr;
-    std::vector<std::pair<std::string_view, const RecipeEntry*>> backward;  // suffix, entry
+    std::vector<const RecipeEntry*> backward;
   };
-  std::vector<LabelGroup> groups;
+  std::vector<GemmGroup> groups;
   std::unordered_map<std::string_view, size_t> group_of;
   for (const RecipeEntry& e : recipe.entries) {
-    if (e.label.empty())
-      throw Error(fmt::format("{}:{}: entry `match: {}`: the PyTorch export needs one `label:` entry per GEMM, as pgq "
-                              "recipe writes them",
-                              whereFrom(recipe), e.line, e.match.text()));
-    auto [forward_label, suffix] = splitLabel(e.label);
-    auto [it, added] = group_of.try_emplace(forward_label, groups.size());
+    const EntryGemm& gemm = gemmOf(recipe, e);
+    const bool backward = isBackward(gemm.direction);
+    if (backward && gemm.grad_of.empty()) continue;  // its forward GEMM is unknown: no module's
+    auto [it, added] = group_of.try_emplace(backward ? std::string_view(gemm.grad_of) : e.label, groups.size());
     if (added) groups.emplace_back();
-    LabelGroup& g = groups[it->second];
-    if (suffix.empty())
-      g.forward = &e;
+    GemmGroup& g = groups[it->second];
+    if (backward)
+      g.backward.push_back(&e);
     else
-      g.backward.emplace_back(suffix, &e);
+      g.forward = &e;
   }
   TorchExport out;
   std::unordered_set<const RecipeEntry*> in_modules;
   std::unordered_map<std::string, std::string_view> label_of_path;
-  for (const LabelGroup& g : groups) {
-    if (!g.forward || g.forward->label == kLogitsLabel) continue;
+  for (const GemmGroup& g : groups) {
+    if (!g.forward || g.forward->label == kLogitsLabel || !multipliesByOneWeight(*g.forward->gemm)) continue;
     TorchModule m;
     m.forward = g.forward;
-    bool linear = true;  // only `dgrad` and `wgrad`: one operand is a weight
-    for (const auto& [suffix, entry] : g.backward) {
-      const RecipeEntry*& slot = suffix == "dgrad" ? m.dgrad : m.wgrad;
-      if ((suffix != "dgrad" && suffix != "wgrad") || slot) {
-        linear = false;
-        break;
-      }
+    bool linear = true;  // one dgrad and one wgrad at most
+    for (const RecipeEntry* entry : g.backward) {
+      const RecipeEntry*& slot = entry->gemm->direction == GemmDirection::kBwdDgrad ? m.dgrad : m.wgrad;
+      linear = linear && !slot;
       slot = entry;
     }
     if (!linear) continue;
@@ -118,7 +118,7 @@ TorchExport groupByModule(const Recipe& recipe) {
 
 // "lhs x rhs" for a quantized GEMM, "keep" otherwise.
 std::string formatsText(const RecipeEntry& e) {
-  return isQuantized(e) ? fmt::format("{} x {}", e.lhs_format, e.rhs_format) : std::string("keep");
+  return isQuantized(e) ? fmt::format("{} x {}", e.lhs_format.toString(), e.rhs_format.toString()) : std::string("keep");
 }
 
 std::string formatsJson(const RecipeEntry* e) { return e ? jsonString(formatsText(*e)) : std::string("null"); }
@@ -126,9 +126,8 @@ std::string formatsJson(const RecipeEntry* e) { return e ? jsonString(formatsTex
 // The format family of a quantized GEMM (support/quant_format.h): "fp8", or
 // "int8 x fp8" when its operands differ.
 std::string familyText(const RecipeEntry& e) {
-  std::string_view lhs = formatFamily(QuantFormat::parse(e.lhs_format));
-  std::string_view rhs = formatFamily(QuantFormat::parse(e.rhs_format));
-  return lhs == rhs ? std::string(lhs) : fmt::format("{} x {}", lhs, rhs);
+  FormatFamily lhs = formatFamily(e.lhs_format), rhs = formatFamily(e.rhs_format);
+  return lhs == rhs ? std::string(nameOf(lhs)) : fmt::format("{} x {}", lhs, rhs);
 }
 
 // What Transformer Engine and torchao cannot do of this module's part of the recipe:
@@ -228,10 +227,10 @@ std::string recipeToTorchJson(const Recipe& recipe) {
   out += fmt::format("  \"keep_high_precision\": {},\n  \"quantize\": {},\n", jsonList(keep), jsonList(quantize));
   std::vector<std::string> others;
   for (const RecipeEntry* e : x.other_gemms) {
-    std::optional<GemmDirection> direction = directionOf(splitLabel(e->label).second);
     others.push_back(fmt::format(
         "    {{\"label\": {}, \"direction\": {}, \"decision\": {}, \"formats\": {}, \"reason\": {}}}",
-        jsonString(e->label), direction ? jsonString(nameOf(*direction)) : "null", jsonString(isQuantized(*e) ? formatFamily(QuantFormat::parse(e->lhs_format)) : std::string_view("keep")),
+        jsonString(e->label), jsonString(nameOf(e->gemm->direction)),
+        jsonString(isQuantized(*e) ? nameOf(formatFamily(e->lhs_format)) : std::string_view("keep")),
         isQuantized(*e) ? jsonString(formatsText(*e)) : "null", jsonString(e->reason)));
   }
   out += others.empty() ? std::string("  \"non_module_gemms\": []\n")
@@ -242,17 +241,22 @@ std::string recipeToTorchJson(const Recipe& recipe) {
 std::string recipeToTorchFilter(const Recipe& recipe) {
   TorchExport x = groupByModule(recipe);
   auto [quantize, keep] = splitModules(x);
-  // The families the quantized modules use, for the hint on which library recipe fits.
-  std::set<std::string> families;
+  // The families the quantized modules use, by their text (none for a module whose
+  // operands differ), for the hint on which library recipe fits.
+  std::map<std::string, std::optional<FormatFamily>> families;
   for (const TorchModule& m : x.modules)
-    if (isQuantized(*m.forward)) families.insert(familyText(*m.forward));
+    if (isQuantized(*m.forward)) {
+      const FormatFamily lhs = formatFamily(m.forward->lhs_format), rhs = formatFamily(m.forward->rhs_format);
+      families.emplace(familyText(*m.forward), lhs == rhs ? std::optional(lhs) : std::nullopt);
+    }
   std::string hints;
-  for (const std::string& family : families) {
-    std::string_view hint = family == "fp8"     ? "DelayedScaling(fp8_format=Format.HYBRID) or Float8CurrentScaling; "
-                                                  "torchao's float8 training"
-                            : family == "mxfp8" ? "MXFP8BlockScaling"
-                                                : "no Transformer Engine or torchao float8 recipe; the nearest is FP8";
-    hints += fmt::format("#   {}: {}\n", family, hint);
+  for (const auto& [text, family] : families) {
+    std::string_view hint = family == FormatFamily::kFp8 ? "DelayedScaling(fp8_format=Format.HYBRID) or "
+                                                           "Float8CurrentScaling; torchao's float8 training"
+                            : family == FormatFamily::kMxfp8
+                                ? "MXFP8BlockScaling"
+                                : "no Transformer Engine or torchao float8 recipe; the nearest is FP8";
+    hints += fmt::format("#   {}: {}\n", text, hint);
   }
   std::string out = fmt::format(
       "# pgq recipe {} for model {} on hardware {} (policy {}), for PyTorch.\n"

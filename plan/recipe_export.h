@@ -12,14 +12,13 @@
 // decided otherwise. GEMMs that are no nn.Linear (attention's batched q.k^T and p.v,
 // a tied logits GEMM) are listed apart: neither library converts them.
 //
-// A recipe links GEMMs only by their labels, so the grouping reads them:
-//   - a backward GEMM is labelled after the forward GEMM it differentiates, with a
-//     suffix after ':' (frontend/autodiff.cc): `dgrad` or `wgrad` when exactly one
-//     operand of the forward GEMM is a weight (x.W, what nn.Linear computes), and
-//     `dgrad_lhs`, `dgrad_rhs` (or `wgrad_...`) when both operands are alike. A forward
-//     GEMM is a module's when it has only `dgrad`/`wgrad` backward GEMMs (or none in
-//     the recipe) and is not `get_logits`, the name pgq gives a logits GEMM without a
-//     module path (a tied `x @ wte.weight.T`).
+// The grouping uses what generation recorded of each GEMM (RecipeEntry::gemm, from the
+// profile), so it needs a recipe generateRecipe made:
+//   - a backward GEMM belongs with the forward GEMM it differentiates (its grad_of);
+//   - a forward GEMM is a module's when exactly one of its operands is a weight (x.W,
+//     what nn.Linear computes; its backward GEMMs are then one dgrad and one wgrad at
+//     most) and it is not `get_logits`, the name pgq gives a logits GEMM without a
+//     module path (a tied `x @ wte.weight.T`);
 //   - the module path is the forward label read as torch.onnx records scopes (see
 //     torchModulePath).
 
@@ -44,7 +43,8 @@ std::string torchModulePath(std::string_view label);
 
 // The JSON export (see docs/TRAINING.md for its fields). Throws pgq::Error naming the
 // recipe file and line for a `match:` entry (the export needs one `label:` entry per
-// GEMM, as pgq recipe writes them) and for two labels with the same module path.
+// GEMM, as pgq recipe writes them) or an entry generation did not make, and for two
+// labels with the same module path.
 std::string recipeToTorchJson(const Recipe& recipe);
 
 // Python source defining PGQ_QUANTIZE (the module paths to quantize),

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include "ir/quant.h"
 #include "support/errors.h"
 
 namespace pgq {
@@ -14,29 +16,20 @@ namespace {
 
 std::string sqnrText(double s) { return s >= 1e4 ? fmt::format("{:.2g}", s) : fmt::format("{:.3g}", s); }
 
-std::string format(int bits, const std::string& granularity, const std::string& rounding) {
-  // A granularity may carry refinements ("channel:clip=mse"); the rounding goes second.
-  size_t colon = granularity.find(':');
-  std::string base = granularity.substr(0, colon);
-  std::string extra = colon == std::string::npos ? "" : granularity.substr(colon);
-  return fmt::format("int{}:{}:{}{}", bits, base, rounding, extra);
-}
-
-// SQNR of an operand in `fmt`, from the profile. A format the profile did not measure
+// SQNR of an operand in `format`, from the profile. A format the profile did not measure
 // (a refinement) is estimated from the channel format with the same bits and
 // rounding, or failing that round-to-nearest; `estimated` says so.
-double sqnrOf(const OperandProfile& o, const std::string& fmt_text, int bits, const std::string& rounding,
-              bool& estimated) {
-  if (const FormatStats* f = o.find(fmt_text)) return f->sqnr_mean;
+double sqnrOf(const OperandProfile& o, const QuantFormat& format, bool& estimated) {
+  if (const FormatStats* f = o.find(format)) return f->sqnr_mean;
   estimated = true;
-  for (const std::string& fallback :
-       {format(bits, "channel", rounding), format(bits, "channel", "rtn"), format(8, "channel", "rtn")})
+  for (const QuantFormat& fallback :
+       {perChannelFormat(format.bits, format.rounding), perChannelFormat(format.bits), perChannelFormat(8)})
     if (const FormatStats* f = o.find(fallback)) {
       // One bit less divides SQNR by about 4.
-      int from = std::stoi(fallback.substr(3, fallback.find(':') - 3));
-      return f->sqnr_mean * std::pow(4.0, bits - from);
+      return f->sqnr_mean * std::pow(4.0, format.bits - fallback.bits);
     }
-  throw Error(fmt::format("profile has no statistics usable for {} {} in {}", o.tensor, o.side, fmt_text));
+  throw Error(fmt::format("profile has no statistics usable for {} {} in {}", o.tensor, o.sideName(),
+                          format.toString()));
 }
 
 bool ruleMatches(const PolicyRule& r, const GemmProfile& g) {
@@ -47,17 +40,28 @@ bool ruleMatches(const PolicyRule& r, const GemmProfile& g) {
   return true;
 }
 
+const PolicyRule* matchingRule(const Policy& policy, const GemmProfile& g) {
+  for (const PolicyRule& r : policy.rules)
+    if (ruleMatches(r, g)) return &r;
+  return nullptr;
+}
+
+const DirectionPolicy& directionPolicy(const Policy& policy, const GemmProfile& g) {
+  return isBackward(g.direction) ? policy.backward : policy.forward;
+}
+
+// The formats of a GEMM's operands, with their SQNR from the profile.
 struct Choice {
-  std::string lhs, rhs;
+  QuantFormat lhs, rhs;
   double sqnr_lhs = 0, sqnr_rhs = 0;
-  bool estimated = false;
+  bool estimated = false;  // an SQNR derived from another format's
   double minSqnr() const { return std::min(sqnr_lhs, sqnr_rhs); }
 };
 
-// The formats that would run for `granularity`, narrowing one side when the hardware
+// The int8 formats that would run with `layout`, narrowing one side when the hardware
 // cannot run both at the policy's bits.
 Choice chooseFormats(const GemmProfile& g, const HardwareModel& hw, const Policy& policy, const DirectionPolicy& dp,
-                     const std::string& granularity) {
+                     const ScaleLayout& layout) {
   auto rounding = [&](const OperandProfile& o) {
     return o.role == OperandRole::kGradient ? dp.gradient_rounding : dp.rounding;
   };
@@ -67,31 +71,30 @@ Choice chooseFormats(const GemmProfile& g, const HardwareModel& hw, const Policy
     // 1/SQNR_C ~ 1/SQNR_A + 1/SQNR_B, the narrowed side's SQNR drops ~4x, so narrowing the
     // side whose SQNR is higher costs less.
     bool est = false;
-    double l = sqnrOf(g.lhs(), format(bits_l, "channel", "rtn"), bits_l, "rtn", est);
-    double r = sqnrOf(g.rhs(), format(bits_r, "channel", "rtn"), bits_r, "rtn", est);
+    double l = sqnrOf(g.lhs(), perChannelFormat(bits_l), est);
+    double r = sqnrOf(g.rhs(), perChannelFormat(bits_r), est);
     (l > r ? bits_l : bits_r) = hw.max_bits_both;
   }
   Choice c;
-  c.lhs = format(bits_l, granularity, rounding(g.lhs()));
-  c.rhs = format(bits_r, granularity, rounding(g.rhs()));
-  c.sqnr_lhs = sqnrOf(g.lhs(), c.lhs, bits_l, rounding(g.lhs()), c.estimated);
-  c.sqnr_rhs = sqnrOf(g.rhs(), c.rhs, bits_r, rounding(g.rhs()), c.estimated);
+  c.lhs = layout.withBits(bits_l, rounding(g.lhs()));
+  c.rhs = layout.withBits(bits_r, rounding(g.rhs()));
+  c.sqnr_lhs = sqnrOf(g.lhs(), c.lhs, c.estimated);
+  c.sqnr_rhs = sqnrOf(g.rhs(), c.rhs, c.estimated);
   return c;
 }
 
 // The formats of a FP8/MX scheme for this GEMM, with their SQNR from the profile (which
 // must have measured them: SQNR of a float format cannot be derived from int8's).
-Choice schemeChoice(const GemmProfile& g, const DirectionPolicy& dp, const std::string& scheme,
-                    const std::string& profile_path) {
+Choice schemeChoice(const GemmProfile& g, const DirectionPolicy& dp, Scheme scheme, const std::string& profile_path) {
   SchemeFormats f = schemeFormats(scheme, dp.rounding, dp.gradient_rounding);
   Choice c;
-  auto pick = [&](const OperandProfile& o, std::string& format, double& sqnr) {
+  auto pick = [&](const OperandProfile& o, QuantFormat& format, double& sqnr) {
     format = o.role == OperandRole::kGradient ? f.gradient : f.operand;
     const FormatStats* stats = o.find(format);
     if (!stats)
       throw Error(fmt::format("{}: GEMM '{}' {} ({}): the profile has no statistics for {} (scheme {}); profile with "
                               "pgq train --profile-formats {} (it records every format of the scheme)",
-                              profile_path, g.label, o.side, o.roleName(), format, scheme, scheme));
+                              profile_path, g.label, o.sideName(), o.roleName(), format.toString(), scheme, scheme));
     sqnr = stats->sqnr_mean;
   };
   pick(g.lhs(), c.lhs, c.sqnr_lhs);
@@ -99,16 +102,327 @@ Choice schemeChoice(const GemmProfile& g, const DirectionPolicy& dp, const std::
   return c;
 }
 
-// Why a scheme cannot take this GEMM at all (empty: it can): an MX block that does not
-// divide the contracting dimension.
-std::string blockMismatch(const GemmProfile& g, const Choice& c) {
+// The MX block of `c` that does not divide the contracting dimension (OCP MX has no
+// partial blocks), so that the scheme cannot take this GEMM at all; 0 when none.
+int blockMismatch(const GemmProfile& g, const Choice& c) {
   const int64_t k = g.device_shape.size() == 4 ? g.device_shape[2] : 0;
-  for (const std::string& text : {c.lhs, c.rhs}) {
-    QuantFormat f = QuantFormat::parse(text);
-    if (f.granularity == Granularity::kPerBlock && f.scale != ScaleKind::kF32 && k % f.block != 0)
-      return fmt::format("block {} does not divide K = {}", f.block, k);
+  for (const QuantFormat* f : {&c.lhs, &c.rhs})
+    if (f->granularity == Granularity::kPerBlock && f->scale != ScaleKind::kF32 && k % f->block != 0) return f->block;
+  return 0;
+}
+
+// What every GEMM's decision reads: generateRecipe's inputs and what it derives from
+// them once.
+struct Context {
+  const HardwareModel& hw;
+  const Policy& policy;
+  const std::string& profile_path;
+  const std::map<std::string, double>* scores;  // an ordering given from outside, or null
+  // The policy's schemes the hardware runs natively, when the policy lists schemes
+  // other than int8 alone (empty: the int8 path).
+  std::vector<Scheme> schemes;
+  Metric backward_metric;              // the policy's metric, else the profile's default
+  std::map<std::string, int> readers;  // the GEMM operands reading each tensor
+  std::string kept;                    // "kept f32": the hardware's high-precision dtype
+
+  // What the thresholds compare for `g` (forward GEMMs compare SQNR by default).
+  Metric metricFor(const GemmProfile& g) const {
+    return policy.metric.value_or(isBackward(g.direction) ? backward_metric : Metric::kSqnr);
+  }
+  Choice choice(const GemmProfile& g, Scheme scheme) const {
+    return scheme == Scheme::kInt8 ? chooseFormats(g, hw, policy, directionPolicy(policy, g), policy.granularity)
+                                   : schemeChoice(g, directionPolicy(policy, g), scheme, profile_path);
+  }
+  GemmEstimate estimate(const GemmProfile& g, const Choice& with) const {
+    // With cast_once, the GEMM operands reading one tensor share its cast.
+    auto share = [&](const OperandProfile& o) { return hw.cast_once ? 1.0 / std::max(1, readers.at(o.tensor)) : 1.0; };
+    return estimateGemm(hw, g.device_shape, hw.high_precision, with.lhs, with.rhs, share(g.lhs()), share(g.rhs()));
+  }
+  // The value the thresholds compare: the ordering's score when one is given, else the
+  // policy's metric of these formats.
+  MetricValue metricValue(const GemmProfile& g, const Choice& with) const {
+    if (scores) {
+      auto it = scores->find(g.label);
+      if (it == scores->end())
+        throw Error(fmt::format("the ordering has no score for GEMM '{}' of profile {}", g.label, profile_path));
+      return {it->second, false};
+    }
+    return metricOf(metricFor(g), g, with.lhs, with.rhs, with.sqnr_lhs, with.sqnr_rhs, profile_path);
+  }
+};
+
+// Why a GEMM got its decision, as a value; reasonText() says it in words.
+enum class Why {
+  kRuleKeeps,      // a policy rule keeps it in high precision
+  kRuleQuantizes,  // a policy rule quantizes it
+  kDirectionOff,   // the policy does not quantize its direction
+  kNotFaster,      // int8: the roofline estimate is below min_speedup
+  kPassed,         // int8: its metric passed the threshold
+  kRefined,        // int8: it failed the threshold; quantized with the policy's low_sqnr scales
+  kFailed,         // int8: it failed the threshold; kept
+  kSchemePassed,   // the first of the policy's schemes that fits, pays off and passes
+  kNoScheme,       // none of the policy's schemes did; kept
+};
+
+// Why one of the policy's schemes did not take a GEMM.
+struct SchemeMiss {
+  enum class Kind { kBlock, kNotFaster, kFailed };
+  Scheme scheme = Scheme::kInt8;
+  Kind kind = Kind::kBlock;
+  int block = 0;        // kBlock: the MX block that does not divide K
+  double speedup = 0;   // kNotFaster: the roofline estimate
+  Choice formats;       // kFailed: the scheme's formats, and
+  MetricValue metric;   //   the value that failed the threshold
+};
+
+// The decision for one GEMM and everything its reason says.
+struct Verdict {
+  Why why = Why::kDirectionOff;
+  Choice considered;      // the formats of the first scheme the hardware runs
+  Choice formats;         // quantized: the formats that run
+  GemmEstimate estimate;  // the roofline: of the scheme that passed, else of `considered`
+  MetricValue metric;     // what the threshold compared (kPassed, kRefined, kFailed, kSchemePassed)
+  const PolicyRule* rule = nullptr;  // kRuleKeeps, kRuleQuantizes
+  Scheme scheme = Scheme::kInt8;     // kSchemePassed
+  std::vector<SchemeMiss> misses;    // kSchemePassed (the schemes before it), kNoScheme
+
+  bool quantizes() const {
+    return why == Why::kRuleQuantizes || why == Why::kPassed || why == Why::kRefined || why == Why::kSchemePassed;
+  }
+};
+
+Verdict byRule(const GemmProfile& g, const Context& ctx, const PolicyRule& rule, Verdict v) {
+  v.rule = &rule;
+  if (rule.action == Decision::kKeep) {
+    v.why = Why::kRuleKeeps;
+    return v;
+  }
+  v.why = Why::kRuleQuantizes;
+  v.formats = v.considered;
+  if (rule.lhs_format) {
+    v.formats.lhs = *rule.lhs_format;
+    v.formats.rhs = *rule.rhs_format;
+    // The only formats the generator does not fit to the hardware itself.
+    if (!ctx.hw.runsExactly(v.formats.lhs.bits, v.formats.rhs.bits))
+      throw Error(fmt::format("policy {}, rule ({}): forces {} x {} on GEMM '{}', which hardware '{}' cannot run "
+                              "exactly ({}; a wider pair saturates silently): narrow one of the rule's formats",
+                              ctx.policy.name, rule.describe(), v.formats.lhs.toString(), v.formats.rhs.toString(),
+                              g.label, ctx.hw.name, ctx.hw.int8Limits()));
+  }
+  return v;
+}
+
+// Among the policy's schemes, the first that fits, pays off on the roofline and passes
+// the threshold; otherwise high precision, with every scheme's reason.
+Verdict byScheme(const GemmProfile& g, const Context& ctx, Verdict v) {
+  const DirectionPolicy& dp = directionPolicy(ctx.policy, g);
+  for (Scheme scheme : ctx.schemes) {
+    SchemeMiss miss;
+    miss.scheme = scheme;
+    Choice c = ctx.choice(g, scheme);
+    if (int block = blockMismatch(g, c)) {
+      miss.kind = SchemeMiss::Kind::kBlock;
+      miss.block = block;
+      v.misses.push_back(miss);
+      continue;
+    }
+    GemmEstimate estimate = ctx.estimate(g, c);
+    if (estimate.speedup() < ctx.policy.min_speedup) {
+      miss.kind = SchemeMiss::Kind::kNotFaster;
+      miss.speedup = estimate.speedup();
+      v.misses.push_back(miss);
+      continue;
+    }
+    MetricValue metric = ctx.metricValue(g, c);
+    if (!dp.passes(metric.value)) {
+      miss.kind = SchemeMiss::Kind::kFailed;
+      miss.formats = c;
+      miss.metric = metric;
+      v.misses.push_back(miss);
+      continue;
+    }
+    v.why = Why::kSchemePassed;
+    v.scheme = scheme;
+    v.formats = c;
+    v.estimate = estimate;
+    v.metric = metric;
+    return v;
+  }
+  v.why = Why::kNoScheme;
+  return v;
+}
+
+// The int8 path: the roofline, then the threshold on the policy's formats.
+Verdict byThreshold(const GemmProfile& g, const Context& ctx, Verdict v) {
+  const Policy& policy = ctx.policy;
+  const DirectionPolicy& dp = directionPolicy(policy, g);
+  if (v.estimate.speedup() < policy.min_speedup) {
+    v.why = Why::kNotFaster;
+    return v;
+  }
+  v.metric = ctx.metricValue(g, v.considered);
+  if (dp.passes(v.metric.value)) {
+    v.why = Why::kPassed;
+    v.formats = v.considered;
+  } else if (policy.low_sqnr) {
+    v.why = Why::kRefined;
+    v.formats = chooseFormats(g, ctx.hw, policy, dp, *policy.low_sqnr);
+  } else {
+    v.why = Why::kFailed;
+  }
+  return v;
+}
+
+// The decision for `g`, in order: a matching policy rule, the direction, then the
+// policy's schemes or the int8 path. Pure: reads the profile, the hardware and the
+// policy, writes nothing (it throws for statistics the profile lacks).
+Verdict decide(const GemmProfile& g, const Context& ctx) {
+  Verdict v;
+  v.considered = ctx.choice(g, ctx.schemes.empty() ? Scheme::kInt8 : ctx.schemes.front());
+  v.estimate = ctx.estimate(g, v.considered);
+  if (const PolicyRule* rule = matchingRule(ctx.policy, g)) return byRule(g, ctx, *rule, std::move(v));
+  if (!directionPolicy(ctx.policy, g).quantize) {
+    v.why = Why::kDirectionOff;
+    return v;
+  }
+  return ctx.schemes.empty() ? byThreshold(g, ctx, std::move(v)) : byScheme(g, ctx, std::move(v));
+}
+
+// "min SQNR 31.2", or the metric or ordering score compared, with the min SQNR.
+std::string metricText(const GemmProfile& g, const Context& ctx, const Choice& with, const MetricValue& v) {
+  if (ctx.scores) return fmt::format("ordering score {} (min SQNR {})", sqnrText(v.value), sqnrText(with.minSqnr()));
+  const Metric metric = ctx.metricFor(g);
+  if (metric == Metric::kSqnr) return fmt::format("min SQNR {}", sqnrText(v.value));
+  return fmt::format("{} {} (min SQNR {})", nameOf(metric), sqnrText(v.value), sqnrText(with.minSqnr()));
+}
+
+// "activation int8:channel:rtn 3.1e+04, weight int7:channel:rtn 2e+04"
+std::string formatsText(const GemmProfile& g, const Choice& c) {
+  return fmt::format("{} {} {}, {} {} {}", g.lhs().roleName(), c.lhs.toString(), sqnrText(c.sqnr_lhs),
+                     g.rhs().roleName(), c.rhs.toString(), sqnrText(c.sqnr_rhs));
+}
+
+// The comparison a value failed: "<= 20" (">= 20" for an adversarial policy).
+std::string failedText(const DirectionPolicy& dp) {
+  return fmt::format("{} {}", dp.invert ? ">=" : "<=", sqnrText(dp.threshold));
+}
+
+// Why each scheme did not take the GEMM: "mxfp8: block 32 does not divide K = 48; ...".
+std::string missesText(const GemmProfile& g, const Context& ctx, const std::vector<SchemeMiss>& misses) {
+  const int64_t k = g.device_shape.size() == 4 ? g.device_shape[2] : 0;
+  auto text = [&](const SchemeMiss& m) {
+    switch (m.kind) {
+      case SchemeMiss::Kind::kBlock: return fmt::format("{}: block {} does not divide K = {}", m.scheme, m.block, k);
+      case SchemeMiss::Kind::kNotFaster:
+        return fmt::format("{}: est. {:.2f}x < {:.2f}x", m.scheme, m.speedup, ctx.policy.min_speedup);
+      case SchemeMiss::Kind::kFailed:
+        return fmt::format("{}: {} {}", m.scheme, metricText(g, ctx, m.formats, m.metric),
+                           failedText(directionPolicy(ctx.policy, g)));
+    }
+    return std::string();
+  };
+  std::vector<std::string> parts;
+  for (const SchemeMiss& m : misses) parts.push_back(text(m));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+// The reason a person reads in the recipe: the direction, then what decided and with
+// which numbers.
+std::string reasonText(const GemmProfile& g, const Verdict& v, const Context& ctx) {
+  const Policy& policy = ctx.policy;
+  const DirectionPolicy& dp = directionPolicy(policy, g);
+  const double t = dp.threshold;
+  const Choice& c = v.considered;
+  const std::string estimated = c.estimated || v.metric.estimated ? " (SQNR estimated from another format)" : "";
+  switch (v.why) {
+    case Why::kRuleKeeps:
+      return fmt::format("{}, policy rule ({}): {}", g.direction, v.rule->describe(), ctx.kept);
+    case Why::kRuleQuantizes:
+      return fmt::format("{}, policy rule ({}): int8{}", g.direction, v.rule->describe(),
+                         v.rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", v.rule->smooth) : "");
+    case Why::kDirectionOff:
+      return fmt::format("{}, policy {} does not quantize {} GEMMs: {}", g.direction, policy.name,
+                         isBackward(g.direction) ? "backward" : "forward", ctx.kept);
+    case Why::kNotFaster:
+      return fmt::format("{}, intensity {:.0f} flop/B, est. int8 {:.2f}x (< {:.2f}x) with quantization traffic: not "
+                         "worth it, {}",
+                         g.direction, g.intensity(), v.estimate.speedup(), policy.min_speedup, ctx.kept);
+    case Why::kPassed: {
+      std::string why = t <= 0 ? metricText(g, ctx, c, v.metric)
+                               : fmt::format("{} {} {}{}", metricText(g, ctx, c, v.metric), dp.invert ? "<" : ">",
+                                             sqnrText(t), dp.invert ? " (adversarial)" : "");
+      return fmt::format("{}, {}{}, est. {:.2f}x: int8 ({})", g.direction, why, estimated, v.estimate.speedup(),
+                         formatsText(g, c));
+    }
+    case Why::kRefined:
+      return fmt::format("{}, {} {} at {} scales: int8 with {} scales instead{}", g.direction,
+                         metricText(g, ctx, c, v.metric), failedText(dp), policy.granularity.text(),
+                         policy.low_sqnr->text(), v.formats.estimated ? " (their SQNR not profiled)" : "");
+    case Why::kFailed:
+      return fmt::format("{}, {} {}{}: {} ({})", g.direction, metricText(g, ctx, c, v.metric), failedText(dp),
+                         estimated, ctx.kept, formatsText(g, c));
+    case Why::kSchemePassed:
+      return fmt::format("{}, {}{}, est. {:.2f}x on {}: {} ({}){}", g.direction,
+                         metricText(g, ctx, v.formats, v.metric),
+                         t > 0 ? fmt::format(" {} {}", dp.invert ? "<" : ">", sqnrText(t)) : "",
+                         v.estimate.speedup(), ctx.hw.name, v.scheme, formatsText(g, v.formats),
+                         v.misses.empty() ? "" : fmt::format("; not {}", missesText(g, ctx, v.misses)));
+    case Why::kNoScheme:
+      return fmt::format("{}, {}: {}", g.direction, ctx.kept, missesText(g, ctx, v.misses));
   }
   return "";
+}
+
+// The recipe entry of `g`: the decision's formats and scaling, and its reason in words.
+RecipeEntry entryOf(const GemmProfile& g, const Verdict& v, const Context& ctx) {
+  const Policy& policy = ctx.policy;
+  RecipeEntry e;
+  e.label = g.label;
+  e.reason = reasonText(g, v, ctx);
+  e.min_sqnr = v.quantizes() ? v.formats.minSqnr() : v.considered.minSqnr();
+  e.est_speedup = v.estimate.speedup();
+  e.metric_value = v.metric.value;
+  e.gemm_shape = g.gemm_shape;
+  e.device_shape = g.device_shape;
+  e.devices = g.devices;
+  e.sharding = g.sharding;
+  const OperandRole lhs_role = g.lhs().role.value_or(OperandRole::kActivation);
+  const OperandRole rhs_role = g.rhs().role.value_or(OperandRole::kActivation);
+  e.gemm = EntryGemm{g.direction, {lhs_role, rhs_role}, g.grad_of};
+  if (!v.quantizes()) return e;
+  e.decision = Decision::kQuantize;
+  const QuantFormat& lf = e.lhs_format = v.formats.lhs;
+  const QuantFormat& rf = e.rhs_format = v.formats.rhs;
+  if (v.rule) e.smooth = v.rule->smooth;
+  auto per_tensor_fp8 = [](const QuantFormat& f) { return f.isEmulated() && f.granularity == Granularity::kPerTensor; };
+  if (policy.amax_history > 0 && per_tensor_fp8(lf) && rf.granularity == Granularity::kPerTensor) {
+    e.amax_history = policy.amax_history;
+    e.amax_compute = policy.amax_compute;
+  }
+  const bool weight_per_tensor =
+      (lhs_role == OperandRole::kWeight && per_tensor_fp8(lf)) || (rhs_role == OperandRole::kWeight && per_tensor_fp8(rf));
+  e.predict_weight_scale = policy.predict_weight_scales && weight_per_tensor;
+  return e;
+}
+
+// The policy's schemes the hardware runs natively; notes for those it does not. Throws
+// when it runs none.
+std::vector<Scheme> schemesHere(const Policy& policy, const HardwareModel& hw, std::vector<std::string>& notes) {
+  std::vector<Scheme> here;
+  for (Scheme scheme : policy.formats) {
+    FormatFamily family = familyOf(scheme);
+    if (hw.runsFamily(family))
+      here.push_back(scheme);
+    else
+      notes.push_back(fmt::format("policy {} lists {} ({}), which hardware {} does not run natively (it runs: {}): "
+                                  "skipped",
+                                  policy.name, scheme, family, hw.name, fmt::join(hw.formats, ", ")));
+  }
+  if (here.empty())
+    throw Error(fmt::format("policy {}: field 'formats' asks for {}, none of which hardware '{}' runs natively (it "
+                            "runs: {}); choose another --hardware or another policy",
+                            policy.name, fmt::join(policy.formats, ", "), hw.name, fmt::join(hw.formats, ", ")));
+  return here;
 }
 
 }  // namespace
@@ -147,207 +461,34 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   // GPU target, whose estimate is then GEMM time only.
   const bool gpu = hw.high_precision != DType::kF32;
   sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
-  const bool schemes = policy.formats != std::vector<std::string>{"int8"};
-  // The policy's metric, else the default the profile can give (for backward GEMMs;
-  // forward ones compare SQNR by default, gemm_metric.h).
-  const Metric backward_default = policy.metric.value_or(defaultMetric(profile));
+  Context ctx{hw, policy, profile_path, scores, {}, policy.metric.value_or(defaultMetric(profile)), {},
+              fmt::format("kept {}", dtypeName(hw.high_precision))};
   const bool thresholds = policy.forward.threshold > 0 || policy.backward.threshold > 0 || policy.forward.invert ||
                           policy.backward.invert;
   if (!policy.metric && !scores && thresholds)
     recipe.notes.push_back(
-        backward_default == kDefaultMetric
+        ctx.backward_metric == kDefaultMetric
             ? fmt::format("backward thresholds compare the default metric, {}, forward ones min SQNR "
                           "(docs/METRICS.md; --metric sqnr for the paper's)",
-                          nameOf(backward_default))
+                          nameOf(ctx.backward_metric))
             : fmt::format("thresholds compare min SQNR: the default metric, {}, needs a profile made with pgq train "
                           "--profile-metrics --profile-outputs",
                           nameOf(kDefaultMetric)));
-  // With cast_once, the GEMM operands reading one tensor share its cast.
-  std::map<std::string, int> readers;
   for (const GemmProfile& g : profile.gemms)
-    for (size_t i = 0; i < 2; ++i) readers[g.operands[i].tensor] += 1;
-  auto share = [&](const OperandProfile& o) {
-    return hw.cast_once ? 1.0 / std::max(1, readers[o.tensor]) : 1.0;
-  };
-  const std::string kept = fmt::format("kept {}", dtypeName(hw.high_precision));
+    for (size_t i = 0; i < 2; ++i) ctx.readers[g.operands[i].tensor] += 1;
   // Schemes the hardware does not run natively are skipped (and said so); a policy none
   // of whose schemes runs there is a mistake, not a set of GEMM decisions.
-  std::vector<std::string> schemes_here;
-  for (const std::string& scheme : policy.formats) {
-    std::string family = schemeFamily(scheme);
-    if (hw.runsFamily(family))
-      schemes_here.push_back(scheme);
-    else
-      recipe.notes.push_back(fmt::format("policy {} lists {} ({}), which hardware {} does not run natively (it runs: "
-                                         "{}): skipped",
-                                         policy.name, scheme, family, hw.name, fmt::join(hw.formats, ", ")));
-  }
-  if (schemes_here.empty())
-    throw Error(fmt::format("policy {}: field 'formats' asks for {}, none of which hardware '{}' runs natively (it "
-                            "runs: {}); choose another --hardware or another policy",
-                            policy.name, fmt::join(policy.formats, ", "), hw.name, fmt::join(hw.formats, ", ")));
+  std::vector<Scheme> schemes = schemesHere(policy, hw, recipe.notes);
+  if (policy.formats != std::vector<Scheme>{Scheme::kInt8}) ctx.schemes = std::move(schemes);
 
   for (const GemmProfile& g : profile.gemms) {
-    bool forward = g.direction == GemmDirection::kFwd;
-    const Metric metric = policy.metric.value_or(forward ? Metric::kSqnr : backward_default);
-    const DirectionPolicy& dp = forward ? policy.forward : policy.backward;
+    const Verdict v = decide(g, ctx);
+    RecipeEntry e = entryOf(g, v, ctx);
+    const bool forward = !isBackward(g.direction), int8 = e.decision == Decision::kQuantize;
     (forward ? sum.fwd_total : sum.bwd_total) += 1;
-    RecipeEntry e;
-    e.label = g.label;
-    auto choiceFor = [&](const std::string& scheme) {
-      return scheme == "int8" ? chooseFormats(g, hw, policy, dp, policy.granularity)
-                              : schemeChoice(g, dp, scheme, profile_path);
-    };
-    auto estimate = [&](const Choice& with) {
-      return estimateGemm(hw, g.device_shape, hw.high_precision, QuantFormat::parse(with.lhs),
-                          QuantFormat::parse(with.rhs), share(g.lhs()), share(g.rhs()));
-    };
-    Choice c = choiceFor(schemes_here.front());
-    GemmEstimate est = estimate(c);
-    e.est_speedup = est.speedup();
-    e.gemm_shape = g.gemm_shape;
-    e.device_shape = g.device_shape;
-    e.devices = g.devices;
-    e.sharding = g.sharding;
-    e.min_sqnr = c.minSqnr();
-    std::string sqnr_detail = fmt::format("{} {} {}, {} {} {}", g.lhs().roleName(), c.lhs, sqnrText(c.sqnr_lhs), g.rhs().roleName(),
-                                          c.rhs, sqnrText(c.sqnr_rhs));
-    auto quantize = [&](const Choice& with, std::string reason) {
-      e.decision = Decision::kQuantize;
-      e.lhs_format = with.lhs;
-      e.rhs_format = with.rhs;
-      e.reason = std::move(reason);
-      QuantFormat lf = QuantFormat::parse(with.lhs), rf = QuantFormat::parse(with.rhs);
-      if (policy.amax_history > 0 && lf.isEmulated() && lf.granularity == Granularity::kPerTensor &&
-          rf.granularity == Granularity::kPerTensor) {
-        e.amax_history = policy.amax_history;
-        e.amax_compute = policy.amax_compute;
-      }
-      const bool weight_per_tensor = (g.lhs().role == OperandRole::kWeight && lf.isEmulated() &&
-                                      lf.granularity == Granularity::kPerTensor) ||
-                                     (g.rhs().role == OperandRole::kWeight && rf.isEmulated() &&
-                                      rf.granularity == Granularity::kPerTensor);
-      e.predict_weight_scale = policy.predict_weight_scales && weight_per_tensor;
-    };
-    auto keep = [&](std::string reason) {
-      e.decision = Decision::kKeep;
-      e.reason = std::move(reason);
-    };
-    // The value the thresholds compare: the ordering's score when one is given, else the
-    // policy's metric of these formats.
-    auto metricValue = [&](const Choice& with) -> MetricValue {
-      if (scores) {
-        auto it = scores->find(g.label);
-        if (it == scores->end())
-          throw Error(fmt::format("the ordering has no score for GEMM '{}' of profile {}", g.label, profile_path));
-        return {it->second, false};
-      }
-      return metricOf(metric, g, with.lhs, with.rhs, with.sqnr_lhs, with.sqnr_rhs, profile_path);
-    };
-    auto metricText = [&](const Choice& with, const MetricValue& v) {
-      if (scores) return fmt::format("ordering score {} (min SQNR {})", sqnrText(v.value), sqnrText(with.minSqnr()));
-      if (metric == Metric::kSqnr) return fmt::format("min SQNR {}", sqnrText(v.value));
-      return fmt::format("{} {} (min SQNR {})", nameOf(metric), sqnrText(v.value), sqnrText(with.minSqnr()));
-    };
-
-    const PolicyRule* rule = nullptr;
-    for (const PolicyRule& r : policy.rules)
-      if (ruleMatches(r, g)) {
-        rule = &r;
-        break;
-      }
-    if (rule) {
-      if (rule->action == Decision::kKeep) {
-        keep(fmt::format("{}, policy rule ({}): {}", g.direction, rule->describe(), kept));
-      } else {
-        Choice forced = c;
-        if (!rule->lhs_format.empty()) {
-          forced.lhs = rule->lhs_format;
-          forced.rhs = rule->rhs_format;
-          // The only formats the generator does not fit to the hardware itself.
-          if (!hw.runsExactly(quantFormatBits(forced.lhs), quantFormatBits(forced.rhs)))
-            throw Error(fmt::format("policy {}, rule ({}): forces {} x {} on GEMM '{}', which hardware '{}' cannot "
-                                    "run exactly ({}; a wider pair saturates silently): narrow one of the rule's "
-                                    "formats",
-                                    policy.name, rule->describe(), forced.lhs, forced.rhs, g.label, hw.name,
-                                    hw.int8Limits()));
-        }
-        quantize(forced, fmt::format("{}, policy rule ({}): int8{}", g.direction, rule->describe(),
-                                     rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", rule->smooth) : ""));
-        e.smooth = rule->smooth;
-      }
-    } else if (schemes && dp.quantize) {
-      // Among the policy's schemes, the first that fits, pays off on the roofline and
-      // passes the SQNR threshold; otherwise high precision, with every scheme's reason.
-      std::vector<std::string> tried;
-      bool done = false;
-      for (const std::string& scheme : schemes_here) {
-        Choice sc = choiceFor(scheme);
-        if (std::string why = blockMismatch(g, sc); !why.empty()) {
-          tried.push_back(fmt::format("{}: {}", scheme, why));
-          continue;
-        }
-        GemmEstimate se = estimate(sc);
-        if (se.speedup() < policy.min_speedup) {
-          tried.push_back(fmt::format("{}: est. {:.2f}x < {:.2f}x", scheme, se.speedup(), policy.min_speedup));
-          continue;
-        }
-        double t = dp.threshold, sq = sc.minSqnr();
-        MetricValue mv = metricValue(sc);
-        bool pass = dp.invert ? mv.value < t : (t <= 0 || mv.value > t);
-        if (!pass) {
-          tried.push_back(fmt::format("{}: {} {} {}", scheme, metricText(sc, mv), dp.invert ? ">=" : "<=", sqnrText(t)));
-          continue;
-        }
-        est = se;
-        e.est_speedup = se.speedup();
-        e.min_sqnr = sq;
-        e.metric_value = mv.value;
-        std::string before = tried.empty() ? "" : fmt::format("; not {}", fmt::join(tried, "; "));
-        quantize(sc, fmt::format("{}, {}{}, est. {:.2f}x on {}: {} ({} {} {}, {} {} {}){}", g.direction,
-                                 metricText(sc, mv), t > 0 ? fmt::format(" {} {}", dp.invert ? "<" : ">", sqnrText(t)) : "",
-                                 se.speedup(), hw.name, scheme, g.lhs().roleName(), sc.lhs, sqnrText(sc.sqnr_lhs),
-                                 g.rhs().roleName(), sc.rhs, sqnrText(sc.sqnr_rhs), before));
-        done = true;
-        break;
-      }
-      if (!done) keep(fmt::format("{}, {}: {}", g.direction, kept, fmt::join(tried, "; ")));
-    } else if (!dp.quantize) {
-      keep(fmt::format("{}, policy {} does not quantize {} GEMMs: {}", g.direction, policy.name,
-                       forward ? "forward" : "backward", kept));
-    } else if (e.est_speedup < policy.min_speedup) {
-      keep(fmt::format("{}, intensity {:.0f} flop/B, est. int8 {:.2f}x (< {:.2f}x) with quantization traffic: not worth "
-                       "it, kept f32",
-                       g.direction, g.intensity(), e.est_speedup, policy.min_speedup));
-    } else {
-      double t = dp.threshold;
-      MetricValue mv = metricValue(c);
-      double s = mv.value;
-      e.metric_value = s;
-      bool pass = dp.invert ? s < t : (t <= 0 || s > t);
-      std::string est_note = c.estimated || mv.estimated ? " (SQNR estimated from another format)" : "";
-      if (pass) {
-        std::string why = t <= 0 ? metricText(c, mv)
-                                 : fmt::format("{} {} {}{}", metricText(c, mv), dp.invert ? "<" : ">", sqnrText(t),
-                                               dp.invert ? " (adversarial)" : "");
-        quantize(c, fmt::format("{}, {}{}, est. {:.2f}x: int8 ({})", g.direction, why, est_note, e.est_speedup,
-                                sqnr_detail));
-      } else if (policy.low_sqnr != "keep") {
-        Choice refined = chooseFormats(g, hw, policy, dp, policy.low_sqnr);
-        e.min_sqnr = refined.minSqnr();
-        quantize(refined, fmt::format("{}, {} {} {} at {} scales: int8 with {} scales instead{}",
-                                      g.direction, metricText(c, mv), dp.invert ? ">=" : "<=", sqnrText(t),
-                                      policy.granularity, policy.low_sqnr,
-                                      refined.estimated ? " (their SQNR not profiled)" : ""));
-      } else {
-        keep(fmt::format("{}, {} {} {}{}: kept f32 ({})", g.direction, metricText(c, mv), dp.invert ? ">=" : "<=",
-                         sqnrText(t), est_note, sqnr_detail));
-      }
-    }
-    bool int8 = e.decision == Decision::kQuantize;
     if (int8) (forward ? sum.fwd_int8 : sum.bwd_int8) += 1;
-    sum.est_gemm_ms += est.high_precision_us / 1e3;
-    sum.est_gemm_int8_ms += (int8 ? est.int8Us() : est.high_precision_us) / 1e3;
+    sum.est_gemm_ms += v.estimate.high_precision_us / 1e3;
+    sum.est_gemm_int8_ms += (int8 ? v.estimate.int8Us() : v.estimate.high_precision_us) / 1e3;
     recipe.entries.push_back(std::move(e));
   }
   return recipe;
@@ -361,9 +502,8 @@ std::string explainRecipe(const Recipe& r) {
   bool emulated = false;
   for (const RecipeEntry& e : r.entries)
     if (e.decision == Decision::kQuantize) {
-      QuantFormat f = QuantFormat::parse(e.lhs_format);
-      families[std::string(formatFamily(f))] += 1;
-      emulated = emulated || f.isEmulated();
+      families[std::string(nameOf(formatFamily(e.lhs_format)))] += 1;
+      emulated = emulated || e.lhs_format.isEmulated();
     }
   std::string in = families.size() == 1 ? fmt::format("in {}", families.begin()->first) : "quantized";
   out += fmt::format("  forward GEMMs:  {:>3} of {:>3} {}\n", s.fwd_int8, s.fwd_total, in);
@@ -419,7 +559,7 @@ std::string explainRecipe(const Recipe& r) {
   for (size_t i = 0; i < std::min<size_t>(5, lowest.size()); ++i) {
     out += fmt::format("    {:<28} {:>9}  {}", lowest[i]->label, sqnrText(lowest[i]->min_sqnr),
                        lowest[i]->decision == Decision::kKeep ? std::string("keep")
-                                                              : std::string(formatFamily(QuantFormat::parse(lowest[i]->lhs_format))));
+                                                              : std::string(nameOf(formatFamily(lowest[i]->lhs_format))));
     if (parallel)
       out += fmt::format("  {} / {}", gemmShapeText(lowest[i]->gemm_shape), gemmShapeText(lowest[i]->device_shape));
     out += "\n";

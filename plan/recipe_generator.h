@@ -8,6 +8,11 @@
 // SQNR of its two inputs, in the formats that would run, must pass the direction's
 // threshold (or, for an adversarial policy, fail it). Without VNNI one operand runs
 // 7-bit: the one with the higher SQNR, which loses less.
+//
+// Each GEMM is decided in two steps: the decision, with its reason as a value (what
+// decided, and the numbers: metric, threshold, estimate, the schemes that did not fit),
+// then the reason in words. A GEMM not quantized is "kept" in the hardware's
+// high-precision dtype (f32 on CPUs, bf16 on GPU models), and the reason says which.
 #include <map>
 #include <string>
 

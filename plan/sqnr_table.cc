@@ -8,8 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "plan/policy.h"
-#include "support/quant_format.h"
+#include "support/quant_scheme.h"
 #include "support/errors.h"
 #include "support/json_text.h"
 
@@ -18,23 +17,24 @@ namespace pgq {
 double SqnrInput::db() const { return 10.0 * std::log10(std::max(sqnr, 1e-30)); }
 double SqnrInput::ln1p() const { return std::log1p(sqnr); }
 
-std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format, const std::string& gradient_format,
-                              Metric sort, const std::string& profile_path) {
+std::vector<SqnrRow> sqnrRows(const Profile& profile, const QuantFormat& format,
+                              const std::optional<QuantFormat>& gradient_format, Metric sort,
+                              const std::string& profile_path) {
   requireMetric(profile, sort, profile_path.empty() ? profile.source : profile_path);
   const size_t n_metrics = allMetrics().size();
   std::vector<SqnrRow> rows;
   for (const GemmProfile& g : profile.gemms) {
     SqnrRow row{g.label, g.direction, g.gemm_shape, g.devices > 1 ? g.device_shape : g.gemm_shape, g.intensity(), {}, {}, {}};
-    std::string formats[2];
+    QuantFormat formats[2];
     for (int side = 0; side < 2; ++side) {
       const OperandProfile& o = g.operands[static_cast<size_t>(side)];
-      formats[side] = o.role == OperandRole::kGradient && !gradient_format.empty() ? gradient_format : format;
+      formats[side] = o.role == OperandRole::kGradient && gradient_format ? *gradient_format : format;
       const FormatStats* f = o.find(formats[side]);
       if (!f) {
         std::vector<std::string> have;
-        for (const FormatStats& s : o.formats) have.push_back(s.format);
-        throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.side, formats[side],
-                                fmt::join(have, ", ")));
+        for (const FormatStats& s : o.formats) have.push_back(s.format.toString());
+        throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.sideName(),
+                                formats[side].toString(), fmt::join(have, ", ")));
       }
       (side == 0 ? row.lhs : row.rhs) = {*o.role, f->sqnr_mean};
     }
@@ -161,25 +161,29 @@ SqnrComparison compareSqnr(const Profile& profile, const std::vector<std::string
   if (columns.empty()) throw Error("compare at least one format");
   SqnrComparison c;
   c.columns = columns;
-  auto formatOf = [](const std::string& column, const OperandProfile& o) {
-    if (column == "int8") return std::string("int8:channel:rtn");
-    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), column) != std::end(kFormatSchemes)) {
-      SchemeFormats f = schemeFormats(column, "rtn", "rtn");
-      return o.role == OperandRole::kGradient ? f.gradient : f.operand;
+  // Each column's formats, read once: a scheme's with round to nearest, or one format
+  // for every operand.
+  std::vector<SchemeFormats> column_formats;
+  for (const std::string& column : columns) {
+    if (std::optional<Scheme> scheme = parseScheme(column)) {
+      column_formats.push_back(schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest));
+    } else {
+      QuantFormat format = QuantFormat::parse(column);
+      column_formats.push_back({format, format});
     }
-    return QuantFormat::parse(column).toString();
-  };
+  }
   for (const GemmProfile& g : profile.gemms)
     for (int side = 0; side < 2; ++side) {
       const OperandProfile& o = g.operands[static_cast<size_t>(side)];
-      CompareRow row{g.label, o.side, *o.role, g.direction, {}, {}, {}};
-      for (const std::string& column : columns) {
-        std::string format = formatOf(column, o);
+      CompareRow row{g.label, *o.side, *o.role, g.direction, {}, {}, {}};
+      for (size_t k = 0; k < columns.size(); ++k) {
+        const QuantFormat& format =
+            o.role == OperandRole::kGradient ? column_formats[k].gradient : column_formats[k].operand;
         const FormatStats* f = o.find(format);
         if (!f)
           throw Error(fmt::format("{}: {} {} was not profiled in {} (column {}); profile with pgq train "
                                   "--profile-formats {}",
-                                  profile.source, g.label, o.side, format, column, column));
+                                  profile.source, g.label, o.sideName(), format.toString(), columns[k], columns[k]));
         row.formats.push_back(format);
         row.sqnr.push_back(f->sqnr_mean);
       }
@@ -245,7 +249,8 @@ std::string sqnrComparisonCsv(const SqnrComparison& c) {
   out += ",max_rank_shift\n";
   for (const CompareRow& r : c.rows) {
     out += fmt::format("{},{},{},{}", r.label, r.side, r.role, r.direction);
-    for (size_t k = 0; k < r.sqnr.size(); ++k) out += fmt::format(",{},{:.9g},{}", r.formats[k], r.sqnr[k], r.rank[k]);
+    for (size_t k = 0; k < r.sqnr.size(); ++k)
+      out += fmt::format(",{},{:.9g},{}", r.formats[k].toString(), r.sqnr[k], r.rank[k]);
     out += fmt::format(",{}\n", r.maxRankShift());
   }
   return out;
@@ -258,8 +263,8 @@ std::vector<ScalingRow> scalingRows(const Profile& profile) {
       if (!o.scaling)
         throw Error(fmt::format("{}: {} {} has no scaling record (it needs a profile of 2 or more steps made by a "
                                 "pgq that records them: pgq train --profile-steps N)",
-                                profile.source, g.label, o.side));
-      rows.push_back({g.label, g.direction, o.side, std::string(o.roleName()), *o.scaling});
+                                profile.source, g.label, o.sideName()));
+      rows.push_back({g.label, g.direction, std::string(o.sideName()), std::string(o.roleName()), *o.scaling});
     }
   auto key = [](const ScalingRow& r) {
     const ScalingStats& s = r.scaling;

@@ -1,6 +1,7 @@
 #pragma once
 // The table a user inspects after profiling (the paper's step 2): one row per GEMM,
 // sorted by the lower SQNR of its two inputs, in a chosen quantization format.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,22 +34,23 @@ struct SqnrRow {
 // `gradient_format` when given), sorted by `sort` (lowest first). Throws pgq::Error
 // naming the first operand that lacks the format, or when sorting by a metric the
 // profile cannot give (requireMetric()).
-std::vector<SqnrRow> sqnrRows(const Profile& profile, const std::string& format, const std::string& gradient_format = "",
+std::vector<SqnrRow> sqnrRows(const Profile& profile, const QuantFormat& format,
+                              const std::optional<QuantFormat>& gradient_format = std::nullopt,
                               Metric sort = Metric::kSqnr, const std::string& profile_path = "");
 // The metrics with a value in at least one row (always sqnr first).
 std::vector<Metric> metricsShown(const std::vector<SqnrRow>& rows);
 
 // The same inputs in several formats side by side: one row per GEMM input with its SQNR
 // in each column's format and its rank there (1 = lowest of all inputs). A column is a
-// format scheme (plan/policy.h: int8 means int8:channel:rtn; fp8, mxfp8, ... their
-// formats with round to nearest, the gradient format for gradient operands) or one
-// format text for every operand. Rows are sorted by the first column.
+// format scheme (support/quant_scheme.h: int8 means int8:channel:rtn; fp8, mxfp8, ...
+// their formats with round to nearest, the gradient format for gradient operands) or
+// one format text for every operand. Rows are sorted by the first column.
 struct CompareRow {
   std::string label;
-  std::string side;  // lhs | rhs
+  GemmOperand side = GemmOperand::kLhs;
   OperandRole role = OperandRole::kActivation;
   GemmDirection direction = GemmDirection::kFwd;
-  std::vector<std::string> formats;  // per column: the format measured
+  std::vector<QuantFormat> formats;  // per column: the format measured
   std::vector<double> sqnr;          // per column
   std::vector<int> rank;             // per column
   int maxRankShift() const;          // largest |rank - first column's rank|

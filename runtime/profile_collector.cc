@@ -262,7 +262,7 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     const StatsOutput& s = *it->second;
     const Node& tensor = *s.node->operand(0);
     OperandProfile o;
-    o.side = side;
+    o.side = parseName<GemmOperand>(side);  // none for "out", the GEMM's result
     o.role = role;
     o.tensor = tensor.name();
     o.shape.assign(tensor.shape().dims().begin(), tensor.shape().dims().end());
@@ -280,7 +280,7 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     const bool bias = metrics && s.node->attrs().has(AttrKey::kBias) && s.node->attrs().getInt(AttrKey::kBias) != 0;
     for (size_t f = 0; f < formats.size(); ++f) {
       const Accumulator& a = s.per_format[f];
-      o.formats.push_back({formats[f].toString(), a.sqnr_sum / n, a.sqnr_min, a.sqnr_max, a.mse_sum / n,
+      o.formats.push_back({formats[f], a.sqnr_sum / n, a.sqnr_min, a.sqnr_max, a.mse_sum / n,
                            a.underflow_sum / n, a.clipped_sum / n, bias ? a.bias_sqnr_sum / n : 0.0});
     }
     return o;
@@ -294,8 +294,8 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     const double steps = static_cast<double>(steps_ * (job && processes > 1 ? job->size(DeviceGroup::kData) : 1));
     for (size_t i = 0; i < errors_.size(); ++i) {
       const Attrs& a = errors_[i].node->attrs();
-      errors_of[a.getString(AttrKey::kLabel)].push_back({a.getFormat(AttrKey::kLhsFormat).toString(),
-                                                         a.getFormat(AttrKey::kRhsFormat).toString(),
+      errors_of[a.getString(AttrKey::kLabel)].push_back({a.getFormat(AttrKey::kLhsFormat),
+                                                         a.getFormat(AttrKey::kRhsFormat),
                                                          errors[i].sqnr_sum / steps, errors[i].sqnr_min});
     }
   }
@@ -328,6 +328,16 @@ Profile ProfileCollector::profile(ProfileRun run, Collectives* job) const {
     profile.gemms.push_back(std::move(g));
     nodes.push_back(node);
   }
+  // Each backward GEMM's forward GEMM (autodiff's grad_of), which a profile file records
+  // only in the backward GEMM's label.
+  std::unordered_map<int64_t, std::string_view> forward_labels;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i]->attrs().has(AttrKey::kGemmId) && !nodes[i]->attrs().has(AttrKey::kGradOf))
+      forward_labels.emplace(nodes[i]->attrs().getInt(AttrKey::kGemmId), profile.gemms[i].label);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i]->attrs().has(AttrKey::kGradOf))
+      if (auto it = forward_labels.find(nodes[i]->attrs().getInt(AttrKey::kGradOf)); it != forward_labels.end())
+        profile.gemms[i].grad_of = it->second;
   if (metrics) {
     // The scatter-adds' rms, from the statistics of their results.
     std::unordered_map<const Node*, double> scatter_rms;

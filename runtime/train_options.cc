@@ -52,7 +52,7 @@ void validateTrainOptions(const TrainOptions& o) {
   kWarmup.check(o.optimizer.warmup, o.steps);
   kProfileBits.check(o.profile_bits);
   for (const std::string& item : o.profile_formats) {
-    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) != std::end(kFormatSchemes)) continue;
+    if (parseScheme(item)) continue;
     try {
       QuantFormat::parse(item);
     } catch (const Error& e) {

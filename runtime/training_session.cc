@@ -49,12 +49,12 @@ std::vector<FormatPair> outputPairs(const TrainOptions& o) {
     add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:sr", b, granularity));
   }
   for (const std::string& item : o.profile_formats) {
-    if (item == "int8" ||
-        std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) == std::end(kFormatSchemes))
-      continue;
-    SchemeFormats rtn = schemeFormats(item, "rtn", "rtn"), sr = schemeFormats(item, "rtn", "sr");
-    add(rtn.operand, rtn.gradient);
-    add(rtn.operand, sr.gradient);
+    const std::optional<Scheme> scheme = parseScheme(item);
+    if (!scheme || scheme == Scheme::kInt8) continue;
+    SchemeFormats rtn = schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest),
+                  sr = schemeFormats(*scheme, Rounding::kNearest, Rounding::kStochastic);
+    add(rtn.operand.toString(), rtn.gradient.toString());
+    add(rtn.operand.toString(), sr.gradient.toString());
   }
   return pairs;
 }
@@ -83,11 +83,12 @@ ProfileFormats profileFormats(const TrainOptions& o) {
   };
   for (const std::string& item : o.profile_formats) {
     if (item == "int8") continue;  // always profiled
-    if (std::find(std::begin(kFormatSchemes), std::end(kFormatSchemes), item) != std::end(kFormatSchemes)) {
-      SchemeFormats rtn = schemeFormats(item, "rtn", "rtn"), sr = schemeFormats(item, "rtn", "sr");
-      once(p.formats, rtn.operand);
-      once(p.gradient_formats, rtn.gradient);
-      once(p.gradient_formats, sr.gradient);
+    if (const std::optional<Scheme> scheme = parseScheme(item)) {
+      SchemeFormats rtn = schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest),
+                    sr = schemeFormats(*scheme, Rounding::kNearest, Rounding::kStochastic);
+      once(p.formats, rtn.operand.toString());
+      once(p.gradient_formats, rtn.gradient.toString());
+      once(p.gradient_formats, sr.gradient.toString());
     } else {
       once(p.formats, QuantFormat::parse(item).toString());
     }
@@ -250,7 +251,7 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
     checkRecipeRunsExactly(*recipe, thisCpu());
     int emulated = 0;
     for (const RecipeEntry& e : recipe->entries)
-      emulated += e.decision == Decision::kQuantize && QuantFormat::parse(e.lhs_format).isEmulated();
+      emulated += e.decision == Decision::kQuantize && e.lhs_format.isEmulated();
     if (emulated > 0 && worldRankOrZero() == 0)
       spdlog::info("recipe {}: {} entries in FP8/MX formats run emulated on this CPU (quantize -> dequantize -> f32 "
                    "GEMM): the formats' numerics at f32 speed; the speed on the recipe's hardware ({}) is what pgq "

@@ -181,7 +181,12 @@ QuantFormat QuantFormat::parse(std::string_view text) {
 }
 
 bool QuantFormat::operator==(const QuantFormat& other) const {
-  return toString() == other.toString();
+  // Field by field what toString() writes, without building the two texts: profiles
+  // and recipes look formats up by value.
+  return element == other.element && (isFloat() || bits == other.bits) && granularity == other.granularity &&
+         (granularity != Granularity::kPerBlock || block == other.block) && rounding == other.rounding &&
+         scale == other.scale && asymmetric == other.asymmetric && clipping == other.clipping &&
+         (clipping != Clipping::kPercentile || percentile == other.percentile);
 }
 
 QuantFormat perChannelFormat(int bits, Rounding rounding) {
@@ -222,15 +227,6 @@ int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channe
   return quantGroupCount(format, batch, channels, contract) * (format.asymmetric ? 2 : 1);
 }
 
-std::string_view formatFamily(const QuantFormat& format) {
-  switch (format.scale) {
-    case ScaleKind::kF32: return format.isFloat() ? "fp8" : "int8";
-    case ScaleKind::kE8M0: return format.isFloat() ? "mxfp8" : "mxint8";
-    case ScaleKind::kTwoLevel: return "moss_fp8";
-  }
-  return "?";
-}
-
 ElementLimits elementLimits(const QuantFormat& format) {
   switch (format.element) {
     // OCP 8-bit Floating Point Specification (OFP8) rev. 1.0: E4M3 has bias 7, no
@@ -262,10 +258,6 @@ const char* granularityName(Granularity granularity) {
     case Granularity::kPerBlock: return "per-block";
   }
   return "?";
-}
-
-const char* roundingName(Rounding rounding) {
-  return rounding == Rounding::kNearest ? "round-to-nearest" : "stochastic";
 }
 
 }  // namespace pgq

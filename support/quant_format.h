@@ -68,7 +68,9 @@ struct QuantFormat {
   // Throws pgq::Error on malformed text or an invalid format.
   static QuantFormat parse(std::string_view text);
 
-  // Equal when the text forms are equal (fields a format ignores do not count).
+  // Equal when the text forms are equal: fields a format ignores (bits of an FP8
+  // element, block without per-block scales, percentile without percentile clipping)
+  // do not count.
   bool operator==(const QuantFormat& other) const;
 };
 
@@ -87,12 +89,6 @@ int64_t quantBlockCount(const QuantFormat& format, int64_t contract);
 int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 
-// The family a hardware model lists among the formats it runs natively:
-// int8 (integer grid, f32 scales), fp8 (FP8 elements, f32 scales), mxfp8, mxint8
-// (power-of-two block scales) or moss_fp8 (two-level scales).
-std::string_view formatFamily(const QuantFormat& format);
-inline constexpr std::string_view kFormatFamilies[] = {"int8", "fp8", "mxfp8", "mxint8", "moss_fp8"};
-
 // Element value limits: the largest finite value, the smallest normal exponent and
 // the mantissa bits of an FP8 element (int: qmax, 0, 0).
 struct ElementLimits {
@@ -105,6 +101,5 @@ ElementLimits elementLimits(const QuantFormat& format);
 const char* elementName(Element element);  // int | e4m3 | e5m2
 
 const char* granularityName(Granularity granularity);
-const char* roundingName(Rounding rounding);
 
 }  // namespace pgq

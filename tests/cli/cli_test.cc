@@ -523,7 +523,7 @@ TEST_F(Cli, ProfileMetricsRecordEveryGemmsStatistics) {
     EXPECT_FALSE(g.output_errors.empty());
     for (const pgq::OutputErrorStats& e : g.output_errors) EXPECT_GT(e.sqnr_min, 1);
     for (const pgq::OperandProfile& o : g.operands)
-      for (const pgq::FormatStats& f : o.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << o.side << " " << f.format;
+      for (const pgq::FormatStats& f : o.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << o.sideName() << " " << f.format.toString();
   }
   EXPECT_NE(pgq("train --help").out.find("--profile-metrics"), std::string::npos);
   // A machine on which the tiny model's GEMMs pay off, so that the metric decides.
@@ -630,7 +630,7 @@ TEST_F(Cli, ProfileRecordsScalingStrategies) {
   int weights = 0, others = 0;
   for (const pgq::GemmProfile& g : p.gemms)
     for (const pgq::OperandProfile& o : g.operands) {
-      SCOPED_TRACE(g.label + ":" + o.side);
+      SCOPED_TRACE(g.label + ":" + std::string(o.sideName()));
       ASSERT_TRUE(o.scaling.has_value());
       const pgq::ScalingStats& s = *o.scaling;
       EXPECT_EQ(s.steps, 4);
@@ -756,7 +756,8 @@ TEST_F(Cli, StageTwoBadInputs) {
        "--profile-formats: 'fp9' is neither a format scheme"},
       {"train --model tiny --steps 2 --no-progress --hardware h100-sxm --recipe " + mx_recipe + " --out " +
            (dir_ / "t").string(),
-       "mx.yaml:2: GEMM 'layer0/mlp/up': format mxfp8_e4m3 (mxfp8) does not run on hardware 'h100-sxm'"},
+       "mx.yaml:2: GEMM 'layer0/mlp/up': format e4m3:block32:rtn:scale=e8m0 (mxfp8) does not run on hardware "
+       "'h100-sxm'"},
       {"train --model tiny --steps 2 --no-progress --recipe " + zero_history + " --out " + (dir_ / "t").string(),
        "zero.yaml:2: field 'gemms[0].amax_history': expected an integer in [1, 1048576], got 0"},
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " + forced,

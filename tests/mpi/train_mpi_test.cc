@@ -131,8 +131,8 @@ TEST(MpiTraining, ProfileHasEveryRanksStatistics) {
   for (const GemmProfile& g : all.gemms)
     for (const OperandProfile& op : g.operands) {
       EXPECT_NEAR(op.formats[0].sqnr_mean, mean_of_means[i] / job->worldSize(), 1e-9 * op.formats[0].sqnr_mean)
-          << g.label << ":" << op.side;
-      EXPECT_EQ(op.absmax, largest[i]) << g.label << ":" << op.side;
+          << g.label << ":" << op.sideName();
+      EXPECT_EQ(op.absmax, largest[i]) << g.label << ":" << op.sideName();
       if (op.formats[0].sqnr_mean != sqnr[i]) ++differing;
       ++i;
     }
@@ -231,7 +231,7 @@ TEST(MpiTraining, DelayedScalingTakesTheReplicasMaxPerStep) {
   for (size_t g = 0; g < all.gemms.size(); ++g)
     for (size_t i = 0; i < all.gemms[g].operands.size(); ++i, ++k) {
       const OperandProfile& op = all.gemms[g].operands[i];
-      const std::string where = all.gemms[g].label + ":" + op.side;
+      const std::string where = all.gemms[g].label + ":" + std::string(op.sideName());
       EXPECT_TRUE(op.scaling.has_value()) << where;
       if (!op.scaling) continue;
       EXPECT_EQ(op.scaling->steps, 2) << where;

@@ -16,10 +16,12 @@ namespace {
 // family (per-tensor FP8, MXFP8).
 OperandProfile operand(const std::string& side, OperandRole role, double fp8, double mx) {
   OperandProfile o;
-  o.side = side;
+  o.side = parseName<GemmOperand>(side);
   o.role = role;
   o.tensor = side + "_tensor";
-  auto add = [&](const std::string& f, double s) { o.formats.push_back({f, s, s, s, 1.0 / s, 0, 0}); };
+  auto add = [&](const std::string& f, double s) {
+    o.formats.push_back({QuantFormat::parse(f), s, s, s, 1.0 / s, 0, 0});
+  };
   add("int8:channel:rtn", 3e4);
   const bool grad = role == OperandRole::kGradient;
   add(grad ? "e5m2:tensor:rtn" : "e4m3:tensor:rtn", fp8);
@@ -72,13 +74,13 @@ TEST(GpuHardware, PresetsRunTheirFormatsAndRoundTrip) {
     SCOPED_TRACE(name);
     HardwareModel hw = loadHardwareModel(name);
     EXPECT_EQ(hw.high_precision, DType::kBF16);
-    EXPECT_TRUE(hw.runsFamily("fp8"));
+    EXPECT_TRUE(hw.runsFamily(FormatFamily::kFp8));
     EXPECT_GT(hw.gemm_fp8, hw.gemm_bf16 * 1.9);  // FP8 tensor cores are twice bf16's
     EXPECT_EQ(hardwareToYaml(parseHardwareModel(hardwareToYaml(hw), "again")), hardwareToYaml(hw));
   }
-  EXPECT_FALSE(loadHardwareModel("h100-sxm").runsFamily("mxfp8"));
-  EXPECT_TRUE(loadHardwareModel("b200").runsFamily("mxfp8"));
-  EXPECT_FALSE(loadHardwareModel("epyc-zen3-2c").runsFamily("fp8"));
+  EXPECT_FALSE(loadHardwareModel("h100-sxm").runsFamily(FormatFamily::kMxfp8));
+  EXPECT_TRUE(loadHardwareModel("b200").runsFamily(FormatFamily::kMxfp8));
+  EXPECT_FALSE(loadHardwareModel("epyc-zen3-2c").runsFamily(FormatFamily::kFp8));
   // H100 dense peaks from the datasheet's sparse figures.
   EXPECT_DOUBLE_EQ(loadHardwareModel("h100-sxm").peak_fp8, 1979000);
   EXPECT_DOUBLE_EQ(loadHardwareModel("h100-sxm").peak_bf16, 989500);
@@ -110,8 +112,8 @@ int8: {vnni: true, max_bits_one: 8, max_bits_both: 8}
 TEST(GpuRecipe, ChoosesAmongBf16Fp8AndMxfp8PerGemm) {
   Recipe r = generateRecipe(gpuProfile(), loadHardwareModel("b200"), loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/gpu-auto.yaml"),
                             "p.yaml");
-  EXPECT_EQ(entry(r, "layer0/mlp/up").lhs_format, "e4m3:tensor:rtn");
-  EXPECT_EQ(entry(r, "layer0/mlp/down").lhs_format, "e4m3:block32:rtn:scale=e8m0");
+  EXPECT_EQ(entry(r, "layer0/mlp/up").lhs_format.toString(), "e4m3:tensor:rtn");
+  EXPECT_EQ(entry(r, "layer0/mlp/down").lhs_format.toString(), "e4m3:block32:rtn:scale=e8m0");
   EXPECT_NE(entry(r, "layer0/mlp/down").reason.find("not fp8: min SQNR 12 <= 20"), std::string::npos)
       << entry(r, "layer0/mlp/down").reason;
   EXPECT_EQ(entry(r, "get_logits").decision, Decision::kKeep);
@@ -139,7 +141,7 @@ TEST(GpuRecipe, DelayedScalingGoesIntoTheRecipe) {
   Recipe r = generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"),
                             loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/fp8-delayed.yaml"), "p.yaml");
   const RecipeEntry& up = entry(r, "layer0/mlp/up");
-  EXPECT_EQ(up.lhs_format, "e4m3:tensor:rtn");
+  EXPECT_EQ(up.lhs_format.toString(), "e4m3:tensor:rtn");
   EXPECT_EQ(up.amax_history, 16);
   EXPECT_NE(recipeToYaml(r).find("amax_history: 16"), std::string::npos);
 }
@@ -148,7 +150,7 @@ TEST(GpuRecipe, FormatsTheTargetCannotRunAreRefused) {
   // A policy choosing between FP8 and MXFP8 on a Hopper GPU: MXFP8 is skipped, said so.
   Recipe hopper = generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"),
                                  loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/gpu-auto.yaml"), "p.yaml");
-  EXPECT_EQ(entry(hopper, "layer0/mlp/up").lhs_format, "e4m3:tensor:rtn");
+  EXPECT_EQ(entry(hopper, "layer0/mlp/up").lhs_format.toString(), "e4m3:tensor:rtn");
   EXPECT_EQ(entry(hopper, "layer0/mlp/down").decision, Decision::kKeep);
   EXPECT_NE(explainRecipe(hopper).find("note: policy gpu-auto lists mxfp8 (mxfp8), which hardware h100-sxm does not run "
                                        "natively (it runs: int8, fp8): skipped"),
@@ -178,7 +180,7 @@ TEST(GpuRecipe, FormatsTheTargetCannotRunAreRefused) {
     checkRecipeRunsExactly(recipe, loadHardwareModel("h100-sxm"));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("r.yaml:2: GEMM 'up': format mxfp8_e4m3 (mxfp8) does not run"),
+    EXPECT_NE(std::string(e.what()).find("r.yaml:2: GEMM 'up': format e4m3:block32:rtn:scale=e8m0 (mxfp8) does not run"),
               std::string::npos)
         << e.what();
   }
@@ -223,13 +225,13 @@ TEST(SqnrComparison, RanksEveryInputPerFormatAndFindsTheMovers) {
   ASSERT_EQ(c.rows.size(), 10u);
   // Lowest in per-tensor FP8: get_logits' activation (5), then the spiky inputs (12).
   EXPECT_EQ(c.rows[0].label, "get_logits");
-  EXPECT_EQ(c.rows[0].formats[0], "e4m3:tensor:rtn");
-  EXPECT_EQ(c.rows[0].formats[1], "e4m3:block32:rtn:scale=e8m0");
+  EXPECT_EQ(c.rows[0].formats[0].toString(), "e4m3:tensor:rtn");
+  EXPECT_EQ(c.rows[0].formats[1].toString(), "e4m3:block32:rtn:scale=e8m0");
   EXPECT_EQ(c.rows[0].rank[0], 1);
   EXPECT_EQ(c.rows[0].rank[1], 1);  // 8 is still the lowest in MXFP8
   const CompareRow* odd = nullptr;
   for (const CompareRow& r : c.rows)
-    if (r.label == "odd" && r.side == "lhs") odd = &r;
+    if (r.label == "odd" && r.side == GemmOperand::kLhs) odd = &r;
   ASSERT_NE(odd, nullptr);
   EXPECT_EQ(odd->rank[0], 3);
   EXPECT_EQ(odd->rank[1], 10);

@@ -29,11 +29,12 @@ int8: {vnni: true, max_bits_one: 8, max_bits_both: 8}
 // An operand profiled in int4:tensor (rtn, and sr for gradients) with a bias-aware SQNR.
 OperandProfile operand(const std::string& side, OperandRole role, double sqnr, double bias) {
   OperandProfile o;
-  o.side = side;
+  o.side = parseName<GemmOperand>(side);
   o.role = role;
   o.tensor = side + "_t";
-  o.formats.push_back({"int4:tensor:rtn", sqnr, sqnr, sqnr, 1 / sqnr, 0, 0, bias});
-  if (role == OperandRole::kGradient) o.formats.push_back({"int4:tensor:sr", sqnr / 2, sqnr / 2, sqnr / 2, 2 / sqnr, 0, 0, sqnr / 2});
+  o.formats.push_back({QuantFormat::parse("int4:tensor:rtn"), sqnr, sqnr, sqnr, 1 / sqnr, 0, 0, bias});
+  if (role == OperandRole::kGradient)
+    o.formats.push_back({QuantFormat::parse("int4:tensor:sr"), sqnr / 2, sqnr / 2, sqnr / 2, 2 / sqnr, 0, 0, sqnr / 2});
   return o;
 }
 
@@ -49,7 +50,7 @@ GemmProfile gemm(const std::string& label, GemmDirection d, OperandRole l, doubl
   g.operands = {operand("lhs", l, sl, bl), operand("rhs", r, sr, br)};
   g.reach = reach;
   g.gradient_reach = gradient_reach;
-  g.output_errors.push_back({"int4:tensor:rtn", "int4:tensor:rtn", output, output});
+  g.output_errors.push_back({QuantFormat::parse("int4:tensor:rtn"), QuantFormat::parse("int4:tensor:rtn"), output, output});
   return g;
 }
 
@@ -70,7 +71,7 @@ Profile metricProfile() {
 }
 
 double metric(Metric m, const GemmProfile& g) {
-  return metricOf(m, g, "int4:tensor:rtn", "int4:tensor:rtn", g.lhs().formats[0].sqnr_mean, g.rhs().formats[0].sqnr_mean,
+  return metricOf(m, g, QuantFormat::parse("int4:tensor:rtn"), QuantFormat::parse("int4:tensor:rtn"), g.lhs().formats[0].sqnr_mean, g.rhs().formats[0].sqnr_mean,
                   "prof.yaml")
       .value;
 }
@@ -100,7 +101,8 @@ TEST(GemmMetric, Definitions) {
 
 TEST(GemmMetric, AnotherIntegerWidthIsEstimatedFromTheProfiledOne) {
   Profile p = metricProfile();
-  MetricValue v = metricOf(Metric::kBias, p.gemms[0], "int3:tensor:rtn", "int4:tensor:rtn", 10, 50, "prof.yaml");
+  MetricValue v = metricOf(Metric::kBias, p.gemms[0], QuantFormat::parse("int3:tensor:rtn"), QuantFormat::parse("int4:tensor:rtn"), 10,
+                           50, "prof.yaml");
   EXPECT_TRUE(v.estimated);
   EXPECT_DOUBLE_EQ(v.value, 2.0 / 4);  // one bit fewer: a quarter
 }
@@ -133,7 +135,8 @@ TEST(GemmMetric, AProfileWithoutTheStatisticsNamesTheFieldAndTheFlag) {
       Error);
   // A pair of formats the profile did not measure the output error for.
   try {
-    metricOf(Metric::kOutput, p.gemms[0], "e4m3:tensor:rtn", "e4m3:tensor:rtn", 1, 1, "prof.yaml");
+    metricOf(Metric::kOutput, p.gemms[0], QuantFormat::parse("e4m3:tensor:rtn"), QuantFormat::parse("e4m3:tensor:rtn"),
+             1, 1, "prof.yaml");
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("e4m3:tensor:rtn x e4m3:tensor:rtn (output_errors)"), std::string::npos);
@@ -145,7 +148,7 @@ Policy backwardOnly(double threshold, Metric m) {
   p.forward.quantize = false;
   p.backward.threshold = threshold;
   p.bits = 4;
-  p.granularity = "tensor";
+  p.granularity = ScaleLayout::parse("tensor");
   p.metric = m;
   return p;
 }
@@ -229,7 +232,8 @@ TEST(GemmMetric, PolicyFilesNameTheirMetric) {
 
 TEST(GemmMetric, TheSqnrTableShowsAndSortsByEveryMetric) {
   Profile p = metricProfile();
-  std::vector<SqnrRow> rows = sqnrRows(p, "int4:tensor:rtn", "", Metric::kBias);
+  const QuantFormat int4 = QuantFormat::parse("int4:tensor:rtn");
+  std::vector<SqnrRow> rows = sqnrRows(p, int4, std::nullopt, Metric::kBias);
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].label, "a:dgrad");  // bias 2 is the lowest
   EXPECT_EQ(metricsShown(rows).size(), allMetrics().size());
@@ -243,10 +247,10 @@ TEST(GemmMetric, TheSqnrTableShowsAndSortsByEveryMetric) {
   for (GemmProfile& g : p.gemms)
     for (OperandProfile& o : g.operands)
       for (FormatStats& f : o.formats) f.bias_sqnr_mean = 0;
-  rows = sqnrRows(p, "int4:tensor:rtn");
+  rows = sqnrRows(p, int4);
   EXPECT_EQ(metricsShown(rows), std::vector<Metric>{Metric::kSqnr});
   EXPECT_EQ(sqnrTableMarkdown(rows, "int4:tensor:rtn").find("| bias |"), std::string::npos);
-  EXPECT_THROW(sqnrRows(p, "int4:tensor:rtn", "", Metric::kOutput), Error);
+  EXPECT_THROW(sqnrRows(p, int4, std::nullopt, Metric::kOutput), Error);
 }
 
 }  // namespace

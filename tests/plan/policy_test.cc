@@ -12,10 +12,10 @@ TEST(Policy, StandardNames) {
   EXPECT_FALSE(f.backward.quantize);
   Policy fb = loadPolicy("F+B");
   EXPECT_TRUE(fb.backward.quantize);
-  EXPECT_EQ(fb.backward.gradient_rounding, "rtn");
+  EXPECT_EQ(fb.backward.gradient_rounding, Rounding::kNearest);
   Policy sr = loadPolicy("F+B_SR");
-  EXPECT_EQ(sr.backward.gradient_rounding, "sr");
-  EXPECT_EQ(sr.backward.rounding, "rtn");
+  EXPECT_EQ(sr.backward.gradient_rounding, Rounding::kStochastic);
+  EXPECT_EQ(sr.backward.rounding, Rounding::kNearest);
   Policy t = loadPolicy("F+B_SR>1.5");
   EXPECT_DOUBLE_EQ(t.backward.threshold, 1.5);
   EXPECT_FALSE(t.backward.invert);
@@ -27,7 +27,7 @@ TEST(Policy, StandardNames) {
   EXPECT_DOUBLE_EQ(both.backward.threshold, 1);
   Policy rtn = loadPolicy("F+B<5");
   EXPECT_TRUE(rtn.backward.invert);
-  EXPECT_EQ(rtn.backward.gradient_rounding, "rtn");
+  EXPECT_EQ(rtn.backward.gradient_rounding, Rounding::kNearest);
   for (const char* bad : {"G", "F+B_SR>x", "F+B_SR<0", "F+", "f+b", "F+B>"}) {
     SCOPED_TRACE(bad);
     EXPECT_THROW(loadPolicy(bad), Error);
@@ -48,9 +48,42 @@ rules:
 )",
                          "p.yaml");
   EXPECT_EQ(p.rules.size(), 2u);
-  EXPECT_EQ(p.low_sqnr, "block64");
+  ASSERT_TRUE(p.low_sqnr);
+  EXPECT_EQ(p.low_sqnr->text(), "block64");
+  EXPECT_EQ(p.backward.gradient_rounding, Rounding::kStochastic);
+  EXPECT_EQ(p.rules[1].lhs_format, QuantFormat::parse("int8:block32:rtn"));
+  EXPECT_EQ(p.rules[1].rhs_format, QuantFormat::parse("int7:block32:sr"));
+  EXPECT_FALSE(p.rules[0].lhs_format);
+  EXPECT_EQ(p.formats, std::vector<Scheme>{Scheme::kInt8});
   EXPECT_DOUBLE_EQ(p.min_speedup, 1.2);
   EXPECT_EQ(p.rules[1].layer_max, 1);
+}
+
+// A granularity is read once and gives each GEMM its formats.
+TEST(Policy, ScaleLayout) {
+  for (const char* text : {"channel", "tensor", "block64"}) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(ScaleLayout::parse(text).text(), text);
+  }
+  EXPECT_EQ(ScaleLayout::parse("block64").withBits(7, Rounding::kStochastic).toString(), "int7:block64:sr");
+  EXPECT_THROW(ScaleLayout::parse("rows"), Error);
+  Policy p = parsePolicy("forward: {quantize: true}\nbackward: {quantize: false}\ngranularity: tensor\n", "p.yaml");
+  EXPECT_EQ(p.granularity.format, QuantFormat::parse("int8:tensor:rtn"));
+  EXPECT_FALSE(p.low_sqnr);  // keep
+}
+
+// The one threshold test: above the threshold (0: always), or below it when inverted.
+TEST(Policy, ThresholdPasses) {
+  DirectionPolicy always;
+  EXPECT_TRUE(always.passes(0.5));
+  DirectionPolicy above;
+  above.threshold = 10;
+  EXPECT_TRUE(above.passes(10.5));
+  EXPECT_FALSE(above.passes(10));
+  DirectionPolicy below = above;
+  below.invert = true;
+  EXPECT_TRUE(below.passes(9.5));
+  EXPECT_FALSE(below.passes(10));
 }
 
 TEST(Policy, BadYamlNamesTheField) {

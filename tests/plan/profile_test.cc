@@ -37,7 +37,7 @@ Profile metricsProfile() {
   g.bytes = 4 * (32 + 128 + 64);
   auto operand = [](const std::string& side, OperandRole role) {
     OperandProfile o;
-    o.side = side;
+    o.side = parseName<GemmOperand>(side);
     o.role = role;
     o.tensor = side + "_value";
     o.shape = {8, 4};
@@ -45,15 +45,15 @@ Profile metricsProfile() {
     o.absmax = 2;
     o.absmax_mean = 1.5;
     o.rms = 0.5;
-    o.formats = {{"int8:channel:rtn", 1e4, 9e3, 1.1e4, 1e-5, 0.01, 0, 2500.5}};
+    o.formats = {{QuantFormat::parse("int8:channel:rtn"), 1e4, 9e3, 1.1e4, 1e-5, 0.01, 0, 2500.5}};
     return o;
   };
   g.operands = {operand("lhs", OperandRole::kActivation), operand("rhs", OperandRole::kGradient)};
-  g.operands[1].formats.push_back({"int8:channel:sr", 8e3, 7e3, 9e3, 2e-5, 0, 0, 7990.25});
+  g.operands[1].formats.push_back({QuantFormat::parse("int8:channel:sr"), 8e3, 7e3, 9e3, 2e-5, 0, 0, 7990.25});
   g.reach = 0.125;
   g.gradient_reach = 0.0625;
-  g.output_errors = {{"int8:channel:rtn", "int8:channel:rtn", 5000.5, 4000.25},
-                     {"int8:channel:rtn", "int8:channel:sr", 3000.5, 2000.25}};
+  const QuantFormat rtn = QuantFormat::parse("int8:channel:rtn"), sr = QuantFormat::parse("int8:channel:sr");
+  g.output_errors = {{rtn, rtn, 5000.5, 4000.25}, {rtn, sr, 3000.5, 2000.25}};
   p.gemms = {g};
   return p;
 }
@@ -75,13 +75,18 @@ TEST(ProfileMetrics, RoundTripThroughYaml) {
   EXPECT_EQ(g.reach, 0.125);
   EXPECT_EQ(g.gradient_reach, 0.0625);
   ASSERT_EQ(g.output_errors.size(), 2u);
-  const OutputErrorStats* sr = g.findOutputError("int8:channel:rtn", "int8:channel:sr");
+  const QuantFormat rtn_format = QuantFormat::parse("int8:channel:rtn"), sr_format = QuantFormat::parse("int8:channel:sr");
+  const OutputErrorStats* sr = g.findOutputError(rtn_format, sr_format);
   ASSERT_NE(sr, nullptr);
   EXPECT_EQ(sr->sqnr_mean, 3000.5);
   EXPECT_EQ(sr->sqnr_min, 2000.25);
-  EXPECT_EQ(g.findOutputError("int8:channel:sr", "int8:channel:sr"), nullptr);
+  EXPECT_EQ(g.findOutputError(sr_format, sr_format), nullptr);
   EXPECT_EQ(g.lhs().formats[0].bias_sqnr_mean, 2500.5);
-  EXPECT_EQ(g.rhs().find("int8:channel:sr")->bias_sqnr_mean, 7990.25);
+  EXPECT_EQ(g.rhs().find(sr_format)->bias_sqnr_mean, 7990.25);
+  // The forward GEMM a backward GEMM differentiates, which the file gives in the label.
+  EXPECT_EQ(g.grad_of, "layer0/mlp/up");
+  EXPECT_EQ(g.lhs().side, GemmOperand::kLhs);
+  EXPECT_EQ(g.rhs().side, GemmOperand::kRhs);
   EXPECT_EQ(profileToYaml(back), yaml);
 }
 

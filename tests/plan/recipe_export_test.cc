@@ -22,8 +22,8 @@ RecipeEntry quantized(const std::string& label, const std::string& lhs, const st
   RecipeEntry e;
   e.label = label;
   e.decision = Decision::kQuantize;
-  e.lhs_format = lhs;
-  e.rhs_format = rhs;
+  e.lhs_format = QuantFormat::parse(lhs);
+  e.rhs_format = QuantFormat::parse(rhs);
   e.smooth = smooth;
   e.reason = label + ": quantized";
   return e;
@@ -34,6 +34,27 @@ RecipeEntry kept(const std::string& label, const std::string& reason = "kept f32
   e.label = label;
   e.decision = Decision::kKeep;
   e.reason = reason;
+  return e;
+}
+
+// What generation records of each GEMM (RecipeEntry::gemm): a forward GEMM's operand
+// roles (a Linear's x.W, or attention's two activations), and a backward GEMM's
+// direction and forward GEMM.
+constexpr OperandRoles kLinear = {OperandRole::kActivation, OperandRole::kWeight};
+constexpr OperandRoles kBatched = {OperandRole::kActivation, OperandRole::kActivation};
+
+RecipeEntry fwd(RecipeEntry e, OperandRoles roles = kLinear) {
+  e.gemm = EntryGemm{GemmDirection::kFwd, roles, ""};
+  return e;
+}
+
+RecipeEntry dgrad(RecipeEntry e, const std::string& forward) {
+  e.gemm = EntryGemm{GemmDirection::kBwdDgrad, {OperandRole::kGradient, OperandRole::kWeight}, forward};
+  return e;
+}
+
+RecipeEntry wgrad(RecipeEntry e, const std::string& forward) {
+  e.gemm = EntryGemm{GemmDirection::kBwdWgrad, {OperandRole::kActivation, OperandRole::kGradient}, forward};
   return e;
 }
 
@@ -51,30 +72,30 @@ Recipe gpt2Recipe() {
   r.profile = "p.yaml";
   r.entries = {
       // All three GEMMs in FP8.
-      quantized("blocks.0/attn/qkv", e4m3, e4m3),
-      quantized("blocks.0/attn/qkv:dgrad", e5m2_sr, e4m3),
-      quantized("blocks.0/attn/qkv:wgrad", e4m3, e5m2_sr),
+      fwd(quantized("blocks.0/attn/qkv", e4m3, e4m3)),
+      dgrad(quantized("blocks.0/attn/qkv:dgrad", e5m2_sr, e4m3), "blocks.0/attn/qkv"),
+      wgrad(quantized("blocks.0/attn/qkv:wgrad", e4m3, e5m2_sr), "blocks.0/attn/qkv"),
       // Attention's q.k^T and p.v: no module GEMMs.
-      quantized("blocks.0/attn", e4m3, e4m3),
-      kept("blocks.0/attn:dgrad_lhs"),
-      kept("blocks.0/attn:dgrad_rhs"),
-      kept("blocks.0/attn/MatMul_1"),
-      kept("blocks.0/attn/MatMul_1:dgrad_lhs"),
-      kept("blocks.0/attn/MatMul_1:dgrad_rhs"),
+      fwd(quantized("blocks.0/attn", e4m3, e4m3), kBatched),
+      dgrad(kept("blocks.0/attn:dgrad_lhs"), "blocks.0/attn"),
+      dgrad(kept("blocks.0/attn:dgrad_rhs"), "blocks.0/attn"),
+      fwd(kept("blocks.0/attn/MatMul_1"), kBatched),
+      dgrad(kept("blocks.0/attn/MatMul_1:dgrad_lhs"), "blocks.0/attn/MatMul_1"),
+      dgrad(kept("blocks.0/attn/MatMul_1:dgrad_rhs"), "blocks.0/attn/MatMul_1"),
       // Forward quantized (MXFP8), the weight gradient kept.
-      quantized("blocks.0/attn/proj", mx, mx),
-      quantized("blocks.0/attn/proj:dgrad", mx, mx),
-      kept("blocks.0/attn/proj:wgrad", "bwd_wgrad, min SQNR 0.5 <= 1: kept f32"),
+      fwd(quantized("blocks.0/attn/proj", mx, mx)),
+      dgrad(quantized("blocks.0/attn/proj:dgrad", mx, mx), "blocks.0/attn/proj"),
+      wgrad(kept("blocks.0/attn/proj:wgrad", "bwd_wgrad, min SQNR 0.5 <= 1: kept f32"), "blocks.0/attn/proj"),
       // Forward kept, the input gradient quantized.
-      kept("blocks.0/mlp/mlp.0", "fwd, min SQNR 3 <= 20: \"kept\" f32\n(low)"),
-      quantized("blocks.0/mlp/mlp.0:dgrad", "int8:channel:sr", "int7:channel:rtn"),
-      kept("blocks.0/mlp/mlp.0:wgrad"),
+      fwd(kept("blocks.0/mlp/mlp.0", "fwd, min SQNR 3 <= 20: \"kept\" f32\n(low)")),
+      dgrad(quantized("blocks.0/mlp/mlp.0:dgrad", "int8:channel:sr", "int7:channel:rtn"), "blocks.0/mlp/mlp.0"),
+      wgrad(kept("blocks.0/mlp/mlp.0:wgrad"), "blocks.0/mlp/mlp.0"),
       // SmoothQuant, and a frozen weight: no wgrad.
-      quantized("blocks.0/mlp/mlp.2", "int8:channel:rtn", "int7:channel:rtn", 0.5),
-      quantized("blocks.0/mlp/mlp.2:dgrad", "int8:channel:sr", "int7:channel:rtn"),
-      kept("lm_head", "fwd, policy rule (label lm_head): kept f32"),
-      kept("lm_head:dgrad"),
-      kept("lm_head:wgrad"),
+      fwd(quantized("blocks.0/mlp/mlp.2", "int8:channel:rtn", "int7:channel:rtn", 0.5)),
+      dgrad(quantized("blocks.0/mlp/mlp.2:dgrad", "int8:channel:sr", "int7:channel:rtn"), "blocks.0/mlp/mlp.2"),
+      fwd(kept("lm_head", "fwd, policy rule (label lm_head): kept f32")),
+      dgrad(kept("lm_head:dgrad"), "lm_head"),
+      wgrad(kept("lm_head:wgrad"), "lm_head"),
   };
   return r;
 }
@@ -173,14 +194,29 @@ TEST(RecipeToTorchJson, GroupsGemmsIntoModules) {
 TEST(RecipeToTorchJson, TiedLogitsAndModulesWithoutBackwardGemms) {
   Recipe r;
   r.name = "F";
-  r.entries = {quantized("get_logits", "int8:channel:rtn", "int7:channel:rtn"), kept("get_logits:dgrad"),
-               kept("get_logits:wgrad"), quantized("head", "int8:channel:rtn", "int7:channel:rtn")};
+  r.entries = {fwd(quantized("get_logits", "int8:channel:rtn", "int7:channel:rtn")),
+               dgrad(kept("get_logits:dgrad"), "get_logits"), wgrad(kept("get_logits:wgrad"), "get_logits"),
+               fwd(quantized("head", "int8:channel:rtn", "int7:channel:rtn"))};
   YAML::Node json = YAML::Load(recipeToTorchJson(r));
   // A tied `x @ wte.weight.T` is no nn.Linear, whatever its operands.
   EXPECT_EQ(json["non_module_gemms"].size(), 3u);
   EXPECT_EQ(json["non_module_gemms"][0]["label"].as<std::string>(), "get_logits");
   EXPECT_EQ(strings(json["quantize"]), std::vector<std::string>{"head"});
   EXPECT_NE(json["modules"]["head"]["note"].as<std::string>().find("no backward GEMM"), std::string::npos);
+}
+
+// The grouping reads what generation recorded, not the labels: a forward label with a
+// ':' and backward GEMMs labelled any way still make a module.
+TEST(RecipeToTorchJson, GroupsByTheRecordedGemmsNotTheLabels) {
+  Recipe r;
+  r.name = "F+B";
+  r.entries = {fwd(quantized("enc:0/fc", "int8:channel:rtn", "int7:channel:rtn")), dgrad(kept("d0"), "enc:0/fc"),
+               wgrad(kept("w0"), "enc:0/fc")};
+  YAML::Node json = YAML::Load(recipeToTorchJson(r));
+  ASSERT_EQ(keys(json["modules"]), std::vector<std::string>{"enc:0.fc"});
+  EXPECT_EQ(json["modules"]["enc:0.fc"]["dgrad"].as<std::string>(), "keep");
+  EXPECT_EQ(json["modules"]["enc:0.fc"]["wgrad"].as<std::string>(), "keep");
+  EXPECT_EQ(json["non_module_gemms"].size(), 0u);
 }
 
 TEST(RecipeToTorchJson, EmptyRecipe) {
@@ -200,6 +236,16 @@ TEST(RecipeToTorchJson, RefusesWhatItCannotGroup) {
   Recipe r = parseRecipe("gemms:\n  - {label: a/q, decision: keep}\n  - {match: \"a/.*\", decision: keep}\n", "r.yaml");
   try {
     recipeToTorchJson(r);
+    FAIL() << "a recipe read from a file was exported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("r.yaml:2: GEMM 'a/q': the PyTorch export needs a recipe generated from a "
+                                         "profile"),
+              std::string::npos)
+        << e.what();
+  }
+  r.entries[0] = fwd(r.entries[0]);
+  try {
+    recipeToTorchJson(r);
     FAIL() << "a match entry was exported";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("r.yaml:3: entry `match: a/.*`: the PyTorch export needs one `label:` entry"),
@@ -208,7 +254,7 @@ TEST(RecipeToTorchJson, RefusesWhatItCannotGroup) {
   }
   Recipe same;
   same.source = "s.yaml";
-  same.entries = {kept("a/mlp/mlp.0"), kept("a/mlp.0")};
+  same.entries = {fwd(kept("a/mlp/mlp.0")), fwd(kept("a/mlp.0"))};
   try {
     recipeToTorchFilter(same);
     FAIL() << "two forward GEMMs of one module were exported";

@@ -25,10 +25,12 @@ int8: {vnni: false, max_bits_one: 8, max_bits_both: 7}
 
 OperandProfile operand(const std::string& side, const std::string& role, double sqnr8) {
   OperandProfile o;
-  o.side = side;
+  o.side = parseName<GemmOperand>(side);
   o.role = parseName<OperandRole>(role);
   o.tensor = side + "_tensor";
-  auto add = [&](const std::string& f, double s) { o.formats.push_back({f, s, s * 0.9, s * 1.1, 1.0 / s, 0, 0}); };
+  auto add = [&](const std::string& f, double s) {
+    o.formats.push_back({QuantFormat::parse(f), s, s * 0.9, s * 1.1, 1.0 / s, 0, 0});
+  };
   add("int8:channel:rtn", sqnr8);
   add("int7:channel:rtn", sqnr8 / 4);
   if (role == "gradient") {
@@ -91,16 +93,16 @@ TEST(RecipeGenerator, NarrowsTheHigherSqnrSideWithoutVnni) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe r = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR"), "p.yaml");
   const RecipeEntry& up = entry(r, "layer0/mlp/up");  // weight (5e4) > activation (3e4)
-  EXPECT_EQ(up.lhs_format, "int8:channel:rtn");
-  EXPECT_EQ(up.rhs_format, "int7:channel:rtn");
+  EXPECT_EQ(up.lhs_format.toString(), "int8:channel:rtn");
+  EXPECT_EQ(up.rhs_format.toString(), "int7:channel:rtn");
   const RecipeEntry& wgrad = entry(r, "layer0/mlp/up:wgrad");  // activation (3e4) > gradient (2e3)
-  EXPECT_EQ(wgrad.lhs_format, "int7:channel:rtn");
-  EXPECT_EQ(wgrad.rhs_format, "int8:channel:sr");  // gradients: stochastic rounding
+  EXPECT_EQ(wgrad.lhs_format.toString(), "int7:channel:rtn");
+  EXPECT_EQ(wgrad.rhs_format.toString(), "int8:channel:sr");  // gradients: stochastic rounding
   // On a VNNI CPU both sides stay 8-bit.
   std::string vnni = kHardware;
   vnni.replace(vnni.find("vnni: false, max_bits_one: 8, max_bits_both: 7"), 46, "vnni: true, max_bits_one: 8, max_bits_both: 8");
   Recipe rv = generateRecipe(testProfile(), parseHardwareModel(vnni, "hw"), loadPolicy("F+B_SR"), "p.yaml");
-  EXPECT_EQ(entry(rv, "layer0/mlp/up").rhs_format, "int8:channel:rtn");
+  EXPECT_EQ(entry(rv, "layer0/mlp/up").rhs_format.toString(), "int8:channel:rtn");
 }
 
 TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
@@ -118,6 +120,37 @@ TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
   EXPECT_EQ(entry(adv, "layer0/mlp/up").decision, Decision::kQuantize);
 }
 
+// A GEMM kept in high precision is kept in the hardware's own high-precision dtype,
+// and the reason says which.
+TEST(RecipeGenerator, KeepsInTheHardwaresHighPrecision) {
+  std::string bf16 = kHardware;
+  bf16.insert(bf16.find("threads:"), "high_precision: bf16\n");
+  for (const auto& [text, kept] : {std::pair{std::string(kHardware), "kept f32"}, std::pair{bf16, "kept bf16"}}) {
+    SCOPED_TRACE(kept);
+    Recipe r = generateRecipe(testProfile(), parseHardwareModel(text, "hw"), loadPolicy("F+B_SR>10"), "p.yaml");
+    EXPECT_NE(entry(r, "tiny").reason.find(std::string("not worth it, ") + kept), std::string::npos)
+        << entry(r, "tiny").reason;
+    EXPECT_NE(entry(r, "get_logits:dgrad").reason.find(std::string("<= 10: ") + kept), std::string::npos)
+        << entry(r, "get_logits:dgrad").reason;
+  }
+}
+
+// Each entry records what its GEMM is, from the profile, for the PyTorch export.
+TEST(RecipeGenerator, EntriesRecordTheirGemm) {
+  Profile p = testProfile();
+  p.gemms[2].grad_of = "layer0/mlp/up";
+  Recipe r = generateRecipe(p, parseHardwareModel(kHardware, "hw"), loadPolicy("F+B"), "p.yaml");
+  const RecipeEntry& wgrad = entry(r, "layer0/mlp/up:wgrad");
+  ASSERT_TRUE(wgrad.gemm);
+  EXPECT_EQ(wgrad.gemm->direction, GemmDirection::kBwdWgrad);
+  EXPECT_EQ(wgrad.gemm->roles, (OperandRoles{OperandRole::kActivation, OperandRole::kGradient}));
+  EXPECT_EQ(wgrad.gemm->grad_of, "layer0/mlp/up");
+  ASSERT_TRUE(entry(r, "layer0/mlp/up").gemm);
+  EXPECT_EQ(entry(r, "layer0/mlp/up").gemm->grad_of, "");
+  // Not written to the file.
+  EXPECT_FALSE(parseRecipe(recipeToYaml(r), "r.yaml").entries[0].gemm);
+}
+
 TEST(RecipeGenerator, RulesAndRefinements) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Policy p = parsePolicy(R"(forward: {quantize: true}
@@ -131,11 +164,11 @@ rules:
   Recipe r = generateRecipe(testProfile(), hw, p, "p.yaml");
   EXPECT_EQ(entry(r, "layer0/mlp/up").decision, Decision::kKeep);
   EXPECT_NE(entry(r, "layer0/mlp/up").reason.find("policy rule"), std::string::npos);
-  EXPECT_EQ(entry(r, "layer0/mlp/up:wgrad").lhs_format, "int8:block32:rtn");
+  EXPECT_EQ(entry(r, "layer0/mlp/up:wgrad").lhs_format.toString(), "int8:block32:rtn");
   // get_logits:dgrad fails the threshold and is refined to block scales.
   const RecipeEntry& logits = entry(r, "get_logits:dgrad");
   EXPECT_EQ(logits.decision, Decision::kQuantize);
-  EXPECT_EQ(logits.lhs_format, "int8:block64:sr");
+  EXPECT_EQ(logits.lhs_format.toString(), "int8:block64:sr");
   EXPECT_NE(logits.reason.find("block64 scales instead"), std::string::npos) << logits.reason;
 }
 

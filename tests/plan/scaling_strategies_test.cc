@@ -169,7 +169,7 @@ Profile scalingProfile() {
   g.bytes = 4 * (32 + 64 + 128);
   auto operand = [](const std::string& side, std::optional<OperandRole> role) {
     OperandProfile o;
-    o.side = side;
+    o.side = parseName<GemmOperand>(side);
     o.role = role;
     o.tensor = side + "_value";
     o.shape = {8, 4};
@@ -177,7 +177,7 @@ Profile scalingProfile() {
     o.absmax = 2;
     o.absmax_mean = 1.5;
     o.rms = 0.5;
-    o.formats = {{"int8:channel:rtn", 1e4, 9e3, 1.1e4, 1e-5, 0.01, 0}};
+    o.formats = {{QuantFormat::parse("int8:channel:rtn"), 1e4, 9e3, 1.1e4, 1e-5, 0.01, 0}};
     return o;
   };
   OperandProfile activation = operand("lhs", OperandRole::kActivation);

@@ -86,20 +86,20 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
   for (const GemmProfile& g : p.gemms) {
     SCOPED_TRACE(g.label);
     for (const OperandProfile& op : g.operands) {
-      const FormatStats* f8 = op.find("int8:channel:rtn");
+      const FormatStats* f8 = op.find(QuantFormat::parse("int8:channel:rtn"));
       ASSERT_NE(f8, nullptr);
       EXPECT_GT(f8->sqnr_min, 1.0);
       EXPECT_LE(f8->sqnr_min, f8->sqnr_mean);
       EXPECT_LE(f8->sqnr_mean, f8->sqnr_max);
       if (!kernels::int8Caps().vnni) {
         // One bit less costs about 6 dB: a factor of ~4 in SQNR.
-        const FormatStats* f7 = op.find("int7:channel:rtn");
+        const FormatStats* f7 = op.find(QuantFormat::parse("int7:channel:rtn"));
         ASSERT_NE(f7, nullptr);
         EXPECT_LT(f7->sqnr_mean, f8->sqnr_mean);
         EXPECT_GT(f7->sqnr_mean, f8->sqnr_mean / 8);
       }
       if (op.role == OperandRole::kGradient) {
-        EXPECT_NE(op.find("int8:channel:sr"), nullptr);
+        EXPECT_NE(op.find(QuantFormat::parse("int8:channel:sr")), nullptr);
       }
       // The scaling strategies over the 3 steps (delayed scaling's history has 2).
       ASSERT_TRUE(op.scaling.has_value());
@@ -346,7 +346,7 @@ TEST_F(ProfileTest, OutputErrorsAreTheSqnrOfTheQuantizedGemm) {
   ASSERT_EQ(g.output_errors.size(), 2u);
   for (size_t f = 0; f < formats.size(); ++f) {
     SCOPED_TRACE(formats[f]);
-    const OutputErrorStats* e = g.findOutputError(formats[f], formats[f]);
+    const OutputErrorStats* e = g.findOutputError(QuantFormat::parse(formats[f]), QuantFormat::parse(formats[f]));
     ASSERT_NE(e, nullptr);
     const double mean = (expected[f][0] + expected[f][1] + expected[f][2]) / 3;
     const double min = *std::min_element(expected[f].begin(), expected[f].end());
@@ -411,7 +411,7 @@ TEST_F(ProfileTest, ReachFollowsTheDataflowToTheWeightGradients) {
     }
     EXPECT_FALSE(g.output_errors.empty());
     for (const OperandProfile& op : g.operands)
-      for (const FormatStats& f : op.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << op.side << " " << f.format;
+      for (const FormatStats& f : op.formats) EXPECT_GT(f.bias_sqnr_mean, 0) << op.sideName() << " " << f.format.toString();
   }
   // The first layer's query data gradient reaches only the embedding's gradient (a
   // scatter-add, no GEMM): its share of the parameters and of the squared norm; the
@@ -451,6 +451,32 @@ TEST_F(ProfileTest, OutputPairsRunExactlyOnThisCpu) {
 
 // The quantized copy of a GEMM and its error_stats run right after the GEMM: its result
 // and the copy's die there, not at the end of the step.
+// The forward GEMM of each backward GEMM: the collector takes it from the graph
+// (autodiff's grad_of), the profile reader from the label the file records; they agree.
+TEST_F(ProfileTest, BackwardGemmsNameTheirForwardGemm) {
+  TrainOptions o = tiny("grad_of");
+  TrainingSession session(o);
+  session.step(0, true);
+  const Profile p = session.profile();
+  const Profile back = parseProfile(profileToYaml(p), "p.yaml");
+  ASSERT_EQ(back.gemms.size(), p.gemms.size());
+  int backward = 0;
+  for (size_t i = 0; i < p.gemms.size(); ++i) {
+    SCOPED_TRACE(p.gemms[i].label);
+    EXPECT_EQ(back.gemms[i].grad_of, p.gemms[i].grad_of);
+    if (!isBackward(p.gemms[i].direction)) {
+      EXPECT_EQ(p.gemms[i].grad_of, "");
+      continue;
+    }
+    ++backward;
+    const GemmProfile* forward = p.find(p.gemms[i].grad_of);
+    ASSERT_NE(forward, nullptr);
+    EXPECT_EQ(forward->direction, GemmDirection::kFwd);
+  }
+  EXPECT_GT(backward, 0);
+  EXPECT_EQ(p.find("layer0/mlp/up:wgrad")->grad_of, "layer0/mlp/up");
+}
+
 TEST_F(ProfileTest, OutputErrorsRunRightAfterTheirGemm) {
   TrainOptions o = tiny("run");
   o.profile_metrics = true;

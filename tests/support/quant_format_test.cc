@@ -36,12 +36,22 @@ TEST(QuantFormat, MicroscalingAliasesParseToTheCanonicalForm) {
   EXPECT_THROW(QuantFormat::parse("mxfp4"), Error);
 }
 
-TEST(QuantFormat, FamiliesAndElementLimits) {
-  EXPECT_EQ(formatFamily(QuantFormat::parse("int7:channel:sr")), "int8");
-  EXPECT_EQ(formatFamily(QuantFormat::parse("e4m3:tensor:rtn")), "fp8");
-  EXPECT_EQ(formatFamily(QuantFormat::parse("mxfp8_e5m2")), "mxfp8");
-  EXPECT_EQ(formatFamily(QuantFormat::parse("mxint8")), "mxint8");
-  EXPECT_EQ(formatFamily(QuantFormat::parse("e4m3:block32:rtn:scale=two_level")), "moss_fp8");
+// Equal exactly when the text forms are: fields a format ignores do not count.
+TEST(QuantFormat, EqualWhenTheTextIs) {
+  const char* texts[] = {"int8:channel:rtn", "int7:channel:rtn", "int8:channel:sr", "int8:tensor:rtn",
+                         "int8:block32:rtn", "int8:block64:rtn", "int8:channel:rtn:asym", "int8:channel:rtn:clip=mse",
+                         "int8:channel:rtn:clip=p99.9", "int8:channel:rtn:clip=p99.99", "e4m3:tensor:rtn",
+                         "e5m2:tensor:rtn", "e4m3:block32:rtn:scale=e8m0", "e4m3:block32:rtn:scale=two_level",
+                         "int8:block32:rtn:scale=e8m0"};
+  for (const char* a : texts)
+    for (const char* b : texts) EXPECT_EQ(QuantFormat::parse(a) == QuantFormat::parse(b), std::string(a) == b) << a << " " << b;
+  QuantFormat channel = QuantFormat::parse("int8:channel:rtn"), ignored = channel;
+  ignored.percentile = 50;  // no percentile clipping: ignored
+  EXPECT_EQ(channel, ignored);
+  EXPECT_EQ(QuantFormat::parse("mxint8"), QuantFormat::parse("int8:block32:rtn:scale=e8m0"));
+}
+
+TEST(QuantFormat, ElementLimits) {
   EXPECT_EQ(elementLimits(QuantFormat::parse("e4m3:tensor:rtn")).max, 448.0);
   EXPECT_EQ(elementLimits(QuantFormat::parse("e5m2:tensor:rtn")).max, 57344.0);
   EXPECT_EQ(elementLimits(QuantFormat::parse("mxint8")).max, 127.0);

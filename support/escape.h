@@ -1,0 +1,24 @@
+#pragma once
+// The one string escaper of the text pgq writes by hand: the IR text form and JSON
+// (support/json_text.h). Both escape `"`, `\`, newline and tab alike; they differ in the
+// other control characters, each written as the reader of its text expects.
+#include <string>
+#include <string_view>
+
+namespace pgq {
+
+enum class QuoteStyle {
+  // JSON, also a valid Python 3 string literal: \r, \b, \f, and \u00XX for the other
+  // control characters.
+  kJson,
+  // The IR text form: \xXX (two lowercase hex digits) for every other control
+  // character, the only other escape ir/parser.cc reads back.
+  kIrText,
+};
+
+// `text` in double quotes, with `"`, `\`, newline (\n), tab (\t) and the other control
+// characters escaped as `style` writes them. Other bytes are copied as they are, so
+// UTF-8 stays UTF-8.
+std::string quoted(std::string_view text, QuoteStyle style);
+
+}  // namespace pgq

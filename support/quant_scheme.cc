@@ -1,0 +1,74 @@
+#include "support/quant_scheme.h"
+
+#include <cstddef>
+
+namespace pgq {
+namespace {
+
+constexpr std::string_view kFamilyNames[] = {
+#define FORMAT_FAMILY(id, text) text,
+#include "support/quant_schemes.def"
+};
+
+struct SchemeInfo {
+  std::string_view name;
+  FormatFamily family;
+  Element operand_element, gradient_element;
+  Granularity granularity;
+  int block;
+  ScaleKind scale;
+};
+
+constexpr SchemeInfo kSchemes[] = {
+#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale) \
+  {text, FormatFamily::k##family, Element::k##operand_element, Element::k##gradient_element,         \
+   Granularity::k##granularity, block, ScaleKind::k##scale},
+#include "support/quant_schemes.def"
+};
+
+const SchemeInfo& infoOf(Scheme scheme) { return kSchemes[static_cast<size_t>(scheme)]; }
+
+}  // namespace
+
+std::string_view nameOf(FormatFamily family) { return kFamilyNames[static_cast<size_t>(family)]; }
+std::string_view nameOf(Scheme scheme) { return infoOf(scheme).name; }
+
+std::optional<FormatFamily> parseFormatFamily(std::string_view text) {
+  for (FormatFamily family : kFormatFamilies)
+    if (nameOf(family) == text) return family;
+  return std::nullopt;
+}
+
+std::optional<Scheme> parseScheme(std::string_view text) {
+  for (Scheme scheme : kFormatSchemes)
+    if (nameOf(scheme) == text) return scheme;
+  return std::nullopt;
+}
+
+FormatFamily formatFamily(const QuantFormat& format) {
+  switch (format.scale) {
+    case ScaleKind::kF32: return format.isFloat() ? FormatFamily::kFp8 : FormatFamily::kInt8;
+    case ScaleKind::kE8M0: return format.isFloat() ? FormatFamily::kMxfp8 : FormatFamily::kMxint8;
+    case ScaleKind::kTwoLevel: return FormatFamily::kMossFp8;
+  }
+  return FormatFamily::kInt8;
+}
+
+FormatFamily familyOf(Scheme scheme) { return infoOf(scheme).family; }
+
+SchemeFormats schemeFormats(Scheme scheme, Rounding rounding, Rounding gradient_rounding) {
+  const SchemeInfo& info = infoOf(scheme);
+  auto format = [&](Element element, Rounding r) {
+    QuantFormat f;
+    f.element = element;
+    f.bits = 8;
+    f.granularity = info.granularity;
+    f.block = info.block;
+    f.rounding = r;
+    f.scale = info.scale;
+    return f;
+  };
+  return {format(info.operand_element, rounding), format(info.gradient_element, gradient_rounding)};
+}
+
+}  // namespace pgq
