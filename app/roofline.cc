@@ -1,6 +1,7 @@
 #include "app/roofline.h"
 
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -41,6 +42,10 @@ RooflineReport analyzeRoofline(const ModelConfig& model, const HardwareModel& hw
       const OperandRoles& roles = a.getRoles(AttrKey::kRoles);
       GemmEstimate e = estimateGemm(hw, a.getInts(AttrKey::kDeviceShape), dtype, roles[0] == OperandRole::kGradient,
                                     roles[1] == OperandRole::kGradient);
+      // Attention's batched GEMMs as shares of one flash kernel where the hardware fuses it.
+      if (std::optional<double> fused =
+              fusedAttentionUs(hw, a.getInts(AttrKey::kDeviceShape), a.getDirection(AttrKey::kDirection), roles))
+        e = {*fused, *fused, 0.0};
       const bool int8 = e.speedup() >= min_speedup;
       r.gemms += 1;
       r.int8_gemms += int8;

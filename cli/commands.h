@@ -11,6 +11,7 @@ void addTrainCommand(CLI::App& app);
 void addSqnrTableCommand(CLI::App& app);
 void addRecipeCommand(CLI::App& app);
 void addHwprobeCommand(CLI::App& app);
+void addGpuprobeCommand(CLI::App& app);
 void addExperimentCommand(CLI::App& app);
 void addImportCommand(CLI::App& app);
 void addRooflineCommand(CLI::App& app);

@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
   pgq::cli::addSqnrTableCommand(app);
   pgq::cli::addRecipeCommand(app);
   pgq::cli::addHwprobeCommand(app);
+  pgq::cli::addGpuprobeCommand(app);
   pgq::cli::addImportCommand(app);
   pgq::cli::addRooflineCommand(app);
   pgq::cli::addIrCommands(app);

@@ -1,9 +1,13 @@
-// `pgq roofline`: stage (ii) on paper for a model split over tensor-parallel devices.
+// `pgq roofline`: stage (ii) on paper for a model split over tensor-parallel devices, or
+// for the GEMMs of a CSV file on a GPU (--gemms).
 #include <fmt/format.h>
 
+#include "app/gemm_table.h"
 #include "app/roofline.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "cli/number_flags.h"
+#include "support/errors.h"
 
 namespace pgq::cli {
 
@@ -12,7 +16,7 @@ void addRooflineCommand(CLI::App& app) {
       "roofline", "Estimate, without running, which GEMMs the roofline runs in int8 at a tensor-parallel size, and "
                   "the step speedup (per-device shapes, interconnect-costed collectives)");
   static ModelFlags model;
-  static std::string hardware, precision = "f32";
+  static std::string hardware, precision = "f32", gemms;
   static double min_speedup = 1.0;
   addModelFlags(cmd, model);
   cmd->add_option("--hardware", hardware,
@@ -24,8 +28,17 @@ void addRooflineCommand(CLI::App& app) {
   cmd->add_option("--min-speedup", min_speedup, "Estimated int8 speedup a GEMM needs to run in int8")
       ->check(CLI::Range(0.01, 100.0))
       ->capture_default_str();
+  cmd->add_option("--gemms", gemms,
+                  "Instead of a model: a CSV with columns m,k,n (optionally b) whose GEMMs to estimate on a GPU "
+                  "hardware model; prints bf16_us, fp8_us (operands already FP8), a_cast_us, b_cast_us per row")
+      ->check(kNonEmptyPath);
   cmd->callback([] {
     HardwareModel hw = loadHardwareModel(hardware);
+    if (!gemms.empty()) {
+      if (!model.spec.empty()) throw Error("--gemms estimates the GEMMs of a CSV file: give it or --model, not both");
+      fmt::print("{}", gemmEstimatesCsv(hw, readGemmShapes(gemms)));
+      return;
+    }
     RooflineReport r = analyzeRoofline(loadModel(model), hw, precision == "bf16" ? Precision::kBf16 : Precision::kF32,
                                        min_speedup);
     fmt::print("{}", rooflineText(r));

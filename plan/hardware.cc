@@ -62,6 +62,79 @@ namespace {
 
 constexpr double kMaxRate = 1e9;  // GFLOP/s or GB/s: anything above is a typo
 
+// The GEMM alone on a GPU's shape model: padded output tiles at the per-SM rate over the
+// SMs they (and split-K) occupy, a fixed cost per wave of tiles and the launch; never
+// below its memory time. scripts/gpu_model.py gemm_us is the same function.
+double shapeModelUs(const GemmShapeModel& model, const GemmShapeModel::Format& f, double rate_gflops,
+                    const std::vector<int64_t>& shape, double bytes, double bytes_per_us) {
+  const double b = static_cast<double>(shape[0]), m = static_cast<double>(shape[1]),
+               k = static_cast<double>(shape[2]), n = static_cast<double>(shape[3]);
+  const double tile = static_cast<double>(model.tile), sms = static_cast<double>(model.sms);
+  const double tiles = b * std::ceil(m / tile) * std::ceil(n / tile);
+  const double splits = std::min(static_cast<double>(f.max_split_k), std::ceil(k / tile));
+  const double used = std::min(sms, std::max(tiles, std::min(static_cast<double>(f.split_k_sms), tiles * splits)));
+  const double per_sm_gflops = rate_gflops / sms;
+  const double compute =
+      2.0 * tiles * tile * tile * k / used / (per_sm_gflops * 1e3) + std::max(1.0, tiles / sms) * f.tile_us;
+  return f.launch_us + std::max(compute, bytes / bytes_per_us);
+}
+
+GemmShapeModel::Format shapeFormat(const ConfigNode& node, int64_t sms) {
+  node.allowOnly({"max_split_k", "split_k_sms", "tile_us", "launch_us"});
+  GemmShapeModel::Format f;
+  f.max_split_k = node.getInt("max_split_k", 1, 64);
+  f.split_k_sms = node.getInt("split_k_sms", 1, sms);
+  f.tile_us = node.getDouble("tile_us", 0.0, 1e4);
+  f.launch_us = node.getDouble("launch_us", 0.0, 1e4);
+  return f;
+}
+
+GemmShapeModel shapeModel(const ConfigNode& node) {
+  node.allowOnly({"sms", "tile", "bf16", "fp8"});
+  GemmShapeModel model;
+  model.sms = node.getInt("sms", 1, 1 << 20);
+  model.tile = node.getInt("tile", 8, 1024);
+  model.bf16 = shapeFormat(node.child("bf16"), model.sms);
+  model.fp8 = shapeFormat(node.child("fp8"), model.sms);
+  return model;
+}
+
+std::vector<MeasuredGemm> measuredGemms(const ConfigNode& list) {
+  std::vector<MeasuredGemm> rows;
+  for (const ConfigNode& item : list.items()) {
+    item.allowOnly({"b", "m", "k", "n", "bf16_us", "fp8_us"});
+    MeasuredGemm row;
+    for (size_t i = 0; i < 4; ++i) row.shape[i] = item.getInt(std::string(1, "bmkn"[i]), 1, int64_t{1} << 40);
+    row.bf16_us = item.getDouble("bf16_us", 1e-6, 1e9);
+    // 0: not measured (batched GEMMs have no FP8 kernel to time).
+    row.fp8_us = item.getDouble("fp8_us", 0.0, 0.0, 1e9);
+    if (row.fp8_us > 0 && row.fp8_us < 1e-6) item.fail("fp8_us", "expected 0 (not measured) or a time > 0 us");
+    rows.push_back(row);
+  }
+  if (rows.empty()) list.failHere("lists no GEMM");
+  return rows;
+}
+
+// A gemm_model must predict the table it comes with: a hand-edited constant or a probe
+// that went wrong shows here, not in a recipe.
+void checkAgainstMeasured(const ConfigNode& root, const HardwareModel& hw) {
+  std::vector<double> bf16, fp8;
+  for (const MeasuredGemm& row : hw.measured_gemms) {
+    GpuGemmEstimate e = estimateGpuGemm(hw, row.shape);
+    bf16.push_back(std::abs(e.bf16_us / row.bf16_us - 1));
+    if (row.fp8_us > 0 && hw.gemm_fp8 > 0) fp8.push_back(std::abs(e.fp8_us / row.fp8_us - 1));
+  }
+  for (auto [errors, format] : {std::pair{&bf16, "bf16"}, {&fp8, "fp8"}}) {
+    if (errors->empty()) continue;
+    std::nth_element(errors->begin(), errors->begin() + static_cast<std::ptrdiff_t>(errors->size() / 2), errors->end());
+    const double median = (*errors)[errors->size() / 2];
+    if (median > 0.25)
+      root.fail("gemm_model", fmt::format("predicts the {} times of measured_gemms with a median error of {:.0f}% "
+                                          "(at most 25%): refit it (scripts/gpu_model.py, pgq gpuprobe)",
+                                          format, 100 * median));
+  }
+}
+
 double rate(const ConfigNode& map, std::string_view key) {
   return map.getDouble(key, 1e-6, kMaxRate);
 }
@@ -69,7 +142,7 @@ double rate(const ConfigNode& map, std::string_view key) {
 HardwareModel fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "source", "threads", "peak_gflops", "gemm_gflops", "memory_bandwidth_gbs",
                   "ridge_flop_per_byte", "quantize_gbs", "call_overhead_us", "int8", "interconnect", "formats",
-                  "high_precision", "cast_once"});
+                  "high_precision", "cast_once", "gemm_model", "attention", "measured_gemms"});
   HardwareModel hw;
   hw.name = root.getString("name");
   hw.source = root.getString("source", "");
@@ -150,6 +223,24 @@ HardwareModel fromNode(const ConfigNode& root) {
     int8.fail("max_bits_both", fmt::format("cannot exceed max_bits_one = {}", hw.max_bits_one));
   if (!hw.vnni && hw.max_bits_both > 7)
     int8.fail("max_bits_both", "without VNNI an 8 x 8 bit int8 GEMM saturates its 16-bit pair sums: at most 7");
+  if (root.has("gemm_model")) hw.gemm_model = shapeModel(root.child("gemm_model"));
+  if (root.has("attention")) {
+    ConfigNode attention = root.child("attention");
+    attention.allowOnly({"fused", "fwd_efficiency", "bwd_efficiency"});
+    hw.attention.fused = attention.getBool("fused");
+    if (hw.attention.fused && hw.gemm_model.sms == 0)
+      attention.fail("fused", "a fused attention kernel is estimated on a gemm_model (its tile and launch): add one");
+    if (hw.attention.fused) {
+      hw.attention.fwd_efficiency = attention.getDouble("fwd_efficiency", 1e-3, 1.0);
+      hw.attention.bwd_efficiency = attention.getDouble("bwd_efficiency", 1e-3, 1.0);
+    }
+  }
+  if (root.has("measured_gemms")) {
+    if (hw.gemm_model.sms == 0)
+      root.fail("measured_gemms", "a table of measured GEMMs needs the gemm_model fitted to it");
+    hw.measured_gemms = measuredGemms(root.child("measured_gemms"));
+    checkAgainstMeasured(root, hw);
+  }
   return hw;
 }
 
@@ -201,6 +292,23 @@ std::string hardwareToYaml(const HardwareModel& hw) {
   if (hw.interconnect_gbs > 0)
     out += fmt::format("interconnect: {{gbs: {:.6g}, latency_us: {:.6g}}}\n", hw.interconnect_gbs,
                        hw.interconnect_latency_us);
+  if (hw.gemm_model.sms > 0) {
+    auto format = [](const GemmShapeModel::Format& f) {
+      return fmt::format("{{max_split_k: {}, split_k_sms: {}, tile_us: {:.6g}, launch_us: {:.6g}}}", f.max_split_k,
+                         f.split_k_sms, f.tile_us, f.launch_us);
+    };
+    out += fmt::format("gemm_model:\n  sms: {}\n  tile: {}\n  bf16: {}\n  fp8: {}\n", hw.gemm_model.sms,
+                       hw.gemm_model.tile, format(hw.gemm_model.bf16), format(hw.gemm_model.fp8));
+  }
+  if (hw.attention.fused)
+    out += fmt::format("attention: {{fused: true, fwd_efficiency: {:.6g}, bwd_efficiency: {:.6g}}}\n",
+                       hw.attention.fwd_efficiency, hw.attention.bwd_efficiency);
+  if (!hw.measured_gemms.empty()) {
+    out += "measured_gemms:\n";
+    for (const MeasuredGemm& row : hw.measured_gemms)
+      out += fmt::format("  - {{b: {}, m: {}, k: {}, n: {}, bf16_us: {:.6g}, fp8_us: {:.6g}}}\n", row.shape[0],
+                         row.shape[1], row.shape[2], row.shape[3], row.bf16_us, row.fp8_us);
+  }
   return out;
 }
 
@@ -231,16 +339,22 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   auto roofline = [&](double rate_gflops, double bytes) {
     return std::max(flops / (rate_gflops * 1e3), bytes / bw) + hw.call_overhead_us;
   };
+  // A GPU's shape model, with the constants of its 2-byte or 1-byte operand kernels.
+  auto gemmUs = [&](double rate_gflops, double bytes, bool one_byte) {
+    if (hw.gemm_model.sms == 0) return roofline(rate_gflops, bytes);
+    return shapeModelUs(hw.gemm_model, one_byte ? hw.gemm_model.fp8 : hw.gemm_model.bf16, rate_gflops, shape, bytes,
+                        bw);
+  };
   GemmEstimate e;
   double elem = static_cast<double>(dtypeSize(dtype));
   // Results are written in the high-precision dtype: f32 on CPUs, bf16 on GPUs (where an
   // FP8 GEMM's epilogue writes bf16 too).
-  e.high_precision_us = roofline(hw.gemmRate(dtype), elem * (a_elems + b_elems + c_elems));
+  e.high_precision_us = gemmUs(hw.gemmRate(dtype), elem * (a_elems + b_elems + c_elems), false);
   // MX formats also move one E8M0 scale byte per block.
   auto stored = [](const QuantFormat& f) {
     return f.scale == ScaleKind::kF32 ? 1.0 : 1.0 + 1.0 / static_cast<double>(f.block);
   };
-  e.int8_gemm_us = roofline(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + elem * c_elems);
+  e.int8_gemm_us = gemmUs(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + elem * c_elems, true);
   // Quantizing an operand reads its high-precision values and writes one byte each.
   auto quantize = [&](double elems, bool sr) {
     double gbs = sr ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;
@@ -252,6 +366,71 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   const bool fused_scales = lhs.isEmulated();
   e.quantization_us = lhs_share * quantize(a_elems, lhs_sr) + rhs_share * quantize(b_elems, rhs_sr) + (fused_scales ? 0.0 : 8.0 * c_elems / bw);
   return e;
+}
+
+GpuGemmEstimate estimateGpuGemm(const HardwareModel& hw, const std::array<int64_t, 4>& shape) {
+  static const QuantFormat kE4m3 = QuantFormat::parse("e4m3:tensor:rtn");
+  const std::vector<int64_t> s(shape.begin(), shape.end());
+  GpuGemmEstimate out;
+  // Each operand's cast alone: the estimate with the other operand's share of its cast 0.
+  GemmEstimate a = estimateGemm(hw, s, DType::kBF16, kE4m3, kE4m3, 1.0, 0.0);
+  out.bf16_us = a.high_precision_us;
+  out.fp8_us = a.int8_gemm_us;
+  out.a_cast_us = a.quantization_us;
+  out.b_cast_us = estimateGemm(hw, s, DType::kBF16, kE4m3, kE4m3, 0.0, 1.0).quantization_us;
+  out.extrapolation = extrapolationOf(hw, shape);
+  return out;
+}
+
+double extrapolationOf(const HardwareModel& hw, const std::array<int64_t, 4>& shape) {
+  if (hw.measured_gemms.empty()) return 0;
+  std::array<int64_t, 4> lo = hw.measured_gemms.front().shape, hi = lo;
+  for (const MeasuredGemm& row : hw.measured_gemms)
+    for (size_t i = 0; i < 4; ++i) {
+      lo[i] = std::min(lo[i], row.shape[i]);
+      hi[i] = std::max(hi[i], row.shape[i]);
+    }
+  double ratio = 1.0;
+  for (size_t i = 0; i < 4; ++i) {
+    const double d = static_cast<double>(shape[i]);
+    ratio = std::max({ratio, static_cast<double>(lo[i]) / d, d / static_cast<double>(hi[i])});
+  }
+  return ratio;
+}
+
+double estimateFlashAttentionUs(const HardwareModel& hw, int64_t heads, int64_t t, int64_t dh, bool backward) {
+  PGQ_ASSERT(hw.attention.fused && hw.gemm_model.sms > 0, "flash attention needs a fused attention model");
+  const double tile = static_cast<double>(hw.gemm_model.tile);
+  const double blocks = std::ceil(static_cast<double>(t) / tile);
+  // Causal: the blocks of scores on and below the diagonal.
+  const double scores = static_cast<double>(heads) * blocks * (blocks + 1) / 2 * tile * tile;
+  // Forward: q.k^T and p.v (4 flop per score and head dim), q, k, v read and o written.
+  // Backward: q.k^T again, dp, dv, dk, dq (10 flop), 16 passes over a head's tensors.
+  const double flop = backward ? 10.0 : 4.0, tensors = backward ? 16.0 : 4.0;
+  const double efficiency = backward ? hw.attention.bwd_efficiency : hw.attention.fwd_efficiency;
+  const double compute = scores * flop * static_cast<double>(dh) / (efficiency * hw.peak_bf16 * 1e3);
+  const double memory = static_cast<double>(heads * t * dh) * 2.0 * tensors / (hw.bandwidth_gbs * 1e3);
+  return hw.gemm_model.bf16.launch_us + compute + memory;
+}
+
+std::optional<double> fusedAttentionUs(const HardwareModel& hw, const std::vector<int64_t>& shape,
+                                       GemmDirection direction, const OperandRoles& roles) {
+  if (!hw.attention.fused || shape.size() != 4 || shape[0] <= 1) return std::nullopt;
+  if (roles[0] == OperandRole::kWeight || roles[1] == OperandRole::kWeight) return std::nullopt;
+  const int64_t m = shape[1], k = shape[2], n = shape[3];
+  // [heads, T, dh, T] (scores, dp), [heads, T, T, dh] (p.v, dq, dk, dv): T is the repeated dim.
+  int64_t t = 0, dh = 0;
+  if (m == n) {
+    t = m, dh = k;
+  } else if (m == k) {
+    t = m, dh = n;
+  } else if (k == n) {
+    t = k, dh = m;
+  } else {
+    return std::nullopt;
+  }
+  const bool backward = direction != GemmDirection::kFwd;
+  return estimateFlashAttentionUs(hw, shape[0], t, dh, backward) / (backward ? 4.0 : 2.0);
 }
 
 }  // namespace pgq

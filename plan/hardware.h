@@ -7,14 +7,56 @@
 // plus a fixed cost per kernel call. The int8 version adds the quantization traffic
 // done every step: scales and quantization of both f32 operands (bytes in + out at the
 // quantizer's rate; stochastic rounding is slower) and the rescale of the result.
+//
+// A GPU model adds how a GEMM's time depends on its shape (GemmShapeModel, fitted to
+// measured times: docs/FORMATS.md, "The GPU GEMM model") and runs attention as one
+// flash-attention kernel each way (FlashAttentionModel) instead of six batched GEMMs.
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/gemm_meta.h"
+#include "support/quant_format.h"
 #include "support/quant_scheme.h"
 
 namespace pgq {
+
+// How a GPU GEMM's time depends on its shape. Output tiles of tile x tile spread over the
+// SMs; few tiles spread their K loop over more SMs (split-K or stream-K), up to what the
+// library does; each wave of tiles pays a fixed cost a short K does not hide (the
+// pipeline's fill and the epilogue's writes), each GEMM a launch. Absent (sms == 0): the
+// plain roofline, as on CPUs.
+struct GemmShapeModel {
+  struct Format {
+    int64_t max_split_k = 1;  // K splits of one output tile at most
+    int64_t split_k_sms = 0;  // SMs split-K fills at most
+    double tile_us = 0;       // per wave of output tiles
+    double launch_us = 0;     // per GEMM
+  };
+  int64_t sms = 0;
+  int64_t tile = 128;
+  Format bf16;  // every GEMM with 2- or 4-byte operands
+  Format fp8;   // every GEMM with 1-byte operands (FP8, int8, MX: the same tensor cores)
+};
+
+// Causal attention as one flash-attention kernel forward and one backward (FlashAttention
+// 2, as PyTorch's SDPA runs it): blocks of tile x tile scores on or below the diagonal at
+// a fraction of the bf16 peak, plus the kernel's own traffic (forward: q, k, v read and o
+// written; backward: 16 tensor passes with the fp32 dq accumulator).
+struct FlashAttentionModel {
+  bool fused = false;
+  double fwd_efficiency = 0, bwd_efficiency = 0;  // of peak_bf16
+};
+
+// One measured GEMM of a probe (pgq gpuprobe): [batch, M, K, N] and its times, us
+// (fp8_us 0: not measured, as for batched GEMMs).
+struct MeasuredGemm {
+  std::array<int64_t, 4> shape{};
+  double bf16_us = 0, fp8_us = 0;
+};
 
 struct HardwareModel {
   std::string name;
@@ -47,6 +89,9 @@ struct HardwareModel {
   bool vnni = false;
   int max_bits_one = 8;
   int max_bits_both = 7;
+  GemmShapeModel gemm_model;
+  FlashAttentionModel attention;
+  std::vector<MeasuredGemm> measured_gemms;  // what gemm_model was fitted to, if given
 
   // True when an int8 GEMM of an lhs_bits x rhs_bits operand pair cannot saturate here.
   bool runsExactly(int lhs_bits, int rhs_bits) const;
@@ -62,7 +107,9 @@ struct HardwareModel {
 
 // `spec` is a preset name (recipes/hardware/*.yaml, embedded) or a YAML file. Every
 // field is checked: missing peaks, zero or negative rates, ridge points that do not
-// match peak / bandwidth, unknown keys are errors naming the file, line and field.
+// match peak / bandwidth, unknown keys, measured times that are not positive numbers, a
+// gemm_model that does not predict its own measured_gemms (median error above 25%) are
+// errors naming the file, line and field.
 HardwareModel loadHardwareModel(const std::string& spec);
 HardwareModel parseHardwareModel(const std::string& yaml_text, const std::string& source);
 std::string hardwareToYaml(const HardwareModel& hw);
@@ -96,5 +143,28 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype,
                           const QuantFormat& lhs, const QuantFormat& rhs, double lhs_share = 1.0,
                           double rhs_share = 1.0);
+
+// A GEMM [batch, M, K, N] on a GPU as the recipe generator estimates it: in bf16, in FP8
+// (E4M3 per-tensor operands already cast: the GEMM alone) and the cast of each operand
+// (a: M x K, b: K x N) from bf16. `extrapolation`: how far the shape lies outside the
+// measured GEMMs' range, the largest ratio of a dimension (batch, M, K or N) to the
+// nearest measured bound (1: inside it; 0: the model has no measured GEMMs).
+struct GpuGemmEstimate {
+  double bf16_us = 0, fp8_us = 0, a_cast_us = 0, b_cast_us = 0;
+  double extrapolation = 0;
+};
+GpuGemmEstimate estimateGpuGemm(const HardwareModel& hw, const std::array<int64_t, 4>& shape);
+double extrapolationOf(const HardwareModel& hw, const std::array<int64_t, 4>& shape);
+
+// Causal flash attention over `heads` (batch x heads) sequences of `t` x `dh` in bf16, one
+// kernel forward or backward, us. Needs hw.attention.fused.
+double estimateFlashAttentionUs(const HardwareModel& hw, int64_t heads, int64_t t, int64_t dh, bool backward);
+// Attention's batched GEMMs (batch > 1, no weight operand: q.k^T, p.v and their four
+// gradients, whose dims are T, T and the head dim in some order) on hardware that runs
+// attention fused: this GEMM's share of the flash kernel (the forward split over the two
+// forward GEMMs, the backward over the four gradient GEMMs). nullopt for any other GEMM
+// or hardware.
+std::optional<double> fusedAttentionUs(const HardwareModel& hw, const std::vector<int64_t>& shape,
+                                       GemmDirection direction, const OperandRoles& roles);
 
 }  // namespace pgq

@@ -134,6 +134,11 @@ struct Context {
                                    : schemeChoice(g, directionPolicy(policy, g), scheme, profile_path);
   }
   GemmEstimate estimate(const GemmProfile& g, const Choice& with) const {
+    // Where the hardware runs attention fused, its batched GEMMs are shares of one flash
+    // kernel, in any format (an FP8 flash kernel is not modelled).
+    if (const std::optional<double> fused =
+            fusedAttentionUs(hw, g.device_shape, g.direction, {*g.lhs().role, *g.rhs().role}))
+      return GemmEstimate{*fused, *fused, 0.0};
     // With cast_once, the GEMM operands reading one tensor share its cast.
     auto share = [&](const OperandProfile& o) { return hw.cast_once ? 1.0 / std::max(1, readers.at(o.tensor)) : 1.0; };
     return estimateGemm(hw, g.device_shape, hw.high_precision, with.lhs, with.rhs, share(g.lhs()), share(g.rhs()));
@@ -491,6 +496,32 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
     sum.est_gemm_int8_ms += (int8 ? v.estimate.int8Us() : v.estimate.high_precision_us) / 1e3;
     recipe.entries.push_back(std::move(e));
   }
+  // A model fitted to measured GEMMs says when it is asked about shapes far from them.
+  int outside = 0;
+  double farthest = 1.0;
+  for (const GemmProfile& g : profile.gemms) {
+    if (g.device_shape.size() != 4) continue;
+    const double x = extrapolationOf(hw, {g.device_shape[0], g.device_shape[1], g.device_shape[2], g.device_shape[3]});
+    outside += x > 2.0;
+    farthest = std::max(farthest, x);
+  }
+  if (outside > 0)
+    recipe.notes.push_back(fmt::format("{} GEMMs lie more than 2x outside the shapes hardware {} was measured on (up "
+                                       "to {:.3g}x in a dimension): their estimates extrapolate its model",
+                                       outside, hw.name, farthest));
+  // A model fitted to measured GEMMs says when it is asked about shapes far from them.
+  int outside = 0;
+  double farthest = 1.0;
+  for (const GemmProfile& g : profile.gemms) {
+    if (g.device_shape.size() != 4) continue;
+    const double x = extrapolationOf(hw, {g.device_shape[0], g.device_shape[1], g.device_shape[2], g.device_shape[3]});
+    outside += x > 2.0;
+    farthest = std::max(farthest, x);
+  }
+  if (outside > 0)
+    recipe.notes.push_back(fmt::format("{} GEMMs lie more than 2x outside the shapes hardware {} was measured on (up "
+                                       "to {:.3g}x in a dimension): their estimates extrapolate its model",
+                                       outside, hw.name, farthest));
   return recipe;
 }
 

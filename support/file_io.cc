@@ -55,6 +55,7 @@ KindInfo kindInfo(InputKind kind) {
     case InputKind::kOnnxExternalData: return {"an ONNX external data file", UINT64_MAX};
     case InputKind::kTokenCache: return {"a tokenizer cache file", UINT64_MAX};
     case InputKind::kShardingRules: return {"a sharding-rules file", 64 * kMiB};
+    case InputKind::kGemmShapes: return {"a GEMM shapes CSV", 64 * kMiB};
   }
   throw InternalError(fmt::format("unknown input kind {}", static_cast<int>(kind)));
 }

@@ -36,6 +36,7 @@ enum class InputKind {
   kOnnxExternalData,
   kTokenCache,
   kShardingRules,
+  kGemmShapes,
 };
 
 // An open file descriptor, closed when destroyed.

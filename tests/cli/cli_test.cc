@@ -204,6 +204,12 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"train --model tiny --tensor-parallel 4 --steps 1", "field 'tensor_parallel': must divide n_heads = 2"},
       {"roofline --model tiny --tensor-parallel 3 --hardware epyc-zen3-2c", "field 'tensor_parallel'"},
       {"roofline --model tiny --hardware nosuch", "neither a preset"},
+      {"roofline --hardware h100-sxm --gemms " + write("g.csv", "m,k,n\n64,-1,64\n"),
+       "g.csv:2: field 'k': expected an integer from 1 to 2^40, got '-1'"},
+      {"roofline --hardware h100-sxm --gemms " + write("h.csv", "m,n\n64,64\n"), "h.csv:1: field 'k': missing"},
+      {"roofline --hardware h100-sxm --gemms " + write("i.csv", "m,k,n\n64,nan,64\n"), "i.csv:2: field 'k'"},
+      {"roofline --hardware epyc-zen3-2c --gemms " + write("j.csv", "m,k,n\n64,64,64\n"), "runs no FP8"},
+      {"roofline --hardware h100-sxm --model tiny --gemms " + write("k.csv", "m,k,n\n64,64,64\n"), "not both"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);
@@ -211,6 +217,36 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
   }
+}
+
+// pgq gpuprobe on a machine without a GPU: one line, exit 2. Its fit and its YAML are the
+// same code given recorded measurements (the H200's), and pgq loads what it wrote.
+TEST_F(Cli, GpuprobeRefusesWithoutAGpuAndFitsRecordedTimes) {
+  Result r = pgq("gpuprobe -o " + (dir_ / "hw.yaml").string() + " --python /usr/bin/python3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(r.out.find("gpuprobe: no CUDA device") != std::string::npos ||
+              r.out.find("gpuprobe: cannot import torch") != std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "hw.yaml"));
+  r = pgq("gpuprobe -o " + (dir_ / "hw.yaml").string() + " --python /nonexistent/python3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("cannot run '/nonexistent/python3'"), std::string::npos) << r.out;
+  r = pgq("gpuprobe --name h200-probed -o " + (dir_ / "hw.yaml").string() + " --python /usr/bin/python3 --from " +
+          PGQ_SOURCE_DIR "/tests/data/gpu/h200");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::string csv = write("g.csv", "m,k,n\n768,32768,768\n8192,4096,131072\n");
+  r = pgq("roofline --hardware " + (dir_ / "hw.yaml").string() + " --gemms " + csv);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("b,m,k,n,bf16_us,fp8_us,a_cast_us,b_cast_us,extrapolation\n1,768,32768,768,"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(",4\n"), std::string::npos) << r.out;  // N = 131072: 4x beyond the measured 32768
+  // A recorded folder without its GEMM times is refused by name.
+  fs::create_directories(dir_ / "empty");
+  r = pgq("gpuprobe -o " + (dir_ / "x.yaml").string() + " --python /usr/bin/python3 --from " +
+          (dir_ / "empty").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no gemm.csv"), std::string::npos) << r.out;
 }
 
 // Every numeric flag is checked before any work: a bad value exits 2 with one line that

@@ -146,6 +146,23 @@ TEST(GpuRecipe, DelayedScalingGoesIntoTheRecipe) {
   EXPECT_NE(recipeToYaml(r).find("amax_history: 16"), std::string::npos);
 }
 
+// A model fitted to measured GEMMs (h100-sxm) notes GEMMs far outside the shapes it was
+// measured on; a datasheet model (b200) has none to compare with.
+TEST(GpuRecipe, SaysWhenEstimatesExtrapolateTheMeasuredShapes) {
+  const Policy policy = loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/fp8-delayed.yaml");
+  const std::string note = "lie more than 2x outside the shapes hardware h100-sxm was measured on";
+  EXPECT_EQ(explainRecipe(generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"), policy, "p.yaml")).find(note),
+            std::string::npos);
+  // 16x the tokens: M = 131072, 4x the largest measured M.
+  std::string text =
+      explainRecipe(generateRecipe(scaleTokens(gpuProfile(), 16), loadHardwareModel("h100-sxm"), policy, "p.yaml"));
+  EXPECT_NE(text.find(note), std::string::npos) << text;
+  EXPECT_NE(text.find("(up to 4x in a dimension)"), std::string::npos) << text;
+  EXPECT_EQ(explainRecipe(generateRecipe(scaleTokens(gpuProfile(), 16), loadHardwareModel("b200"), policy, "p.yaml"))
+                .find("outside the shapes"),
+            std::string::npos);
+}
+
 TEST(GpuRecipe, FormatsTheTargetCannotRunAreRefused) {
   // A policy choosing between FP8 and MXFP8 on a Hopper GPU: MXFP8 is skipped, said so.
   Recipe hopper = generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"),

@@ -1,0 +1,101 @@
+#include "app/gemm_table.h"
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "support/errors.h"
+#include "support/file_io.h"
+
+namespace pgq {
+namespace {
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t comma; (comma = line.find(',', start)) != std::string_view::npos; start = comma + 1)
+    out.push_back(trimmed(line.substr(start, comma - start)));
+  out.push_back(trimmed(line.substr(start)));
+  return out;
+}
+
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+
+}  // namespace
+
+std::vector<std::array<int64_t, 4>> parseGemmShapes(const std::string& text, const std::string& path) {
+  std::vector<std::array<int64_t, 4>> shapes;
+  std::vector<std::string_view> header;
+  // Where b, m, k, n are among the header's columns (b optional: 1).
+  std::array<std::optional<size_t>, 4> column;
+  size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line = trimmed(std::string_view(text).substr(start, end - start));
+    start = end + 1;
+    ++line_no;
+    if (line.empty() || line.front() == '#') continue;
+    std::vector<std::string_view> f = fields(line);
+    if (header.empty()) {
+      header = f;
+      for (size_t i = 0; i < 4; ++i) {
+        auto it = std::find(header.begin(), header.end(), std::string_view("bmkn").substr(i, 1));
+        if (it != header.end()) column[i] = static_cast<size_t>(it - header.begin());
+      }
+      for (size_t i = 1; i < 4; ++i)
+        if (!column[i])
+          throw Error(fmt::format("{}:{}: field '{}': missing; the header must name the columns m, k and n (and "
+                                  "optionally b), got '{}'",
+                                  path, line_no, "bmkn"[i], line));
+      continue;
+    }
+    if (f.size() != header.size())
+      throw Error(fmt::format("{}:{}: expected {} fields as the header has, got {}", path, line_no, header.size(),
+                              f.size()));
+    std::array<int64_t, 4> shape{1, 1, 1, 1};
+    for (size_t i = 0; i < 4; ++i) {
+      if (!column[i]) continue;
+      std::string_view value = f[*column[i]];
+      int64_t v = 0;
+      auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec != std::errc() || ptr != value.data() + value.size() || v < 1 || v > kMaxDim)
+        throw Error(fmt::format("{}:{}: field '{}': expected an integer from 1 to 2^40, got '{}'", path, line_no,
+                                "bmkn"[i], value));
+      shape[i] = v;
+    }
+    shapes.push_back(shape);
+  }
+  if (header.empty())
+    throw Error(fmt::format("{}: no header line (expected the columns m, k, n and optionally b)", path));
+  if (shapes.empty()) throw Error(fmt::format("{}: lists no GEMM below its header", path));
+  return shapes;
+}
+
+std::vector<std::array<int64_t, 4>> readGemmShapes(const std::string& path) {
+  return parseGemmShapes(readTextFile(path, InputKind::kGemmShapes), path);
+}
+
+std::string gemmEstimatesCsv(const HardwareModel& hw, const std::vector<std::array<int64_t, 4>>& shapes) {
+  if (hw.gemm_fp8 <= 0)
+    throw Error(fmt::format("--gemms estimates bf16 and FP8 GEMMs: hardware '{}' runs no FP8 (formats: {})", hw.name,
+                            fmt::join(hw.formats, ", ")));
+  std::string out = "b,m,k,n,bf16_us,fp8_us,a_cast_us,b_cast_us,extrapolation\n";
+  for (const std::array<int64_t, 4>& s : shapes) {
+    GpuGemmEstimate e = estimateGpuGemm(hw, s);
+    out += fmt::format("{},{},{},{},{:.2f},{:.2f},{:.2f},{:.2f},{}\n", s[0], s[1], s[2], s[3], e.bf16_us, e.fp8_us,
+                       e.a_cast_us, e.b_cast_us, e.extrapolation > 0 ? fmt::format("{:.3g}", e.extrapolation) : "");
+  }
+  return out;
+}
+
+}  // namespace pgq
