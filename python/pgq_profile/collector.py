@@ -3,6 +3,7 @@ user's own training loop, the statistics pgq's stage (i) computes, then the prof
 import os
 import re
 import warnings
+import weakref
 
 import torch
 
@@ -40,6 +41,17 @@ def linear_modules(model):
         elif _is_conv1d(module):
             found.append((path, module, False))
     return found
+
+
+def _autocast_dtype(device_type):
+    """The dtype autocast runs GEMMs in on this device type, or None when it is off."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    if device_type == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    if device_type == "cpu":
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    return None
 
 
 def layer_of(path):
@@ -81,7 +93,10 @@ class _Step:
         self.backward = False
         self.closed = False
         self.calls = {}      # module path -> forward calls this step
-        self.cache = {}      # tensor key -> (tensor, TensorSums, {(contract_rows, format): row})
+        # tensor key -> (weak reference to the tensor, TensorSums, {(contract_rows, format): row}):
+        # statistics of a tensor several GEMMs read (q, k and v read one x), without
+        # keeping the tensor alive (activations and gradients are freed as usual).
+        self.cache = {}
         self.names = {}      # tensor key -> the name of the first GEMM operand that read it
         self.lr = {}         # weight name -> (lr, rigorous bound) of the update after this step
 
@@ -156,8 +171,8 @@ class Collector:
     # ------------------------------------------------------------------ hooks
 
     def __enter__(self):
-        if self._handles:
-            raise ProfileError("pgq_profile: this collector is already active")
+        if self._handles or self._forwards:
+            raise ProfileError("pgq_profile: a collector profiles one `with` block; make another for another profile")
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_forward))
         for path, module, out_in in self._linears:
             self._handles.append(module.register_forward_hook(
@@ -216,17 +231,19 @@ class Collector:
             self._noises[device] = n
         return n
 
-    def _sums(self, step, key, tensor):
+    def _sums(self, step, key, source, tensor):
+        """The cache entry of `tensor` (computed from `source`, the module's own tensor):
+        found again while `source` is alive; memory reused by another tensor misses."""
         entry = step.cache.get(key)
-        if entry is None:
-            entry = (tensor, TensorSums(tensor), {})
+        if entry is None or entry[0]() is not source:
+            entry = (weakref.ref(source), TensorSums(tensor), {})
             step.cache[key] = entry
         return entry
 
-    def _stats(self, step, label, side, key, tensor, contract_rows, fmts):
+    def _stats(self, step, label, side, key, source, tensor, contract_rows, fmts):
         """The row of one operand: the tensor's sums, then each format's (computed once per
         tensor, orientation and format in a step: q, k and v read one x)."""
-        _, sums, rows = self._sums(step, key, tensor)
+        _, sums, rows = self._sums(step, key, source, tensor)
         parts = [sums.row()]
         for text in fmts:
             fmt = self._parsed[text]
@@ -257,13 +274,16 @@ class Collector:
         step = self._step
         if step is None or step.closed or not torch.is_grad_enabled() or not inputs:
             return
-        if step.backward:
-            return  # a forward recomputed in the backward (activation checkpointing)
         x = inputs[0]
         weight = module.weight
         if not torch.is_tensor(x) or x.numel() == 0 or not torch.is_tensor(output):
             return
         calls = step.calls.get(path, 0)
+        if calls and step.backward:
+            # The forward recomputed in the backward by activation checkpointing (the
+            # non-reentrant kind; the reentrant kind runs the first forward without
+            # gradients, so its recomputation is the call that counts).
+            return
         step.calls[path] = calls + 1
         label = path if calls == 0 else "{}#{}".format(path, calls + 1)
         with torch.no_grad():
@@ -279,7 +299,7 @@ class Collector:
         m = x2.shape[0]
         self._note_precision(x, weight)
         layer = layer_of(label.split("#")[0])
-        x_key, w_key = self._key(x), ("weight", id(weight), weight._version)
+        x_key, w_key = self._key(x), self._key(weight)
         x_name = step.names.setdefault(x_key, label + ":input")
         w_name = self._weight_names.get(id(weight), label + ".weight")
         x_rank = x.dim()
@@ -291,8 +311,8 @@ class Collector:
         acts = [_Operand("lhs", "activation", x_name, x_shape, [x_rank - 1], fmts),
                 _Operand("rhs", "weight", w_name, list(weight.shape), w_fwd, fmts)]
         self._gemm(label, "fwd", layer, [1, m, k_in, n_out], acts)
-        self._stats(step, label, "lhs", x_key, x2, False, fmts)
-        self._stats(step, label, "rhs", w_key, w, not out_in, fmts)
+        self._stats(step, label, "lhs", x_key, x, x2, False, fmts)
+        self._stats(step, label, "rhs", w_key, weight, w, not out_in, fmts)
         dgrad = x.requires_grad
         wgrad = weight.requires_grad
         if not (dgrad or wgrad) or not output.requires_grad:
@@ -304,12 +324,12 @@ class Collector:
             self._gemm(label + ":dgrad", "bwd_dgrad", layer, [1, m, n_out, k_in],
                        [_Operand("lhs", "gradient", y_name, y_shape, [len(y_shape) - 1], grad_fmts),
                         _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)])
-            self._stats(step, label + ":dgrad", "rhs", w_key, w, out_in, fmts)
+            self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in, fmts)
         if wgrad:
             self._gemm(label + ":wgrad", "bwd_wgrad", layer, [1, n_out, m, k_in],
                        [_Operand("lhs", "gradient", y_name, y_shape, list(range(len(y_shape) - 1)), grad_fmts),
                         _Operand("rhs", "activation", x_name, x_shape, list(range(x_rank - 1)), fmts)])
-            self._stats(step, label + ":wgrad", "rhs", x_key, x2, True, fmts)
+            self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True, fmts)
         step.pending += 1
 
         def on_grad(grad, step=step, label=label, n_out=n_out, dgrad=dgrad, wgrad=wgrad, weight=weight):
@@ -323,23 +343,20 @@ class Collector:
                     g = g.float()
                 key = ("grad", label)
                 if dgrad:
-                    self._stats(step, label + ":dgrad", "lhs", key, g, False, grad_fmts)
+                    self._stats(step, label + ":dgrad", "lhs", key, grad, g, False, grad_fmts)
                 if wgrad:
-                    self._stats(step, label + ":wgrad", "lhs", key, g, True, grad_fmts)
+                    self._stats(step, label + ":wgrad", "lhs", key, grad, g, True, grad_fmts)
                 if wgrad and self.optimizer is not None:
                     self._note_update(step, weight)
             return None
         output.register_hook(on_grad)
 
     def _note_precision(self, x, weight):
-        dev = x.device.type
-        if dev == "cuda" and torch.is_autocast_enabled():
-            low = torch.get_autocast_gpu_dtype() in (torch.bfloat16, torch.float16)
-        elif dev == "cpu" and torch.is_autocast_cpu_enabled():
-            low = torch.get_autocast_cpu_dtype() in (torch.bfloat16, torch.float16)
-        else:
-            low = x.dtype in (torch.bfloat16, torch.float16) and weight.dtype in (torch.bfloat16, torch.float16)
-        if low:
+        """bf16 when the GEMM runs in a 16-bit float (under autocast, or on 16-bit tensors):
+        the profile's precision, and the bytes the roofline counts."""
+        low = (torch.bfloat16, torch.float16)
+        dtype = _autocast_dtype(x.device.type)
+        if dtype in low or (dtype is None and x.dtype in low and weight.dtype in low):
             self._precision = "bf16"
 
     def _note_update(self, step, weight):
@@ -376,8 +393,8 @@ class Collector:
             for o in g.operands:
                 rows = torch.stack(o.rows).double().cpu() if o.rows else torch.zeros(0, 4 + 4 * len(o.formats))
                 local.append(rows)
-        self._check_finite(gemms, local)
         world, rank, everything = self._gather(gemms, local)
+        self._check_finite(gemms, everything)
         if rank == 0:
             run = self._run_record(world)
             records = self._records(gemms, everything, world)
@@ -385,22 +402,26 @@ class Collector:
             profile_file.write_atomically(profile_file.csv_path(self.out), profile_file.profile_csv(records))
         return self.out
 
-    def _check_finite(self, gemms, local):
+    def _check_finite(self, gemms, everything):
+        """Raises NonFiniteStatisticsError for the first operand and step (of any rank) whose
+        statistics are not finite; every rank raises the same."""
         i = 0
         for g in gemms:
             for o in g.operands:
-                rows = local[i]
+                per_rank = everything[i]
                 i += 1
-                bad = (~torch.isfinite(rows)).any(dim=1).nonzero()
-                if bad.numel():
-                    s = int(bad[0])
+                for rank, rows in enumerate(per_rank):
+                    bad = (~torch.isfinite(rows)).any(dim=1).nonzero()
+                    if not bad.numel():
+                        continue
                     module = g.label.split(":")[0].split("#")[0]
                     gemm = {"fwd": "forward", "bwd_dgrad": "dgrad", "bwd_wgrad": "wgrad"}[g.direction]
+                    where = " on rank {}".format(rank) if len(per_rank) > 1 else ""
                     raise NonFiniteStatisticsError(
-                        "pgq_profile: module {} had NaN or Inf values at profiled step {} of {}: the {} {} of its {} "
-                        "GEMM ({} {}, tensor {}); its statistics are not finite (the step diverged, or values beyond "
-                        "1.8e19 overflow float32 squares), so no profile was written".format(
-                            module, s + 1, len(o.rows), o.role, "operand", gemm, g.label, o.side, o.tensor))
+                        "pgq_profile: module {} had NaN or Inf values at profiled step {} of {}{}: the {} operand of "
+                        "its {} GEMM ({} {}, tensor {}); its statistics are not finite (the step diverged, or values "
+                        "beyond 1.8e19 overflow float32 squares), so no profile was written".format(
+                            module, int(bad[0]) + 1, rows.shape[0], where, o.role, gemm, g.label, o.side, o.tensor))
 
     def _gather(self, gemms, local):
         """Every process's rows (world = 1 without torch.distributed)."""

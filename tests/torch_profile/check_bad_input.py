@@ -94,6 +94,9 @@ def python_half(work):
         expect_error("no complete step", pgq_profile.ProfileError, r"no complete training step of Mlp",
                      no_backward)
 
+    if os.path.exists(out):
+        os.unlink(out)
+
     def nan_at_step_two():
         with pgq_profile.collect(m, steps=3, out=out):
             for step in range(3):
