@@ -1,6 +1,9 @@
 // `pgq import`: read an ONNX model, say what pgq made of it, write its training graph,
 // and (with --inputs/--grads-out) compute its loss and gradients for a check against
-// the framework that exported it.
+// the framework that exported it; with --profile-out also stage (i)'s statistics of
+// that one step, so that a profile of exactly these weights and this batch can be
+// compared with another profiler's (python/pgq_profile).
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,9 +22,12 @@
 #include "passes/compile.h"
 #include "runtime/executor.h"
 #include "runtime/param_init.h"
+#include "runtime/profile_collector.h"
+#include "runtime/training_session.h"
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/npy.h"
+#include "pgq_version.h"
 
 namespace pgq::cli {
 namespace {
@@ -34,6 +40,10 @@ struct ImportArgs {
   std::string inputs;
   std::string grads_out;
   bool list_ops = false;
+  // Stage (i) on the --inputs step: the profile to write and what it measures (the
+  // fields of `pgq train` that choose the formats).
+  std::string profile_out;
+  TrainOptions profile;
 };
 
 void printSummary(const ImportedModel& m, const Graph& training) {
@@ -131,14 +141,43 @@ void checkOutputs(const ImportArgs& args) {
                             std::strerror(errno)));
 }
 
+// The profile of the one step run on --inputs: every GEMM operand's statistics in the
+// formats `pgq train` would profile with the same flags.
+Profile stepProfile(const ImportedModel& m, const ImportArgs& args, const Executor& exec) {
+  ProfileCollector collector(*m.net.graph);
+  collector.add(exec);
+  ProfileRun run;
+  run.model = m.net.graph->name();
+  run.model_config = "";
+  run.corpus = args.inputs;
+  run.threads = omp_get_max_threads();
+  run.precision = "f32";
+  run.pgq_version = PGQ_VERSION_STRING;
+  const ProfileFormats formats = profileFormats(args.profile);
+  run.formats = formats.formats;
+  run.gradient_formats = formats.gradient_formats;
+  return collector.profile(std::move(run));
+}
+
 void run(const ImportArgs& args) {
   if (args.inputs.empty() != args.grads_out.empty()) throw Error("--inputs and --grads-out go together");
+  if (!args.profile_out.empty()) {
+    if (args.inputs.empty()) throw Error("--profile-out profiles the step on --inputs: give --inputs and --grads-out too");
+    // The checks of `pgq train`'s profile flags, and of the profile and CSV paths.
+    TrainOptions profile = args.profile;
+    profile.profile_steps = 1;
+    profile.profile_out = args.profile_out;
+    validateTrainOptions(profile);
+    checkProfileOptions(profile);
+  }
   checkOutputs(args);
   ImportedModel m = importOnnx(args.onnx);
   std::vector<Tensor> inputs;
   if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
   m.net.constants = m.constants;  // their handles are found again after the pipeline too
-  compile(m.net, {});
+  TrainingPipelineOptions pipeline;
+  if (!args.profile_out.empty()) pipeline.profile = profileFormats(args.profile);
+  compile(m.net, {.pipeline = pipeline});
   printSummary(m, *m.net.graph);
   if (!args.out.empty()) {
     writeFileAtomically(args.out, printGraph(*m.net.graph));
@@ -170,6 +209,9 @@ void run(const ImportArgs& args) {
              exec.output<float>(i + 1));
   }
   fmt::print("loss {:.6f}; loss.npy and {} gradients in {}\n", loss, m.net.params.size(), args.grads_out);
+  if (args.profile_out.empty()) return;
+  writeProfile(args.profile_out, stepProfile(m, args, exec));
+  fmt::print("profile: {}\n", args.profile_out);
 }
 
 }  // namespace
@@ -192,6 +234,19 @@ void addImportCommand(CLI::App& app) {
   cmd->add_option("--grads-out", args.grads_out,
                   "Run forward and backward in f32 on --inputs; write loss.npy and grads/<parameter>.npy here")
       ->check(kNonEmptyPath);
+  cmd->add_option("--profile-out", args.profile_out,
+                  "Also profile the step on --inputs (stage i's statistics of every GEMM operand) into this YAML "
+                  "file (a .csv beside it)")
+      ->check(kNonEmptyPath);
+  addNumber(cmd, ranges::kProfileBits, args.profile.profile_bits,
+            "With --profile-out: also profile formats of these bits (int8 per-channel always)");
+  cmd->add_option("--profile-granularity", args.profile.profile_granularity,
+                  "With --profile-out: also profile this scale granularity: tensor, channel or block<N>")
+      ->capture_default_str();
+  cmd->add_option("--profile-formats", args.profile.profile_formats,
+                  "With --profile-out: also profile these FP8/MX schemes (fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or "
+                  "formats (e4m3:channel:rtn), comma-separated")
+      ->delimiter(',');
   cmd->callback([] {
     if (args.list_ops) return fmt::print("{}", onnxOpTableText());
     if (args.onnx.path.empty()) throw CLI::RequiredError("model");

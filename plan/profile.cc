@@ -1,5 +1,6 @@
 #include "plan/profile.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -233,6 +234,23 @@ std::string forwardLabel(const std::string& label) {
   return colon == std::string::npos ? std::string() : label.substr(0, colon);
 }
 
+// The N of a collector's "pgq_profile/N ..." mark: a profile from a newer collector may
+// mean something this pgq does not know, so it is refused, not guessed at.
+int64_t collectorVersion(const ConfigNode& run, std::string_view mark) {
+  std::string_view digits = mark.substr(kCollectorMark.size());
+  digits = digits.substr(0, digits.find(' '));
+  int64_t version = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), version);
+  if (ec != std::errc() || end != digits.data() + digits.size() || version < 1)
+    run.fail("pgq_version", fmt::format("'{}' names no collector version (expected {}<N>, N >= 1)", mark,
+                                        kCollectorMark));
+  if (version > kCollectorVersion)
+    run.fail("pgq_version", fmt::format("written by pgq_profile collector version {}; this pgq reads collector "
+                                        "profiles up to version {}: update pgq",
+                                        version, kCollectorVersion));
+  return version;
+}
+
 GemmProfile readGemm(const ConfigNode& node) {
   node.allowOnly({"label", "direction", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
                   "device_shape", "operands", "reach", "gradient_reach", "output_errors"});
@@ -407,6 +425,7 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   r.threads = run.getInt("threads", 0);
   r.precision = run.getEnum("precision", {"f32", "bf16"});
   r.pgq_version = run.getString("pgq_version");
+  if (r.pgq_version.starts_with(kCollectorMark)) r.collector_version = collectorVersion(run, r.pgq_version);
   r.cpu_isa = run.getString("cpu_isa");
   r.vnni = run.getBool("vnni");
   r.formats = stringList(run, "formats");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/gemm_meta.h"
@@ -134,7 +135,10 @@ struct ProfileRun {
   int64_t processes = 1;      // processes whose statistics it holds (mpirun ranks)
   int64_t threads = 0;
   std::string precision;      // f32 | bf16
+  // pgq's version, or for a profile written by the PyTorch collector (python/pgq_profile)
+  // "pgq_profile/<collector version> ...", the version also in `collector_version`.
   std::string pgq_version;
+  int64_t collector_version = 0;  // 0: written by pgq itself
   std::string cpu_isa;
   bool vnni = false;
   std::vector<std::string> formats;           // profiled for every operand
@@ -163,6 +167,11 @@ struct Profile {
 };
 
 inline constexpr int kProfileVersion = 1;
+// The newest PyTorch collector (python/pgq_profile, its COLLECTOR_VERSION) whose profiles
+// this pgq reads; the collector writes the same file format, and marks it in
+// `run.pgq_version` so that older readers load it unchanged.
+inline constexpr int64_t kCollectorVersion = 1;
+inline constexpr std::string_view kCollectorMark = "pgq_profile/";
 
 std::string profileToYaml(const Profile& profile);
 std::string profileToCsv(const Profile& profile);
@@ -176,7 +185,8 @@ std::string writeProfile(const std::string& path, const Profile& profile);
 // well formed, fractions in [0, 1], SQNR >= 0, each operand's `scaling` record complete
 // when present (older profiles have none; `predicted_*` fields on weights only), lhs
 // and rhs operands for every GEMM, and as many GEMMs as `gemm_count` (written before
-// the list, so that a file cut short after any GEMM, still valid YAML, is caught).
+// the list, so that a file cut short after any GEMM, still valid YAML, is caught); a
+// collector profile no newer than kCollectorVersion.
 // Errors name the file, the line and the field.
 Profile loadProfile(const std::string& path);
 Profile parseProfile(const std::string& yaml_text, const std::string& source);

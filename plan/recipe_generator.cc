@@ -509,19 +509,6 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
     recipe.notes.push_back(fmt::format("{} GEMMs lie more than 2x outside the shapes hardware {} was measured on (up "
                                        "to {:.3g}x in a dimension): their estimates extrapolate its model",
                                        outside, hw.name, farthest));
-  // A model fitted to measured GEMMs says when it is asked about shapes far from them.
-  int outside = 0;
-  double farthest = 1.0;
-  for (const GemmProfile& g : profile.gemms) {
-    if (g.device_shape.size() != 4) continue;
-    const double x = extrapolationOf(hw, {g.device_shape[0], g.device_shape[1], g.device_shape[2], g.device_shape[3]});
-    outside += x > 2.0;
-    farthest = std::max(farthest, x);
-  }
-  if (outside > 0)
-    recipe.notes.push_back(fmt::format("{} GEMMs lie more than 2x outside the shapes hardware {} was measured on (up "
-                                       "to {:.3g}x in a dimension): their estimates extrapolate its model",
-                                       outside, hw.name, farthest));
   return recipe;
 }
 

@@ -3,6 +3,7 @@
 #include "plan/profile.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -141,6 +142,33 @@ TEST(ProfileShapes, AbsurdOrInconsistentShapesAreRefused) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("p.yaml"), std::string::npos) << e.what();
+    }
+  }
+}
+
+
+// Issue 32: a profile of the PyTorch collector (python/pgq_profile) marks its version in
+// run.pgq_version; one from a newer collector is refused, naming the file and field.
+TEST(ProfileCollector, VersionMarkIsReadAndANewerCollectorRefused) {
+  Profile p = metricsProfile();
+  EXPECT_EQ(parseProfile(profileToYaml(p), "p.yaml").run.collector_version, 0);
+  p.run.pgq_version = "pgq_profile/1 (torch 2.5.1)";
+  EXPECT_EQ(parseProfile(profileToYaml(p), "p.yaml").run.collector_version, 1);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"pgq_profile/2 (torch 2.5.1)", "field 'run.pgq_version': written by pgq_profile collector version 2; this pgq "
+                                      "reads collector profiles up to version 1: update pgq"},
+      {"pgq_profile/x", "field 'run.pgq_version': 'pgq_profile/x' names no collector version"},
+      {"pgq_profile/0", "names no collector version"},
+  };
+  for (const auto& [mark, message] : refused) {
+    SCOPED_TRACE(mark);
+    p.run.pgq_version = mark;
+    try {
+      parseProfile(profileToYaml(p), "p.yaml");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("p.yaml:"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
 }

@@ -1,0 +1,194 @@
+"""pgq's profile file (plan/profile.cc is the reader and the specification): the YAML
+record and the CSV beside it, written from the collector's aggregated statistics, and
+the scaling strategies of plan/scaling_strategies.cc."""
+import math
+import os
+import re
+import tempfile
+
+
+def scaling_stats(absmax, history, updates=None):
+    """ScalingStats of one operand's absmax series (>= 2 steps), as pgq's scalingStats():
+    delayed scaling from the max of the previous `history` steps; with `updates` (one
+    (lr, rigorous bound) per step: the update after it), predicted weight scales."""
+    steps = len(absmax)
+    s = {"steps": steps, "delayed_history": min(history, steps - 1)}
+    transitions = float(steps - 1)
+    clips, worst = 0, 1.0
+    for t in range(1, steps):
+        amax = max(absmax[max(0, t - history):t])
+        x = absmax[t]
+        if x <= amax:
+            continue
+        clips += 1
+        if amax > 0:
+            worst = max(worst, x / amax)
+    s["delayed_clip_fraction"] = clips / transitions
+    s["delayed_worst_ratio"] = worst
+    if not updates:
+        return s
+    clips = rigorous_clips = measured = 0
+    worst, over, rigorous_over = 1.0, 0.0, 0.0
+    for t in range(1, steps):
+        lr, bound = updates[t - 1]
+        predicted = absmax[t - 1] + lr
+        rigorous = absmax[t - 1] + lr * bound
+        x = absmax[t]
+        if x > predicted:
+            clips += 1
+            if predicted > 0:
+                worst = max(worst, x / predicted)
+        if x > rigorous:
+            rigorous_clips += 1
+        if x > 0:
+            measured += 1
+            over += predicted / x
+            rigorous_over += rigorous / x
+    s["predicted_clip_fraction"] = clips / transitions
+    s["predicted_worst_ratio"] = worst
+    s["predicted_overestimate"] = over / measured if measured else 1.0
+    s["predicted_rigorous_clip_fraction"] = rigorous_clips / transitions
+    s["predicted_rigorous_overestimate"] = rigorous_over / measured if measured else 1.0
+    return s
+
+
+def adam_update_bound(beta1, beta2, step):
+    """The largest |update| / lr of AdamW's step `step` (plan/scaling_strategies.cc)."""
+    cap = 1e30
+    if beta2 == 0:
+        return 1.0 if beta1 == 0 else cap
+    r = beta1 * beta1 / beta2
+    total = float(step) if r == 1 else math.expm1(step * math.log(r)) / (r - 1) if r > 0 else 1.0
+    try:
+        bound = (math.sqrt(-math.expm1(step * math.log(beta2))) / (1 - beta1 ** step) * (1 - beta1)
+                 / math.sqrt(1 - beta2) * math.sqrt(total))
+    except (OverflowError, ValueError):
+        return cap
+    return min(bound, cap) if math.isfinite(bound) else cap
+
+
+def _number(v):
+    """A double as yaml-cpp writes it at precision 9 (read back by pgq)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    text = "{:.9g}".format(v)
+    return text
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_./+-]([A-Za-z0-9_./:+#@ -]*[A-Za-z0-9_./+#@-])?\Z")
+
+
+def _string(s):
+    """A YAML scalar for s: plain when unambiguous, else double-quoted."""
+    if _PLAIN.match(s) and ": " not in s and not s.endswith(":") and not re.fullmatch(
+            r"[-+]?[0-9.eE+-]+|true|false|null|yes|no|on|off|~", s, re.I):
+        return s
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _flow(values, convert=_number):
+    return "[" + ", ".join(convert(v) for v in values) + "]"
+
+
+def profile_yaml(run, gemms):
+    """The YAML text of a profile: `run` (dict of ProfileRun fields, model_config a
+    multi-line string) and `gemms` (list of dicts of GemmProfile fields, operands as
+    dicts of OperandProfile fields, formats as dicts of FormatStats fields)."""
+    out = ["# pgq profile (stage i): statistics of every GEMM operand. SQNR = E[x^2] / E[(Q(x)-x)^2] as a ratio, "
+           "per quantization format, over the logged steps. Written by pgq_profile (PyTorch).",
+           "version: 1", "run:"]
+    for key in ("model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
+                "processes", "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats",
+                "step_ms"):
+        v = run[key]
+        if key == "processes" and v <= 1:
+            continue
+        if key == "model_config":
+            out.append("  model_config: |")
+            out.extend("    " + line for line in v.rstrip("\n").split("\n"))
+        elif isinstance(v, list):
+            out.append("  {}: {}".format(key, _flow(v, _string)))
+        elif isinstance(v, str):
+            out.append("  {}: {}".format(key, _string(v)))
+        else:
+            out.append("  {}: {}".format(key, _number(v)))
+    out.append("gemm_count: {}".format(len(gemms)))
+    out.append("gemms:")
+    for g in gemms:
+        out.append("  - label: " + _string(g["label"]))
+        out.append("    direction: " + g["direction"])
+        out.append("    layer: {}".format(g["layer"]))
+        out.append("    gemm_shape: " + _flow(g["gemm_shape"]))
+        out.append("    flops: {}".format(g["flops"]))
+        out.append("    bytes: {}".format(g["bytes"]))
+        out.append("    sharding: " + g["sharding"])
+        out.append("    devices: {}".format(g["devices"]))
+        out.append("    device_shape: " + _flow(g["device_shape"]))
+        out.append("    operands:")
+        for o in g["operands"]:
+            out.append("      - side: " + o["side"])
+            out.append("        role: " + o["role"])
+            out.append("        tensor: " + _string(o["tensor"]))
+            for key in ("shape", "contract_dims", "batch_dims"):
+                out.append("        {}: {}".format(key, _flow(o[key])))
+            for key in ("absmax", "absmax_mean", "rms", "zero_fraction", "nonfinite_fraction"):
+                out.append("        {}: {}".format(key, _number(o[key])))
+            out.append("        formats:")
+            for f in o["formats"]:
+                fields = ", ".join("{}: {}".format(k, _string(f[k]) if k == "format" else _number(f[k]))
+                                   for k in ("format", "sqnr_mean", "sqnr_min", "sqnr_max", "mse",
+                                             "underflow_fraction", "clipped_fraction"))
+                out.append("          - {" + fields + "}")
+            if o.get("scaling"):
+                out.append("        scaling:")
+                for k, v in o["scaling"].items():
+                    out.append("          {}: {}".format(k, _number(v)))
+    return "\n".join(out) + "\n"
+
+
+def profile_csv(gemms):
+    """The CSV pgq writes beside a profile (plan/profile.cc profileToCsv)."""
+    rows = ["label,direction,layer,batch,m,k,n,flops,bytes,intensity,side,role,tensor,absmax,rms,zero_fraction,"
+            "format,sqnr_mean,sqnr_min,sqnr_max,sqnr_min_db,underflow_fraction,clipped_fraction,"
+            "delayed_clip_fraction,delayed_worst_ratio,predicted_clip_fraction"]
+    for g in gemms:
+        b, m, k, n = g["gemm_shape"]
+        intensity = g["flops"] / g["bytes"] if g["bytes"] > 0 else 0.0
+        for o in g["operands"]:
+            s = o.get("scaling")
+            scaling = ",,"
+            if s:
+                scaling = "{:.9g},{:.9g},{}".format(s["delayed_clip_fraction"], s["delayed_worst_ratio"],
+                                                    "{:.9g}".format(s["predicted_clip_fraction"])
+                                                    if "predicted_clip_fraction" in s else "")
+            for f in o["formats"]:
+                rows.append(",".join([
+                    g["label"], g["direction"], str(g["layer"]), str(b), str(m), str(k), str(n), str(g["flops"]),
+                    str(g["bytes"]), "{:.6g}".format(intensity), o["side"], o["role"], o["tensor"],
+                    "{:.9g}".format(o["absmax"]), "{:.9g}".format(o["rms"]), "{:.9g}".format(o["zero_fraction"]),
+                    f["format"], "{:.9g}".format(f["sqnr_mean"]), "{:.9g}".format(f["sqnr_min"]),
+                    "{:.9g}".format(f["sqnr_max"]), "{:.4f}".format(10 * math.log10(max(f["sqnr_min"], 1e-30))),
+                    "{:.9g}".format(f["underflow_fraction"]), "{:.9g}".format(f["clipped_fraction"]), scaling]))
+    return "\n".join(rows) + "\n"
+
+
+def csv_path(path):
+    """The CSV beside profile PATH: its extension replaced by .csv (plan/profile.cc profileCsvPath)."""
+    root, ext = os.path.splitext(path)
+    out = root + ".csv"
+    return out + ".csv" if out == path else out
+
+
+def write_atomically(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".pgq_profile.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

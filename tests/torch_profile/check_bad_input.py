@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Bad input to the PyTorch collector is refused before any step runs, with a message
+that says what is wrong; statistics with NaN name the module, the operand and the step;
+and `pgq recipe` refuses a malformed collector profile naming the file, line and field
+(a profile from a newer collector among them).
+
+Usage: check_bad_input.py --work DIR [--pgq build/pgq]   (without --pgq: the Python half)
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import pgq_profile  # noqa: E402
+
+failures = []
+
+
+def expect_error(what, error, pattern, call):
+    try:
+        call()
+    except error as e:
+        if not re.search(pattern, str(e)):
+            failures.append("{}: message {!r} does not match {!r}".format(what, str(e), pattern))
+        else:
+            print("ok   {:<44} {}".format(what, str(e)[:150]))
+        return
+    except Exception as e:  # noqa: BLE001 - any other exception is the failure reported
+        failures.append("{}: raised {} ({}) instead of {}".format(what, type(e).__name__, e, error.__name__))
+        return
+    failures.append("{}: no error".format(what))
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x))).pow(2).mean()
+
+
+class NoLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return (x * self.w).sum()
+
+
+def python_half(work):
+    out = os.path.join(work, "p.yaml")
+    m = Mlp()
+    x = torch.randn(5, 8)
+    expect_error("a model without linear layers", pgq_profile.ProfileError, r"NoLinear has no nn\.Linear",
+                 lambda: pgq_profile.collect(NoLinear(), steps=1, out=out))
+    expect_error("not a module", pgq_profile.ProfileError, r"model must be a torch\.nn\.Module",
+                 lambda: pgq_profile.collect(lambda x: x, steps=1, out=out))
+    expect_error("a format pgq does not know", pgq_profile.ProfileError,
+                 r"'int9:channel:rtn' is neither a format scheme .* bits=9 is unsupported",
+                 lambda: pgq_profile.collect(m, formats=["int9:channel:rtn"], steps=1, out=out))
+    expect_error("an unknown scheme", pgq_profile.ProfileError, r"'nvfp8' is neither a format scheme",
+                 lambda: pgq_profile.collect(m, formats="fp8,nvfp8", steps=1, out=out))
+    expect_error("MX scales without blocks", pgq_profile.ProfileError, r"scale=e8m0 needs block<N> granularity",
+                 lambda: pgq_profile.collect(m, formats=["e4m3:channel:rtn:scale=e8m0"], steps=1, out=out))
+    for steps in (0, -3, 1.5, True):
+        expect_error("steps = {!r}".format(steps), pgq_profile.ProfileError, r"steps must be an integer >= 1",
+                     lambda: pgq_profile.collect(m, steps=steps, out=out))
+    expect_error("warmup < 0", pgq_profile.ProfileError, r"warmup must be an integer >= 0",
+                 lambda: pgq_profile.collect(m, steps=1, warmup=-1, out=out))
+    expect_error("a folder that does not exist", pgq_profile.ProfileError, r"folder '.*nowhere' does not exist",
+                 lambda: pgq_profile.collect(m, steps=1, out=os.path.join(work, "nowhere", "p.yaml")))
+    expect_error("out is a folder", pgq_profile.ProfileError, r"is a folder",
+                 lambda: pgq_profile.collect(m, steps=1, out=work))
+    expect_error("sharding without tensor_parallel", pgq_profile.ProfileError, r"give tensor_parallel > 1",
+                 lambda: pgq_profile.collect(m, steps=1, out=out, sharding={"up": "column"}))
+    expect_error("an unknown sharding", pgq_profile.ProfileError, r"expected column, row or replicated",
+                 lambda: pgq_profile.collect(m, steps=1, out=out, tensor_parallel=2, sharding={"up": "diagonal"}))
+
+    def no_backward():
+        with pgq_profile.collect(m, steps=2, out=out):
+            m(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expect_error("no complete step", pgq_profile.ProfileError, r"no complete training step of Mlp",
+                     no_backward)
+
+    if os.path.exists(out):
+        os.unlink(out)
+
+    def nan_at_step_two():
+        with pgq_profile.collect(m, steps=3, out=out):
+            for step in range(3):
+                inputs = x.clone()
+                if step == 1:
+                    inputs[2, 3] = float("nan")
+                m(inputs).backward()
+    expect_error("NaN statistics", pgq_profile.NonFiniteStatisticsError,
+                 r"module up had NaN or Inf values at profiled step 2 of 3: the activation operand of its forward GEMM "
+                 r"\(up lhs, tensor up:input\)",
+                 nan_at_step_two)
+    if os.path.exists(out):
+        failures.append("a profile was written although its statistics were not finite")
+
+    # And a good one, for the pgq half.
+    with pgq_profile.collect(m, formats=["fp8"], steps=2, out=out):
+        for _ in range(2):
+            m(x).backward()
+    return out
+
+
+def pgq_half(pgq, work, good):
+    with open(good) as f:
+        text = f.read()
+
+    def run(name, edited, pattern):
+        path = os.path.join(work, name + ".yaml")
+        with open(path, "w") as f:
+            f.write(edited)
+        r = subprocess.run([pgq, "recipe", "--profile", path, "--hardware", "h100-sxm", "--policy", "F+B_SR"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if pattern is None:
+            if r.returncode != 0:
+                failures.append("pgq recipe refused the good collector profile: " + r.stdout)
+            else:
+                print("ok   {:<44} exit 0".format(name))
+            return
+        message = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+        if r.returncode != 2 or not re.search(re.escape(path) + pattern, message):
+            failures.append("{}: pgq recipe exit {}, message {!r} (expected {!r})".format(
+                name, r.returncode, message, path + pattern))
+        else:
+            print("ok   {:<44} {}".format(name, message[:150]))
+
+    run("good", text, None)
+    newer = text.replace("pgq_version: \"pgq_profile/{}".format(pgq_profile.COLLECTOR_VERSION),
+                         "pgq_version: \"pgq_profile/{}".format(pgq_profile.COLLECTOR_VERSION + 1))
+    run("newer_collector", newer, r":\d+: field 'run\.pgq_version': written by pgq_profile collector version 2; "
+        r"this pgq reads collector profiles up to version 1")
+    run("bad_collector_mark", text.replace("pgq_version: \"pgq_profile/1", "pgq_version: \"pgq_profile/x"),
+        r":\d+: field 'run\.pgq_version': .* names no collector version")
+    run("nan_sqnr", re.sub(r"sqnr_mean: [0-9.e+-]+", "sqnr_mean: .nan", text, count=1),
+        r":\d+: field 'gemms\[0\]\.operands\[0\]\.formats\[0\]\.sqnr_mean'")
+    run("negative_fraction", re.sub(r"underflow_fraction: [0-9.e+-]+", "underflow_fraction: -0.5", text, count=1),
+        r":\d+: field 'gemms\[0\]\.operands\[0\]\.formats\[0\]\.underflow_fraction'")
+    run("cut_short", text[:text.rindex("  - label:")],
+        r":\d+: field 'gemm_count': the profile records \d+ GEMMs but lists \d+")
+    run("unknown_direction", text.replace("direction: bwd_dgrad", "direction: bwd_xgrad", 1),
+        r":\d+: field 'gemms\[\d+\]\.direction'")
+    run("bad_format", text.replace("e4m3:tensor:rtn", "e4m3:tensor:rnd", 1),
+        r":\d+: field 'run\.formats': bad quantization format \"e4m3:tensor:rnd\"")
+    run("flops_mismatch", re.sub(r"flops: (\d+)", lambda mo: "flops: {}".format(int(mo.group(1)) + 2), text, count=1),
+        r":\d+: field 'gemms\[0\]\.flops'")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--pgq")
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    good = python_half(args.work)
+    if args.pgq:
+        pgq_half(args.pgq, args.work, good)
+    for f in failures:
+        print("FAIL " + f)
+    print("{} failures".format(len(failures)) if failures else "OK")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

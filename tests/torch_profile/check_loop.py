@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""The collector in the training loops users write: what counts as a step, and which
+GEMMs exist. Each case's profile is compared with a reference profile of the same
+weights and batches (round-to-nearest statistics to 1e-6 relative, the same GEMMs):
+
+  - activation checkpointing, reentrant and not: each layer's forward GEMM once;
+  - evaluation forwards under torch.no_grad() between training steps: not steps;
+  - warmup: the steps before it are not profiled;
+  - the hooks come off when the step after the last profiled one starts;
+  - Hugging Face's Conv1D (W [in, out], y = x W + b) gives the statistics of the
+    nn.Linear holding W^T;
+  - a frozen weight has no wgrad GEMM, a layer whose input needs no gradient no dgrad;
+  - a weight tied to an embedding (GPT-2's lm_head) is profiled as the Linear's weight.
+
+Usage: check_loop.py --work DIR
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+from torch.utils.checkpoint import checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import pgq_profile  # noqa: E402
+
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+FORMATS = ["fp8", "mxfp8", "int4:block16:rtn:asym"]
+failures = []
+
+
+class Conv1D(nn.Module):
+    """transformers.pytorch_utils.Conv1D."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.1)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(x.size()[:-1] + (self.nf,))
+
+
+class Block(nn.Module):
+    def __init__(self, d, conv=False):
+        super().__init__()
+        self.up = Conv1D(4 * d, d) if conv else nn.Linear(d, 4 * d)
+        self.down = Conv1D(d, 4 * d) if conv else nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class Net(nn.Module):
+    def __init__(self, d=32, vocab=50, conv=False, checkpointing=None):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d, conv) for _ in range(2))
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        self.checkpointing = checkpointing
+
+    def forward(self, ids):
+        x = self.wte(ids)
+        for block in self.blocks:
+            if self.checkpointing is None:
+                x = block(x)
+            else:
+                x = checkpoint(block, x, use_reentrant=self.checkpointing == "reentrant")
+        return F.cross_entropy(self.lm_head(x).flatten(0, 1), ids.flatten())
+
+
+def batches(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 50, (4, 16), generator=g) for _ in range(n)]
+
+
+def profile(model, out, steps, loop, **options):
+    with pgq_profile.collect(model, formats=FORMATS, steps=steps, out=out, **options) as collector:
+        loop(model)
+    with open(out) as f:
+        return {g["label"]: g for g in yaml.load(f, Loader=LOADER)["gemms"]}, collector
+
+
+def train(model, data):
+    for ids in data:
+        model(ids).backward()
+
+
+def same(name, ours, ref, rename=lambda label: label):
+    ref = {rename(k): v for k, v in ref.items()}
+    if set(ours) != set(ref):
+        failures.append("{}: GEMMs {} vs {}".format(name, sorted(set(ours) ^ set(ref)), ""))
+        return
+    worst = 0.0
+    for label, g in ours.items():
+        r = ref[label]
+        for a, b in zip(g["operands"], r["operands"]):
+            pairs = [(a["absmax"], b["absmax"]), (a["rms"], b["rms"])]
+            fb = {f["format"]: f for f in b["formats"]}
+            pairs += [(f[k], fb[f["format"]][k]) for f in a["formats"] if ":sr" not in f["format"]
+                      for k in ("sqnr_mean", "sqnr_min", "underflow_fraction", "clipped_fraction")]
+            if a.get("scaling") != b.get("scaling"):
+                pairs.append((1.0, 2.0))
+            for x, y in pairs:
+                d = abs(x - y) / max(abs(x), abs(y), 1e-30)
+                worst = max(worst, d)
+                if d > 1e-6:
+                    failures.append("{}: {} {}: {} vs {}".format(name, label, a["side"], x, y))
+                    return
+    print("ok   {:<52} {} GEMMs, largest difference {:.2g}".format(name, len(ours), worst))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    torch.set_num_threads(1)
+    out = os.path.join(args.work, "p.yaml")
+    data = batches(3)
+
+    def fresh(**kw):
+        torch.manual_seed(0)
+        return Net(**kw)
+
+    ref, _ = profile(fresh(), out, 3, lambda m: train(m, data))
+    expected = {"{}{}".format(p, s) for p in ("blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down",
+                                              "lm_head") for s in ("", ":dgrad", ":wgrad")}
+    if set(ref) != expected:
+        failures.append("plain loop: GEMMs {}".format(sorted(ref)))
+    for kind in ("reentrant", "non-reentrant"):
+        ours, _ = profile(fresh(checkpointing=kind), out, 3, lambda m: train(m, data))
+        same("activation checkpointing ({})".format(kind), ours, ref)
+
+    def with_eval(m):
+        for ids in data:
+            with torch.no_grad():
+                m(ids)
+            m(ids).backward()
+            with torch.no_grad():
+                m(batches(1, seed=7)[0])
+    ours, _ = profile(fresh(), out, 3, with_eval)
+    same("evaluation forwards between steps", ours, ref)
+
+    ours, _ = profile(fresh(), out, 3, lambda m: train(m, batches(2, seed=5) + data), warmup=2)
+    same("warmup=2", ours, ref)
+
+    def longer(m):
+        train(m, data)
+        train(m, batches(2, seed=9))  # the first of these forwards takes the hooks off
+        if collector_of[0]._handles:
+            failures.append("the hooks are still on after the last profiled step")
+    collector_of = []
+    model = fresh()
+    c = pgq_profile.collect(model, formats=FORMATS, steps=3, out=out)
+    collector_of.append(c)
+    with c:
+        longer(model)
+    with open(out) as f:
+        ours = {g["label"]: g for g in yaml.load(f, Loader=LOADER)["gemms"]}
+    same("steps beyond the profiled ones", ours, ref)
+
+    # Conv1D holding W^T of each Linear: the same GEMMs, the same statistics.
+    linear = fresh()
+    conv = fresh(conv=True)
+    with torch.no_grad():
+        for lb, cb in zip(linear.blocks, conv.blocks):
+            for name in ("up", "down"):
+                getattr(cb, name).weight.copy_(getattr(lb, name).weight.t())
+                getattr(cb, name).bias.copy_(getattr(lb, name).bias)
+    ref_linear, _ = profile(linear, out, 3, lambda m: train(m, data))
+    ours, _ = profile(conv, out, 3, lambda m: train(m, data))
+    same("Conv1D (W [in, out])", ours, ref_linear)
+
+    # A frozen weight: no wgrad; the first layer's input needs no gradient when the
+    # embedding is frozen too: no dgrad.
+    model = fresh()
+    model.blocks[1].down.weight.requires_grad_(False)
+    model.wte.weight.requires_grad_(False)
+    ours, _ = profile(model, out, 1, lambda m: train(m, data[:1]))
+    missing = {"blocks.1.down:wgrad", "blocks.0.up:dgrad", "lm_head:wgrad"}
+    if set(ours) != expected - missing:
+        failures.append("frozen weights: GEMMs {} (expected all but {})".format(sorted(ours), sorted(missing)))
+    else:
+        print("ok   {:<52} no {}".format("frozen weights and inputs without gradients", ", ".join(sorted(missing))))
+    tied = ours["lm_head"]["operands"][1]["tensor"]
+    if tied != "wte.weight":
+        failures.append("the tied lm_head weight is named {}, not wte.weight".format(tied))
+
+    for f in failures:
+        print("FAIL " + f)
+    print("{} failures".format(len(failures)) if failures else "OK")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
