@@ -15,6 +15,7 @@
 #include "pgq_gpu_scripts.h"
 #include "plan/hardware.h"
 #include "support/errors.h"
+#include "support/scratch_dir.h"
 #include "support/file_io.h"
 
 namespace pgq {
@@ -42,17 +43,8 @@ std::string lastLine(const std::string& text) {
 
 std::string probeGpu(const GpuProbeOptions& o) {
   namespace fs = std::filesystem;
-  char pattern[] = "/tmp/pgq-gpuprobe-XXXXXX";
-  if (!::mkdtemp(pattern))
-    throw Error(fmt::format("gpuprobe: cannot create a scratch directory in /tmp: {}", std::strerror(errno)));
-  const fs::path dir(pattern);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{dir};
+  const ScratchDir scratch("pgq-gpuprobe", "gpuprobe");
+  const fs::path& dir = scratch.path();
   for (const auto& [name, text] : kGpuScripts)
     writeFileAtomically((dir / (std::string(name) + ".py")).string(), std::string(text));
   const fs::path yaml = dir / "hw.yaml", errors = dir / "stderr.txt";

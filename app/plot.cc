@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "support/errors.h"
+#include "support/scratch_dir.h"
 #include "support/file_io.h"
 
 namespace pgq {
@@ -24,18 +25,8 @@ void renderPlot(const std::string& script, const std::vector<std::pair<std::stri
   else if (ext == ".png") terminal = fmt::format("pngcairo size {},{}", width, height);
   else throw Error(fmt::format("{}: plots are written as .svg or .png, not '{}'", output, ext));
 
-  char pattern[] = "/tmp/pgq-plot-XXXXXX";
-  if (!::mkdtemp(pattern))
-    throw Error(fmt::format("{}: cannot create a scratch directory for gnuplot in /tmp: {}", output,
-                            std::strerror(errno)));
-  fs::path dir(pattern);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{dir};
+  const ScratchDir scratch("pgq-plot", output + " (gnuplot)");
+  const fs::path& dir = scratch.path();
   for (const auto& [name, content] : data) writeFileAtomically((dir / name).string(), content);
   fs::path image = dir / ("plot" + ext);
   // noenhanced: labels are names like F+B_SR or get_logits, not markup.
