@@ -105,14 +105,15 @@ class Experiment {
   Policy policy(const std::string& spec) const {
     Policy p = loadPolicy(spec);
     p.bits = o_.bits;
-    p.granularity = ScaleLayout::parse(o_.granularity);
+    p.granularity = o_.granularity;
     p.metric = o_.metric;
-    p.formats = {*parseScheme(o_.scheme)};
+    p.formats = {o_.scheme};
     return p;
   }
   // "int8:channel" or "fp8"; with the gradients' rounding, for report titles.
   std::string settingName() const {
-    return o_.scheme == "int8" ? fmt::format("int{}:{}", o_.bits, o_.granularity) : o_.scheme;
+    return o_.scheme == Scheme::kInt8 ? fmt::format("int{}:{}", o_.bits, o_.granularity.text())
+                                     : std::string(nameOf(o_.scheme));
   }
   void phase(const std::string& what, int64_t steps);
   // The ETA from the first fine-tuning run's steps: the profiled steps' estimate is the
@@ -155,16 +156,8 @@ void Experiment::validate() const {
                             o_.fractions.size() + o_.extra_policies.size(), kMaxExtraRecipes));
   if (o_.backward_rounding != "sr" && o_.backward_rounding != "rtn")
     throw Error(fmt::format("--backward-rounding must be sr or rtn, got '{}'", o_.backward_rounding));
-  try {
-    quantFormatBits(fmt::format("int8:{}:rtn", o_.granularity));
-  } catch (const Error&) {
-    throw Error(fmt::format("--granularity: expected tensor, channel or block<N>, got '{}'", o_.granularity));
-  }
   for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
   kTokenScale.check(o_.token_scale);
-  if (!parseScheme(o_.scheme))
-    throw Error(fmt::format("--scheme: unknown format scheme '{}' (expected one of {})", o_.scheme,
-                            fmt::join(kFormatSchemes, ", ")));
   const bool orderings = o_.protocol == ExperimentProtocol::kOrderings;
   if (((o_.metric && *o_.metric != Metric::kSqnr) || orderings || !o_.ordering_metrics.empty()) &&
       !o_.profile_metrics)
@@ -187,7 +180,7 @@ void Experiment::validate() const {
   HardwareModel hw = loadHardwareModel(o_.hardware);
   // Every recipe of the experiment is in this scheme: one the hardware lacks would keep
   // every GEMM in high precision.
-  const FormatFamily family = familyOf(*parseScheme(o_.scheme));
+  const FormatFamily family = familyOf(o_.scheme);
   if (!hw.runsFamily(family))
     throw Error(fmt::format("--scheme {}: hardware '{}' does not run {} natively (it runs: {}); choose a --hardware "
                             "that does (e.g. h100-sxm for fp8, b200 for mxfp8)",
@@ -206,11 +199,11 @@ void Experiment::recordOptions() const {
       "backward_rounding: {}\n",
       model, o_.corpus, o_.from_checkpoint.empty() ? std::to_string(o_.baseline_steps) : o_.from_checkpoint,
       o_.profile_steps, o_.finetune_steps, o_.optimizer.lr, o_.optimizer.warmup, omp_get_max_threads(), o_.bits,
-      o_.granularity, o_.backward_rounding);
+      o_.granularity.text(), o_.backward_rounding);
   // Options added later are written only when set, so that older folders still resume.
   if (o_.metric) text += fmt::format("metric: {}\n", nameOf(*o_.metric));
   if (o_.profile_metrics) text += "profile_metrics: true\n";
-  if (o_.scheme != "int8") text += fmt::format("scheme: {}\n", o_.scheme);
+  if (o_.scheme != Scheme::kInt8) text += fmt::format("scheme: {}\n", o_.scheme);
   if (o_.token_scale != 1.0) text += fmt::format("token_scale: {}\n", o_.token_scale);
   if (o_.hardware != ExperimentOptions{}.hardware) text += fmt::format("hardware: {}\n", o_.hardware);
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
@@ -295,12 +288,12 @@ void Experiment::baseline() {
   }
   t.profile_steps = o_.profile_steps;
   t.profile_out = profile;
-  t.profile_bits = o_.bits;
-  t.profile_granularity = o_.granularity;
-  if (o_.scheme != "int8") t.profile_formats = {o_.scheme};
-  t.profile_metrics = o_.profile_metrics;
+  t.profile.bits = o_.bits;
+  t.profile.granularity = o_.granularity;
+  if (o_.scheme != Scheme::kInt8) t.profile.candidates = {o_.scheme};
+  t.profile.metrics = o_.profile_metrics;
   // The gradient-weighted metric weighs by the weight gradients' norms: their statistics.
-  t.profile_outputs = o_.profile_metrics;
+  t.profile.outputs = o_.profile_metrics;
   phase(o_.from_checkpoint.empty() ? "baseline f32 training, profiling its last steps" : "profiling from the checkpoint",
         t.stop_after);
   TrainResult r = train(t);
@@ -665,9 +658,9 @@ ExperimentResult Experiment::runRecipes() {
   in.profile_steps = o_.profile_steps;
   in.threads = omp_get_max_threads();
   in.fractions = o_.fractions;
-  in.sqnr_format = o_.scheme == "int8"
-                       ? ScaleLayout::parse(o_.granularity).withBits(o_.bits, Rounding::kNearest)
-                       : schemeFormats(*parseScheme(o_.scheme), Rounding::kNearest, Rounding::kNearest).operand;
+  in.sqnr_format = o_.scheme == Scheme::kInt8
+                       ? o_.granularity.withBits(o_.bits, Rounding::kNearest)
+                       : schemeFormats(o_.scheme, Rounding::kNearest, Rounding::kNearest).operand;
   const Metric metric = o_.metric.value_or(defaultMetric(profile()));
   in.metric = metric == Metric::kSqnr ? "SQNR" : std::string(nameOf(metric));
   in.runs = runs;

@@ -54,14 +54,14 @@ struct ExperimentOptions {
   // The int8 formats every standard recipe uses (and the profile measures): bits per
   // operand and scale granularity (channel, tensor, block<N>).
   int bits = 8;
-  std::string granularity = "channel";
+  ScaleLayout granularity;
   // Rounding of gradient operands in the thresholded recipes: sr (F+B_SR>t, F+B_SR<t,
   // the paper's) or rtn (F+B>t, F+B<t).
   std::string backward_rounding = "sr";
   // The format scheme of every recipe (support/quant_scheme.h): int8 (with bits and
   // granularity above), or an FP8/MX one (fp8: e4m3 operands, e5m2 gradients), profiled
   // in that format and run emulated; `hardware` must run it natively.
-  std::string scheme = "int8";
+  Scheme scheme = Scheme::kInt8;
   // The recipes' roofline sees `token_scale` times the profiled tokens per device (a
   // GPU's batch from a CPU profile; pgq recipe --token-scale). Statistics stay as profiled.
   double token_scale = 1.0;

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/number_flags.h"
+#include "cli/profile_flags.h"
 #include "plan/gemm_metric.h"
 #include "plan/policy.h"
 #include "support/errors.h"
@@ -105,14 +106,25 @@ void addExperimentCommand(CLI::App& app) {
                   "Gradient rounding of the thresholded recipes: sr (F+B_SR>t, <t) or rtn (F+B>t, <t)")
       ->check(CLI::IsMember({"sr", "rtn"}))
       ->capture_default_str();
-  cmd->add_option("--granularity", o.granularity, "Scale granularity of every recipe: channel, tensor or block<N>")
-      ->capture_default_str();
-  cmd->add_option("--scheme", o.scheme,
-                  fmt::format("Format scheme of every recipe: {} (fp8: e4m3 weights and activations, e5m2 gradients, "
-                              "per tensor; FP8/MX run emulated here and need a --hardware that runs them, e.g. "
-                              "h100-sxm)",
-                              fmt::join(kFormatSchemes, ", ")))
-      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--granularity",
+         [](const std::string& text) { o.granularity = parseGranularity("--granularity", text); },
+         fmt::format("Scale granularity of every recipe: channel, tensor or block<N>; default {}", o.granularity.text()))
+      ->type_name("TEXT");
+  cmd->add_option_function<std::string>(
+         "--scheme",
+         [](const std::string& text) {
+           const std::optional<Scheme> scheme = parseScheme(text);
+           if (!scheme)
+             throw Error(fmt::format("--scheme: unknown format scheme '{}' (expected one of {})", text,
+                                     fmt::join(kFormatSchemes, ", ")));
+           o.scheme = *scheme;
+         },
+         fmt::format("Format scheme of every recipe: {} (fp8: e4m3 weights and activations, e5m2 gradients, "
+                     "per tensor; FP8/MX run emulated here and need a --hardware that runs them, e.g. h100-sxm); "
+                     "default {}",
+                     fmt::join(kFormatSchemes, ", "), o.scheme))
+      ->type_name("TEXT");
   addNumber(cmd, ranges::kTokenScale, o.token_scale,
             "The recipes' roofline sees this many times the profiled tokens per device (a GPU's batch from this "
             "CPU's profile, as pgq recipe --token-scale); statistics stay as profiled");
@@ -174,7 +186,7 @@ void addExperimentCommand(CLI::App& app) {
     }
     if (!metric.empty()) o.metric = metricFromName(metric, "--metric");
     o.profile_metrics = !no_profile_metrics;
-    if (o.scheme != "int8" && (cmd->count("--bits") || cmd->count("--granularity")))
+    if (o.scheme != Scheme::kInt8 && (cmd->count("--bits") || cmd->count("--granularity")))
       throw Error(fmt::format("--bits and --granularity shape the int8 scheme; --scheme {} has its own formats",
                               o.scheme));
     finishOrderingsOptions(cmd, o, orderings);

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/number_flags.h"
+#include "cli/profile_flags.h"
 #include "frontend/onnx/importer.h"
 #include "ir/printer.h"
 #include "passes/compile.h"
@@ -153,9 +154,9 @@ Profile stepProfile(const ImportedModel& m, const ImportArgs& args, const Execut
   run.threads = omp_get_max_threads();
   run.precision = "f32";
   run.pgq_version = PGQ_VERSION_STRING;
-  const ProfileFormats formats = profileFormats(args.profile);
-  run.formats = formats.formats;
-  run.gradient_formats = formats.gradient_formats;
+  const ProfileRequest request = profileRequest(args.profile);
+  for (const QuantFormat& f : request.formats) run.formats.push_back(f.toString());
+  for (const QuantFormat& f : request.gradient_formats) run.gradient_formats.push_back(f.toString());
   return collector.profile(std::move(run));
 }
 
@@ -176,7 +177,7 @@ void run(const ImportArgs& args) {
   if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
   m.net.constants = m.constants;  // their handles are found again after the pipeline too
   TrainingPipelineOptions pipeline;
-  if (!args.profile_out.empty()) pipeline.profile = profileFormats(args.profile);
+  if (!args.profile_out.empty()) pipeline.profile = profileRequest(args.profile);
   compile(m.net, {.pipeline = pipeline});
   printSummary(m, *m.net.graph);
   if (!args.out.empty()) {
@@ -238,15 +239,7 @@ void addImportCommand(CLI::App& app) {
                   "Also profile the step on --inputs (stage i's statistics of every GEMM operand) into this YAML "
                   "file (a .csv beside it)")
       ->check(kNonEmptyPath);
-  addNumber(cmd, ranges::kProfileBits, args.profile.profile_bits,
-            "With --profile-out: also profile formats of these bits (int8 per-channel always)");
-  cmd->add_option("--profile-granularity", args.profile.profile_granularity,
-                  "With --profile-out: also profile this scale granularity: tensor, channel or block<N>")
-      ->capture_default_str();
-  cmd->add_option("--profile-formats", args.profile.profile_formats,
-                  "With --profile-out: also profile these FP8/MX schemes (fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or "
-                  "formats (e4m3:channel:rtn), comma-separated")
-      ->delimiter(',');
+  addProfileFormatFlags(cmd, args.profile.profile, "With --profile-out: also profile");
   cmd->callback([] {
     if (args.list_ops) return fmt::print("{}", onnxOpTableText());
     if (args.onnx.path.empty()) throw CLI::RequiredError("model");

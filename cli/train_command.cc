@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/number_flags.h"
+#include "cli/profile_flags.h"
 #include "frontend/model_config.h"
 #include "runtime/mpi.h"
 #include "runtime/trainer.h"
@@ -104,8 +105,8 @@ void addTrainCommand(CLI::App& app) {
   addNumber(cmd, ranges::kProfileWarmup, o.profile_warmup, "Steps to train before the logged ones");
   cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)")
       ->check(kNonEmptyPath);
-  cmd->add_flag("--profile-outputs", o.profile_outputs, "Also log statistics of every GEMM's result");
-  cmd->add_flag("--profile-metrics", o.profile_metrics,
+  cmd->add_flag("--profile-outputs", o.profile.outputs, "Also log statistics of every GEMM's result");
+  cmd->add_flag("--profile-metrics", o.profile.metrics,
                 "Also log the statistics of the metrics beyond SQNR (docs/METRICS.md): each operand's bias-aware "
                 "SQNR per format; each GEMM's reach (the share of the weight gradients its result flows into; "
                 "weighted by their norms with --profile-outputs); and the SQNR of each GEMM's result with both "
@@ -113,15 +114,7 @@ void addTrainCommand(CLI::App& app) {
                 "this CPU runs exactly, and the --profile-formats FP8/MX schemes; round to nearest, gradients "
                 "also stochastic). Each profiled step gets slower: one extra quantized GEMM per GEMM and format "
                 "pair, and one more pass over each operand per format");
-  addNumber(cmd, ranges::kProfileBits, o.profile_bits,
-            "Also profile formats of these bits (int8 per-channel always)");
-  cmd->add_option("--profile-granularity", o.profile_granularity,
-                  "Also profile this scale granularity: tensor, channel or block<N>")
-      ->capture_default_str();
-  cmd->add_option("--profile-formats", o.profile_formats,
-                  "Also profile these FP8/MX schemes (fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or formats "
-                  "(e4m3:channel:rtn), comma-separated")
-      ->delimiter(',');
+  addProfileFormatFlags(cmd, o.profile, "Also profile");
   addNumber(cmd, ranges::kProfileAmaxHistory, o.profile_amax_history,
             "Amax history length H of the delayed scaling the profile measures (Transformer Engine's "
             "amax_history_len)");

@@ -13,11 +13,9 @@
 namespace pgq {
 namespace {
 
-void addAll(std::vector<QuantFormat>& into, const std::vector<std::string>& more) {
-  for (const std::string& text : more) {
-    QuantFormat format = QuantFormat::parse(text);
+void addAll(std::vector<QuantFormat>& into, const std::vector<QuantFormat>& more) {
+  for (const QuantFormat& format : more)
     if (std::find(into.begin(), into.end(), format) == into.end()) into.push_back(format);
-  }
 }
 
 // The quantized GEMMs whose result error is measured: per GEMM, the distinct (lhs, rhs)
@@ -32,9 +30,7 @@ void addOutputErrors(std::vector<OutputError>& into, Node* gemm, const OperandRo
                      const std::vector<FormatPair>& pairs) {
   const size_t first = into.size();
   for (const FormatPair& pair : pairs) {
-    auto side = [&](size_t i) {
-      return QuantFormat::parse(roles[i] == OperandRole::kGradient ? pair.gradient : pair.operand);
-    };
+    auto side = [&](size_t i) { return roles[i] == OperandRole::kGradient ? pair.gradient : pair.operand; };
     OutputError e{gemm, side(0), side(1), into.size() - first};
     auto same = [&](const OutputError& o) { return o.lhs == e.lhs && o.rhs == e.rhs; };
     if (std::none_of(into.begin() + static_cast<std::ptrdiff_t>(first), into.end(), same)) into.push_back(e);
@@ -47,10 +43,10 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
   for (const Node* node : graph.nodes())
     if (isStatistics(*node)) return false;  // already instrumented
   for (const FormatPair& pair : options_.output_pairs)
-    if (QuantFormat::parse(pair.operand).isEmulated() != QuantFormat::parse(pair.gradient).isEmulated())
+    if (pair.operand.isEmulated() != pair.gradient.isEmulated())
       throw Error(fmt::format("instrument_stats: output pair {}/{} mixes an int8 format with an emulated (FP8/MX) "
                               "one; a GEMM with one operand of each cannot run",
-                              pair.operand, pair.gradient));
+                              pair.operand.toString(), pair.gradient.toString()));
   // First gather, per (tensor, contracting dims, batch dims), the formats and uses;
   // then make one statistics node for each.
   struct Request {

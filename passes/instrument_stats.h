@@ -17,8 +17,8 @@
 // (label, roles, gemm id): they are no GEMMs of the model (ir/analysis.h,
 // isMeasuredOnly); their quantize nodes continue the statistics nodes' seeds. The
 // pairs must run exactly where the graph runs: an integer pair too wide for the CPU's
-// int8 GEMM is refused by the CPU backend when the graph is compiled (the trainer
-// narrows its pairs to the widths the CPU runs exactly, runtime/trainer.h).
+// int8 GEMM is refused by the CPU backend when the graph is compiled (stage (i)'s
+// request narrows its pairs to the widths the CPU runs exactly, plan/profile_request.h).
 //
 // The statistics nodes become graph outputs and feed nothing, so training numerics do
 // not change. Run tag_metadata first (it supplies labels and roles). Reports a change
@@ -35,8 +35,8 @@ namespace pgq {
 struct InstrumentStatsOptions {
   // Every operand is profiled in `formats`; gradient operands also in
   // `gradient_formats` (stochastic rounding is what backward GEMMs use for gradients).
-  std::vector<std::string> formats = {"int8:channel:rtn"};
-  std::vector<std::string> gradient_formats = {"int8:channel:sr"};
+  std::vector<QuantFormat> formats = {perChannelFormat(8)};
+  std::vector<QuantFormat> gradient_formats = {perChannelFormat(8, Rounding::kStochastic)};
   bool outputs = false;  // also profile each GEMM's result
   bool bias = false;     // also the bias-aware SQNR of every operand and format
   std::vector<FormatPair> output_pairs = {};  // the output errors to measure

@@ -122,22 +122,28 @@ void parseValue(const Where& where, std::string_view text, int64_t& out) {
   out = value;
 }
 
-void parseValue(const Where& where, std::string_view text, std::vector<std::string>& out) {
+// One format of a list item, or a message naming the key and the item.
+QuantFormat formatOf(const Where& where, std::string_view format, std::string_view item) {
+  try {
+    return QuantFormat::parse(format);
+  } catch (const Error& e) {
+    fail(where, format == item ? fmt::format("format '{}': {}", format, e.what())
+                               : fmt::format("format '{}' in '{}': {}", format, item, e.what()));
+  }
+}
+
+void parseValue(const Where& where, std::string_view text, std::vector<QuantFormat>& out) {
   if (text.size() < 2 || text.front() != '[' || text.back() != ']')
     fail(where, fmt::format("expected a list of formats in brackets like [int8:channel:rtn,int7:channel:sr], got '{}'",
                             text));
   std::string_view body = trimmed(text.substr(1, text.size() - 2));
   if (body.empty()) fail(where, "expected at least one format, got []");
-  std::vector<std::string> formats;
+  std::vector<QuantFormat> formats;
   for (std::string_view item : splitOutsideBrackets(body, "list")) {
-    try {
-      QuantFormat::parse(item);
-    } catch (const Error& e) {
-      fail(where, fmt::format("format '{}': {}", item, e.what()));
-    }
-    if (std::find(formats.begin(), formats.end(), item) != formats.end())
+    QuantFormat format = formatOf(where, item, item);
+    if (std::find(formats.begin(), formats.end(), format) != formats.end())
       fail(where, fmt::format("format '{}' listed twice", item));
-    formats.emplace_back(item);
+    formats.push_back(format);
   }
   out = std::move(formats);
 }
@@ -153,14 +159,8 @@ void parseValue(const Where& where, std::string_view text, std::vector<FormatPai
     const size_t slash = item.find('/');
     if (slash == std::string_view::npos || item.find('/', slash + 1) != std::string_view::npos)
       fail(where, fmt::format("expected operand_format/gradient_format, got '{}'", item));
-    FormatPair pair{std::string(trimmed(item.substr(0, slash))), std::string(trimmed(item.substr(slash + 1)))};
-    for (const std::string& format : {pair.operand, pair.gradient}) {
-      try {
-        QuantFormat::parse(format);
-      } catch (const Error& e) {
-        fail(where, fmt::format("format '{}' in '{}': {}", format, item, e.what()));
-      }
-    }
+    FormatPair pair{formatOf(where, trimmed(item.substr(0, slash)), item),
+                    formatOf(where, trimmed(item.substr(slash + 1)), item)};
     if (std::find(pairs.begin(), pairs.end(), pair) != pairs.end())
       fail(where, fmt::format("format pair '{}' listed twice", item));
     pairs.push_back(std::move(pair));
@@ -188,18 +188,22 @@ void parseValue(const Where& where, std::string_view text, std::optional<Hardwar
 
 std::string syntaxOf(const bool&) { return "true|false"; }
 std::string syntaxOf(const int64_t&) { return "<int>"; }
-std::string syntaxOf(const std::vector<std::string>&) { return "[<format>,...]"; }
+std::string syntaxOf(const std::vector<QuantFormat>&) { return "[<format>,...]"; }
 std::string syntaxOf(const std::vector<FormatPair>&) { return "[<format>/<gradient format>,...]"; }
 std::string syntaxOf(const std::optional<Recipe>&) { return "<recipe.yaml>"; }
 std::string syntaxOf(const std::optional<HardwareModel>&) { return "<preset|hardware.yaml>"; }
 
 std::string textOf(const bool& value) { return value ? "true" : "false"; }
 std::string textOf(const int64_t& value) { return std::to_string(value); }
-std::string textOf(const std::vector<std::string>& value) { return fmt::format("[{}]", fmt::join(value, ",")); }
+std::string textOf(const std::vector<QuantFormat>& value) {
+  std::vector<std::string> items;
+  for (const QuantFormat& f : value) items.push_back(f.toString());
+  return fmt::format("[{}]", fmt::join(items, ","));
+}
 std::string textOf(const std::vector<FormatPair>& value) {
   std::vector<std::string> items;
-  for (const FormatPair& p : value) items.push_back(p.operand + "/" + p.gradient);
-  return textOf(items);
+  for (const FormatPair& p : value) items.push_back(p.operand.toString() + "/" + p.gradient.toString());
+  return fmt::format("[{}]", fmt::join(items, ","));
 }
 std::string textOf(const std::optional<Recipe>& value) { return value ? value->source : "none"; }
 std::string textOf(const std::optional<HardwareModel>& value) { return value ? value->name : "none"; }

@@ -14,9 +14,9 @@
 // A value's syntax follows the type of the member it sets:
 //   bool                          true | false
 //   int64_t                       a decimal integer (at least the option's `min`)
-//   std::vector<std::string>      quantization formats in brackets, [int8:channel:rtn,int7:channel:sr]
+//   std::vector<QuantFormat>      quantization formats in brackets, [int8:channel:rtn,int7:channel:sr]
 //                                 (support/quant_format.h; ':' belongs to a format)
-//   std::vector<FormatPair>       pairs of formats in brackets, each `operand/gradient`:
+//   std::vector<FormatPair>       pairs of formats (plan/profile_request.h) in brackets, each `operand/gradient`:
 //                                 [int7:channel:rtn/int7:channel:sr,e4m3:tensor:rtn/e5m2:tensor:sr]
 //                                 ([] for none)
 //   std::optional<Recipe>         a recipe YAML file, read by loadRecipe (plan/recipe.h)
@@ -34,17 +34,11 @@
 #include <vector>
 
 #include "plan/hardware.h"
+#include "plan/profile_request.h"
 #include "plan/recipe.h"
+#include "support/quant_format.h"
 
 namespace pgq {
-
-// The formats a GEMM's operands take: `gradient` for an operand that is a gradient,
-// `operand` for the others (support/quant_format.h text forms).
-struct FormatPair {
-  std::string operand;
-  std::string gradient;
-  bool operator==(const FormatPair&) const = default;
-};
 
 // One `key=value` of a pass spec, as written.
 struct OptionText {
@@ -71,7 +65,7 @@ std::vector<std::string_view> splitOutsideBrackets(std::string_view text, std::s
 // holds it, help, and whether it must be given (a required option has no default).
 template <class Options>
 struct PassOption {
-  using Member = std::variant<bool Options::*, int64_t Options::*, std::vector<std::string> Options::*,
+  using Member = std::variant<bool Options::*, int64_t Options::*, std::vector<QuantFormat> Options::*,
                               std::vector<FormatPair> Options::*, std::optional<Recipe> Options::*,
                               std::optional<HardwareModel> Options::*>;
   std::string_view key;
@@ -113,7 +107,7 @@ struct Where {
 // Parse `text` into `out`, or throw pgq::Error naming the pass, the key and the known keys.
 void parseValue(const Where& where, std::string_view text, bool& out);
 void parseValue(const Where& where, std::string_view text, int64_t& out);
-void parseValue(const Where& where, std::string_view text, std::vector<std::string>& out);
+void parseValue(const Where& where, std::string_view text, std::vector<QuantFormat>& out);
 void parseValue(const Where& where, std::string_view text, std::vector<FormatPair>& out);
 void parseValue(const Where& where, std::string_view text, std::optional<Recipe>& out);
 void parseValue(const Where& where, std::string_view text, std::optional<HardwareModel>& out);
@@ -121,13 +115,13 @@ void parseValue(const Where& where, std::string_view text, std::optional<Hardwar
 // The syntax of a value of the member's type, and a value in that syntax.
 std::string syntaxOf(const bool&);
 std::string syntaxOf(const int64_t&);
-std::string syntaxOf(const std::vector<std::string>&);
+std::string syntaxOf(const std::vector<QuantFormat>&);
 std::string syntaxOf(const std::vector<FormatPair>&);
 std::string syntaxOf(const std::optional<Recipe>&);
 std::string syntaxOf(const std::optional<HardwareModel>&);
 std::string textOf(const bool& value);
 std::string textOf(const int64_t& value);
-std::string textOf(const std::vector<std::string>& value);
+std::string textOf(const std::vector<QuantFormat>& value);
 std::string textOf(const std::vector<FormatPair>& value);
 std::string textOf(const std::optional<Recipe>& value);
 std::string textOf(const std::optional<HardwareModel>& value);

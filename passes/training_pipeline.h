@@ -29,6 +29,7 @@
 #include "passes/pass_options.h"
 #include "passes/pipeline.h"
 #include "plan/hardware.h"
+#include "plan/profile_request.h"
 #include "plan/recipe.h"
 
 namespace pgq {
@@ -36,20 +37,9 @@ namespace pgq {
 // The precision GEMMs run in before any int8 rewrite.
 enum class Precision { kF32, kBf16 };
 
-// What stage (i) profiles (instrument_stats).
-struct ProfileFormats {
-  std::vector<std::string> formats;           // every GEMM operand
-  std::vector<std::string> gradient_formats;  // gradient operands, besides `formats`
-  bool outputs = false;                       // also each GEMM's result
-  // The statistics of the metrics beyond SQNR: bias-aware SQNRs, and the output error
-  // of every GEMM quantized in each of `output_pairs`.
-  bool metrics = false;
-  std::vector<FormatPair> output_pairs = {};
-};
-
 struct TrainingPipelineOptions {
   Precision precision = Precision::kF32;
-  std::optional<ProfileFormats> profile;  // stage (i): add statistics nodes
+  std::optional<ProfileRequest> profile;  // stage (i): add statistics nodes
   std::optional<HardwareModel> hardware;  // annotate roofline speedup estimates
   std::optional<Recipe> recipe;           // stage (iii): rewrite to int8 GEMMs
   uint64_t seed = 0;                      // the model's seed

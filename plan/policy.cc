@@ -23,7 +23,10 @@ std::string PolicyRule::describe() const {
 }
 
 ScaleLayout ScaleLayout::parse(std::string_view text) {
-  return {QuantFormat::parse(fmt::format("int8:{}:rtn", text))};
+  // The granularity is the format's second field and the refinements follow its
+  // rounding: "channel:clip=mse" is int8:channel:rtn:clip=mse.
+  const size_t colon = std::min(text.find(':'), text.size());
+  return {QuantFormat::parse(fmt::format("int8:{}:rtn{}", text.substr(0, colon), text.substr(colon)))};
 }
 
 std::string ScaleLayout::text() const {

@@ -60,9 +60,9 @@ struct PolicyRule {
 struct ScaleLayout {
   QuantFormat format = perChannelFormat(8);
 
-  // The layout of the format `int8:<text>:rtn`. Throws pgq::Error (the format parser's
-  // message) for text that makes no valid format. (A refinement such as clip=mse belongs
-  // after the rounding, so `channel:clip=mse` is refused.)
+  // The layout `<granularity>[:<refinement>...]` ("block64", "channel:clip=mse") of the
+  // format `int8:<granularity>:rtn[:<refinement>...]`. Throws pgq::Error (the format
+  // parser's message) for text that makes no valid format.
   static ScaleLayout parse(std::string_view text);
   // The format's granularity and refinements: "block64", "channel:asym".
   std::string text() const;

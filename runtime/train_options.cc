@@ -5,16 +5,13 @@
 #include <numbers>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include "ir/quant.h"
 #include "plan/policy.h"
 #include "plan/profile.h"
 #include "runtime/memory_estimate.h"
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/option_ranges.h"
-#include "support/quant_format.h"
 
 namespace pgq {
 
@@ -50,16 +47,7 @@ void validateTrainOptions(const TrainOptions& o) {
   kLogEvery.check(o.log_every);
   validateOptimizerConfig(o.optimizer);
   kWarmup.check(o.optimizer.warmup, o.steps);
-  kProfileBits.check(o.profile_bits);
-  for (const std::string& item : o.profile_formats) {
-    if (parseScheme(item)) continue;
-    try {
-      QuantFormat::parse(item);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--profile-formats: '{}' is neither a format scheme ({}) nor a format: {}", item,
-                              fmt::join(kFormatSchemes, ", "), e.what()));
-    }
-  }
+  kProfileBits.check(o.profile.bits);
   kProfileAmaxHistory.check(o.profile_amax_history);
   kProfileSteps.check(o.profile_steps, o.steps);
   kProfileWarmup.check(o.profile_warmup, o.steps);
@@ -91,17 +79,11 @@ void checkSessionOptions(const TrainOptions& o) {
 }
 
 void checkProfileOptions(const TrainOptions& o) {
-  try {
-    quantFormatBits(fmt::format("int8:{}:rtn", o.profile_granularity));
-  } catch (const Error&) {
-    throw Error(fmt::format("--profile-granularity: expected tensor, channel or block<N>, got '{}'",
-                            o.profile_granularity));
-  }
   if (o.profile_steps == 0) {
     // The flags that say what a profile records mean nothing without one.
-    const char* orphan = !o.profile_formats.empty() ? "--profile-formats"
-                         : o.profile_metrics        ? "--profile-metrics"
-                         : o.profile_outputs        ? "--profile-outputs"
+    const char* orphan = !o.profile.candidates.empty() ? "--profile-formats"
+                         : o.profile.metrics            ? "--profile-metrics"
+                         : o.profile.outputs            ? "--profile-outputs"
                                                      : nullptr;
     if (orphan) throw Error(fmt::format("{} says what a profile records: give --profile-steps N and --profile-out FILE "
                                         "too",

@@ -61,19 +61,12 @@ struct TrainOptions {
   int64_t profile_steps = 0;
   int64_t profile_warmup = 0;
   std::string profile_out;
-  bool profile_outputs = false;  // also profile each GEMM's result
-  // Also the statistics of the metrics beyond SQNR (plan/gemm_metric.h): bias-aware
-  // SQNRs, output errors, reach (`pgq train --profile-metrics`).
-  bool profile_metrics = false;
-  // Formats to profile besides int8 per-channel (which is always measured): these bits
-  // and granularity ("tensor", "channel", "block64"), with the 7-bit variant where the
-  // CPU needs it and stochastic rounding for gradients.
-  int profile_bits = 8;
-  std::string profile_granularity = "channel";
-  // Also these FP8/MX schemes (plan/policy.h: fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8: each
-  // adds its operand format with round-to-nearest and its gradient format with both
-  // roundings) or explicit formats ("e4m3:channel:rtn").
-  std::vector<std::string> profile_formats;
+  // What to profile besides int8 per channel: these bits and scales, with the 7-bit
+  // variant where the CPU needs it and stochastic rounding for gradients; FP8/MX schemes
+  // and single formats; each GEMM's result (`outputs`); the statistics of the metrics
+  // beyond SQNR (plan/gemm_metric.h: bias-aware SQNRs, output errors, reach;
+  // `pgq train --profile-metrics`). profileRequest() turns it into the formats.
+  ProfileAsk profile;
   // Amax history length H with which the profile measures delayed scaling
   // (ScalingStats, plan/profile.h).
   int64_t profile_amax_history = kDefaultAmaxHistory;

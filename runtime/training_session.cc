@@ -30,82 +30,29 @@ namespace pgq {
 
 namespace {
 
-// The output errors measured with --profile-metrics: the integer formats at a width both
-// operands may have on this CPU (without VNNI an 8 x 8-bit int8 GEMM saturates, and the
-// CPU backend refuses it: 7 bits then, the narrower side of what a recipe would run
-// there), round to nearest for every operand and either rounding for gradients; the
-// FP8/MX schemes' formats likewise.
-std::vector<FormatPair> outputPairs(const TrainOptions& o) {
+// This CPU as far as int8 GEMMs go: whatever hardware model a recipe was made for, it
+// trains here, so its formats must run exactly here too. Only the int8 fields are set.
+HardwareModel thisCpu() {
   const kernels::Int8Caps& caps = kernels::int8Caps();
-  std::vector<FormatPair> pairs;
-  auto add = [&](const std::string& operand, const std::string& gradient) {
-    FormatPair pair{operand, gradient};
-    if (std::find(pairs.begin(), pairs.end(), pair) == pairs.end()) pairs.push_back(std::move(pair));
-  };
-  for (auto [bits, granularity] :
-       {std::pair{o.profile_bits, o.profile_granularity}, std::pair{8, std::string("channel")}}) {
-    const int b = std::min(bits, caps.max_bits_both);
-    add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:rtn", b, granularity));
-    add(fmt::format("int{}:{}:rtn", b, granularity), fmt::format("int{}:{}:sr", b, granularity));
-  }
-  for (const std::string& item : o.profile_formats) {
-    const std::optional<Scheme> scheme = parseScheme(item);
-    if (!scheme || scheme == Scheme::kInt8) continue;
-    SchemeFormats rtn = schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest),
-                  sr = schemeFormats(*scheme, Rounding::kNearest, Rounding::kStochastic);
-    add(rtn.operand.toString(), rtn.gradient.toString());
-    add(rtn.operand.toString(), sr.gradient.toString());
-  }
-  return pairs;
+  HardwareModel cpu;
+  cpu.name = fmt::format("this CPU ({})", caps.isa_name);
+  cpu.vnni = caps.vnni;
+  cpu.max_bits_one = caps.max_bits_one;
+  cpu.max_bits_both = caps.max_bits_both;
+  // FP8 and MX formats run emulated here (fake_quant + f32 GEMM): every family trains.
+  cpu.formats.assign(std::begin(kFormatFamilies), std::end(kFormatFamilies));
+  return cpu;
 }
-
 
 }  // namespace
 
-ProfileFormats profileFormats(const TrainOptions& o) {
-  ProfileFormats p;
-  const kernels::Int8Caps& caps = kernels::int8Caps();
-  auto add = [&](int bits, const std::string& granularity) {
-    std::vector<int> widths{std::min(bits, caps.max_bits_one)};
-    if (widths[0] > caps.max_bits_both) widths.push_back(caps.max_bits_both);
-    for (int b : widths) {
-      std::string rtn = fmt::format("int{}:{}:rtn", b, granularity), sr = fmt::format("int{}:{}:sr", b, granularity);
-      if (std::find(p.formats.begin(), p.formats.end(), rtn) == p.formats.end()) {
-        p.formats.push_back(rtn);
-        p.gradient_formats.push_back(sr);
-      }
-    }
-  };
-  add(8, "channel");
-  add(o.profile_bits, o.profile_granularity);
-  auto once = [](std::vector<std::string>& list, const std::string& format) {
-    if (std::find(list.begin(), list.end(), format) == list.end()) list.push_back(format);
-  };
-  for (const std::string& item : o.profile_formats) {
-    if (item == "int8") continue;  // always profiled
-    if (const std::optional<Scheme> scheme = parseScheme(item)) {
-      SchemeFormats rtn = schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest),
-                    sr = schemeFormats(*scheme, Rounding::kNearest, Rounding::kStochastic);
-      once(p.formats, rtn.operand.toString());
-      once(p.gradient_formats, rtn.gradient.toString());
-      once(p.gradient_formats, sr.gradient.toString());
-    } else {
-      once(p.formats, QuantFormat::parse(item).toString());
-    }
-  }
-  p.outputs = o.profile_outputs;
-  if (o.profile_metrics) {
-    p.metrics = true;
-    p.output_pairs = outputPairs(o);
-  }
-  return p;
-}
+ProfileRequest profileRequest(const TrainOptions& o) { return profileRequest(o.profile, thisCpu()); }
 
 TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& o, bool instrument, const Recipe* recipe,
                                                 const HardwareModel* hardware) {
   TrainingPipelineOptions p;
   p.precision = o.precision;
-  if (instrument) p.profile = profileFormats(o);
+  if (instrument) p.profile = profileRequest(o);
   if (hardware) p.hardware = *hardware;
   if (recipe) p.recipe = *recipe;
   p.seed = o.model.seed;
@@ -121,20 +68,6 @@ TrainingPipelineOptions graphPipeline(const TrainOptions& local, bool instrument
   TrainingPipelineOptions p = trainingPipelineOptions(local, instrument, recipe, hardware);
   p.data_parallel = data_parallel;
   return p;
-}
-
-// This CPU as far as int8 GEMMs go: whatever hardware model a recipe was made for, it
-// trains here, so its formats must run exactly here too. Only the int8 fields are set.
-HardwareModel thisCpu() {
-  const kernels::Int8Caps& caps = kernels::int8Caps();
-  HardwareModel cpu;
-  cpu.name = fmt::format("this CPU ({})", caps.isa_name);
-  cpu.vnni = caps.vnni;
-  cpu.max_bits_one = caps.max_bits_one;
-  cpu.max_bits_both = caps.max_bits_both;
-  // FP8 and MX formats run emulated here (fake_quant + f32 GEMM): every family trains.
-  cpu.formats.assign(std::begin(kFormatFamilies), std::end(kFormatFamilies));
-  return cpu;
 }
 
 const TrainOptions& checkedForSession(const TrainOptions& o) {
@@ -402,11 +335,11 @@ Profile TrainingSession::profile(double plain_step_ms, bool this_process_only) c
   run.pgq_version = PGQ_VERSION_STRING;
   run.cpu_isa = kernels::int8Caps().isa_name;
   run.vnni = kernels::int8Caps().vnni;
-  ProfileFormats formats = profileFormats(s.o);
-  run.formats = formats.formats;
-  run.gradient_formats = formats.gradient_formats;
+  const ProfileRequest request = profileRequest(s.o);
+  for (const QuantFormat& f : request.formats) run.formats.push_back(f.toString());
+  for (const QuantFormat& f : request.gradient_formats) run.gradient_formats.push_back(f.toString());
   run.step_ms = plain_step_ms;
-  run.metrics = s.o.profile_metrics;
+  run.metrics = s.o.profile.metrics;
   run.metrics_step_ms = s.profiling.steps > 1 ? s.profiling.ms / static_cast<double>(s.profiling.steps - 1)
                                              : s.profiling.first_ms;
   return s.profiling.collector->profile(std::move(run), this_process_only ? nullptr : s.job.comm);

@@ -30,18 +30,12 @@ struct StepRecord {
   double step_ms = 0;
 };
 
-// The formats stage (i) profiles on this CPU: the int8 per-channel formats that run
-// exactly (the 7-bit variant too without VNNI), plus the same for the requested bits
-// and granularity; round-to-nearest for every operand and stochastic rounding for
-// gradients. With profile_metrics, the output errors' format pairs (operand, gradient):
-// for the requested bits and granularity, and for int8 per channel, at the width both
-// operands may have on this CPU (7 bits without VNNI), (rtn, rtn) and (rtn, sr); for
-// each FP8/MX scheme of profile_formats its operand format with its gradient format in
-// either rounding.
-ProfileFormats profileFormats(const TrainOptions& options);
+// What stage (i) profiles for `options` on this CPU (plan/profile_request.h: the
+// integer widths its int8 GEMM runs exactly).
+ProfileRequest profileRequest(const TrainOptions& options);
 
 // The training pipeline (passes/training_pipeline.h) of a run with `options`:
-// `instrument` adds stage (i)'s statistics nodes in profileFormats(options), a recipe
+// `instrument` adds stage (i)'s statistics nodes of profileRequest(options), a recipe
 // stage (iii)'s int8 rewrite, a hardware model the roofline estimates.
 TrainingPipelineOptions trainingPipelineOptions(const TrainOptions& options, bool instrument,
                                                 const Recipe* recipe = nullptr,

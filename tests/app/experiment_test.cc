@@ -139,7 +139,7 @@ TEST_F(ExperimentTest, WritesEveryResultAndResumesWithoutRedoingWork) {
 TEST_F(ExperimentTest, ShowsTheSqnrOfTheFormatItQuantizesTo) {
   ExperimentOptions o = options();
   o.bits = 4;
-  o.granularity = "tensor";
+  o.granularity = ScaleLayout::parse("tensor");
   o.fractions = {};
   runExperiment(o);
   fs::path out(o.out_dir);
@@ -333,7 +333,7 @@ TEST_F(ExperimentTest, OrderingsWriteFig2WithAnAreaPerOrdering) {
 TEST_F(ExperimentTest, OrderingsInAnFp8Scheme) {
   std::ofstream(dir_ / "fp8.yaml") << kFastFp8;
   ExperimentOptions o = orderingOptions(1, 4);
-  o.scheme = "fp8";
+  o.scheme = Scheme::kFp8;
   o.backward_rounding = "rtn";
   o.token_scale = 2;
   EXPECT_THROW(runExperiment(o), Error);  // fast-int8 has no FP8

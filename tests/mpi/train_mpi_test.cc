@@ -151,7 +151,7 @@ TEST(MpiTraining, ProfileMetricsCombineTheDevicesParts) {
   std::unique_ptr<Collectives> job = makeMpiCollectives(g_tensor_parallel);
   TrainOptions o = tinyOptions(g_tensor_parallel, job.get());
   o.profile_steps = 1;
-  o.profile_metrics = true;
+  o.profile.metrics = true;
   TrainingSession s(o);
   s.step(0, true);
   const Profile all = s.profile();
@@ -170,7 +170,7 @@ TEST(MpiTraining, ProfileMetricsCombineTheDevicesParts) {
   const double replicas = job->size(DeviceGroup::kData);
   TrainOptions alone = tinyOptions(1, nullptr);
   alone.profile_steps = 1;
-  alone.profile_metrics = true;
+  alone.profile.metrics = true;
   TrainingSession b(alone);
   b.step(0, true);
   const Profile one = b.profile();

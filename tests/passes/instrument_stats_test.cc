@@ -23,6 +23,8 @@
 namespace pgq {
 namespace {
 
+QuantFormat qf(const char* text) { return QuantFormat::parse(text); }
+
 TEST(InstrumentStats, OneNodePerDistinctInputWithEveryUse) {
   auto g = parseGraph(R"(graph @g {
   %x = input() : f32[8,16]
@@ -35,7 +37,7 @@ TEST(InstrumentStats, OneNodePerDistinctInputWithEveryUse) {
 }
 )");
   PassContext ctx;
-  InstrumentStats pass({.formats = {"int8:channel:rtn"}, .gradient_formats = {"int8:channel:sr"}});
+  InstrumentStats pass({.formats = {qf("int8:channel:rtn")}, .gradient_formats = {qf("int8:channel:sr")}});
   EXPECT_TRUE(pass.run(*g, ctx));
   std::string text = printGraph(*g);
   EXPECT_NE(text.find(R"(%x.stats = quant_stats(%x) {formats=["int8:channel:rtn"], contract_dims=[1], uses=["q:lhs","k:lhs"], seed=0} : f32[1,9])"),
@@ -66,7 +68,9 @@ TEST(InstrumentStats, NeedsTagsAndRejectsBadFormats) {
   // From C++ a bad format fails when the graph is verified; from text, when parsed.
   Pipeline bad;
   bad.add(std::make_unique<TagMetadata>());
-  bad.add(std::make_unique<InstrumentStats>(InstrumentStatsOptions{.formats = {"int9:channel:rtn"}}));
+  QuantFormat int9 = perChannelFormat(8);
+  int9.bits = 9;
+  bad.add(std::make_unique<InstrumentStats>(InstrumentStatsOptions{.formats = {int9}}));
   EXPECT_THROW(bad.run(*g, ctx), Error);
   EXPECT_THROW(parsePipeline("tag_metadata,instrument_stats{formats=[int9:channel:rtn]}"), Error);
 }
@@ -106,7 +110,7 @@ TEST(InstrumentStats, ResultsIncludeTheEmbeddingGradientWithTheLastSeed) {
     appendBackward(*t.graph, t.loss, t.params);
     PassContext ctx;
     TagMetadata().run(*t.graph, ctx);
-    InstrumentStats({.outputs = outputs, .output_pairs = {{"int8:channel:rtn", "int8:channel:sr"}}}).run(*t.graph, ctx);
+    InstrumentStats({.outputs = outputs, .output_pairs = {{qf("int8:channel:rtn"), qf("int8:channel:sr")}}}).run(*t.graph, ctx);
     return t;
   };
   TransformerGraph plain = instrument(false), with = instrument(true);
@@ -146,12 +150,12 @@ TEST(InstrumentStats, OutputPairsBuildAQuantizedCopyOfEachGemmPerDistinctPair) {
   auto g = parseGraph(kForwardAndWgrad);
   PassContext ctx;
   TagMetadata().run(*g, ctx);
-  InstrumentStats pass({.formats = {"int8:channel:rtn"},
-                        .gradient_formats = {"int8:channel:sr"},
+  InstrumentStats pass({.formats = {qf("int8:channel:rtn")},
+                        .gradient_formats = {qf("int8:channel:sr")},
                         .bias = true,
-                        .output_pairs = {{"int7:channel:rtn", "int7:channel:rtn"},
-                                         {"int7:channel:rtn", "int7:channel:sr"},
-                                         {"e4m3:tensor:rtn", "e5m2:tensor:sr"}},
+                        .output_pairs = {{qf("int7:channel:rtn"), qf("int7:channel:rtn")},
+                                         {qf("int7:channel:rtn"), qf("int7:channel:sr")},
+                                         {qf("e4m3:tensor:rtn"), qf("e5m2:tensor:sr")}},
                         .seed = 10});
   EXPECT_TRUE(pass.run(*g, ctx));
   std::string text = printGraph(*g);
@@ -209,7 +213,7 @@ TEST(InstrumentStats, NoOutputPairsNoCopies) {
   EXPECT_EQ(printGraph(*g).find("bias="), std::string::npos);
   // A pair of an int8 and an FP8 format cannot run as one GEMM.
   auto h = parseGraph(kForwardAndWgrad);
-  EXPECT_THROW(InstrumentStats({.output_pairs = {{"int8:channel:rtn", "e5m2:tensor:sr"}}}).run(*h, ctx), Error);
+  EXPECT_THROW(InstrumentStats({.output_pairs = {{qf("int8:channel:rtn"), qf("e5m2:tensor:sr")}}}).run(*h, ctx), Error);
   // From text.
   auto t = parseGraph(kForwardAndWgrad);
   parsePipeline("instrument_stats{output_pairs=[int8:channel:rtn/int8:channel:sr]}")->run(*t, ctx);
@@ -240,7 +244,7 @@ TEST(InstrumentStats, ErrorStatsReportTheErrorOfTheGemmQuantizeGemmsRuns) {
     auto measured = parseGraph(testing::kMlp);
     PassContext ctx;
     TagMetadata().run(*measured, ctx);
-    InstrumentStats({.output_pairs = {{format, format}}}).run(*measured, ctx);
+    InstrumentStats({.output_pairs = {{qf(format), qf(format)}}}).run(*measured, ctx);
     auto rewritten = parseGraph(twice);
     const bool emulated = QuantFormat::parse(format).isEmulated();
     Recipe recipe = parseRecipe(fmt::format("gemms:\n  - {{label: q, decision: {}, lhs_format: \"{}\", rhs_format: "

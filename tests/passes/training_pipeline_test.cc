@@ -10,6 +10,8 @@
 namespace pgq {
 namespace {
 
+QuantFormat qf(const char* text) { return QuantFormat::parse(text); }
+
 using Names = std::vector<std::string_view>;
 
 Recipe everyGemmInInt8() {
@@ -28,7 +30,7 @@ TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {
   EXPECT_EQ(buildTrainingPipeline(o)->passNames(),
             (Names{"cse", "dce", "propagate_sharding", "tag_metadata", "partition_spmd"}));
   o.precision = Precision::kBf16;
-  o.profile = ProfileFormats{{"int8:channel:rtn"}, {"int8:channel:sr"}, false};
+  o.profile = ProfileRequest{{qf("int8:channel:rtn")}, {qf("int8:channel:sr")}, false};
   EXPECT_EQ(buildTrainingPipeline(o)->passNames(), (Names{"bf16_gemms", "cse", "dce", "propagate_sharding", "tag_metadata", "partition_spmd",
                    "instrument_stats"}));
   o.precision = Precision::kF32;
@@ -58,7 +60,7 @@ TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
 
   TransformerGraph profiled = buildTransformer(loadModelConfig("tiny"));
   appendBackward(*profiled.graph, profiled.loss, profiled.params);
-  o.profile = ProfileFormats{{"int8:channel:rtn"}, {"int8:channel:sr"}, false};
+  o.profile = ProfileRequest{{qf("int8:channel:rtn")}, {qf("int8:channel:sr")}, false};
   buildTrainingPipeline(o)->run(*profiled.graph, ctx);
   std::vector<int64_t> stats = seedsOf(*profiled.graph, Op::kQuantStats);
   ASSERT_FALSE(stats.empty());
@@ -69,7 +71,7 @@ TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
   TransformerGraph measured = buildTransformer(loadModelConfig("tiny"));
   appendBackward(*measured.graph, measured.loss, measured.params);
   o.profile->metrics = true;
-  o.profile->output_pairs = {{"int8:channel:rtn", "int8:channel:sr"}};
+  o.profile->output_pairs = {{qf("int8:channel:rtn"), qf("int8:channel:sr")}};
   buildTrainingPipeline(o)->run(*measured.graph, ctx);
   EXPECT_EQ(seedsOf(*measured.graph, Op::kQuantStats), stats);
   std::vector<int64_t> copies = seedsOf(*measured.graph, Op::kQuantize);

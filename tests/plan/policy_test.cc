@@ -61,7 +61,7 @@ rules:
 
 // A granularity is read once and gives each GEMM its formats.
 TEST(Policy, ScaleLayout) {
-  for (const char* text : {"channel", "tensor", "block64"}) {
+  for (const char* text : {"channel", "tensor", "block64", "channel:clip=mse", "block32:asym:clip=p99.9"}) {
     SCOPED_TRACE(text);
     EXPECT_EQ(ScaleLayout::parse(text).text(), text);
   }
@@ -70,6 +70,11 @@ TEST(Policy, ScaleLayout) {
   Policy p = parsePolicy("forward: {quantize: true}\nbackward: {quantize: false}\ngranularity: tensor\n", "p.yaml");
   EXPECT_EQ(p.granularity.format, QuantFormat::parse("int8:tensor:rtn"));
   EXPECT_FALSE(p.low_sqnr);  // keep
+  // A refinement follows the granularity in a policy, as the message that refuses a bad
+  // one says (it was refused: the parser put it before the rounding).
+  p = parsePolicy("forward: {quantize: true}\nbackward: {quantize: false}\nlow_sqnr: \"channel:clip=mse\"\n", "p.yaml");
+  ASSERT_TRUE(p.low_sqnr);
+  EXPECT_EQ(p.low_sqnr->withBits(8, Rounding::kNearest), QuantFormat::parse("int8:channel:rtn:clip=mse"));
 }
 
 // The one threshold test: above the threshold (0: always), or below it when inverted.

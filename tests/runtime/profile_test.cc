@@ -123,7 +123,7 @@ TEST_F(ProfileTest, ProfilingDoesNotChangeTrainingNumerics) {
   o = tiny("metrics");
   o.profile_steps = 3;
   o.profile_warmup = 4;
-  o.profile_metrics = true;
+  o.profile.metrics = true;
   o.profile_out = (dir_ / "m.yaml").string();
   train(o);
   Checkpoint c = loadCheckpoint((dir_ / "metrics/checkpoint.pgqckpt").string());
@@ -367,8 +367,8 @@ TEST_F(ProfileTest, ReachFollowsTheDataflowToTheWeightGradients) {
   TrainOptions o = tiny("run");
   o.steps = 2;
   o.profile_steps = 2;
-  o.profile_metrics = true;
-  o.profile_outputs = true;
+  o.profile.metrics = true;
+  o.profile.outputs = true;
   o.profile_out = (dir_ / "p.yaml").string();
   train(o);
   Profile p = loadProfile(o.profile_out);  // (the file holds 9 significant digits)
@@ -422,31 +422,20 @@ TEST_F(ProfileTest, ReachFollowsTheDataflowToTheWeightGradients) {
 }
 
 // The output error pairs of --profile-metrics run exactly on this CPU: integer pairs at
-// a width both operands may have, FP8/MX schemes in their formats.
+// a width both operands may have (plan/profile_request.h decides; its test covers CPUs
+// with and without VNNI).
 TEST_F(ProfileTest, OutputPairsRunExactlyOnThisCpu) {
   TrainOptions o = tiny("run");
-  EXPECT_TRUE(profileFormats(o).output_pairs.empty());
-  o.profile_metrics = true;
-  o.profile_bits = 8;
-  o.profile_granularity = "tensor";
-  o.profile_formats = {"fp8"};
-  const ProfileFormats p = profileFormats(o);
+  EXPECT_TRUE(profileRequest(o).output_pairs.empty());
+  o.profile.metrics = true;
+  o.profile.granularity = ScaleLayout::parse("tensor");
+  o.profile.candidates = {Scheme::kFp8};
+  const ProfileRequest p = profileRequest(o);
   const int b = kernels::int8Caps().max_bits_both;
-  const std::vector<FormatPair> expected = {
-      {fmt::format("int{}:tensor:rtn", b), fmt::format("int{}:tensor:rtn", b)},
-      {fmt::format("int{}:tensor:rtn", b), fmt::format("int{}:tensor:sr", b)},
-      {fmt::format("int{}:channel:rtn", b), fmt::format("int{}:channel:rtn", b)},
-      {fmt::format("int{}:channel:rtn", b), fmt::format("int{}:channel:sr", b)},
-      {"e4m3:tensor:rtn", "e5m2:tensor:rtn"},
-      {"e4m3:tensor:rtn", "e5m2:tensor:sr"},
-  };
-  EXPECT_EQ(p.output_pairs, expected);
+  ASSERT_EQ(p.output_pairs.size(), 6u);
+  EXPECT_EQ(p.output_pairs.front().operand, QuantFormat::parse(fmt::format("int{}:tensor:rtn", b)));
+  EXPECT_EQ(p.output_pairs.back(), (FormatPair{QuantFormat::parse("e4m3:tensor:rtn"), QuantFormat::parse("e5m2:tensor:sr")}));
   EXPECT_TRUE(p.metrics);
-  o.profile_bits = 4;
-  o.profile_granularity = "channel";
-  o.profile_formats = {};
-  EXPECT_EQ(profileFormats(o).output_pairs.front(), (FormatPair{"int4:channel:rtn", "int4:channel:rtn"}));
-  EXPECT_EQ(profileFormats(o).output_pairs.size(), 4u);
 }
 
 // The quantized copy of a GEMM and its error_stats run right after the GEMM: its result
@@ -479,7 +468,7 @@ TEST_F(ProfileTest, BackwardGemmsNameTheirForwardGemm) {
 
 TEST_F(ProfileTest, OutputErrorsRunRightAfterTheirGemm) {
   TrainOptions o = tiny("run");
-  o.profile_metrics = true;
+  o.profile.metrics = true;
   o.profile_ops = true;  // the executor's kernel order
   TrainingSession session(o);
   const Executor& exec = session.instrumentedExecutor();

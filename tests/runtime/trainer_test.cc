@@ -268,7 +268,7 @@ TEST_F(TrainerTest, OptionsOutOfRangeFailBeforeAnyWork) {
       {"optimizer.beta1", [](TrainOptions& o) { o.optimizer.beta1 = 1; }},
       {"optimizer.beta2", [&](TrainOptions& o) { o.optimizer.beta2 = -inf; }},
       {"optimizer.eps", [](TrainOptions& o) { o.optimizer.eps = 0; }},
-      {"--profile-bits", [](TrainOptions& o) { o.profile_bits = 9; }},
+      {"--profile-bits", [](TrainOptions& o) { o.profile.bits = 9; }},
       {"--profile-steps", [](TrainOptions& o) { o.profile_steps = -1; }},
       {"--profile-warmup", [&](TrainOptions& o) {
          o.profile_steps = 1;
