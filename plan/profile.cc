@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -252,12 +254,18 @@ int64_t collectorVersion(const ConfigNode& run, std::string_view mark) {
 }
 
 GemmProfile readGemm(const ConfigNode& node) {
-  node.allowOnly({"label", "direction", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
+  node.allowOnly({"label", "direction", "grad_of", "layer", "gemm_shape", "flops", "bytes", "sharding", "devices",
                   "device_shape", "operands", "reach", "gradient_reach", "output_errors"});
   GemmProfile g;
   g.label = node.getString("label");
   g.direction = *parseName<GemmDirection>(node.getEnum("direction", allNames<GemmDirection>()));
-  if (isBackward(g.direction)) g.grad_of = forwardLabel(g.label);
+  // Profiles before grad_of was written name the forward GEMM only in the label.
+  if (node.has("grad_of")) {
+    if (!isBackward(g.direction)) node.fail("grad_of", "a forward GEMM differentiates none; only backward GEMMs have it");
+    g.grad_of = node.getString("grad_of");
+  } else if (isBackward(g.direction)) {
+    g.grad_of = forwardLabel(g.label);
+  }
   g.layer = node.getInt("layer", -1, 1 << 20);
   g.gemm_shape = intList(node, "gemm_shape", 4);
   g.flops = node.getInt("flops", 0);
@@ -327,6 +335,7 @@ std::string profileToYaml(const Profile& profile) {
     out << YAML::BeginMap;
     out << YAML::Key << "label" << YAML::Value << g.label;
     out << YAML::Key << "direction" << YAML::Value << std::string(nameOf(g.direction));
+    if (!g.grad_of.empty()) out << YAML::Key << "grad_of" << YAML::Value << g.grad_of;
     out << YAML::Key << "layer" << YAML::Value << g.layer;
     out << YAML::Key << "gemm_shape" << YAML::Value;
     flowList(out, g.gemm_shape);
@@ -443,6 +452,15 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
         g.fail("label", fmt::format("GEMM '{}' appears twice", p.gemms.back().label));
   }
   if (p.gemms.empty()) gemms.failHere("expected at least one GEMM");
+  std::unordered_set<std::string_view> forward;
+  for (const GemmProfile& g : p.gemms)
+    if (!isBackward(g.direction)) forward.insert(g.label);
+  size_t i = 0;
+  for (const ConfigNode& g : gemms.items()) {
+    const std::string& of = p.gemms[i++].grad_of;
+    if (g.has("grad_of") && !forward.count(of))
+      g.fail("grad_of", fmt::format("names '{}', which is no forward GEMM of this profile", of));
+  }
   if (!root.has("gemm_count"))
     root.fail("gemm_count", fmt::format("is missing; pgq writes it before `gemms:` to detect a file cut short (a "
                                         "profile from an older pgq lacks it: add `gemm_count: {}` if all its GEMMs "

@@ -97,9 +97,10 @@ struct GemmProfile {
   std::string label;
   GemmDirection direction = GemmDirection::kFwd;
   // A backward GEMM: the label of the forward GEMM it differentiates (empty for a
-  // forward GEMM). The file records it only in the label, which autodiff writes as the
-  // forward GEMM's label and a suffix (`layer0/mlp/up:dgrad`, frontend/autodiff.cc), so
-  // the reader takes it from there, once; code past the reader uses this field.
+  // forward GEMM, or when it is not known), from the graph (autodiff's grad_of) or the
+  // PyTorch collector's hooks; `grad_of:` in files. Files written before that field
+  // record it only in the label (`layer0/mlp/up:dgrad`: autodiff's suffix), so the
+  // reader takes it from there for them.
   std::string grad_of;
   int64_t layer = -1;
   std::vector<int64_t> gemm_shape;    // [batch, M, K, N]

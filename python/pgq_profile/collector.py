@@ -77,8 +77,9 @@ class _Operand:
 
 
 class _Gemm:
-    def __init__(self, label, direction, layer, shape, operands):
+    def __init__(self, label, direction, layer, shape, operands, grad_of=None):
         self.label, self.direction, self.layer = label, direction, layer
+        self.grad_of = grad_of  # a backward GEMM: the label of the forward GEMM it differentiates
         self.shape = shape  # [batch, M, K, N] on this device
         self.operands = operands  # [lhs, rhs]
 
@@ -256,10 +257,10 @@ class Collector:
             parts.append(row)
         step.rows[(label, side)] = torch.cat(parts)
 
-    def _gemm(self, label, direction, layer, shape, operands):
+    def _gemm(self, label, direction, layer, shape, operands, grad_of=None):
         g = self._gemms.get(label)
         if g is None:
-            g = _Gemm(label, direction, layer, shape, operands)
+            g = _Gemm(label, direction, layer, shape, operands, grad_of)
             self._gemms[label] = g
         elif g.shape != shape:
             raise ProfileError("pgq_profile: GEMM {} changed shape from {} to {} between steps ([batch, M, K, N]); "
@@ -323,12 +324,12 @@ class Collector:
         if dgrad:
             self._gemm(label + ":dgrad", "bwd_dgrad", layer, [1, m, n_out, k_in],
                        [_Operand("lhs", "gradient", y_name, y_shape, [len(y_shape) - 1], grad_fmts),
-                        _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)])
+                        _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)], grad_of=label)
             self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in, fmts)
         if wgrad:
             self._gemm(label + ":wgrad", "bwd_wgrad", layer, [1, n_out, m, k_in],
                        [_Operand("lhs", "gradient", y_name, y_shape, list(range(len(y_shape) - 1)), grad_fmts),
-                        _Operand("rhs", "activation", x_name, x_shape, list(range(x_rank - 1)), fmts)])
+                        _Operand("rhs", "activation", x_name, x_shape, list(range(x_rank - 1)), fmts)], grad_of=label)
             self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True, fmts)
         step.pending += 1
 
@@ -487,6 +488,8 @@ class Collector:
             rec = {"label": g.label, "direction": g.direction, "layer": g.layer, "gemm_shape": gemm_shape,
                    "flops": 2 * b * m * k * n, "bytes": esize_in * b * (m * k + k * n) + 4 * b * m * n,
                    "sharding": kind, "devices": t, "device_shape": device_shape, "operands": []}
+            if g.grad_of is not None:
+                rec["grad_of"] = g.grad_of
             for o in g.operands:
                 per_rank = everything[i]
                 i += 1

@@ -119,6 +119,8 @@ def profile_yaml(run, gemms):
     for g in gemms:
         out.append("  - label: " + _string(g["label"]))
         out.append("    direction: " + g["direction"])
+        if "grad_of" in g:
+            out.append("    grad_of: " + _string(g["grad_of"]))
         out.append("    layer: {}".format(g["layer"]))
         out.append("    gemm_shape: " + _flow(g["gemm_shape"]))
         out.append("    flops: {}".format(g["flops"]))

@@ -55,7 +55,12 @@ Profile metricsProfile() {
   g.gradient_reach = 0.0625;
   const QuantFormat rtn = QuantFormat::parse("int8:channel:rtn"), sr = QuantFormat::parse("int8:channel:sr");
   g.output_errors = {{rtn, rtn, 5000.5, 4000.25}, {rtn, sr, 3000.5, 2000.25}};
-  p.gemms = {g};
+  g.grad_of = "layer0/mlp/up";
+  GemmProfile forward = g;  // the GEMM the weight gradient differentiates
+  forward.label = "layer0/mlp/up";
+  forward.direction = GemmDirection::kFwd;
+  forward.grad_of.clear();
+  p.gemms = {g, forward};
   return p;
 }
 
@@ -84,20 +89,54 @@ TEST(ProfileMetrics, RoundTripThroughYaml) {
   EXPECT_EQ(g.findOutputError(sr_format, sr_format), nullptr);
   EXPECT_EQ(g.lhs().formats[0].bias_sqnr_mean, 2500.5);
   EXPECT_EQ(g.rhs().find(sr_format)->bias_sqnr_mean, 7990.25);
-  // The forward GEMM a backward GEMM differentiates, which the file gives in the label.
   EXPECT_EQ(g.grad_of, "layer0/mlp/up");
+  EXPECT_NE(yaml.find("    direction: bwd_wgrad\n    grad_of: layer0/mlp/up\n"), std::string::npos) << yaml;
   EXPECT_EQ(g.lhs().side, GemmOperand::kLhs);
   EXPECT_EQ(g.rhs().side, GemmOperand::kRhs);
   EXPECT_EQ(profileToYaml(back), yaml);
 }
 
+// The forward GEMM a backward GEMM differentiates: `grad_of:`, or in a profile written
+// before that field, the label without autodiff's suffix. One that names no forward
+// GEMM, or a grad_of on a forward GEMM, is refused naming the field.
+TEST(ProfileMetrics, GradOfFromTheFileOrOlderFilesLabels) {
+  const std::string yaml = profileToYaml(metricsProfile());
+  const std::string line = "    grad_of: layer0/mlp/up\n";
+  const size_t at = yaml.find(line);
+  ASSERT_NE(at, std::string::npos);
+  std::string older = yaml;
+  older.erase(at, line.size());
+  EXPECT_EQ(parseProfile(older, "p.yaml").gemms[0].grad_of, "layer0/mlp/up");
+  std::string renamed = yaml;
+  renamed.replace(at, line.size(), "    grad_of: layer0/mlp/down\n");
+  EXPECT_THROW(
+      {
+        try {
+          parseProfile(renamed, "p.yaml");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("grad_of': names 'layer0/mlp/down', which is no forward GEMM"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+  std::string forward = yaml;
+  const size_t fwd = forward.find("    direction: fwd\n");
+  ASSERT_NE(fwd, std::string::npos);
+  forward.insert(fwd + std::string("    direction: fwd\n").size(), "    grad_of: layer0/mlp/up\n");
+  EXPECT_THROW(parseProfile(forward, "p.yaml"), Error);
+}
+
 TEST(ProfileMetrics, AbsentWithoutMetricsAndRangeChecked) {
   Profile p = metricsProfile();
   p.run.metrics = false;
-  p.gemms[0].reach = p.gemms[0].gradient_reach = -1;
-  p.gemms[0].output_errors.clear();
-  for (OperandProfile& o : p.gemms[0].operands)
-    for (FormatStats& f : o.formats) f.bias_sqnr_mean = 0;
+  for (GemmProfile& g : p.gemms) {
+    g.reach = g.gradient_reach = -1;
+    g.output_errors.clear();
+    for (OperandProfile& o : g.operands)
+      for (FormatStats& f : o.formats) f.bias_sqnr_mean = 0;
+  }
   const std::string yaml = profileToYaml(p);
   for (const char* field : {"metrics", "reach", "output_errors", "bias_sqnr_mean"})
     EXPECT_EQ(yaml.find(field), std::string::npos) << field;

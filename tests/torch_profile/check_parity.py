@@ -185,6 +185,8 @@ def restrict(pgq_profile_doc, keep, out):
         if label in keep:
             g = dict(g)
             g["label"] = label
+            if "grad_of" in g:
+                g["grad_of"] = pgq_label_to_module(g["grad_of"])
             gemms.append(g)
     doc["gemms"] = gemms
     doc["gemm_count"] = len(gemms)
