@@ -157,6 +157,7 @@ Profile stepProfile(const ImportedModel& m, const ImportArgs& args, const Execut
   const ProfileRequest request = profileRequest(args.profile);
   for (const QuantFormat& f : request.formats) run.formats.push_back(f.toString());
   for (const QuantFormat& f : request.gradient_formats) run.gradient_formats.push_back(f.toString());
+  run.metrics = request.metrics;
   return collector.profile(std::move(run));
 }
 

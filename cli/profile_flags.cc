@@ -25,6 +25,16 @@ ScaleLayout parseGranularity(std::string_view flag, const std::string& text) {
 }
 
 void addProfileFormatFlags(CLI::App* cmd, ProfileAsk& ask, const std::string& when) {
+  cmd->add_flag("--profile-outputs", ask.outputs, fmt::format("{} every GEMM's result", when));
+  cmd->add_flag("--profile-metrics", ask.metrics,
+                fmt::format("{} the statistics of the metrics beyond SQNR (docs/METRICS.md): each operand's bias-aware "
+                            "SQNR per format; each GEMM's reach (the share of the weight gradients its result flows "
+                            "into; weighted by their norms with --profile-outputs); and the SQNR of each GEMM's result "
+                            "with both inputs quantized (int at --profile-bits/--profile-granularity and int8 per "
+                            "channel, at the width this CPU runs exactly, and the --profile-formats FP8/MX schemes; "
+                            "round to nearest, gradients also stochastic). Each profiled step gets slower: one extra "
+                            "quantized GEMM per GEMM and format pair, and one more pass over each operand per format",
+                            when));
   addNumber(cmd, ranges::kProfileBits, ask.bits, fmt::format("{} formats of these bits (int8 per-channel always)", when));
   cmd->add_option_function<std::string>(
          "--profile-granularity",

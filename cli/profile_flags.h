@@ -1,6 +1,7 @@
 #pragma once
 // The flags that say which formats stage (i) profiles, the same in `pgq train` and
-// `pgq import --profile-out`: --profile-bits, --profile-granularity, --profile-formats.
+// `pgq import --profile-out`: --profile-outputs, --profile-metrics, --profile-bits,
+// --profile-granularity, --profile-formats.
 // Each is parsed as it is read (plan/profile_request.h) and refused naming the flag;
 // `pgq experiment --granularity` is parsed as --profile-granularity is.
 #include <string>

@@ -105,15 +105,6 @@ void addTrainCommand(CLI::App& app) {
   addNumber(cmd, ranges::kProfileWarmup, o.profile_warmup, "Steps to train before the logged ones");
   cmd->add_option("--profile-out", o.profile_out, "Profile to write (YAML; a .csv is written beside it)")
       ->check(kNonEmptyPath);
-  cmd->add_flag("--profile-outputs", o.profile.outputs, "Also log statistics of every GEMM's result");
-  cmd->add_flag("--profile-metrics", o.profile.metrics,
-                "Also log the statistics of the metrics beyond SQNR (docs/METRICS.md): each operand's bias-aware "
-                "SQNR per format; each GEMM's reach (the share of the weight gradients its result flows into; "
-                "weighted by their norms with --profile-outputs); and the SQNR of each GEMM's result with both "
-                "inputs quantized (int at --profile-bits/--profile-granularity and int8 per channel, at the width "
-                "this CPU runs exactly, and the --profile-formats FP8/MX schemes; round to nearest, gradients "
-                "also stochastic). Each profiled step gets slower: one extra quantized GEMM per GEMM and format "
-                "pair, and one more pass over each operand per format");
   addProfileFormatFlags(cmd, o.profile, "Also profile");
   addNumber(cmd, ranges::kProfileAmaxHistory, o.profile_amax_history,
             "Amax history length H of the delayed scaling the profile measures (Transformer Engine's "

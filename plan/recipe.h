@@ -65,6 +65,10 @@ struct RecipeEntry {
   // the roofline estimate of the int8 speedup (0 when unknown).
   double min_sqnr = 0;
   double est_speedup = 0;
+  // The roofline's times behind est_speedup (not written to the file): the GEMM in high
+  // precision, and quantized (the GEMM alone, and casting or quantizing its operands),
+  // in the chosen formats or, for a GEMM kept, those considered.
+  GemmEstimate estimate;
   // The value of the policy's metric the thresholds compared (not written to the file).
   double metric_value = 0;
   int line = 0;  // in the file, for messages

@@ -386,6 +386,7 @@ RecipeEntry entryOf(const GemmProfile& g, const Verdict& v, const Context& ctx) 
   e.reason = reasonText(g, v, ctx);
   e.min_sqnr = v.quantizes() ? v.formats.minSqnr() : v.considered.minSqnr();
   e.est_speedup = v.estimate.speedup();
+  e.estimate = v.estimate;
   e.metric_value = v.metric.value;
   e.gemm_shape = g.gemm_shape;
   e.device_shape = g.device_shape;
@@ -512,6 +513,28 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   return recipe;
 }
 
+namespace {
+
+// Every GEMM's roofline estimate, as the decisions used it: microseconds in high
+// precision, of the quantized GEMM alone and of quantizing (casting) its operands.
+std::string perGemmEstimates(const Recipe& r) {
+  std::string out = fmt::format("  per-GEMM estimates on {} (us; M,K,N per device; quantized: the GEMM alone + its "
+                                "operands' casts):\n    {:<34} {:>20} {:>9} {:>11} {:>9} {:>8}  {}\n",
+                                r.hardware, "GEMM", "shape", "high", "quantized", "casts", "speedup", "decision");
+  for (const RecipeEntry& e : r.entries) {
+    if (e.device_shape.empty()) continue;
+    const GemmEstimate& t = e.estimate;
+    out += fmt::format("    {:<34} {:>20} {:>9.1f} {:>11.1f} {:>9.1f} {:>7.2f}x  {}\n", e.label,
+                       gemmShapeText(e.device_shape), t.high_precision_us, t.int8_gemm_us, t.quantization_us,
+                       t.speedup(),
+                       e.decision == Decision::kKeep ? std::string("keep")
+                                                     : std::string(nameOf(formatFamily(e.lhs_format))));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string explainRecipe(const Recipe& r) {
   const RecipeSummary& s = r.summary;
   std::string out = fmt::format("recipe {} for model {} on {} (profile {})\n", r.name, r.model, r.hardware, r.profile);
@@ -582,6 +605,7 @@ std::string explainRecipe(const Recipe& r) {
       out += fmt::format("  {} / {}", gemmShapeText(lowest[i]->gemm_shape), gemmShapeText(lowest[i]->device_shape));
     out += "\n";
   }
+  out += perGemmEstimates(r);
   out += fmt::format("  estimated GEMM time on {}: {:.1f} ms -> {:.1f} ms ({:.2f}x)\n", r.hardware, s.est_gemm_ms, s.est_gemm_int8_ms,
                      s.est_gemm_ms / std::max(s.est_gemm_int8_ms, 1e-9));
   if (s.measured_step_ms > 0)

@@ -137,6 +137,27 @@ TEST(GpuRecipe, ChoosesAmongBf16Fp8AndMxfp8PerGemm) {
   EXPECT_EQ(recipeToYaml(parseRecipe(again, "r.yaml")), again);
 }
 
+// --explain lists every GEMM's estimate as the decision used it: on a GPU model, the
+// bf16 GEMM, the FP8 GEMM alone and the operands' casts of the measured-shape model
+// (estimateGpuGemm, which tests/plan/gpu_model_test.cc holds to the H100's tables).
+TEST(GpuRecipe, ExplainShowsEachGemmsEstimatedTimes) {
+  const HardwareModel hw = loadHardwareModel("h100-sxm");
+  const Recipe r = generateRecipe(gpuProfile(), hw, loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/fp8-delayed.yaml"), "p.yaml");
+  const RecipeEntry& up = entry(r, "layer0/mlp/up");
+  ASSERT_EQ(up.decision, Decision::kQuantize);
+  const GpuGemmEstimate gpu = estimateGpuGemm(hw, {1, 8192, 4096, 16384});
+  EXPECT_DOUBLE_EQ(up.estimate.high_precision_us, gpu.bf16_us);
+  EXPECT_DOUBLE_EQ(up.estimate.int8_gemm_us, gpu.fp8_us);
+  EXPECT_GT(up.estimate.quantization_us, 0);
+  const std::string row = fmt::format("    {:<34} {:>20} {:>9.1f} {:>11.1f} {:>9.1f} {:>7.2f}x  fp8\n", "layer0/mlp/up",
+                                      "8192,4096,16384", gpu.bf16_us, gpu.fp8_us, up.estimate.quantization_us,
+                                      up.estimate.speedup());
+  const std::string text = explainRecipe(r);
+  EXPECT_NE(text.find("per-GEMM estimates on h100-sxm (us;"), std::string::npos) << text;
+  EXPECT_NE(text.find(row), std::string::npos) << row << text;
+  EXPECT_NE(text.find("    small "), std::string::npos) << text;  // kept GEMMs are listed too
+}
+
 TEST(GpuRecipe, DelayedScalingGoesIntoTheRecipe) {
   Recipe r = generateRecipe(gpuProfile(), loadHardwareModel("h100-sxm"),
                             loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/fp8-delayed.yaml"), "p.yaml");
