@@ -37,6 +37,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kF32 = "f32";
+// Steps of the f32 run timed again at the end (at most the fine-tunes' own).
+constexpr int64_t kRetimeSteps = 10;
 
 std::string durationText(double seconds) {
   int64_t s = static_cast<int64_t>(std::max(0.0, seconds));
@@ -90,6 +92,13 @@ class Experiment {
   // Phase 3: one fine-tuning run; `recipe` empty for the f32 continuation.
   RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps,
                       bool adversarial = false);
+  // The same run in folder `dir` (finetune's: runs/<slug>).
+  RunSummary trainRun(const std::string& dir, const std::string& name, const std::string& policy,
+                      const std::string& recipe, int64_t steps, bool adversarial);
+  // The f32 step timed again after every fine-tune (timing/f32): a machine that got
+  // busier or quieter during the experiment shows as a difference from the f32 run's
+  // own time (app/experiment_report.h, timingCheck).
+  RunSummary retimeBaseline();
   // Phases 2-3 of each protocol, and the report.
   ExperimentResult runRecipes();
   ExperimentResult runSearch();
@@ -343,7 +352,16 @@ std::vector<RecipeRun> Experiment::makeRecipes() {
 
 RunSummary Experiment::finetune(const std::string& name, const std::string& policy, const std::string& recipe,
                                 int64_t steps, bool adversarial) {
-  std::string dir = (fs::path(o_.out_dir) / "runs" / runSlug(name)).string();
+  return trainRun((fs::path(o_.out_dir) / "runs" / runSlug(name)).string(), name, policy, recipe, steps, adversarial);
+}
+
+RunSummary Experiment::retimeBaseline() {
+  return trainRun((fs::path(o_.out_dir) / "timing" / kF32).string(), "f32 (timed again)", kF32, "",
+                  std::min(o_.finetune_steps, kRetimeSteps), false);
+}
+
+RunSummary Experiment::trainRun(const std::string& dir, const std::string& name, const std::string& policy,
+                                const std::string& recipe, int64_t steps, bool adversarial) {
   std::string result = (fs::path(dir) / "result.yaml").string();
   if (fs::exists(result)) {
     phase(fmt::format("fine-tune {}: already done", name), steps);
@@ -644,11 +662,13 @@ ExperimentResult Experiment::runSearch() {
 
 ExperimentResult Experiment::runRecipes() {
   std::vector<RecipeRun> recipes = makeRecipes();
-  phases_ = phase_ + 1 + static_cast<int>(recipes.size());
+  phases_ = phase_ + 2 + static_cast<int>(recipes.size());
+  steps_left_ += std::min(o_.finetune_steps, kRetimeSteps);
   std::vector<RunSummary> runs;
   runs.push_back(finetune(kF32, kF32, "", o_.finetune_steps));
   for (const RecipeRun& r : recipes) runs.push_back(finetune(r.name, r.name, r.path, o_.finetune_steps, r.adversarial));
   ReportInputs in;
+  in.f32_again = retimeBaseline();
   in.out_dir = o_.out_dir;
   in.model = o_.model;
   in.corpus = o_.corpus;
@@ -665,6 +685,8 @@ ExperimentResult Experiment::runRecipes() {
   in.metric = metric == Metric::kSqnr ? "SQNR" : std::string(nameOf(metric));
   in.runs = runs;
   ExperimentResult result = writeExperimentReport(in);
+  if (const std::string busy = timingCheck(in.runs, *in.f32_again); !busy.empty())
+    fmt::print(stderr, "\nwarning: {}\n", busy);
   double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   fmt::print(stderr, "\nexperiment done in {}\n", durationText(elapsed));
   return result;

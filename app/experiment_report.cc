@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "app/plot.h"
 #include "app/sqnr_plot.h"
@@ -91,6 +92,11 @@ RunSummary summarizeRun(const std::string& name, const std::string& policy, cons
   std::vector<double> ms;
   for (size_t i = 1; i < steps.size(); ++i) ms.push_back(steps[i].step_ms);
   s.step_ms = median(ms.empty() ? std::vector<double>{steps.front().step_ms} : ms);
+  if (ms.size() >= 3 && s.step_ms > 0) {
+    std::sort(ms.begin(), ms.end());
+    auto at = [&](double q) { return ms[static_cast<size_t>(q * static_cast<double>(ms.size() - 1) + 0.5)]; };
+    s.step_spread = (at(0.9) - at(0.1)) / s.step_ms;
+  }
   size_t half = steps.size() / 2;
   double sum = 0;
   for (size_t i = half; i < steps.size(); ++i) sum += steps[i].loss;
@@ -103,16 +109,17 @@ RunSummary summarizeRun(const std::string& name, const std::string& policy, cons
 void writeRunSummary(const std::string& path, const RunSummary& s) {
   writeFileAtomically(
       path, fmt::format("# A finished run of a pgq experiment (from its metrics.csv).\nname: \"{}\"\npolicy: \"{}\"\n"
-                        "recipe: \"{}\"\nfirst_step: {}\nlast_step: {}\nstep_ms: {:.6g}\nmean_loss: {:.9g}\n"
-                        "final_val_loss: {:.9g}\nfwd_int8: {}\nfwd_total: {}\nbwd_int8: {}\nbwd_total: {}\n",
-                        s.name, s.policy, s.recipe, s.first_step, s.last_step, s.step_ms, s.mean_loss, s.final_val_loss,
-                        s.fwd_int8, s.fwd_total, s.bwd_int8, s.bwd_total));
+                        "recipe: \"{}\"\nfirst_step: {}\nlast_step: {}\nstep_ms: {:.6g}\nstep_spread: {:.4g}\n"
+                        "mean_loss: {:.9g}\nfinal_val_loss: {:.9g}\nfwd_int8: {}\nfwd_total: {}\nbwd_int8: {}\n"
+                        "bwd_total: {}\n",
+                        s.name, s.policy, s.recipe, s.first_step, s.last_step, s.step_ms, s.step_spread, s.mean_loss,
+                        s.final_val_loss, s.fwd_int8, s.fwd_total, s.bwd_int8, s.bwd_total));
 }
 
 RunSummary loadRunSummary(const std::string& path) {
   ConfigNode n = ConfigNode::loadFile(path, InputKind::kRunSummary);
-  n.allowOnly({"name", "policy", "recipe", "first_step", "last_step", "step_ms", "mean_loss", "final_val_loss",
-               "fwd_int8", "fwd_total", "bwd_int8", "bwd_total"});
+  n.allowOnly({"name", "policy", "recipe", "first_step", "last_step", "step_ms", "step_spread", "mean_loss",
+               "final_val_loss", "fwd_int8", "fwd_total", "bwd_int8", "bwd_total"});
   RunSummary s;
   s.name = n.getString("name");
   s.policy = n.getString("policy");
@@ -120,6 +127,7 @@ RunSummary loadRunSummary(const std::string& path) {
   s.first_step = n.getInt("first_step", 0);
   s.last_step = n.getInt("last_step", 0);
   s.step_ms = n.getDouble("step_ms", 0.0, 1e12);
+  s.step_spread = n.getDouble("step_spread", 0.0, 0.0, 1e6);
   s.mean_loss = n.getDouble("mean_loss", 0.0, 1e6);
   s.final_val_loss = n.getDouble("final_val_loss", 0.0, 1e6);
   s.fwd_int8 = static_cast<int>(n.getInt("fwd_int8", 0));
@@ -127,6 +135,34 @@ RunSummary loadRunSummary(const std::string& path) {
   s.bwd_int8 = static_cast<int>(n.getInt("bwd_int8", 0));
   s.bwd_total = static_cast<int>(n.getInt("bwd_total", 0));
   return s;
+}
+
+namespace {
+
+}  // namespace
+
+// Below this median step time the times move with the scheduler's jitter, not a busy
+// machine.
+constexpr double kJitterMs = 20;
+
+std::string timingCheck(const std::vector<RunSummary>& runs, const RunSummary& f32_again) {
+  const RunSummary& base = runs.front();
+  std::vector<std::string> why;
+  if (base.step_ms >= kJitterMs && f32_again.step_ms > 0 && std::abs(f32_again.step_ms / base.step_ms - 1) > 0.2)
+    why.push_back(fmt::format("the f32 step took {:.1f} ms at the start and {:.1f} ms when timed again at the end "
+                              "({:+.0f}%)",
+                              base.step_ms, f32_again.step_ms, 100 * (f32_again.step_ms / base.step_ms - 1)));
+  std::vector<std::string> spread;
+  for (const RunSummary& r : runs)
+    if (r.step_spread > 0.5 && r.step_ms >= kJitterMs) spread.push_back(fmt::format("`{}` ({:.0f}%)", r.name, 100 * r.step_spread));
+  if (!spread.empty())
+    why.push_back(fmt::format("the step times of {} spread by more than half their median (90th - 10th percentile)",
+                              fmt::join(spread, ", ")));
+  if (why.empty()) return "";
+  return fmt::format("the machine's load changed during the experiment: {}. The step times and speedups compare "
+                     "steps timed under different loads and are not reliable; the losses are (they do not depend "
+                     "on timing). Re-run on a quiet machine for speedups",
+                     fmt::join(why, "; "));
 }
 
 namespace {
@@ -242,6 +278,8 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   }
   fs::path dir(in.out_dir);
   auto [md, csv] = tableOne(runs);
+  const std::string busy = in.f32_again ? timingCheck(runs, *in.f32_again) : "";
+  if (!busy.empty()) md += fmt::format("\nTimings: {}.\n", busy);
   writeFileAtomically((dir / "table.md").string(), md);
   writeFileAtomically((dir / "table.csv").string(), csv);
   lossCurves(in.out_dir, runs);
@@ -286,6 +324,11 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
                             high[i]->bwd_total, percent(dh), high[i]->name, percent(dl), low[i]->name, percent(dl - dh));
   }
   findings += "\n### Speed and loss\n\n";
+  if (!busy.empty()) findings += fmt::format("**Timings not reliable:** {}.\n\n", busy);
+  else if (in.f32_again)
+    findings += fmt::format("Timings: the f32 step took {:.1f} ms at the start and {:.1f} ms when timed again at the "
+                            "end; no run's step times spread by more than half their median.\n\n",
+                            base.step_ms, in.f32_again->step_ms);
   // Only real recipes are candidates: an adversarial one that happens to be fast and
   // close in loss says something about the metric, not a recipe to use.
   const RunSummary* fastest_ok = nullptr;

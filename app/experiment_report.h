@@ -31,6 +31,9 @@ struct RunSummary {
   int64_t first_step = 0;
   int64_t last_step = 0;
   double step_ms = 0;    // median step time, the run's first step excluded
+  // How much the step times varied: (90th - 10th percentile) / median, the first step
+  // excluded (0 with fewer than 3 such steps, or from a summary written before it).
+  double step_spread = 0;
   double mean_loss = 0;  // mean training loss over the last half of the run
   double final_val_loss = 0;
   int fwd_int8 = 0, fwd_total = 0, bwd_int8 = 0, bwd_total = 0;
@@ -64,7 +67,18 @@ struct ReportInputs {
   // (plan/gemm_metric.h).
   std::string metric = "SQNR";
   std::vector<RunSummary> runs;  // f32 first
+  // The f32 step timed again after every fine-tune (timingCheck).
+  std::optional<RunSummary> f32_again;
 };
+
+// Whether the experiment's step times can be trusted, judged from the runs themselves:
+// empty when they can, else why not (the machine got busier or quieter during the
+// experiment, so speedups compare steps timed under different loads). Flagged, for
+// steps of 20 ms or more (shorter ones move with the scheduler's jitter anyway): the f32
+// step timed again at the end differs from the f32 run's by more than 20%, or a run's
+// step times spread by more than half their median (90th - 10th percentile; the runs
+// committed in docs/results, from quiet machines, spread by 0.05-0.44, one by 0.64).
+std::string timingCheck(const std::vector<RunSummary>& runs, const RunSummary& f32_again);
 
 ExperimentResult writeExperimentReport(const ReportInputs& in);
 void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>& trials, const RunSummary& best,

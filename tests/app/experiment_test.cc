@@ -123,6 +123,9 @@ TEST_F(ExperimentTest, WritesEveryResultAndResumesWithoutRedoingWork) {
   std::string report = read(out / "REPORT.md");
   EXPECT_NE(report.find("### Is the SQNR ordering informative?"), std::string::npos);
   EXPECT_NE(report.find("get_logits:dgrad"), std::string::npos);
+  // The f32 step timed again at the end, beside the runs, and what it says in the report.
+  EXPECT_TRUE(fs::exists(out / "timing" / "f32" / "result.yaml"));
+  EXPECT_NE(report.find("Timing"), std::string::npos) << report;
 
   // Running again redoes nothing and reproduces the same tables.
   auto stamp = fs::last_write_time(out / "runs" / "F+B" / "metrics.csv");
@@ -375,6 +378,39 @@ TEST_F(ExperimentTest, SearchWorksWithAnyMetric) {
     bias |= read(e.path()).find("bias ") != std::string::npos;
   EXPECT_TRUE(bias);
   EXPECT_NE(read(fs::path(o.out_dir) / "experiment.yaml").find("metric: bias"), std::string::npos);
+}
+
+// An experiment flags its own timings when the machine's load changed: the f32 step timed
+// again at the end, or a run's step times that spread widely.
+TEST(ExperimentTiming, FlagsABusyMachine) {
+  std::vector<RunStep> steps;
+  for (int i = 0; i < 11; ++i) steps.push_back({i, 1.0, i == 0 ? 500.0 : 100.0 + i, std::nullopt});
+  RunSummary f32 = summarizeRun("f32", "f32", "", steps);
+  EXPECT_DOUBLE_EQ(f32.step_ms, 105.5);  // the first step is excluded
+  EXPECT_NEAR(f32.step_spread, (109.0 - 102.0) / 105.5, 1e-12);  // nearest ranks of 101..110
+  RunSummary again = f32;
+  again.step_ms = 120;  // +14%: within 20%
+  EXPECT_EQ(timingCheck({f32}, again), "");
+  again.step_ms = 130;  // +23%
+  const std::string busy = timingCheck({f32}, again);
+  EXPECT_NE(busy.find("the f32 step took 105.5 ms at the start and 130.0 ms when timed again at the end (+23%)"),
+            std::string::npos)
+      << busy;
+  again.step_ms = 105.5;
+  for (int i = 1; i < 11; i += 2) steps[static_cast<size_t>(i)].step_ms = 200;  // half the steps twice as long
+  const RunSummary noisy = summarizeRun("F", "F", "r.yaml", steps);
+  EXPECT_NE(timingCheck({f32, noisy}, again).find("the step times of `F` ("), std::string::npos)
+      << timingCheck({f32, noisy}, again);
+  // Steps of a few milliseconds spread with the scheduler's jitter: not flagged.
+  RunSummary fast = noisy;
+  fast.step_ms = 5;
+  fast.step_spread = 3;
+  EXPECT_EQ(timingCheck({f32, fast}, again), "");
+  // The spread is kept in the run's summary.
+  const fs::path dir = fs::path(::testing::TempDir()) / "timing_summary";
+  fs::create_directories(dir);
+  writeRunSummary((dir / "result.yaml").string(), noisy);
+  EXPECT_NEAR(loadRunSummary((dir / "result.yaml").string()).step_spread, noisy.step_spread, 1e-3);
 }
 
 }  // namespace
