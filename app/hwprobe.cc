@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/convert.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
@@ -157,14 +158,22 @@ HardwareModel probeHardware(const ProbeOptions& o) {
   double int8_s = bestTime(o.seconds_per_test, [&] { kernels::int8Gemm(shape, qa, formats.lhs, pa, qb, formats.rhs, pb, cs); });
   hw.gemm_int8 = shape.flops() / int8_s / 1e9;
 
-  // bf16 runs as exactly emulated f32 GEMMs here (kernels/convert.h); a CPU with bf16
-  // hardware would need its own kernels measured.
+  // bf16: oneDNN's native GEMM where the CPU has bf16 dot products (AVX512-BF16, AMX);
+  // elsewhere bf16 GEMMs are f32 GEMMs of the widened values (kernels/convert.h).
+  hw.gemm_bf16 = hw.gemm_f32;
+  if (kernels::hasBf16Gemm()) {
+    std::vector<uint16_t> a16(as.size()), b16(bs.size());
+    kernels::f32ToBf16(as.data(), a16.data(), static_cast<int64_t>(as.size()));
+    kernels::f32ToBf16(bs.data(), b16.data(), static_cast<int64_t>(bs.size()));
+    double bf16_s = bestTime(o.seconds_per_test, [&] { kernels::gemmBf16(shape, a16, b16, cs); });
+    hw.gemm_bf16 = shape.flops() / bf16_s / 1e9;
+  }
   // The achieved rates are measured; keep the peaks at least as high as them (on a
-  // busy machine the short FMA loop can come out below what oneDNN achieved).
+  // busy machine the short FMA loop can come out below what oneDNN achieved). bf16's
+  // peak is not probed: at least f32's, and at least what its GEMM achieved.
   hw.peak_f32 = std::max(hw.peak_f32, hw.gemm_f32);
   hw.peak_int8 = std::max(hw.peak_int8, hw.gemm_int8);
-  hw.peak_bf16 = hw.peak_f32;
-  hw.gemm_bf16 = hw.gemm_f32;
+  hw.peak_bf16 = std::max(hw.peak_f32, hw.gemm_bf16);
 
   // Dynamic quantization of an activation, bytes in + out.
   kernels::QuantFormat sr = formats.lhs;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/threads.h"
+#include "kernels/convert.h"
 #include "kernels/gemm.h"
 #include "kernels/quantize.h"
 
@@ -67,10 +68,13 @@ std::vector<float> randomData(int64_t n, uint32_t seed) {
   return v;
 }
 
-enum class Mode { kF32, kInt8Raw, kInt8Quant };
+// bf16: the native bf16 GEMM (operands already bf16, f32 accumulation), registered on
+// CPUs with bf16 dot products only (cpu_isa.h, hasBf16Gemm).
+enum class Mode { kF32, kBf16, kInt8Raw, kInt8Quant };
 const char* modeName(Mode mode) {
   switch (mode) {
     case Mode::kF32: return "f32";
+    case Mode::kBf16: return "bf16";
     case Mode::kInt8Raw: return "int8_raw";
     case Mode::kInt8Quant: return "int8_quant";
   }
@@ -93,9 +97,13 @@ void runGemm(benchmark::State& state, GemmShape shape, Mode mode) {
     quantizeDynamic(b, vb, f.rhs, pb, qb);
   };
   quantizeBoth();
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  f32ToBf16(a.data(), a16.data(), static_cast<int64_t>(a.size()));
+  f32ToBf16(b.data(), b16.data(), static_cast<int64_t>(b.size()));
   for (auto _ : state) {
     switch (mode) {
       case Mode::kF32: gemmF32(shape, a, b, c); break;
+      case Mode::kBf16: gemmBf16(shape, a16, b16, c); break;
       case Mode::kInt8Raw: int8Gemm(shape, qa, f.lhs, pa, qb, f.rhs, pb, c); break;
       case Mode::kInt8Quant:
         quantizeBoth();
@@ -139,13 +147,13 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\n%-34s %8s %9s %9s %10s %10s\n", "shape threads", "f32", "int8_raw", "int8_quant",
-                "raw/f32", "quant/f32");
+    std::printf("\n%-34s %8s %8s %9s %9s %9s %10s %10s\n", "shape threads", "f32", "bf16", "int8_raw", "int8_quant",
+                "bf16/f32", "raw/f32", "quant/f32");
     for (const std::string& key : order_) {
       auto& g = gflops_[key];
-      double f32 = g["f32"], raw = g["int8_raw"], quant = g["int8_quant"];
-      std::printf("%-34s %8.1f %9.1f %9.1f %9.2fx %9.2fx\n", key.c_str(), f32, raw, quant,
-                  f32 > 0 ? raw / f32 : 0.0, f32 > 0 ? quant / f32 : 0.0);
+      double f32 = g["f32"], bf16 = g["bf16"], raw = g["int8_raw"], quant = g["int8_quant"];
+      std::printf("%-34s %8.1f %8.1f %9.1f %9.1f %8.2fx %9.2fx %9.2fx\n", key.c_str(), f32, bf16, raw, quant,
+                  f32 > 0 ? bf16 / f32 : 0.0, f32 > 0 ? raw / f32 : 0.0, f32 > 0 ? quant / f32 : 0.0);
     }
   }
 
@@ -161,7 +169,8 @@ int main(int argc, char** argv) {
   pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   using namespace pgq::kernels;
   for (const NamedShape& s : benchShapes()) {
-    for (Mode mode : {Mode::kF32, Mode::kInt8Raw, Mode::kInt8Quant}) {
+    for (Mode mode : {Mode::kF32, Mode::kBf16, Mode::kInt8Raw, Mode::kInt8Quant}) {
+      if (mode == Mode::kBf16 && !hasBf16Gemm()) continue;
       std::string name = s.name + "/" + modeName(mode);
       benchmark::RegisterBenchmark(name.c_str(), runGemm, s.shape, mode)
           ->ArgName("threads")

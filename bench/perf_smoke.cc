@@ -1,4 +1,4 @@
-// The performance smoke test that CI runs (scripts/test.sh): six speed ratios, each
+// The performance smoke test that CI runs (scripts/test.sh): seven speed ratios, each
 // measured inside this one process on this one machine, with bounds wide enough that
 // machine noise never trips them and a 2x regression of the measured code always does.
 //
@@ -14,6 +14,9 @@
 //   threads   f32 GEMM on 1 thread / on every processor, same shape, 1 thread first.
 //             Expected ~1.8-2.0x on 2 processors; fails below 1.3x (a primitive cache
 //             that ignored the thread count made it 1.0x). Not measured on 1 processor.
+//   bf16      f32 GEMM / native bf16 GEMM (f32 accumulation), same shape, 1 thread, on
+//             CPUs with bf16 dot products (AVX512-BF16, AMX; not measured elsewhere).
+//             Fails below 1.2x (bf16 GEMMs that fell back to f32 arithmetic).
 //   step      f32 training step of `small` / the same step with the F+B recipe, all
 //             threads. Expected ~2.0x with VNNI, ~1.4-1.6x without; fails below 1.2x.
 //   profiled  the stage (i) step (statistics of every GEMM operand) / the plain f32
@@ -38,8 +41,9 @@
 
 #include <fmt/format.h>
 
-#include "kernels/threads.h"
+#include "kernels/convert.h"
 #include "kernels/gemm.h"
+#include "kernels/threads.h"
 #include "kernels/quantize.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
@@ -190,6 +194,31 @@ std::optional<Check> threadsRatio() {
                one / all, 1.3, true, "build/bench/gemm_bench --benchmark_filter=small.up/fwd/f32"};
 }
 
+// The f32 GEMM / the native bf16 GEMM (bf16 operands, f32 accumulation: the
+// `--precision bf16` path on CPUs with bf16 dot products), same shape, 1 thread; the
+// operands' conversion to bf16 is not timed (a training step converts each value once
+// for all the GEMMs that read it). Fails below 1.2x: bf16 GEMMs that fell back to f32
+// arithmetic (widening, or oneDNN's reference kernel) come out at or below 1.0x. Not
+// measured on CPUs without bf16 dot products, where bf16 GEMMs are f32 GEMMs.
+std::optional<Check> bf16Ratio() {
+  using namespace pgq::kernels;
+  if (!hasBf16Gemm()) {
+    fmt::print("perf smoke bf16: not measured: this CPU ({}) has no bf16 dot products\n", int8Caps().isa_name);
+    return std::nullopt;
+  }
+  omp_set_num_threads(1);
+  const GemmShape shape{1, 2048, 256, 1024};
+  const std::vector<float> a = randomData(size_t(shape.sizeA()), 6), b = randomData(size_t(shape.sizeB()), 7);
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  f32ToBf16(a.data(), a16.data(), static_cast<int64_t>(a.size()));
+  f32ToBf16(b.data(), b16.data(), static_cast<int64_t>(b.size()));
+  std::vector<float> c(size_t(shape.sizeC()));
+  auto [f32, bf16] = minTimes(15, [&] { gemmF32(shape, a, b, c); }, [&] { gemmBf16(shape, a16, b16, c); });
+  return Check{"bf16", fmt::format("f32 GEMM {:.2f} ms / bf16 GEMM {:.2f} ms at 2048x1024x256 ({}), 1 thread", f32,
+                                   bf16, int8Caps().isa_name),
+               f32 / bf16, 1.2, true, "build/bench/gemm_bench --benchmark_filter=bf16"};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,6 +227,7 @@ int main(int argc, char** argv) {
   std::vector<Check> checks = {gemmRatio()};
   for (Check& c : quantizeRatios()) checks.push_back(std::move(c));
   if (std::optional<Check> threads = threadsRatio()) checks.push_back(std::move(*threads));
+  if (std::optional<Check> bf16 = bf16Ratio()) checks.push_back(std::move(*bf16));
   if (with_step)
     for (Check& c : stepRatios()) checks.push_back(std::move(c));
   int failed = 0;

@@ -62,6 +62,14 @@ const Int8Caps& int8Caps() {
   return caps;
 }
 
+bool hasBf16Gemm() {
+  static const bool native = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return native;
+}
+
 std::string onednnVersion() {
   const dnnl_version_t* v = dnnl_version();
   return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);

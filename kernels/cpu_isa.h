@@ -25,6 +25,10 @@ struct Int8Caps {
 
 // Detected once, on first use, from dnnl::get_effective_cpu_isa().
 const Int8Caps& int8Caps();
+// Whether the CPU has bf16 dot products (AVX512-BF16 or AMX), with which oneDNN runs a
+// bf16 GEMM natively (gemm.h, gemmBf16); without them bf16 GEMMs are f32 GEMMs of the
+// widened values (kernels/convert.h). Detected once, like int8Caps().
+bool hasBf16Gemm();
 // The capabilities of a CPU with or without VNNI (for tests and hardware models).
 Int8Caps int8CapsFor(bool vnni, std::string isa_name);
 

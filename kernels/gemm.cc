@@ -131,6 +131,29 @@ void gemmF32(const GemmShape& shape, std::span<const float> a, std::span<const f
   detail::runMatmul(key, a.data(), b.data(), c.data());
 }
 
+void gemmBf16(const GemmShape& shape, std::span<const uint16_t> a, std::span<const uint16_t> b,
+              std::span<float> c) {
+  shape.validate();
+  if (!hasBf16Gemm())
+    throw KernelError::format("gemmBf16: this CPU ({}) has no bf16 dot products; widen to f32 and use gemmF32",
+                              int8Caps().isa_name);
+  checkSize("gemmBf16", "A", a.size(), shape.sizeA(), shape);
+  checkSize("gemmBf16", "B", b.size(), shape.sizeB(), shape);
+  checkSize("gemmBf16", "C", c.size(), shape.sizeC(), shape);
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  detail::MatmulKey key{dnnl::memory::data_type::bf16,
+                        dnnl::memory::data_type::bf16,
+                        dnnl::memory::data_type::f32,
+                        shape.batch,
+                        m,
+                        n,
+                        k,
+                        {m * k, shape.trans_a ? 1 : k, shape.trans_a ? m : 1},
+                        {k * n, shape.trans_b ? 1 : n, shape.trans_b ? k : 1},
+                        false};
+  detail::runMatmul(key, a.data(), b.data(), c.data());
+}
+
 void checkExactInt8Gemm(const QuantFormat& fa, const QuantFormat& fb, const Int8Caps& caps) {
   if (!caps.exact(fa.bits, fb.bits)) {
     throw KernelError::format(

@@ -1,5 +1,6 @@
 #pragma once
-// GEMMs through oneDNN: f32, and int8 with int32 accumulation and rescale to f32.
+// GEMMs through oneDNN: f32, bf16 (f32 accumulation) and int8 with int32 accumulation
+// and rescale to f32.
 //   C = op(A) x op(B)   // [batch,M,K] x [batch,K,N] -> [batch,M,N]
 // Transposed operands are described by strides (no copies). oneDNN primitives are
 // created once per shape and cached (thread-safe); one global CPU engine.
@@ -36,6 +37,15 @@ namespace pgq::kernels {
 // C = op(A) x op(B) in f32. Sizes must be shape.sizeA(), sizeB(), sizeC().
 void gemmF32(const GemmShape& shape, std::span<const float> a, std::span<const float> b,
              std::span<float> c);
+
+// C = op(A) x op(B) with bf16 operands (their bit patterns, kernels/convert.h) and f32
+// accumulation and result, run natively by oneDNN where hasBf16Gemm() (cpu_isa.h): the
+// products of bf16 values are exact in f32, so this is the emulated bf16 GEMM (widen,
+// then gemmF32) up to the order of the f32 sums, except that the bf16 dot-product
+// instructions treat denormal inputs and results as zero. Throws KernelError without
+// native bf16 (oneDNN's reference kernel would be orders of magnitude slower).
+void gemmBf16(const GemmShape& shape, std::span<const uint16_t> a, std::span<const uint16_t> b,
+              std::span<float> c);
 
 // The largest K whose int32 sums cannot overflow: 255 * 128 * K < 2^31.
 inline constexpr int64_t kMaxInt8GemmK = 65793;

@@ -353,6 +353,19 @@ Kernel CpuBackend::lowerMatMul(const Node& node, LoweringContext& ctx) const {
   const Node& rhs = *node.operand(1);
   DotDims dims = DotDims::fromAttrs(node.attrs());
   GemmLayout layout = gemmLayout(lhs.shape(), rhs.shape(), dims);
+  int y = ctx.result();
+  // Two bf16 operands that oneDNN can read as they are stored (strides, no permute):
+  // its native bf16 GEMM where the CPU has bf16 dot products (kernels/gemm.h).
+  if (lhs.dtype() == DType::kBF16 && rhs.dtype() == DType::kBF16 && k::hasBf16Gemm() && !layout.lhs_perm &&
+      !layout.rhs_perm) {
+    const k::GemmShape shape = layout.shape;
+    const int a = ctx.operand(0).slot, b = ctx.operand(1).slot;
+    return [=](const RunContext& rc) {
+      k::gemmBf16(shape, {rc.as<uint16_t>(a), static_cast<size_t>(shape.sizeA())},
+                  {rc.as<uint16_t>(b), static_cast<size_t>(shape.sizeB())},
+                  {rc.as<float>(y), static_cast<size_t>(shape.sizeC())});
+    };
+  }
   // oneDNN 2.6's f32 gemm:jit runs a transposed A (the weight-gradient GEMM, which
   // contracts over tokens) at 40-45 GFLOP/s instead of ~90 (docs/PERFORMANCE.md);
   // transposing A into scratch costs one memory pass and wins back most of that.
@@ -363,7 +376,6 @@ Kernel CpuBackend::lowerMatMul(const Node& node, LoweringContext& ctx) const {
     layout.lhs_perm = perm;
     layout.shape.trans_a = false;
   }
-  int y = ctx.result();
   // Each operand may need widening from bf16 (exact) and/or a permute into a layout
   // oneDNN can read with strides; both go through scratch buffers.
   struct Prep {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "kernels/convert.h"
 #include "kernels/kernel_error.h"
 #include "quant_test_util.h"
 
@@ -38,6 +39,34 @@ TEST(GemmF32, MatchesDoubleReferenceForEveryTransposeAndBatch) {
         std::vector<float> b = qtest::normalData(s.sizeB(), 2);
         std::vector<float> c(s.sizeC(), NAN);
         gemmF32(s, a, b, c);
+        expectCloseToReference(s, a, b, c);
+      }
+    }
+  }
+}
+
+// Native bf16: the same products as the widened f32 GEMM (bf16 x bf16 is exact in f32),
+// summed in another order: within the f32 accumulation bound of the exact result of the
+// rounded operands. Without bf16 dot products it refuses rather than run oneDNN's slow
+// reference kernel (the backend widens to f32 then).
+TEST(GemmBf16, MatchesTheRoundedOperandsProductOrRefuses) {
+  for (GemmShape s : {GemmShape{1, 37, 29, 53}, GemmShape{3, 16, 40, 24}, GemmShape{1, 64, 300, 130}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        s.trans_a = ta;
+        s.trans_b = tb;
+        std::vector<float> a = qtest::normalData(s.sizeA(), 7), b = qtest::normalData(s.sizeB(), 8);
+        std::vector<uint16_t> a16(a.size()), b16(b.size());
+        f32ToBf16(a.data(), a16.data(), static_cast<int64_t>(a.size()));
+        f32ToBf16(b.data(), b16.data(), static_cast<int64_t>(b.size()));
+        std::vector<float> c(s.sizeC(), NAN);
+        if (!hasBf16Gemm()) {
+          EXPECT_THROW(gemmBf16(s, a16, b16, c), KernelError);
+          continue;
+        }
+        gemmBf16(s, a16, b16, c);
+        bf16ToF32(a16.data(), a.data(), static_cast<int64_t>(a.size()));  // the values it multiplied
+        bf16ToF32(b16.data(), b.data(), static_cast<int64_t>(b.size()));
         expectCloseToReference(s, a, b, c);
       }
     }
