@@ -31,6 +31,5 @@ int64_t quantParamCount(const QuantOperandShape& operand, const QuantFormat& for
   return pgq::quantParamCount(format, operand.batch, operand.channels, operand.contract);
 }
 
-int quantFormatBits(const std::string& format) { return QuantFormat::parse(format).bits; }
 
 }  // namespace pgq

@@ -45,7 +45,5 @@ QuantOperandShape quantOperandShape(const Shape& shape, const std::vector<int64_
 
 // Number of params floats (scales, then zero points) of `format` for such an operand.
 int64_t quantParamCount(const QuantOperandShape& operand, const QuantFormat& format);
-// Throws pgq::Error for a malformed format; returns its bits.
-int quantFormatBits(const std::string& format);
 
 }  // namespace pgq
