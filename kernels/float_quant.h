@@ -62,8 +62,10 @@ namespace pgq::kernels {
 
 // Fills params[0, quantGroupCount(view, format)) with each group's scale (above).
 // Throws KernelError unless format.isEmulated() and the buffers match the view.
+// Formats with a Hadamard transform (hadamard.h) compute the scales of the transformed
+// values, with the signs of sr.offset.
 void computeEmulatedScales(std::span<const float> x, const OperandView& view,
-                           const QuantFormat& format, std::span<float> params);
+                           const QuantFormat& format, std::span<float> params, SrStream sr = {});
 
 // The scale of a group from its absmax and the tensor's (for per-tensor groups pass the
 // same value twice; only two_level reads tensor_absmax). Delayed scaling feeds it an

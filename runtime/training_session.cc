@@ -86,9 +86,17 @@ ProfileFormats profileFormats(const TrainOptions& o) {
     if (const std::optional<Scheme> scheme = parseScheme(item)) {
       SchemeFormats rtn = schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest),
                     sr = schemeFormats(*scheme, Rounding::kNearest, Rounding::kStochastic);
-      once(p.formats, rtn.operand.toString());
-      once(p.gradient_formats, rtn.gradient.toString());
-      once(p.gradient_formats, sr.gradient.toString());
+      // 4-bit schemes: also with the random Hadamard transform, which a policy may ask
+      // for on any direction (recipe_generator.cc reads both).
+      const bool four_bit = familyOf(*scheme) == FormatFamily::kNvfp4 || familyOf(*scheme) == FormatFamily::kMxfp4;
+      for (bool hadamard : {false, true}) {
+        if (hadamard && !four_bit) break;
+        for (QuantFormat* f : {&rtn.operand, &rtn.weight, &rtn.gradient, &sr.gradient}) f->hadamard = hadamard;
+        once(p.formats, rtn.operand.toString());
+        once(p.formats, rtn.weight.toString());
+        once(p.gradient_formats, rtn.gradient.toString());
+        once(p.gradient_formats, sr.gradient.toString());
+      }
     } else {
       once(p.formats, QuantFormat::parse(item).toString());
     }
