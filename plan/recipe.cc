@@ -328,7 +328,8 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
           if (f.scale != ScaleKind::kF32 && g.k % f.block != 0)
             throw Error(fmt::format("{}: field '{}': GEMM '{}': {} block {} does not divide its contracting "
                                     "dimension K = {}; keep this GEMM or use a block that divides K",
-                                    where(e), key, g.label, formatFamily(f), f.block, g.k));
+                                    where(e), key, g.label, formatFamily(f) == FormatFamily::kNvfp4 ? "NVFP4" : "MX",
+                                    f.block, g.k));
           if (f.hadamard && g.k % kHadamardBlock != 0)
             throw Error(fmt::format("{}: field '{}': GEMM '{}': the random Hadamard transform (rht) works on blocks "
                                     "of {} along the contracting dimension, and K = {} is not a multiple of {}; "

@@ -551,7 +551,7 @@ std::string explainRecipe(const Recipe& r) {
     for (const auto& [family, n] : families) out += fmt::format("    {:<8} {:>3} GEMMs\n", family, n);
   for (const std::string& note : r.notes) out += fmt::format("  note: {}\n", note);
   if (emulated)
-    out += fmt::format("  FP8/MX GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
+    out += fmt::format("  FP8/MX/FP4 GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
                        "numerics at f32 speed); the estimates below are hardware {}'s\n",
                        r.hardware);
   // Why GEMMs were kept, grouped by the first words of their reason.

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -49,7 +50,9 @@ TensorSpec specOf(const Recipe& recipe, const RecipeEntry& e, const QuantFormat&
     throw Error(fmt::format("{}:{}: GEMM '{}' field '{}': format {} (family {}) has no Transformer Engine quantizer "
                             "(TE quantizes to fp8, mxfp8 and nvfp4): keep the GEMM or choose another scheme",
                             whereFrom(recipe), e.line, e.label, field, f.toString(), family));
-  return {family, f.element, f.hadamard, f.block2d, f.rounding == Rounding::kStochastic};
+  // TE's FP8 quantizers have no stochastic rounding: an FP8 gradient in SR exports as
+  // round to nearest (NVFP4's quantizer has it).
+  return {family, f.element, f.hadamard, f.block2d, family == FormatFamily::kNvfp4 && f.rounding == Rounding::kStochastic};
 }
 
 // The format of the operand of `e` with (gradient) or without a gradient role.
@@ -127,26 +130,33 @@ std::vector<ModuleSpecs> megatronModules(const Recipe& recipe) {
   return out;
 }
 
-// The stock Transformer Engine recipe the roles amount to, as Megatron names it
-// (training_recipe's lines), or empty when only a custom factory says them.
-std::vector<std::string> stockRecipe(const ModuleSpecs& s) {
-  if (!s.quantized()) return {};
-  if (!s.input || !s.weight || !s.grad_output) return {};
+// The stock Transformer Engine recipe the roles amount to: the config's name and its
+// training_recipe lines as Megatron names them, or nothing when only a custom factory
+// says them.
+struct Stock {
+  std::string name;
+  std::vector<std::string> lines;
+};
+std::optional<Stock> stockRecipe(const ModuleSpecs& s) {
+  if (!s.input || !s.weight || !s.grad_output) return std::nullopt;
   // NVFP4BlockScaling's defaults: 2-D weights, the transform on the weight gradient's
   // inputs, stochastic rounding on gradients.
   const TensorSpec nv_input{FormatFamily::kNvfp4, Element::kE2M1, true, false, false},
       nv_weight{FormatFamily::kNvfp4, Element::kE2M1, false, true, false},
       nv_grad{FormatFamily::kNvfp4, Element::kE2M1, true, false, true};
   if (*s.input == nv_input && *s.weight == nv_weight && *s.grad_output == nv_grad)
-    return {"fp4_quantization_recipe: \"nvfp4\""};
+    return Stock{"nvfp4", {"fp4_quantization_recipe: \"nvfp4\""}};
   const TensorSpec mx{FormatFamily::kMxfp8, Element::kE4M3, false, false, false};
-  if (*s.input == mx && *s.weight == mx && *s.grad_output == mx) return {"fp8_quantization_recipe: \"mxfp8\""};
+  if (*s.input == mx && *s.weight == mx && *s.grad_output == mx)
+    return Stock{"mxfp8", {"fp8_quantization_recipe: \"mxfp8\""}};
   const TensorSpec e4m3{FormatFamily::kFp8, Element::kE4M3, false, false, false},
       e5m2{FormatFamily::kFp8, Element::kE5M2, false, false, false};
-  if (*s.input == e4m3 && *s.weight == e4m3 && (*s.grad_output == e4m3 || *s.grad_output == e5m2))
-    return {"fp8_quantization_recipe: \"tensorwise\"",
-            fmt::format("fp8_format: \"{}\"", *s.grad_output == e5m2 ? "hybrid" : "e4m3")};
-  return {};
+  if (*s.input == e4m3 && *s.weight == e4m3 && (*s.grad_output == e4m3 || *s.grad_output == e5m2)) {
+    const char* format = *s.grad_output == e5m2 ? "hybrid" : "e4m3";
+    return Stock{fmt::format("fp8_{}", format),
+                 {"fp8_quantization_recipe: \"tensorwise\"", fmt::format("fp8_format: \"{}\"", format)}};
+  }
+  return std::nullopt;
 }
 
 bool fourBit(const ModuleSpecs& s) {
@@ -190,28 +200,25 @@ std::string recipeToMegatronConfig(const Recipe& recipe, std::string_view factor
   const std::vector<ModuleSpecs> modules = megatronModules(recipe);
   std::string configs = "configs:\n  bf16:\n    transformer_engine_config_type: \"TEQuantizationParams\"\n"
                         "    training_recipe: {}\n";
-  std::map<std::string, std::string> stock_names;  // training_recipe text -> config name
+  std::set<std::string> written;  // config names
   std::string matchers = "matchers:\n", notes;
   for (size_t i = 0; i < modules.size(); ++i) {
     const ModuleSpecs& s = modules[i];
     for (const std::string& n : s.notes) notes += fmt::format("#   {}\n", n);
     std::string config = "bf16";
     if (s.quantized()) {
-      std::vector<std::string> lines = stockRecipe(s);
-      const bool custom = lines.empty();
-      if (custom)
-        lines = {fmt::format("{}_quantization_recipe: \"custom\"", fourBit(s) ? "fp4" : "fp8"),
-                 fmt::format("custom_recipe_factory: \"{}.pgq_factory_{}\"", factory_module, i)};
+      std::optional<Stock> stock = stockRecipe(s);
+      if (!stock)
+        stock = Stock{fmt::format("pgq_{}", i),
+                      {fmt::format("{}_quantization_recipe: \"custom\"", fourBit(s) ? "fp4" : "fp8"),
+                       fmt::format("custom_recipe_factory: \"{}.pgq_factory_{}\"", factory_module, i)}};
       // The recipe decides every module: apply even where the run's default is bf16.
-      lines.push_back("override_nonquantized_autocast: true");
-      const std::string body = fmt::format("{}", fmt::join(lines, "\n      "));
-      auto [it, fresh] = stock_names.try_emplace(body, custom ? fmt::format("pgq_{}", i)
-                                                              : fmt::format("stock_{}", stock_names.size()));
-      config = it->second;
-      if (fresh)
+      stock->lines.push_back("override_nonquantized_autocast: true");
+      config = stock->name;
+      if (written.insert(config).second)
         configs += fmt::format("  {}:\n    transformer_engine_config_type: \"TEQuantizationParams\"\n"
                                "    training_recipe:\n      {}\n",
-                               config, body);
+                               config, fmt::join(stock->lines, "\n      "));
     }
     matchers += fmt::format("  m{}:\n    type: \"glob\"\n    enabled: true\n    pattern: \"{}\"\n    config: \"{}\"\n", i,
                             s.name, config);

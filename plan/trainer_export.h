@@ -26,7 +26,8 @@
 // linear_fc1 the gate and up GEMMs of SwiGLU), so the export needs a model pgq built:
 // a GEMM of any other module (an imported ONNX model's) is an error naming the recipe
 // and the GEMM. Formats Transformer Engine has no quantizer for (int8, mxint8, MOSS,
-// MXFP4) are errors too.
+// MXFP4) are errors too. TE's FP8 quantizers have no stochastic rounding, so an FP8
+// gradient in SR exports as round to nearest.
 #include <string>
 #include <string_view>
 
