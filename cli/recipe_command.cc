@@ -84,6 +84,7 @@ void addRecipeCommand(CLI::App& app) {
     std::optional<Metric> chosen;
     if (cmd->count("--metric")) chosen = metricFromName(metric, "--metric");
     if (!export_torch.empty()) checkExportPath(export_torch);
+    if (!export_megatron.empty()) megatronFactoryPath(export_megatron);
     Profile p = loadProfile(profile);
     if (!model.empty()) {
       ModelConfig m = loadModelConfig(model);

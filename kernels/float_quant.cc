@@ -121,7 +121,7 @@ float scaleFromAbsmax(double group_absmax, double tensor_absmax, const QuantForm
       return powerOfTwo(group > 0.0 ? std::clamp(floorLog2(group) - limits.emax, -126, 127) : -126);
     case ScaleKind::kE4M3: {
       // NVFP4 as Transformer Engine computes it (docs/features/low_precision_training/
-      // nvfp4/nvfp4.rst and common/cast/nvfp4/core_nvfp4.cuh, TE 2.8-2.9): the tensor's
+      // nvfp4/nvfp4.rst and common/cast/nvfp4/core_nvfp4.cuh, read in its 2025-26 sources): the tensor's
       // encode scale S = 448 * 6 / tensor absmax in f32, each block's decode scale
       // s_b = e4m3(G / 6 * S) with round to nearest, and an element's value
       // e2m1 * s_b / S. One f32 scale per group holds s_b / S. A block whose s_b

@@ -327,7 +327,7 @@ def pgq_custom_recipe(module):
                      recipe.name, recipe.model, recipe.hardware, recipe.policy, table, factories);
 }
 
-std::string writeMegatronExport(const std::string& yaml_path, const Recipe& recipe) {
+std::string megatronFactoryPath(const std::string& yaml_path) {
   const std::filesystem::path path(yaml_path);
   const std::string stem = path.stem().string();
   if (!isPythonIdentifier(stem))
@@ -338,6 +338,13 @@ std::string writeMegatronExport(const std::string& yaml_path, const Recipe& reci
   if (py_path == yaml_path)
     throw Error(fmt::format("--export-megatron {}: give a .yaml file (its factories go to {})", yaml_path, py_path));
   checkFileWithSidecar("--export-megatron", yaml_path, py_path);
+  return py_path;
+}
+
+std::string writeMegatronExport(const std::string& yaml_path, const Recipe& recipe) {
+  const std::string py_path = megatronFactoryPath(yaml_path);
+  const std::string stem = std::filesystem::path(yaml_path).stem().string();
+  // Both texts first: a recipe the export refuses writes neither file.
   const std::string yaml = recipeToMegatronConfig(recipe, stem), py = recipeToTeFactories(recipe);
   writeFileAtomically(yaml_path, yaml);
   writeFileAtomically(py_path, py);

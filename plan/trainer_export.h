@@ -46,9 +46,14 @@ std::string recipeToMegatronConfig(const Recipe& recipe, std::string_view factor
 // module, pgq_quantizer_factory(role) choosing by role.name, and pgq_custom_recipe(name).
 std::string recipeToTeFactories(const Recipe& recipe);
 
-// Writes the YAML at yaml_path and the factories beside it (same stem, .py, which must
-// be a Python identifier); returns the factories' path. Throws pgq::Error naming the
-// file or the recipe's field.
+// The factories' path for the YAML at yaml_path: the same stem with .py, imported by
+// that stem, so it must be a Python identifier. Checks both paths as outputs (support/
+// file_io.h checkFileWithSidecar) and throws pgq::Error naming the flag and the file;
+// `pgq recipe` calls it before any work.
+std::string megatronFactoryPath(const std::string& yaml_path);
+// Writes the YAML at yaml_path and the factories at megatronFactoryPath(yaml_path);
+// returns that path. Throws pgq::Error naming the file or the recipe's field; a recipe
+// the export refuses writes neither file.
 std::string writeMegatronExport(const std::string& yaml_path, const Recipe& recipe);
 
 }  // namespace pgq

@@ -101,7 +101,9 @@ void checkMegatronSchema(const YAML::Node& root) {
     }
     const bool custom = (fp8 && recipe["fp8_quantization_recipe"].as<std::string>() == "custom") ||
                         (fp4 && recipe["fp4_quantization_recipe"].as<std::string>() == "custom");
-    if (custom) EXPECT_NE(recipe["custom_recipe_factory"].as<std::string>().find('.'), std::string::npos) << name;
+    if (custom) {
+      EXPECT_NE(recipe["custom_recipe_factory"].as<std::string>().find('.'), std::string::npos) << name;
+    }
     if (recipe["fp8_format"]) {
       const std::string v = recipe["fp8_format"].as<std::string>();
       EXPECT_TRUE(v == "e4m3" || v == "hybrid") << v;

@@ -2,7 +2,7 @@
 """The NVFP4 fine-tuning table of docs/RESULTS.md from the runs' own files.
 
 Usage: finetune_table.py HERE END  (HERE holds ft_<recipe>_<seed>.csv and recipes/)
-Loss: mean training loss over the last 20 steps (END-19 .. END); validation loss of the
+Loss: mean training loss over the last 10 steps (END-9 .. END); validation loss of the
 last evaluation; deltas against bf16 of the same seed. GEMMs in bf16: the recipe's kept
 block GEMMs (logits and attention are kept in every recipe); B200 speedup: the GEMM time
 estimate of `pgq recipe --explain` at 16x the profiled tokens (recipes/<name>_x16.txt).
@@ -23,7 +23,7 @@ ESTIMATE = re.compile(r"estimated GEMM time on b200: ([0-9.]+) ms -> ([0-9.]+) m
 
 def summary(path, end):
     rows = list(csv.DictReader(open(path)))
-    last = [float(r["loss"]) for r in rows if end - 19 <= int(r["step"]) <= end]
+    last = [float(r["loss"]) for r in rows if end - 9 <= int(r["step"]) <= end]
     evals = [r for r in rows if r["val_loss"]]
     return sum(last) / len(last), float(evals[-1]["val_loss"])
 
@@ -39,7 +39,7 @@ def recipe_facts(here, name):
 
 def main():
     here, end = sys.argv[1], int(sys.argv[2])
-    print(f"| recipe | GEMMs in bf16 | est. B200 GEMM speedup | seed | loss (steps {end - 19}-{end}) | vs bf16 | "
+    print(f"| recipe | GEMMs in bf16 | est. B200 GEMM speedup | seed | loss (steps {end - 9}-{end}) | vs bf16 | "
           "val loss | vs bf16 |")
     print("|---|---|---|---|---|---|---|---|")
     for name, text in RECIPES:
