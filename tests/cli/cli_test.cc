@@ -830,8 +830,10 @@ TEST_F(Cli, StageTwoBadInputs) {
       {"recipe --profile " + profile + " --hardware h100-sxm --policy " + PGQ_SOURCE_DIR +
            "/recipes/policies/nvfp4.yaml",
        "/recipes/policies/nvfp4.yaml: field 'formats' lists nvfp4, which hardware 'h100-sxm' does not run"},
-      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-megatron " +
-           (dir_ / "te.yaml").string(),
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " +
+           write("int8_all.yaml", "name: int8-all\nforward: {quantize: true}\nbackward: {quantize: false}\n"
+                                  "min_speedup: 0\n") +
+           " --export-megatron " + (dir_ / "te.yaml").string(),
        "(family int8) has no Transformer Engine quantizer"},
       {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-megatron " +
            (dir_ / "te-precision.yaml").string(),
