@@ -14,6 +14,7 @@
 #include "plan/profile.h"
 #include "plan/recipe_export.h"
 #include "plan/recipe_generator.h"
+#include "plan/trainer_export.h"
 #include "support/errors.h"
 #include "support/file_io.h"
 
@@ -66,6 +67,12 @@ void addRecipeCommand(CLI::App& app) {
                   "Also write the recipe for PyTorch: FILE.json (the nn.Linear modules to quantize with Transformer "
                   "Engine or torchao) and FILE.py beside it (torchao's module_filter_fn)")
       ->check(kNonEmptyPath);
+  static std::string export_megatron;
+  cmd->add_option("--export-megatron", export_megatron,
+                  "Also write the recipe for Megatron-LM: FILE.yaml (its --te-precision-config-file, a Transformer "
+                  "Engine recipe per module) and FILE.py beside it (Transformer Engine CustomRecipe quantizer "
+                  "factories, per module and tensor role); needs a model pgq built")
+      ->check(kNonEmptyPath);
   static std::string metric;
   cmd->add_option("--metric", metric,
                   fmt::format("What the policy's thresholds compare, per GEMM: {} (pgq sqnr-table shows each; "
@@ -77,6 +84,7 @@ void addRecipeCommand(CLI::App& app) {
     std::optional<Metric> chosen;
     if (cmd->count("--metric")) chosen = metricFromName(metric, "--metric");
     if (!export_torch.empty()) checkExportPath(export_torch);
+    if (!export_megatron.empty()) megatronFactoryPath(export_megatron);
     Profile p = loadProfile(profile);
     if (!model.empty()) {
       ModelConfig m = loadModelConfig(model);
@@ -96,6 +104,10 @@ void addRecipeCommand(CLI::App& app) {
     if (!export_torch.empty()) {
       std::string filter = writeTorchExport(export_torch, recipe);
       fmt::print(stderr, "PyTorch export: {} and {}\n", export_torch, filter);
+    }
+    if (!export_megatron.empty()) {
+      std::string factories = writeMegatronExport(export_megatron, recipe);
+      fmt::print(stderr, "Megatron-LM export: {} and {}\n", export_megatron, factories);
     }
     if (explain) fmt::print(out.empty() ? stderr : stdout, "{}", explainRecipe(recipe));
   });

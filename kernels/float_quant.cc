@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/emulated_forms.h"
 #include "kernels/float_quant_core.h"
 #include "kernels/kernel_error.h"
 
@@ -118,6 +119,22 @@ float scaleFromAbsmax(double group_absmax, double tensor_absmax, const QuantForm
     case ScaleKind::kE8M0:
       // 2^-126 is kMinScale, the smallest scale any group gets.
       return powerOfTwo(group > 0.0 ? std::clamp(floorLog2(group) - limits.emax, -126, 127) : -126);
+    case ScaleKind::kE4M3: {
+      // NVFP4 as Transformer Engine computes it (docs/features/low_precision_training/
+      // nvfp4/nvfp4.rst and common/cast/nvfp4/core_nvfp4.cuh, read in its 2025-26 sources): the tensor's
+      // encode scale S = 448 * 6 / tensor absmax in f32, each block's decode scale
+      // s_b = e4m3(G / 6 * S) with round to nearest, and an element's value
+      // e2m1 * s_b / S. One f32 scale per group holds s_b / S. A block whose s_b
+      // underflows E4M3 (G below ~2^-10 * 6 * T / 2688) or is all zero gets kMinScale:
+      // its values round to (almost) 0, as they do on the GPU.
+      const double tensor = std::max(clean(tensor_absmax), group);
+      if (group == 0.0) return kMinScale;
+      const float encode = float(std::min(448.0 * limits.max / tensor, double(FLT_MAX)));
+      static const QuantFormat kE4m3 = QuantFormat::parse("e4m3:tensor:rtn");
+      const float block = roundToElement(float(group / limits.max * double(encode)), kE4m3);
+      if (block == 0.0f) return kMinScale;
+      return float(std::max(double(block) / double(encode), double(kMinScale)));
+    }
     case ScaleKind::kTwoLevel: {
       const double tensor = std::max(clean(tensor_absmax), group);
       const float global = float(std::max(tensor / limits.max, double(kMinScale)));
@@ -141,13 +158,42 @@ float emulatedScaleFromAbsmax(double group_absmax, double tensor_absmax,
   return scaleFromAbsmax(group_absmax, tensor_absmax, format, elementLimits(format));
 }
 
+namespace {
+
+// Each group's absmax, as two ranges whose max(-mn, mx) is it: 1-D groups from
+// groupRanges, 2-D tiles as the largest of their channels' blocks.
+void groupAbsmaxRanges(const float* x, const OperandView& view, const QuantFormat& format, std::vector<float>& mn,
+                       std::vector<float>& mx) {
+  if (!format.block2d) {
+    detail::groupRanges(x, view, format, mn, mx);
+    return;
+  }
+  std::vector<float> row_mn, row_mx;
+  detail::groupRanges(x, view, detail::rowFormat(format), row_mn, row_mx);
+  mn.assign(size_t(quantGroupCount(view, format)), 0.0f);
+  mx.assign(mn.size(), 0.0f);
+  for (int64_t g = 0; g < int64_t(row_mx.size()); ++g) {
+    const int64_t t = detail::tileOfGroup(view, format, g);
+    mn[t] = std::min(mn[t], row_mn[g]);
+    mx[t] = std::max(mx[t], row_mx[g]);
+  }
+}
+
+}  // namespace
+
 void computeEmulatedScales(std::span<const float> x, const OperandView& view,
-                           const QuantFormat& format, std::span<float> params) {
+                           const QuantFormat& format, std::span<float> params, SrStream sr) {
   detail::checkEmulatedFormat("computeEmulatedScales", format);
   detail::checkQuantArgs("computeEmulatedScales", int64_t(x.size()), view, format,
                          int64_t(params.size()));
+  if (format.hadamard) {
+    QuantFormat plain = format;
+    plain.hadamard = false;
+    computeEmulatedScales(detail::hadamardCopy(x, view, sr.offset), view, plain, params, sr);
+    return;
+  }
   std::vector<float> mn, mx;
-  detail::groupRanges(x.data(), view, format, mn, mx);
+  groupAbsmaxRanges(x.data(), view, format, mn, mx);
   const int64_t groups = int64_t(mx.size());
   const ElementLimits limits = elementLimits(format);
   if (format.scale == ScaleKind::kE8M0) {
@@ -162,10 +208,10 @@ void computeEmulatedScales(std::span<const float> x, const OperandView& view,
     }
     return;
   }
-  double tensor = 0.0;  // two_level only
+  double tensor = 0.0;  // two_level and e4m3 only
   for (int64_t g = 0; g < groups; ++g) {
     mx[g] = std::max(-mn[g], mx[g]);
-    if (format.scale == ScaleKind::kTwoLevel) tensor = std::max(tensor, double(mx[g]));
+    tensor = std::max(tensor, double(mx[g]));
   }
   for (int64_t g = 0; g < groups; ++g) params[g] = scaleFromAbsmax(mx[g], tensor, format, limits);
 }
@@ -186,6 +232,20 @@ void fakeQuantize(std::span<const float> x, const OperandView& view, const Quant
     throw KernelError("fakeQuantize: x and out overlap without being the same buffer");
   }
   detail::checkEmulatedParams("fakeQuantize", format, params, quantGroupCount(view, format));
+  if (format.hadamard) {
+    // Quantize H D x, then give the GEMM D H Q(H D x): the product of two such operands
+    // is that of the transformed ones (hadamard.h).
+    QuantFormat plain = format;
+    plain.hadamard = false;
+    const std::vector<float> y = detail::hadamardCopy(x, view, sr.offset);
+    fakeQuantize(y, view, plain, params, out, sr);
+    hadamardTransform(out, view, sr.offset, /*inverse=*/true, out);
+    return;
+  }
+  if (format.block2d) {
+    fakeQuantize(x, view, detail::rowFormat(format), detail::expandTileParams(view, format, params), out, sr);
+    return;
+  }
   const detail::QuantPlan plan = detail::emulatedPlan(view, format, params);
   const detail::EmulatedGrid grid = detail::emulatedGridOf(format);
   const detail::GridLanes lanes(grid);

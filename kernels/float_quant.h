@@ -1,7 +1,8 @@
 #pragma once
 // Emulated quantization formats (support/quant_format.h: isEmulated()): FP8 elements
-// (OCP E4M3, E5M2) with f32 scales, OCP Microscaling (MX) power-of-two block scales
-// (MXFP8, MXINT8) and MOSS two-level scales. This CPU has no FP8 arithmetic, so a GEMM
+// (OCP E4M3, E5M2) and the FP4 element E2M1 with f32 scales, NVFP4's two-level scales,
+// OCP Microscaling (MX) power-of-two block scales (MXFP8, MXINT8, MXFP4) and MOSS
+// two-level scales. This CPU has no FP8 or FP4 arithmetic, so a GEMM
 // in such a format runs as "fake quantization" (as torch.ao's fake_quantize): each
 // operand is rounded to exactly the values the format represents, kept in f32, and an
 // f32 GEMM reads it. Two kernel calls per operand and step:
@@ -25,6 +26,12 @@
 //                    for int elements, so MXINT8 holds k * 2^-6 * 2^X, k in [-127, 127]).
 //                    G lands in [2^8, 2^9) for e4m3: its values above 448 saturate, as
 //                    the spec's conversion does.
+//   scale=e4m3   (NVFP4) S = 448 * E.max / T in f32; each group s = e4m3(G / E.max * S)
+//                / S (round to nearest), kMinScale when that E4M3 value is 0 (G = 0 or
+//                underflow): Transformer Engine's two-level scale, one f32 per group.
+//   2-D (block<N>x<N>) groups are N x N tiles of each stored matrix, their absmax over
+//   the tile; a format with rht quantizes the transformed values (hadamard.h), its
+//   scales those of the transformed values, and gives back D H Q(H D x).
 //   scale=two_level  (MOSS) g = max(T / E.max, kMinScale) rounded to float; each group
 //                    s = g * 2^ceil(log2(G / T)) (exact: a power of two), clamped to
 //                    [FLT_MIN, FLT_MAX]; G = 0 -> s = g. No group is clipped: G / s <=
@@ -62,8 +69,10 @@ namespace pgq::kernels {
 
 // Fills params[0, quantGroupCount(view, format)) with each group's scale (above).
 // Throws KernelError unless format.isEmulated() and the buffers match the view.
+// Formats with a Hadamard transform (hadamard.h) compute the scales of the transformed
+// values, with the signs of sr.offset.
 void computeEmulatedScales(std::span<const float> x, const OperandView& view,
-                           const QuantFormat& format, std::span<float> params);
+                           const QuantFormat& format, std::span<float> params, SrStream sr = {});
 
 // The scale of a group from its absmax and the tensor's (for per-tensor groups pass the
 // same value twice; only two_level reads tensor_absmax). Delayed scaling feeds it an

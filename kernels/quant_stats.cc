@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/emulated_forms.h"
 #include "kernels/float_quant.h"
 #include "kernels/float_quant_core.h"
 #include "kernels/quant_core.h"
@@ -178,6 +179,15 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
   if (format.isEmulated()) {
     detail::checkEmulatedParams("quantStats", format, params, quantGroupCount(view, format));
   }
+  // The transform is orthogonal along every row's contracting blocks, so the error of
+  // Q(H D x) against H D x is that of the value the GEMM reads against x.
+  if (format.hadamard)
+    return quantStatsWithParams(detail::hadamardCopy(x, view, sr.offset), view, detail::rowFormat(format),
+                                format.block2d ? detail::expandTileParams(view, format, params)
+                                               : std::vector<float>(params.begin(), params.end()),
+                                sr);
+  if (format.block2d)
+    return quantStatsWithParams(x, view, detail::rowFormat(format), detail::expandTileParams(view, format, params), sr);
   const detail::QuantPlan plan = format.isEmulated() ? detail::emulatedPlan(view, format, params)
                                                      : detail::QuantPlan(view, format, params, 0);
   std::vector<Partial> partials(plan.units());
@@ -288,7 +298,7 @@ QuantStats quantStats(std::span<const float> x, const OperandView& view, const Q
   view.validate();
   checkFormat(format);
   std::vector<float> params(quantParamCount(view, format));
-  computeQuantParams(x, view, format, params);
+  computeQuantParams(x, view, format, params, sr);
   return quantStatsWithParams(x, view, format, params, sr);
 }
 

@@ -451,9 +451,9 @@ void dequantizeFrom(std::span<const T> q, const OperandView& view, const QuantFo
 }  // namespace
 
 void computeQuantParams(std::span<const float> x, const OperandView& view,
-                        const QuantFormat& format, std::span<float> params) {
+                        const QuantFormat& format, std::span<float> params, SrStream sr) {
   if (format.isEmulated()) {
-    computeEmulatedScales(x, view, format, params);
+    computeEmulatedScales(x, view, format, params, sr);
     return;
   }
   detail::checkQuantArgs("computeQuantParams", int64_t(x.size()), view, format,

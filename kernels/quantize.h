@@ -41,9 +41,10 @@ struct SrStream {
   uint64_t offset = 0;
 };
 
-// Fills params[0, quantParamCount(view, format)) (layout in quant_format.h).
+// Fills params[0, quantParamCount(view, format)) (layout in quant_format.h). sr matters
+// only to formats with a Hadamard transform (its signs come from sr.offset, the step).
 void computeQuantParams(std::span<const float> x, const OperandView& view,
-                        const QuantFormat& format, std::span<float> params);
+                        const QuantFormat& format, std::span<float> params, SrStream sr = {});
 
 // Quantizes x into the GEMM lhs storage: u8 = grid integer + storageOffset(format, kLhs).
 void quantize(std::span<const float> x, const OperandView& view, const QuantFormat& format,

@@ -13,9 +13,13 @@
 namespace pgq {
 namespace {
 
-void addAll(std::vector<QuantFormat>& into, const std::vector<QuantFormat>& more) {
-  for (const QuantFormat& format : more)
+// `contract`: the operand's contracting length. A Hadamard transform needs a multiple of
+// its block (kernels/hadamard.h); such formats are left out where it is not.
+void addAll(std::vector<QuantFormat>& into, const std::vector<QuantFormat>& more, int64_t contract) {
+  for (const QuantFormat& format : more) {
+    if (format.hadamard && contract % kHadamardBlock != 0) continue;
     if (std::find(into.begin(), into.end(), format) == into.end()) into.push_back(format);
+  }
 }
 
 // The quantized GEMMs whose result error is measured: per GEMM, the distinct (lhs, rhs)
@@ -66,8 +70,10 @@ bool InstrumentStats::run(Graph& graph, PassContext&) {
     auto [at, inserted] = index.try_emplace({value, contract, batch}, requests.size());
     if (inserted) requests.push_back({value, std::move(contract), std::move(batch), {}, {}});
     Request& r = requests[at->second];
-    addAll(r.formats, options_.formats);
-    if (gradient) addAll(r.formats, options_.gradient_formats);
+    int64_t k = 1;
+    for (int64_t d : r.contract) k *= r.value->shape().dim(static_cast<int>(d));
+    addAll(r.formats, options_.formats, k);
+    if (gradient) addAll(r.formats, options_.gradient_formats, k);
     r.uses.push_back(use);
   };
 

@@ -60,6 +60,19 @@ double biasSqnr(const GemmProfile& g, const OperandProfile& o, const QuantFormat
 double outputSqnr(Metric metric, const GemmProfile& g, const QuantFormat& lhs, const QuantFormat& rhs,
                   const std::string& path, bool& estimated) {
   if (const OutputErrorStats* e = g.findOutputError(lhs, rhs)) return e->sqnr_mean;
+  // A 2-D (NVFP4 16x16) weight or a Hadamard transform: profiles measure the output with
+  // the scheme's 1-D operand format on both non-gradient sides, untransformed; that error
+  // stands in for it (an estimate: the profile's operand SQNRs show what the two change).
+  auto plain = [](QuantFormat f) {
+    f.block2d = false;
+    f.hadamard = false;
+    return f;
+  };
+  if (lhs.block2d || rhs.block2d || lhs.hadamard || rhs.hadamard)
+    if (const OutputErrorStats* e = g.findOutputError(plain(lhs), plain(rhs))) {
+      estimated = true;
+      return e->sqnr_mean;
+    }
   // A side narrowed by the hardware: its share of the output noise grows 4x per bit;
   // with the two sides' shares unknown, the whole output noise is scaled (an upper bound).
   for (const OutputErrorStats& e : g.output_errors) {

@@ -41,9 +41,16 @@ bool runsOnFp8Cores(FormatFamily family) {
     case FormatFamily::kMxfp8:
     case FormatFamily::kMossFp8: return true;
     case FormatFamily::kInt8:
-    case FormatFamily::kMxint8: return false;
+    case FormatFamily::kMxint8:
+    case FormatFamily::kNvfp4:
+    case FormatFamily::kMxfp4: return false;
   }
   return false;
+}
+
+// FP4 tensor cores (Blackwell's, CDNA 4's) run these, at the FP4 rate.
+bool runsOnFp4Cores(FormatFamily family) {
+  return family == FormatFamily::kNvfp4 || family == FormatFamily::kMxfp4;
 }
 
 }  // namespace
@@ -51,6 +58,7 @@ bool runsOnFp8Cores(FormatFamily family) {
 double HardwareModel::gemmRate(const QuantFormat& format) const {
   const FormatFamily family = formatFamily(format);
   if (family == FormatFamily::kMxfp8) return gemm_mxfp8 > 0 ? gemm_mxfp8 : gemm_fp8;
+  if (runsOnFp4Cores(family)) return gemm_fp4;
   return runsOnFp8Cores(family) ? gemm_fp8 : gemm_int8;
 }
 
@@ -148,24 +156,29 @@ HardwareModel fromNode(const ConfigNode& root) {
   hw.source = root.getString("source", "");
   hw.threads = root.getInt("threads", 1, 1 << 20);
   ConfigNode peak = root.child("peak_gflops");
-  peak.allowOnly({"f32", "bf16", "int8", "fp8", "mxfp8"});
+  peak.allowOnly({"f32", "bf16", "int8", "fp8", "mxfp8", "fp4"});
   hw.peak_f32 = rate(peak, "f32");
   hw.peak_bf16 = rate(peak, "bf16");
   hw.peak_int8 = rate(peak, "int8");
   hw.peak_fp8 = peak.getDouble("fp8", 0.0, 0.0, kMaxRate);
   hw.peak_mxfp8 = peak.getDouble("mxfp8", 0.0, 0.0, kMaxRate);
+  hw.peak_fp4 = peak.getDouble("fp4", 0.0, 0.0, kMaxRate);
   ConfigNode gemm = root.child("gemm_gflops");
-  gemm.allowOnly({"f32", "bf16", "int8", "fp8", "mxfp8"});
+  gemm.allowOnly({"f32", "bf16", "int8", "fp8", "mxfp8", "fp4"});
   hw.gemm_f32 = rate(gemm, "f32");
   hw.gemm_bf16 = rate(gemm, "bf16");
   hw.gemm_int8 = rate(gemm, "int8");
   hw.gemm_fp8 = gemm.getDouble("fp8", 0.0, 0.0, kMaxRate);
   hw.gemm_mxfp8 = gemm.getDouble("mxfp8", 0.0, 0.0, kMaxRate);
-  if (hw.gemm_f32 > hw.peak_f32 * 1.05 || hw.gemm_bf16 > hw.peak_bf16 * 1.05 || hw.gemm_int8 > hw.peak_int8 * 1.05 ||
+  hw.gemm_fp4 = gemm.getDouble("fp4", 0.0, 0.0, kMaxRate);
+  if (hw.gemm_fp4 > hw.peak_fp4 * 1.05 ||
+      hw.gemm_f32 > hw.peak_f32 * 1.05 || hw.gemm_bf16 > hw.peak_bf16 * 1.05 || hw.gemm_int8 > hw.peak_int8 * 1.05 ||
       hw.gemm_fp8 > hw.peak_fp8 * 1.05 || hw.gemm_mxfp8 > std::max(hw.peak_mxfp8, hw.peak_fp8) * 1.05)
     root.fail("gemm_gflops", "achieved GEMM rates cannot exceed the peak rates");
   if ((hw.peak_fp8 > 0) != (hw.gemm_fp8 > 0))
     root.fail(hw.peak_fp8 > 0 ? "gemm_gflops" : "peak_gflops", "fp8 needs both a peak and an achieved GEMM rate");
+  if ((hw.peak_fp4 > 0) != (hw.gemm_fp4 > 0))
+    root.fail(hw.peak_fp4 > 0 ? "gemm_gflops" : "peak_gflops", "fp4 needs both a peak and an achieved GEMM rate");
   if (root.has("formats")) {
     hw.formats.clear();
     for (const ConfigNode& item : root.child("formats").items()) {
@@ -177,6 +190,10 @@ HardwareModel fromNode(const ConfigNode& root) {
       if (hw.runsFamily(*family)) root.fail("formats", fmt::format("'{}' is listed twice", name));
       if (runsOnFp8Cores(*family) && hw.gemm_fp8 <= 0)
         root.fail("formats", fmt::format("lists '{}' but peak_gflops / gemm_gflops give no fp8 rate", name));
+      if (runsOnFp4Cores(*family) && hw.gemm_fp4 <= 0)
+        root.fail("formats", fmt::format("lists '{}' but peak_gflops / gemm_gflops give no fp4 rate (FP4 tensor "
+                                         "cores: Blackwell, CDNA 4; Hopper and CDNA 3 have none)",
+                                         name));
       hw.formats.push_back(*family);
     }
     if (hw.formats.empty())
@@ -267,10 +284,11 @@ HardwareModel loadHardwareModel(const std::string& spec) {
 }
 
 std::string hardwareToYaml(const HardwareModel& hw) {
-  auto rates = [&](double f32, double bf16, double int8, double fp8, double mxfp8) {
+  auto rates = [&](double f32, double bf16, double int8, double fp8, double mxfp8, double fp4) {
     std::string text = fmt::format("{{f32: {:.6g}, bf16: {:.6g}, int8: {:.6g}", f32, bf16, int8);
     if (fp8 > 0) text += fmt::format(", fp8: {:.6g}", fp8);
     if (mxfp8 > 0) text += fmt::format(", mxfp8: {:.6g}", mxfp8);
+    if (fp4 > 0) text += fmt::format(", fp4: {:.6g}", fp4);
     return text + "}";
   };
   std::string out = fmt::format("# pgq hardware model. Rates in GFLOP/s (int8: GOP/s) and GB/s.\n"
@@ -279,8 +297,8 @@ std::string hardwareToYaml(const HardwareModel& hw) {
   if (hw.high_precision != DType::kF32) out += fmt::format("high_precision: {}\n", dtypeName(hw.high_precision));
   out += fmt::format("formats: [{}]\n", fmt::join(hw.formats, ", "));
   if (hw.cast_once) out += "cast_once: true\n";
-  out += fmt::format("peak_gflops: {}\n", rates(hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.peak_fp8, hw.peak_mxfp8));
-  out += fmt::format("gemm_gflops: {}\n", rates(hw.gemm_f32, hw.gemm_bf16, hw.gemm_int8, hw.gemm_fp8, hw.gemm_mxfp8));
+  out += fmt::format("peak_gflops: {}\n", rates(hw.peak_f32, hw.peak_bf16, hw.peak_int8, hw.peak_fp8, hw.peak_mxfp8, hw.peak_fp4));
+  out += fmt::format("gemm_gflops: {}\n", rates(hw.gemm_f32, hw.gemm_bf16, hw.gemm_int8, hw.gemm_fp8, hw.gemm_mxfp8, hw.gemm_fp4));
   out += fmt::format("memory_bandwidth_gbs: {:.6g}\n# Derived: peak / bandwidth.\n", hw.bandwidth_gbs);
   out += fmt::format("ridge_flop_per_byte: {{f32: {:.4g}, bf16: {:.4g}, int8: {:.4g}{}}}\n", hw.ridge(DType::kF32),
                      hw.ridge(DType::kBF16), hw.ridge(DType::kS8),
@@ -329,7 +347,6 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
 
 GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& shape, DType dtype,
                           const QuantFormat& lhs, const QuantFormat& rhs, double lhs_share, double rhs_share) {
-  const bool lhs_sr = lhs.rounding == Rounding::kStochastic, rhs_sr = rhs.rounding == Rounding::kStochastic;
   PGQ_ASSERT(shape.size() == 4, "gemm shape must be [batch, M, K, N]");
   const double b = static_cast<double>(shape[0]), m = static_cast<double>(shape[1]),
                k = static_cast<double>(shape[2]), n = static_cast<double>(shape[3]);
@@ -350,21 +367,33 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   // Results are written in the high-precision dtype: f32 on CPUs, bf16 on GPUs (where an
   // FP8 GEMM's epilogue writes bf16 too).
   e.high_precision_us = gemmUs(hw.gemmRate(dtype), elem * (a_elems + b_elems + c_elems), false);
-  // MX formats also move one E8M0 scale byte per block.
+  // Bytes per element: one (FP8, int8) or half (E2M1), plus one scale byte per block
+  // for MX and NVFP4 (E8M0 or E4M3; per 16 x 16 tile for 2-D NVFP4 weights).
   auto stored = [](const QuantFormat& f) {
-    return f.scale == ScaleKind::kF32 ? 1.0 : 1.0 + 1.0 / static_cast<double>(f.block);
+    const double element = f.element == Element::kE2M1 ? 0.5 : 1.0;
+    if (f.scale == ScaleKind::kF32) return element;
+    const double block = static_cast<double>(f.block);
+    return element + 1.0 / (f.block2d ? block * block : block);
   };
   e.int8_gemm_us = gemmUs(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + elem * c_elems, true);
-  // Quantizing an operand reads its high-precision values and writes one byte each.
-  auto quantize = [&](double elems, bool sr) {
-    double gbs = sr ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;
-    return (elem + 1.0) * elems / (gbs * 1e3) + hw.call_overhead_us;
+  // Quantizing an operand reads its high-precision values and writes its elements (one
+  // byte, half for E2M1; the scales are too few to count).
+  // A random Hadamard transform adds a 16 x 16 matrix product per 16 elements (32 flop
+  // per element) at the bf16 GEMM rate: Transformer Engine runs it on the tensor cores,
+  // fused into the cast (its hadamard_transform_cast_fusion kernel), so it adds compute
+  // time, not traffic.
+  auto quantize = [&](double elems, const QuantFormat& f) {
+    double gbs = f.rounding == Rounding::kStochastic ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;
+    const double hadamard = f.hadamard ? 32.0 * elems / (hw.gemm_bf16 * 1e3) : 0.0;
+    const double element = f.element == Element::kE2M1 ? 0.5 : 1.0;
+    return (elem + element) * elems / (gbs * 1e3) + hadamard + hw.call_overhead_us;
   };
   // The int8 rescale reads the s32 result and writes f32 in place; FP8 and MX GEMMs
   // apply their scales in the GEMM's epilogue (cuBLASLt's scale pointers, MX block scales
   // in the tensor core), so they write the result once, as the GEMM above counts.
   const bool fused_scales = lhs.isEmulated();
-  e.quantization_us = lhs_share * quantize(a_elems, lhs_sr) + rhs_share * quantize(b_elems, rhs_sr) + (fused_scales ? 0.0 : 8.0 * c_elems / bw);
+  e.quantization_us = lhs_share * quantize(a_elems, lhs) + rhs_share * quantize(b_elems, rhs) +
+                      (fused_scales ? 0.0 : 8.0 * c_elems / bw);
   return e;
 }
 

@@ -67,6 +67,9 @@ struct HardwareModel {
   double gemm_f32 = 0, gemm_bf16 = 0, gemm_int8 = 0;
   // FP8 and MXFP8 GEMM rates (0: the hardware has none). MXFP8 defaults to the FP8 rate.
   double peak_fp8 = 0, gemm_fp8 = 0, peak_mxfp8 = 0, gemm_mxfp8 = 0;
+  // FP4 GEMM rates (NVFP4 and MXFP4 run on the same FP4 tensor cores; 0: none, as on
+  // Hopper and CDNA3).
+  double peak_fp4 = 0, gemm_fp4 = 0;
   // The dtype GEMMs run in when not quantized: f32 (CPUs) or bf16 (GPU training).
   DType high_precision = DType::kF32;
   // The format families (support/quant_scheme.h) this hardware runs natively; a recipe

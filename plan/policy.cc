@@ -118,9 +118,10 @@ PolicyRule readRule(const ConfigNode& node) {
 
 Policy fromNode(const ConfigNode& root) {
   root.allowOnly({"name", "forward", "backward", "bits", "granularity", "min_speedup", "low_sqnr", "rules", "formats",
-                  "scaling", "metric"});
+                  "scaling", "metric", "hadamard"});
   Policy p;
   p.name = root.getString("name", root.file());
+  p.source = root.file();
   p.forward = readDirection(root.child("forward"));
   p.backward = readDirection(root.child("backward"));
   p.bits = static_cast<int>(root.getInt("bits", 8, 2, 8));
@@ -160,6 +161,18 @@ Policy fromNode(const ConfigNode& root) {
       root.fail("scaling", "delayed scaling (amax_history) applies to the per-tensor FP8 schemes fp8 and fp8_e4m3; "
                            "`formats` lists neither");
   }
+  if (root.has("hadamard")) {
+    const std::string text = root.getString("hadamard");
+    p.hadamard = DirectionFilter::parse(text);
+    if (!p.hadamard)
+      root.fail("hadamard", fmt::format("unknown direction '{}' (expected fwd, bwd_dgrad, bwd_wgrad or bwd)", text));
+    const bool four_bit = std::any_of(p.formats.begin(), p.formats.end(), [](Scheme f) {
+      return familyOf(f) == FormatFamily::kNvfp4 || familyOf(f) == FormatFamily::kMxfp4;
+    });
+    if (!four_bit)
+      root.fail("hadamard", "the random Hadamard transform applies to the 4-bit schemes nvfp4 and mxfp4; `formats` "
+                            "lists neither");
+  }
   if (root.has("rules"))
     for (const ConfigNode& rule : root.child("rules").items()) p.rules.push_back(readRule(rule));
   return p;
@@ -175,6 +188,7 @@ std::optional<Policy> standardPolicy(const std::string& name) {
     return std::nullopt;
   Policy p;
   p.name = name;
+  p.source = fmt::format("<standard policy {}>", name);
   p.forward.quantize = true;
   if (!forward_threshold.empty() && !parseNumber(forward_threshold, p.forward.threshold)) return std::nullopt;
   if (!backward.empty()) {

@@ -71,6 +71,7 @@ struct ScaleLayout {
 
 struct Policy {
   std::string name;
+  std::string source;  // the file it was read from, or "<standard policy NAME>", for messages
   DirectionPolicy forward;
   DirectionPolicy backward;
   int bits = 8;
@@ -89,6 +90,10 @@ struct Policy {
   std::string amax_compute = "max";
   // Weights of per-tensor FP8 schemes take MOSS's predicted scales instead.
   bool predict_weight_scales = false;
+  // The directions whose 4-bit (nvfp4, mxfp4) GEMMs take the random Hadamard transform
+  // on both operands (`hadamard: bwd_wgrad` in files, as NVIDIA's NVFP4 recipe); unset:
+  // none.
+  std::optional<DirectionFilter> hadamard;
   // What the thresholds compare against (plan/gemm_metric.h; `metric:` in files,
   // `pgq recipe --metric`); unset: defaultMetric() of the profile (effect when the
   // profile has its statistics, else SQNR).

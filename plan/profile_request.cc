@@ -71,11 +71,19 @@ ProfileRequest profileRequest(const ProfileAsk& ask, const HardwareModel& cpu) {
     }
     const Scheme scheme = std::get<Scheme>(candidate);
     if (scheme == Scheme::kInt8) continue;  // always profiled
-    const SchemeFormats rtn = schemeFormats(scheme, Rounding::kNearest, Rounding::kNearest),
-                        sr = schemeFormats(scheme, Rounding::kNearest, Rounding::kStochastic);
-    once(r.formats, rtn.operand);
-    once(r.gradient_formats, rtn.gradient);
-    once(r.gradient_formats, sr.gradient);
+    SchemeFormats rtn = schemeFormats(scheme, Rounding::kNearest, Rounding::kNearest),
+                  sr = schemeFormats(scheme, Rounding::kNearest, Rounding::kStochastic);
+    // 4-bit schemes: also with the random Hadamard transform, which a policy may ask for
+    // on any direction (the recipe generator reads both).
+    const bool four_bit = familyOf(scheme) == FormatFamily::kNvfp4 || familyOf(scheme) == FormatFamily::kMxfp4;
+    for (bool hadamard : {false, true}) {
+      if (hadamard && !four_bit) break;
+      for (QuantFormat* f : {&rtn.operand, &rtn.weight, &rtn.gradient, &sr.gradient}) f->hadamard = hadamard;
+      once(r.formats, rtn.operand);
+      once(r.formats, rtn.weight);
+      once(r.gradient_formats, rtn.gradient);
+      once(r.gradient_formats, sr.gradient);
+    }
   }
   r.outputs = ask.outputs;
   if (ask.metrics) {

@@ -55,8 +55,9 @@ struct ProfileRequest {
 // its int8 GEMM runs exactly). Formats: int8 per channel and the asked bits and scales,
 // each at the width one operand may have on this CPU and, where narrower, the width
 // both may have (without VNNI a 7-bit variant), round to nearest for every operand and
-// stochastic rounding for gradients; each asked scheme's operand format (round to
-// nearest) and gradient format (both roundings); each asked single format. With
+// stochastic rounding for gradients; each asked scheme's operand and weight formats
+// (round to nearest) and gradient format (both roundings), for 4-bit schemes also with
+// the random Hadamard transform; each asked single format. With
 // `metrics`, the output errors' pairs (operand, gradient): the asked and the int8 per
 // channel integer formats at the width both operands may have (the pair must run
 // exactly on this CPU), (rtn, rtn) and (rtn, sr); each scheme's operand format with its

@@ -322,12 +322,24 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
       if (e.decision == Decision::kQuantize) {
         d.lhs_format = e.lhs_format;
         d.rhs_format = e.rhs_format;
-        // MX blocks must tile the contracting dimension (OCP MX has no partial blocks).
-        for (const auto& [key, f] : {std::pair{"lhs_format", d.lhs_format}, {"rhs_format", d.rhs_format}})
+        // MX and NVFP4 blocks must tile the contracting dimension (OCP MX has no partial
+        // blocks), and a Hadamard transform needs K to be a multiple of its 16.
+        for (const auto& [key, f] : {std::pair{"lhs_format", d.lhs_format}, {"rhs_format", d.rhs_format}}) {
           if (f.scale != ScaleKind::kF32 && g.k % f.block != 0)
-            throw Error(fmt::format("{}: field '{}': GEMM '{}': MX block {} does not divide its contracting "
+            throw Error(fmt::format("{}: field '{}': GEMM '{}': {} block {} does not divide its contracting "
                                     "dimension K = {}; keep this GEMM or use a block that divides K",
-                                    where(e), key, g.label, f.block, g.k));
+                                    where(e), key, g.label, formatFamily(f) == FormatFamily::kNvfp4 ? "NVFP4" : "MX",
+                                    f.block, g.k));
+          if (f.hadamard && g.k % kHadamardBlock != 0)
+            throw Error(fmt::format("{}: field '{}': GEMM '{}': the random Hadamard transform (rht) works on blocks "
+                                    "of {} along the contracting dimension, and K = {} is not a multiple of {}; "
+                                    "drop rht from this GEMM's formats",
+                                    where(e), key, g.label, kHadamardBlock, g.k, kHadamardBlock));
+          if (f.hadamard && !(d.lhs_format.hadamard && d.rhs_format.hadamard))
+            throw Error(fmt::format("{}: field '{}': GEMM '{}': the random Hadamard transform must apply to both "
+                                    "operands (the product is unchanged only then); add rht to both formats",
+                                    where(e), key, g.label));
+        }
       }
       d.smooth = e.smooth;
       d.amax_history = e.amax_history;

@@ -27,20 +27,6 @@ bool isQuantized(const RecipeEntry& e) { return e.decision == Decision::kQuantiz
 // (frontend/onnx/importer.cc): a tied `x @ wte.weight.T`, no nn.Linear.
 constexpr std::string_view kLogitsLabel = "get_logits";
 
-// A module's GEMMs: its forward GEMM and the two backward GEMMs labelled after it
-// (absent when the recipe has none, e.g. the wgrad of a frozen weight).
-struct TorchModule {
-  std::string path;
-  const RecipeEntry* forward = nullptr;
-  const RecipeEntry* dgrad = nullptr;
-  const RecipeEntry* wgrad = nullptr;
-};
-
-struct TorchExport {
-  std::vector<TorchModule> modules;           // in the recipe's order of their forward GEMMs
-  std::vector<const RecipeEntry*> other_gemms;  // every other GEMM, in the recipe's order
-};
-
 // The recipe's file for messages, or its name when it was generated in memory.
 std::string whereFrom(const Recipe& recipe) {
   return recipe.source.empty() ? fmt::format("recipe {}", recipe.name) : recipe.source;
@@ -65,7 +51,9 @@ bool multipliesByOneWeight(const EntryGemm& forward) {
   return (forward.roles[0] == OperandRole::kWeight) != (forward.roles[1] == OperandRole::kWeight);
 }
 
-TorchExport groupByModule(const Recipe& recipe) {
+}  // namespace
+
+ModuleGrouping groupByModule(const Recipe& recipe) {
   // Each forward GEMM with the backward GEMMs that differentiate it, in order of first
   // appearance of either.
   struct GemmGroup {
@@ -86,12 +74,12 @@ TorchExport groupByModule(const Recipe& recipe) {
     else
       g.forward = &e;
   }
-  TorchExport out;
+  ModuleGrouping out;
   std::unordered_set<const RecipeEntry*> in_modules;
   std::unordered_map<std::string, std::string_view> label_of_path;
   for (const GemmGroup& g : groups) {
     if (!g.forward || g.forward->label == kLogitsLabel || !multipliesByOneWeight(*g.forward->gemm)) continue;
-    TorchModule m;
+    ModuleGemms m;
     m.forward = g.forward;
     bool linear = true;  // one dgrad and one wgrad at most
     for (const RecipeEntry* entry : g.backward) {
@@ -116,6 +104,8 @@ TorchExport groupByModule(const Recipe& recipe) {
   return out;
 }
 
+namespace {
+
 // "lhs x rhs" for a quantized GEMM, "keep" otherwise.
 std::string formatsText(const RecipeEntry& e) {
   return isQuantized(e) ? fmt::format("{} x {}", e.lhs_format.toString(), e.rhs_format.toString()) : std::string("keep");
@@ -133,7 +123,7 @@ std::string familyText(const RecipeEntry& e) {
 // What Transformer Engine and torchao cannot do of this module's part of the recipe:
 // split its GEMMs, SmoothQuant; and whether it is a Linear at all, when the recipe
 // has none of its backward GEMMs. Empty when there is nothing to say.
-std::string moduleNote(const TorchModule& m) {
+std::string moduleNote(const ModuleGemms& m) {
   std::vector<std::string> notes;
   const bool quantized = isQuantized(*m.forward);
   std::vector<std::string_view> split;
@@ -177,9 +167,9 @@ std::string pythonSet(const std::vector<std::string>& items) {
 }
 
 // The quantized and kept module paths, in recipe order.
-std::pair<std::vector<std::string>, std::vector<std::string>> splitModules(const TorchExport& x) {
+std::pair<std::vector<std::string>, std::vector<std::string>> splitModules(const ModuleGrouping& x) {
   std::vector<std::string> quantize, keep;
-  for (const TorchModule& m : x.modules) (isQuantized(*m.forward) ? quantize : keep).push_back(m.path);
+  for (const ModuleGemms& m : x.modules) (isQuantized(*m.forward) ? quantize : keep).push_back(m.path);
   return {quantize, keep};
 }
 
@@ -204,14 +194,14 @@ std::string torchModulePath(std::string_view label) {
 }
 
 std::string recipeToTorchJson(const Recipe& recipe) {
-  TorchExport x = groupByModule(recipe);
+  ModuleGrouping x = groupByModule(recipe);
   std::string out = "{\n";
   out += fmt::format("  \"pgq_recipe\": {},\n  \"model\": {},\n  \"hardware\": {},\n  \"policy\": {},\n"
                      "  \"profile\": {},\n",
                      jsonString(recipe.name), jsonString(recipe.model), jsonString(recipe.hardware),
                      jsonString(recipe.policy), jsonString(recipe.profile));
   std::vector<std::string> modules;
-  for (const TorchModule& m : x.modules) {
+  for (const ModuleGemms& m : x.modules) {
     const bool quantized = isQuantized(*m.forward);
     std::string note = moduleNote(m);
     modules.push_back(fmt::format(
@@ -239,12 +229,12 @@ std::string recipeToTorchJson(const Recipe& recipe) {
 }
 
 std::string recipeToTorchFilter(const Recipe& recipe) {
-  TorchExport x = groupByModule(recipe);
+  ModuleGrouping x = groupByModule(recipe);
   auto [quantize, keep] = splitModules(x);
   // The families the quantized modules use, by their text (none for a module whose
   // operands differ), for the hint on which library recipe fits.
   std::map<std::string, std::optional<FormatFamily>> families;
-  for (const TorchModule& m : x.modules)
+  for (const ModuleGemms& m : x.modules)
     if (isQuantized(*m.forward)) {
       const FormatFamily lhs = formatFamily(m.forward->lhs_format), rhs = formatFamily(m.forward->rhs_format);
       families.emplace(familyText(*m.forward), lhs == rhs ? std::optional(lhs) : std::nullopt);
@@ -253,8 +243,9 @@ std::string recipeToTorchFilter(const Recipe& recipe) {
   for (const auto& [text, family] : families) {
     std::string_view hint = family == FormatFamily::kFp8 ? "DelayedScaling(fp8_format=Format.HYBRID) or "
                                                            "Float8CurrentScaling; torchao's float8 training"
-                            : family == FormatFamily::kMxfp8
-                                ? "MXFP8BlockScaling"
+                            : family == FormatFamily::kMxfp8 ? "MXFP8BlockScaling"
+                            : family == FormatFamily::kNvfp4
+                                ? "NVFP4BlockScaling (pgq recipe --export-megatron writes per-tensor factories)"
                                 : "no Transformer Engine or torchao float8 recipe; the nearest is FP8";
     hints += fmt::format("#   {}: {}\n", text, hint);
   }
@@ -291,7 +282,7 @@ std::string recipeToTorchFilter(const Recipe& recipe) {
                     : "# Format families of the quantized modules, and their Transformer Engine recipe:\n" + hints,
       pythonSet(quantize), pythonSet(keep));
   auto python = [](const RecipeEntry* e) { return e ? jsonString(formatsText(*e)) : std::string("None"); };
-  for (const TorchModule& m : x.modules)
+  for (const ModuleGemms& m : x.modules)
     out += fmt::format("    {}: {{\"forward\": {}, \"dgrad\": {}, \"wgrad\": {}}},\n", jsonString(m.path),
                        python(m.forward), python(m.dgrad), python(m.wgrad));
   out += "}\n"

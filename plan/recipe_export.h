@@ -24,6 +24,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "plan/recipe.h"
 
@@ -40,6 +41,22 @@ namespace pgq {
 // A container that never runs a forward and is named by a word (nn.ModuleDict) leaves
 // no scope, so its name is missing from the path.
 std::string torchModulePath(std::string_view label);
+
+// A module's GEMMs: its forward GEMM and the two backward GEMMs labelled after it
+// (absent when the recipe has none, e.g. the wgrad of a frozen weight).
+struct ModuleGemms {
+  std::string path;  // torchModulePath() of the forward label
+  const RecipeEntry* forward = nullptr;
+  const RecipeEntry* dgrad = nullptr;
+  const RecipeEntry* wgrad = nullptr;
+};
+struct ModuleGrouping {
+  std::vector<ModuleGemms> modules;             // in the recipe's order of their forward GEMMs
+  std::vector<const RecipeEntry*> other_gemms;  // every other GEMM, in the recipe's order
+};
+// The recipe's GEMMs grouped into Linear modules as above (the trainer exports of
+// trainer_export.h use it too). Throws as recipeToTorchJson does.
+ModuleGrouping groupByModule(const Recipe& recipe);
 
 // The JSON export (see docs/TRAINING.md for its fields). Throws pgq::Error naming the
 // recipe file and line for a `match:` entry (the export needs one `label:` entry per

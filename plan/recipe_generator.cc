@@ -83,13 +83,27 @@ Choice chooseFormats(const GemmProfile& g, const HardwareModel& hw, const Policy
   return c;
 }
 
-// The formats of a FP8/MX scheme for this GEMM, with their SQNR from the profile (which
-// must have measured them: SQNR of a float format cannot be derived from int8's).
-Choice schemeChoice(const GemmProfile& g, const DirectionPolicy& dp, Scheme scheme, const std::string& profile_path) {
+bool isFourBit(Scheme scheme) {
+  return familyOf(scheme) == FormatFamily::kNvfp4 || familyOf(scheme) == FormatFamily::kMxfp4;
+}
+
+// The formats of a FP8/MX/FP4 scheme for this GEMM, with their SQNR from the profile
+// (which must have measured them: SQNR of a float format cannot be derived from int8's).
+// Weights take the scheme's weight format (NVFP4's 16x16 tiles); both operands of a
+// 4-bit GEMM take the random Hadamard transform where the policy's `hadamard` says.
+Choice schemeChoice(const GemmProfile& g, const Policy& policy, const DirectionPolicy& dp, Scheme scheme,
+                    const std::string& profile_path) {
   SchemeFormats f = schemeFormats(scheme, dp.rounding, dp.gradient_rounding);
+  // A K that is no multiple of the transform's block leaves the transform out: the
+  // scheme's own block (16 or 32) does not divide it either, so blockMismatch() refuses
+  // the GEMM before it could run.
+  const int64_t k = g.device_shape.size() == 4 ? g.device_shape[2] : 0;
+  const bool hadamard = isFourBit(scheme) && policy.hadamard && policy.hadamard->matches(g.direction) &&
+                        k % kHadamardBlock == 0;
   Choice c;
   auto pick = [&](const OperandProfile& o, QuantFormat& format, double& sqnr) {
-    format = o.role == OperandRole::kGradient ? f.gradient : f.operand;
+    format = o.role == OperandRole::kGradient ? f.gradient : o.role == OperandRole::kWeight ? f.weight : f.operand;
+    format.hadamard = hadamard;
     const FormatStats* stats = o.find(format);
     if (!stats)
       throw Error(fmt::format("{}: GEMM '{}' {} ({}): the profile has no statistics for {} (scheme {}); profile with "
@@ -131,7 +145,7 @@ struct Context {
   }
   Choice choice(const GemmProfile& g, Scheme scheme) const {
     return scheme == Scheme::kInt8 ? chooseFormats(g, hw, policy, directionPolicy(policy, g), policy.granularity)
-                                   : schemeChoice(g, directionPolicy(policy, g), scheme, profile_path);
+                                   : schemeChoice(g, policy, directionPolicy(policy, g), scheme, profile_path);
   }
   GemmEstimate estimate(const GemmProfile& g, const Choice& with) const {
     // Where the hardware runs attention fused, its batched GEMMs are shares of one flash
@@ -417,6 +431,13 @@ std::vector<Scheme> schemesHere(const Policy& policy, const HardwareModel& hw, s
   std::vector<Scheme> here;
   for (Scheme scheme : policy.formats) {
     FormatFamily family = familyOf(scheme);
+    // Asked for 4 bits, a user wants to hear that this hardware has none, not to get an
+    // 8-bit recipe in its place.
+    if (isFourBit(scheme) && !hw.runsFamily(family))
+      throw Error(fmt::format("policy {}: field 'formats' lists {}, which hardware '{}' does not run (it runs: {}; "
+                              "{} needs FP4 tensor cores: b200, gb300{})",
+                              policy.source, scheme, hw.name, fmt::join(hw.formats, ", "), scheme,
+                              family == FormatFamily::kMxfp4 ? ", mi355x" : ""));
     if (hw.runsFamily(family))
       here.push_back(scheme);
     else
@@ -553,7 +574,7 @@ std::string explainRecipe(const Recipe& r) {
     for (const auto& [family, n] : families) out += fmt::format("    {:<8} {:>3} GEMMs\n", family, n);
   for (const std::string& note : r.notes) out += fmt::format("  note: {}\n", note);
   if (emulated)
-    out += fmt::format("  FP8/MX GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
+    out += fmt::format("  FP8/MX/FP4 GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
                        "numerics at f32 speed); the estimates below are hardware {}'s\n",
                        r.hardware);
   // Why GEMMs were kept, grouped by the first words of their reason.

@@ -503,7 +503,8 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
     std::vector<std::span<float>> params;
     for (size_t g = 0; g < scale_formats.size(); ++g) {
       params.emplace_back(rc.as<float>(param_slots[g]), param_counts[g]);
-      k::computeQuantParams(values, layout.view, scale_formats[g], params[g]);
+      // The step picks the signs of a Hadamard transform (kernels/hadamard.h).
+      k::computeQuantParams(values, layout.view, scale_formats[g], params[g], {seed, static_cast<uint64_t>(rc.step())});
     }
     for (size_t f = 0; f < formats.size(); ++f) {
       // The step is the stream offset: each profiled step draws fresh SR noise.
@@ -556,7 +557,10 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
     if (node.attrs().has(AttrKey::kPredictScale) && node.attrs().getInt(AttrKey::kPredictScale) != 0)
       return lowerPredictedScale(node, x, y, n);
     return [=](const RunContext& rc) {
-      k::computeQuantParams({rc.as<float>(x), n}, view, format, {rc.as<float>(y), count});
+      // The step picks the signs of a Hadamard transform, the same for both operands of a
+      // GEMM (kernels/hadamard.h).
+      k::computeQuantParams({rc.as<float>(x), n}, view, format, {rc.as<float>(y), count},
+                            {0, static_cast<uint64_t>(rc.step())});
     };
   }
   int params = ctx.operand(1).slot;

@@ -34,9 +34,9 @@ bool parseNumber(std::string_view text, T& value) {
 
 [[noreturn]] void badText(std::string_view text, std::string_view why) {
   throw Error(fmt::format(
-      "bad quantization format \"{}\": {} (expected <int<2..8>|e4m3|e5m2>:<tensor|channel|block<N>>:"
-      "<rtn|sr>[:scale=e8m0|scale=two_level][:asym][:clip=mse|clip=p<percent>], e.g. int8:channel:rtn, "
-      "e4m3:tensor:rtn, mxfp8_e4m3)",
+      "bad quantization format \"{}\": {} (expected <int<2..8>|e4m3|e5m2|e2m1>:<tensor|channel|block<N>|"
+      "block<N>x<N>>:<rtn|sr>[:scale=e8m0|scale=two_level|scale=e4m3][:asym][:clip=mse|clip=p<percent>][:rht], "
+      "e.g. int8:channel:rtn, e4m3:tensor:rtn, mxfp8_e4m3, nvfp4)",
       text, why));
 }
 
@@ -46,7 +46,8 @@ std::string expandAlias(std::string_view text) {
     std::string_view name, canonical_head;
   };
   static constexpr Alias kAliases[] = {
-      {"mxfp8_e4m3", "e4m3:block32"}, {"mxfp8_e5m2", "e5m2:block32"}, {"mxint8", "int8:block32"}};
+      {"mxfp8_e4m3", "e4m3:block32"}, {"mxfp8_e5m2", "e5m2:block32"}, {"mxint8", "int8:block32"},
+      {"mxfp4", "e2m1:block32"},      {"nvfp4", "e2m1:block16"}};
   for (const Alias& a : kAliases) {
     if (text.substr(0, a.name.size()) != a.name) continue;
     std::string_view rest = text.substr(a.name.size());
@@ -56,7 +57,7 @@ std::string expandAlias(std::string_view text) {
     } else if (!rest.empty()) {
       return "";
     }
-    return fmt::format("{}:{}:scale=e8m0", a.canonical_head, rounding);
+    return fmt::format("{}:{}:scale={}", a.canonical_head, rounding, a.name == "nvfp4" ? "e4m3" : "e8m0");
   }
   return "";
 }
@@ -65,14 +66,16 @@ std::string expandAlias(std::string_view text) {
 
 void QuantFormat::validate() const {
   if (element != Element::kInt) {
-    if (bits != 8) throw Error(fmt::format("quant format: bits={} for {}, expected 8", bits, elementName(element)));
+    if (bits != elementBits(element))
+      throw Error(fmt::format("quant format: bits={} for {}, expected {}", bits, elementName(element),
+                              elementBits(element)));
     if (asymmetric) throw Error(fmt::format("quant format: {} elements are symmetric (no asym)", elementName(element)));
     if (clipping != Clipping::kNone)
       throw Error(fmt::format("quant format: {} elements take no clip field (they saturate at their largest value)",
                               elementName(element)));
   }
   if (scale != ScaleKind::kF32) {
-    const char* name = scale == ScaleKind::kE8M0 ? "e8m0" : "two_level";
+    const char* name = scale == ScaleKind::kE8M0 ? "e8m0" : scale == ScaleKind::kE4M3 ? "e4m3" : "two_level";
     if (granularity != Granularity::kPerBlock)
       throw Error(fmt::format("quant format: scale={} needs block<N> granularity (e.g. block32, as MX), not {}", name,
                               granularityName(granularity)));
@@ -80,7 +83,15 @@ void QuantFormat::validate() const {
       throw Error(fmt::format("quant format: scale={} takes no asym or clip field", name));
     if (scale == ScaleKind::kTwoLevel && element == Element::kInt)
       throw Error("quant format: scale=two_level (MOSS) needs an FP8 element (e4m3 or e5m2)");
+    if (scale == ScaleKind::kTwoLevel && element == Element::kE2M1)
+      throw Error("quant format: scale=two_level (MOSS) needs an FP8 element (e4m3 or e5m2), not e2m1");
+    if (scale == ScaleKind::kE4M3 && element != Element::kE2M1)
+      throw Error(fmt::format("quant format: scale=e4m3 (NVFP4) needs the e2m1 element, not {}", elementName(element)));
   }
+  if (block2d && granularity != Granularity::kPerBlock)
+    throw Error("quant format: 2-D blocks (block<N>x<N>) need per-block granularity");
+  if (hadamard && !isFloat())
+    throw Error("quant format: rht (random Hadamard transform) needs a float element (e2m1, e4m3 or e5m2)");
   if (bits < 2 || bits > 8) {
     throw Error(fmt::format("quant format: bits={} is unsupported, expected 2..8", bits));
   }
@@ -106,15 +117,19 @@ std::string QuantFormat::toString() const {
   switch (granularity) {
     case Granularity::kPerTensor: text += "tensor"; break;
     case Granularity::kPerChannel: text += "channel"; break;
-    case Granularity::kPerBlock: text += fmt::format("block{}", block); break;
+    case Granularity::kPerBlock:
+      text += block2d ? fmt::format("block{}x{}", block, block) : fmt::format("block{}", block);
+      break;
   }
   text += rounding == Rounding::kNearest ? ":rtn" : ":sr";
   if (scale == ScaleKind::kE8M0) text += ":scale=e8m0";
   if (scale == ScaleKind::kTwoLevel) text += ":scale=two_level";
+  if (scale == ScaleKind::kE4M3) text += ":scale=e4m3";
   if (asymmetric) text += ":asym";
   if (clipping == Clipping::kMse) text += ":clip=mse";
   // fmt prints the shortest text that parses back to the same double.
   if (clipping == Clipping::kPercentile) text += fmt::format(":clip=p{}", percentile);
+  if (hadamard) text += ":rht";
   return text;
 }
 
@@ -127,6 +142,9 @@ QuantFormat QuantFormat::parse(std::string_view text) {
     format.element = Element::kE4M3;
   } else if (fields[0] == "e5m2") {
     format.element = Element::kE5M2;
+  } else if (fields[0] == "e2m1") {
+    format.element = Element::kE2M1;
+    format.bits = elementBits(Element::kE2M1);
   } else if (fields[0].substr(0, 3) != "int" || !parseNumber(fields[0].substr(3), format.bits)) {
     badText(text, fmt::format("bad element field '{}'", fields[0]));
   }
@@ -138,6 +156,13 @@ QuantFormat QuantFormat::parse(std::string_view text) {
   } else if (granularity.substr(0, 5) == "block" &&
              parseNumber(granularity.substr(5), format.block)) {
     format.granularity = Granularity::kPerBlock;
+  } else if (size_t x = granularity.find('x'); granularity.substr(0, 5) == "block" && x != std::string_view::npos &&
+             parseNumber(granularity.substr(5, x - 5), format.block)) {
+    int cols = 0;
+    if (!parseNumber(granularity.substr(x + 1), cols) || cols != format.block)
+      badText(text, fmt::format("bad granularity '{}': 2-D blocks are square, block<N>x<N>", granularity));
+    format.granularity = Granularity::kPerBlock;
+    format.block2d = true;
   } else {
     badText(text, fmt::format("bad granularity '{}'", granularity));
   }
@@ -153,9 +178,13 @@ QuantFormat QuantFormat::parse(std::string_view text) {
   bool seen_scale = false;
   for (size_t i = 3; i < fields.size(); ++i) {
     std::string_view field = fields[i];
-    if ((field == "scale=e8m0" || field == "scale=two_level") && !seen_scale) {
+    if ((field == "scale=e8m0" || field == "scale=two_level" || field == "scale=e4m3") && !seen_scale) {
       seen_scale = true;
-      format.scale = field == "scale=e8m0" ? ScaleKind::kE8M0 : ScaleKind::kTwoLevel;
+      format.scale = field == "scale=e8m0"   ? ScaleKind::kE8M0
+                     : field == "scale=e4m3" ? ScaleKind::kE4M3
+                                             : ScaleKind::kTwoLevel;
+    } else if (field == "rht" && !format.hadamard) {
+      format.hadamard = true;
     } else if (field == "asym" && !seen_asym) {
       seen_asym = true;
       format.asymmetric = true;
@@ -184,7 +213,8 @@ bool QuantFormat::operator==(const QuantFormat& other) const {
   // Field by field what toString() writes, without building the two texts: profiles
   // and recipes look formats up by value.
   return element == other.element && (isFloat() || bits == other.bits) && granularity == other.granularity &&
-         (granularity != Granularity::kPerBlock || block == other.block) && rounding == other.rounding &&
+         (granularity != Granularity::kPerBlock || (block == other.block && block2d == other.block2d)) &&
+         rounding == other.rounding && hadamard == other.hadamard &&
          scale == other.scale && asymmetric == other.asymmetric && clipping == other.clipping &&
          (clipping != Clipping::kPercentile || percentile == other.percentile);
 }
@@ -218,7 +248,10 @@ int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channe
   switch (format.granularity) {
     case Granularity::kPerTensor: return 1;
     case Granularity::kPerChannel: return batch * channels;
-    case Granularity::kPerBlock: return batch * channels * quantBlockCount(format, contract);
+    case Granularity::kPerBlock:
+      // 2-D: tiles of block channels by block contracting elements.
+      if (format.block2d) return batch * quantBlockCount(format, channels) * quantBlockCount(format, contract);
+      return batch * channels * quantBlockCount(format, contract);
   }
   return 1;
 }
@@ -234,6 +267,9 @@ ElementLimits elementLimits(const QuantFormat& format) {
     // E5M2 has bias 15 and IEEE-style infinities, largest 1.75 * 2^15.
     case Element::kE4M3: return {448.0, -6, 8, 3};
     case Element::kE5M2: return {57344.0, -14, 15, 2};
+    // OCP MX v1.0 sec. 5.3.3: FP4 E2M1 has bias 1, no infinities or NaN; its largest
+    // value is 1.5 * 2^2 and its one subnormal 0.5.
+    case Element::kE2M1: return {6.0, 0, 2, 1};
     case Element::kInt:
       // qmax, and for power-of-two scales the exponent that puts a group's absmax in
       // [2^(bits-2), 2^(bits-1)) steps: OCP MX's INT8 (emax 0, implicit scale 2^-6).
@@ -247,8 +283,19 @@ const char* elementName(Element element) {
     case Element::kInt: return "int";
     case Element::kE4M3: return "e4m3";
     case Element::kE5M2: return "e5m2";
+    case Element::kE2M1: return "e2m1";
   }
   return "?";
+}
+
+int elementBits(Element element) {
+  switch (element) {
+    case Element::kInt: return 0;
+    case Element::kE4M3:
+    case Element::kE5M2: return 8;
+    case Element::kE2M1: return 4;
+  }
+  return 0;
 }
 
 const char* granularityName(Granularity granularity) {

@@ -6,11 +6,16 @@
 //
 // Text grammar:  <element>:<granularity>:<rounding>[:scale=e8m0|scale=two_level][:asym]
 //                 [:clip=mse|clip=p<percent>]
-//   element      int<bits>, bits 2..8 (a symmetric or asymmetric integer grid), or an
+//   element      int<bits>, bits 2..8 (a symmetric or asymmetric integer grid), an
 //                OCP FP8 element: e4m3 (max 448, subnormals down to 2^-9, no infinity)
-//                or e5m2 (max 57344, subnormals down to 2^-16); FP8 conversions
-//                saturate to the largest finite value, as OCP's saturating mode
+//                or e5m2 (max 57344, subnormals down to 2^-16), or OCP MX's FP4 element
+//                e2m1 (values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; 0.5 is
+//                its one subnormal); float conversions saturate to the largest finite
+//                value, as OCP's saturating mode
 //   granularity  tensor | channel | block<N>   (N = block length along the contracting dim)
+//                | block<N>x<N>  (2-D: N x N tiles of the stored matrix, so a weight
+//                quantizes to the same values whichever dimension a GEMM contracts:
+//                NVFP4's 16x16 weight scales)
 //   rounding     rtn (round to nearest, ties to even) | sr (stochastic rounding)
 //   asym         asymmetric grid with a zero point (default: symmetric, no zero point)
 //   clip=p99.9   clip at the 99.9th percentile of |x| (of x per tail when asymmetric)
@@ -21,13 +26,21 @@
 //   scale=two_level  MOSS: one f32 scale per tensor (absmax / max element) times a
 //                power-of-two local scale per group, 2^ceil(log2(group absmax /
 //                tensor absmax)), so no group clips
-// Aliases parse to their canonical form: mxfp8_e4m3, mxfp8_e5m2 and mxint8, each
+//   scale=e4m3   NVFP4: an E4M3 scale per block times one f32 scale per tensor
+//                (kernels/float_quant.h has the arithmetic, as Transformer Engine's).
+//                NVFP4 is e2m1:block16:rtn:scale=e4m3, MXFP4 e2m1:block32:rtn:scale=e8m0
+//   rht          a random Hadamard transform along the contracting dimension before
+//                quantizing (16x16 blocks, random signs drawn per step and shared by
+//                both operands of the GEMM, so the product is unchanged up to the
+//                quantization); needs a float element and a contracting length that
+//                is a multiple of 16
+// Aliases parse to their canonical form: mxfp8_e4m3, mxfp8_e5m2, mxint8, nvfp4 and mxfp4, each
 // optionally followed by :rtn or :sr (default rtn).
-// FP8 elements take no asym or clip fields; scale=e8m0 and scale=two_level need
-// block<N> granularity, and two_level an FP8 element.
+// Float elements take no asym or clip fields; scale=e8m0, two_level and e4m3 need
+// block<N> granularity, two_level an FP8 element and e4m3 the e2m1 element.
 // A format other than an integer grid with f32 scales is *emulated* on CPUs: the GEMM
 // reads the dequantized values (exactly the values the format represents) in f32.
-// toString() writes the optional fields in that order; parse() accepts them in any
+// toString() writes the optional fields in that order (rht last); parse() accepts them in any
 // order but each at most once.
 #include <cstdint>
 #include <string>
@@ -38,18 +51,23 @@ namespace pgq {
 enum class Granularity { kPerTensor, kPerChannel, kPerBlock };
 enum class Rounding { kNearest, kStochastic };
 enum class Clipping { kNone, kPercentile, kMse };
-enum class Element { kInt, kE4M3, kE5M2 };
-enum class ScaleKind { kF32, kE8M0, kTwoLevel };
+enum class Element { kInt, kE4M3, kE5M2, kE2M1 };
+enum class ScaleKind { kF32, kE8M0, kTwoLevel, kE4M3 };
 
 struct QuantFormat {
   Element element = Element::kInt;
-  int bits = 8;  // 8 for FP8 elements
+  int bits = 8;  // 8 for FP8 elements, 4 for e2m1 (elementBits())
   // One scale for the whole tensor, one per channel (non-contracting index, per batch),
   // or one per block of `block` elements of a channel along the contracting dimension.
   Granularity granularity = Granularity::kPerChannel;
   // Block length for kPerBlock (>= 1; the last block of a channel may be shorter);
   // must be 0 otherwise.
   int block = 0;
+  // kPerBlock only: the groups are block x block tiles of each stored matrix (rows x
+  // columns, whichever is contracting) instead of blocks of one channel.
+  bool block2d = false;
+  // Random Hadamard transform along the contracting dimension (the grammar's rht).
+  bool hadamard = false;
   Rounding rounding = Rounding::kNearest;
   bool asymmetric = false;
   Clipping clipping = Clipping::kNone;
@@ -89,8 +107,11 @@ int64_t quantBlockCount(const QuantFormat& format, int64_t contract);
 int64_t quantGroupCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 int64_t quantParamCount(const QuantFormat& format, int64_t batch, int64_t channels, int64_t contract);
 
+// The length of a Hadamard block and of the NVFP4 1-D and 2-D scale blocks.
+inline constexpr int kHadamardBlock = 16;
+
 // Element value limits: the largest finite value, the smallest normal exponent and
-// the mantissa bits of an FP8 element (int: qmax, 0, 0).
+// the mantissa bits of a float element (int: qmax, 0, 0).
 struct ElementLimits {
   double max = 0;
   int emin = 0;       // exponent of the smallest normal value
@@ -98,7 +119,9 @@ struct ElementLimits {
   int mantissa = 0;   // stored mantissa bits
 };
 ElementLimits elementLimits(const QuantFormat& format);
-const char* elementName(Element element);  // int | e4m3 | e5m2
+const char* elementName(Element element);  // int | e4m3 | e5m2 | e2m1
+// The bits a float element takes (8 for FP8, 4 for e2m1); 0 for int (format.bits).
+int elementBits(Element element);
 
 const char* granularityName(Granularity granularity);
 

@@ -17,12 +17,13 @@ struct SchemeInfo {
   Granularity granularity;
   int block;
   ScaleKind scale;
+  bool weight_2d;
 };
 
 constexpr SchemeInfo kSchemes[] = {
-#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale) \
-  {text, FormatFamily::k##family, Element::k##operand_element, Element::k##gradient_element,         \
-   Granularity::k##granularity, block, ScaleKind::k##scale},
+#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale, weight_2d) \
+  {text, FormatFamily::k##family, Element::k##operand_element, Element::k##gradient_element,                    \
+   Granularity::k##granularity, block, ScaleKind::k##scale, weight_2d},
 #include "support/quant_schemes.def"
 };
 
@@ -46,10 +47,14 @@ std::optional<Scheme> parseScheme(std::string_view text) {
 }
 
 FormatFamily formatFamily(const QuantFormat& format) {
+  const bool fp4 = format.element == Element::kE2M1;
   switch (format.scale) {
-    case ScaleKind::kF32: return format.isFloat() ? FormatFamily::kFp8 : FormatFamily::kInt8;
-    case ScaleKind::kE8M0: return format.isFloat() ? FormatFamily::kMxfp8 : FormatFamily::kMxint8;
+    // E2M1 with f32 scales has no hardware of its own; FP4 tensor cores read it as NVFP4.
+    case ScaleKind::kF32: return fp4 ? FormatFamily::kNvfp4 : format.isFloat() ? FormatFamily::kFp8 : FormatFamily::kInt8;
+    case ScaleKind::kE8M0:
+      return fp4 ? FormatFamily::kMxfp4 : format.isFloat() ? FormatFamily::kMxfp8 : FormatFamily::kMxint8;
     case ScaleKind::kTwoLevel: return FormatFamily::kMossFp8;
+    case ScaleKind::kE4M3: return FormatFamily::kNvfp4;
   }
   return FormatFamily::kInt8;
 }
@@ -61,14 +66,17 @@ SchemeFormats schemeFormats(Scheme scheme, Rounding rounding, Rounding gradient_
   auto format = [&](Element element, Rounding r) {
     QuantFormat f;
     f.element = element;
-    f.bits = 8;
+    f.bits = element == Element::kInt ? 8 : elementBits(element);
     f.granularity = info.granularity;
     f.block = info.block;
     f.rounding = r;
     f.scale = info.scale;
     return f;
   };
-  return {format(info.operand_element, rounding), format(info.gradient_element, gradient_rounding)};
+  SchemeFormats formats{format(info.operand_element, rounding), format(info.operand_element, rounding),
+                        format(info.gradient_element, gradient_rounding)};
+  formats.weight.block2d = info.weight_2d;
+  return formats;
 }
 
 }  // namespace pgq

@@ -20,7 +20,7 @@ enum class FormatFamily : uint8_t {
 };
 
 enum class Scheme : uint8_t {
-#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale) k##id,
+#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale, weight_2d) k##id,
 #include "support/quant_schemes.def"
 };
 
@@ -30,7 +30,8 @@ inline constexpr FormatFamily kFormatFamilies[] = {
 #include "support/quant_schemes.def"
 };
 inline constexpr Scheme kFormatSchemes[] = {
-#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale) Scheme::k##id,
+#define FORMAT_SCHEME(id, text, family, operand_element, gradient_element, granularity, block, scale, weight_2d) \
+  Scheme::k##id,
 #include "support/quant_schemes.def"
 };
 
@@ -41,16 +42,19 @@ std::optional<FormatFamily> parseFormatFamily(std::string_view text);
 std::optional<Scheme> parseScheme(std::string_view text);
 
 // The family `format` belongs to: int8 (integer grid, f32 scales), fp8 (FP8 elements,
-// f32 scales), mxfp8, mxint8 (power-of-two block scales) or moss_fp8 (two-level scales).
+// f32 scales), mxfp8, mxint8 (power-of-two block scales), moss_fp8 (two-level scales),
+// nvfp4 (e2m1, E4M3 block scales) or mxfp4 (e2m1, E8M0 block scales).
 FormatFamily formatFamily(const QuantFormat& format);
 // The family a scheme's GEMMs run in.
 FormatFamily familyOf(Scheme scheme);
 
 struct SchemeFormats {
-  QuantFormat operand;   // weights and activations
+  QuantFormat operand;   // activations (and weights, unless the scheme's weights are 2-D)
+  QuantFormat weight;    // weights: operand's format, or its block x block tiles
   QuantFormat gradient;  // gradient operands
 };
-// The formats of `scheme` with the given roundings (int8: 8 bits per channel).
+// The formats of `scheme` with the given roundings (int8: 8 bits per channel). Weights
+// round as `rounding` says.
 SchemeFormats schemeFormats(Scheme scheme, Rounding rounding, Rounding gradient_rounding);
 
 }  // namespace pgq

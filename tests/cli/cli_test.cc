@@ -826,6 +826,18 @@ TEST_F(Cli, StageTwoBadInputs) {
        "--bits and --granularity shape the int8 scheme"},
       {"experiment --model tiny --token-scale 0 --out " + (dir_ / "e").string(), "--token-scale: expected"},
       {"recipe --profile " + profile + " --hardware h100-sxm --policy F --token-scale -2", "--token-scale: expected"},
+      // 4 bits (issue 33): Hopper has no FP4; the trainer exports take what TE can run.
+      {"recipe --profile " + profile + " --hardware h100-sxm --policy " + PGQ_SOURCE_DIR +
+           "/recipes/policies/nvfp4.yaml",
+       "/recipes/policies/nvfp4.yaml: field 'formats' lists nvfp4, which hardware 'h100-sxm' does not run"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy " +
+           write("int8_all.yaml", "name: int8-all\nforward: {quantize: true}\nbackward: {quantize: false}\n"
+                                  "min_speedup: 0\n") +
+           " --export-megatron " + (dir_ / "te.yaml").string(),
+       "(family int8) has no Transformer Engine quantizer"},
+      {"recipe --profile " + profile + " --hardware epyc-zen3-2c --policy F --export-megatron " +
+           (dir_ / "te-precision.yaml").string(),
+       "which is no Python identifier"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);

@@ -236,6 +236,52 @@ TEST(QuantizeGemms, EmulatesFp8AndMxGemmsWithFakeQuantAndAnF32Matmul) {
   }
 }
 
+// NVFP4 with 16x16 weight tiles and the random Hadamard transform on both operands runs
+// emulated; its error against f32 is a 4-bit one. A transform on a K that is no multiple
+// of 16, or on one operand only, is refused naming the entry.
+TEST(QuantizeGemms, EmulatesNvfp4WithTheTransformAndRefusesWhatCannotRun) {
+  Recipe nv = parseRecipe(R"(gemms:
+  - {label: up, decision: nvfp4, lhs_format: "e2m1:block16:rtn:scale=e4m3:rht", rhs_format: "e2m1:block16x16:rtn:scale=e4m3:rht"}
+  - {label: down, decision: nvfp4, lhs_format: nvfp4, rhs_format: "e2m1:block16x16:rtn:scale=e4m3"}
+)",
+                          "nv.yaml");
+  auto g = rewritten(kMlp, nv);
+  auto original = parseGraph(kMlp);
+  Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{64, 32}}, 1));
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+  Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+  Executor a(*original), b(*g);
+  for (Executor* e : {&a, &b}) {
+    e->bind("x", x);
+    e->bind("w", w);
+    e->bind("w2", w2);
+    e->run(5);
+  }
+  const double error = testing::relativeSquaredError(a.output<float>(0), b.output<float>(0));
+  EXPECT_GT(error, 1e-3);  // 4 bits: ~1/SQNR of NVFP4 (~100) per operand
+  EXPECT_LT(error, 0.1);
+  auto refused = [](const char* text, const char* expected) {
+    try {
+      rewritten(R"(graph @odd {
+  %x = input() : f32[8,24]
+  %w = parameter() : f32[24,16]
+  %y = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="odd"} : f32[8,16]
+  return %y
+}
+)",
+                parseRecipe(text, "rht.yaml"));
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused("gemms:\n  - {label: odd, decision: fp8, lhs_format: \"e4m3:tensor:rtn:rht\", rhs_format: "
+          "\"e4m3:tensor:rtn:rht\"}\n",
+          "rht.yaml:2: field 'lhs_format': GEMM 'odd': the random Hadamard transform (rht) works on blocks of 16");
+  refused("gemms:\n  - {label: odd, decision: nvfp4, lhs_format: nvfp4, rhs_format: nvfp4}\n",
+          "rht.yaml:2: field 'lhs_format': GEMM 'odd': NVFP4 block 16 does not divide its contracting dimension K = 24");
+}
+
 TEST(QuantizeGemms, RefusesToMixInt8AndFp8Operands) {
   EXPECT_THROW(parseRecipe(R"(gemms:
   - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "int8:channel:rtn"}

@@ -33,7 +33,11 @@ TEST(QuantFormat, MicroscalingAliasesParseToTheCanonicalForm) {
   EXPECT_EQ(QuantFormat::parse("mxfp8_e5m2:sr").toString(), "e5m2:block32:sr:scale=e8m0");
   EXPECT_EQ(QuantFormat::parse("mxint8:rtn").toString(), "int8:block32:rtn:scale=e8m0");
   EXPECT_THROW(QuantFormat::parse("mxfp8_e4m3:block64"), Error);
-  EXPECT_THROW(QuantFormat::parse("mxfp4"), Error);
+  // The 4-bit aliases (issue 33); MXFP6 is no format of pgq's.
+  EXPECT_EQ(QuantFormat::parse("mxfp4").toString(), "e2m1:block32:rtn:scale=e8m0");
+  EXPECT_EQ(QuantFormat::parse("nvfp4:sr").toString(), "e2m1:block16:sr:scale=e4m3");
+  EXPECT_THROW(QuantFormat::parse("mxfp6"), Error);
+  EXPECT_THROW(QuantFormat::parse("nvfp4:block32"), Error);
 }
 
 // Equal exactly when the text forms are: fields a format ignores do not count.
