@@ -76,6 +76,22 @@ TEST(ProfileRequest, SchemesAndFormats) {
   EXPECT_EQ(r.output_pairs[5], (FormatPair{f("e4m3:block32:rtn:scale=e8m0"), f("e4m3:block32:sr:scale=e8m0")}));
 }
 
+// A 4-bit scheme adds its weights' 2-D tiles beside the operand format, and each with
+// and without the random Hadamard transform a policy may ask for.
+TEST(ProfileRequest, FourBitSchemesWithAndWithoutTheTransform) {
+  ProfileAsk ask;
+  ask.candidates = {Scheme::kNvfp4};
+  const ProfileRequest r = profileRequest(ask, cpu(true));
+  EXPECT_EQ(r.formats, (std::vector<QuantFormat>{f("int8:channel:rtn"), f("e2m1:block16:rtn:scale=e4m3"),
+                                                 f("e2m1:block16x16:rtn:scale=e4m3"),
+                                                 f("e2m1:block16:rtn:scale=e4m3:rht"),
+                                                 f("e2m1:block16x16:rtn:scale=e4m3:rht")}));
+  EXPECT_EQ(r.gradient_formats,
+            (std::vector<QuantFormat>{f("int8:channel:sr"), f("e2m1:block16:rtn:scale=e4m3"),
+                                      f("e2m1:block16:sr:scale=e4m3"), f("e2m1:block16:rtn:scale=e4m3:rht"),
+                                      f("e2m1:block16:sr:scale=e4m3:rht")}));
+}
+
 TEST(ProfileRequest, ParsesCandidates) {
   EXPECT_EQ(std::get<Scheme>(parseProfileCandidate("moss_fp8")), Scheme::kMossFp8);
   EXPECT_EQ(std::get<QuantFormat>(parseProfileCandidate("int4:tensor:sr")), f("int4:tensor:sr"));
