@@ -240,7 +240,6 @@ class Collector:
         if self._handles or self._forwards:
             raise ProfileError("pgq_profile: a collector profiles one `with` block; make another for another profile")
         self._cuda = any(p.is_cuda for p in self.model.parameters())
-        # The first handle times the steps (it stays on after the profiled steps).
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_forward))
         for path, module, out_in in self._linears:
             self._handles.append(module.register_forward_hook(
@@ -253,7 +252,7 @@ class Collector:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self._remove_hooks(all_of_them=True)
+        self._remove_hooks()
         if exc_type is not None:
             return False
         self._time_step(None)
@@ -261,11 +260,10 @@ class Collector:
         self.profile_path = self._finish()
         return False
 
-    def _remove_hooks(self, all_of_them=False):
-        keep = [] if all_of_them or not self._handles else self._handles[:1]
-        for h in self._handles[len(keep):]:
+    def _remove_hooks(self):
+        for h in self._handles:
             h.remove()
-        self._handles = keep
+        self._handles = []
 
     def _now(self):
         if self._cuda:
@@ -274,8 +272,8 @@ class Collector:
 
     def _time_step(self, profiled):
         """Ends the timing of the last step and starts the next (profiled: True, False for
-        a plain one, None for no next): a step's time runs from its model forward to the
-        next training step's (the user's backward, optimizer step, data loading and
+        a plain (warmup) one, None for no next): a step's time runs from its model forward
+        to the next training step's (the user's backward, optimizer step, data loading and
         evaluation forwards in between count), or to the end of the `with` block."""
         now = self._now()
         if self._last_start is not None:
@@ -289,11 +287,13 @@ class Collector:
         self._close_step()
         index = self._forwards
         profiled = index >= self.warmup and self._committed < self.steps
+        if index >= self.warmup and not profiled:
+            self._time_step(None)
+            self._remove_hooks()
+            return
         self._time_step(profiled)
         self._forwards += 1
         if not profiled:
-            if index >= self.warmup:
-                self._remove_hooks()  # the profiled steps are over; only the timing goes on
             return
         self._step = _Step(index - self.warmup)
         if self.metrics and self._reach is None and self._reach_unsound is None:
