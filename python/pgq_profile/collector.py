@@ -970,11 +970,11 @@ class Collector:
                 "metrics": self.metrics, "metrics_step_ms": self._mean_ms("profiled")}
 
     def _mean_ms(self, kind):
-        """The mean time of the block's plain (unprofiled: warmup, or after the profiled
-        ones) or profiled steps, in ms; the block's first step (one-time costs: allocation,
-        kernel selection, the collector's set-up) only when it is the only one; 0 when none
-        was timed."""
-        times = self._step_ms[kind]
-        later = [ms for index, ms in times if index > 0]
-        times = later or [ms for _, ms in times]
+        """The mean time of the block's plain (warmup) or profiled steps, in ms, the first
+        of each kind left out when there are others (it carries one-time costs: memory
+        allocation and kernel selection for the first step, the collector's set-up, its
+        random bits and the walk of the autograd graph for the first profiled one); 0
+        when none was timed."""
+        times = [ms for _, ms in self._step_ms[kind]]
+        times = times[1:] if len(times) > 1 else times
         return sum(times) / len(times) if times else 0.0

@@ -23,6 +23,7 @@ Usage: check_loop.py --work DIR [--metrics]
 import argparse
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -195,6 +196,24 @@ def main():
 
     ours, _ = profile(fresh(), out, 3, lambda m: train(m, batches(2, seed=5) + data), warmup=2)
     same("warmup=2", ours, ref)
+
+    # Step times: a step runs from its forward to the next one's, so the 40 ms each step
+    # sleeps after its backward count; the warmup steps are the plain ones (step_ms), the
+    # profiled ones give metrics_step_ms (written with the metrics' statistics only).
+    def sleepy(m):
+        for ids in batches(2, seed=5) + data:
+            m(ids).backward()
+            time.sleep(0.04)
+    profile(fresh(), out, 3, sleepy, warmup=2)
+    with open(out) as f:
+        run = yaml.load(f, Loader=LOADER)["run"]
+    plain, profiled = run["step_ms"], run.get("metrics_step_ms")
+    if plain < 40 or (OPTIONS and (profiled is None or profiled < 40)) or (not OPTIONS and "metrics" in run):
+        failures.append("step times: step_ms {}, metrics_step_ms {} (each step sleeps 40 ms; metrics_step_ms only "
+                        "with metrics)".format(plain, profiled))
+    else:
+        print("ok   {:<52} step_ms {:.1f}, metrics_step_ms {}".format(
+            "step times (40 ms sleep per step)", plain, "{:.1f}".format(profiled) if profiled else "not written"))
 
     def longer(m):
         train(m, data)
