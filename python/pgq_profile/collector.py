@@ -140,6 +140,16 @@ def _exact_matmuls():
         torch.set_float32_matmul_precision(before)
 
 
+def _sum_squares(t):
+    """The sum of squares of t's elements (0-d float64): norms of chunks that stay in the
+    cache, in float, their squares summed in double (as pgq sums per block); no double
+    copy of the tensor."""
+    flat = t.reshape(-1)
+    step = 1 << 18 if t.device.type == "cpu" else 1 << 24
+    norms = [torch.linalg.vector_norm(flat[a:a + step]) for a in range(0, flat.numel(), step)]
+    return (torch.stack(norms).double() ** 2).sum()
+
+
 def _grad_fns(value, into):
     """The grad_fn of every tensor in a model's output (tensors, sequences, mappings)."""
     if torch.is_tensor(value):
@@ -379,15 +389,18 @@ class Collector:
         return kept
 
     @staticmethod
-    def _error(reference, approx):
-        """[sqnr, mean_square, mse] of approx against reference (kernels/reduce.cc errorStats;
-        approx is overwritten)."""
+    def _errors(reference, products):
+        """[sqnr, mean_square, mse] per product (a function computing it) against reference
+        (kernels/reduce.cc errorStats), concatenated; each product is overwritten."""
         n = float(reference.numel())
-        signal = torch.linalg.vector_norm(reference, dtype=torch.float64) ** 2 / n
-        noise = torch.linalg.vector_norm(approx.sub_(reference), dtype=torch.float64) ** 2 / n
-        sqnr = torch.where(noise > 0, torch.clamp(signal / torch.clamp(noise, min=1e-300), max=SQNR_CAP),
-                           torch.full_like(noise, SQNR_CAP))
-        return torch.stack([sqnr, signal, noise])
+        signal = _sum_squares(reference) / n
+        rows = []
+        for product in products:
+            noise = _sum_squares(product().sub_(reference)) / n
+            sqnr = torch.where(noise > 0, torch.clamp(signal / torch.clamp(noise, min=1e-300), max=SQNR_CAP),
+                               torch.full_like(noise, SQNR_CAP))
+            rows.append(torch.stack([sqnr, signal, noise]))
+        return torch.cat(rows)
 
     def _gemm(self, label, direction, layer, shape, operands, grad_of=None, out_shape=None):
         g = self._gemms.get(label)
@@ -469,8 +482,8 @@ class Collector:
                 if self.outputs:
                     self._stats(step, label, "out", ("out", label), y, y, False, fmts)
                 if g.pairs:
-                    step.error_rows[label] = torch.cat([self._error(y, torch.mm(qx[lf], as_rhs(qw[rf])))
-                                                        for lf, rf in g.pairs])
+                    step.error_rows[label] = self._errors(y, [lambda lf=lf, rf=rf: torch.mm(qx[lf], as_rhs(qw[rf]))
+                                                              for lf, rf in g.pairs])
             del y, qx, qw
         dgrad = x.requires_grad
         wgrad = weight.requires_grad
@@ -544,8 +557,8 @@ class Collector:
                 if self.outputs:
                     self._stats(step, gd.label, "out", ("out", gd.label), dx, dx, False, grad_fmts)
                 if gd.pairs:
-                    step.error_rows[gd.label] = torch.cat([self._error(dx, torch.mm(qg[lf], as_rhs(qw[rf])))
-                                                           for lf, rf in gd.pairs])
+                    step.error_rows[gd.label] = self._errors(
+                        dx, [lambda lf=lf, rf=rf: torch.mm(qg[lf], as_rhs(qw[rf])) for lf, rf in gd.pairs])
                 del qg, qw, dx
             if gw is not None:
                 x, x2 = held
@@ -555,8 +568,8 @@ class Collector:
                 if self.outputs:
                     self._stats(step, gw.label, "out", ("out", gw.label), dw, dw, False, grad_fmts)
                 if gw.pairs:
-                    step.error_rows[gw.label] = torch.cat([self._error(dw, torch.mm(qg[lf].t(), qx[rf]))
-                                                           for lf, rf in gw.pairs])
+                    step.error_rows[gw.label] = self._errors(
+                        dw, [lambda lf=lf, rf=rf: torch.mm(qg[lf].t(), qx[rf]) for lf, rf in gw.pairs])
 
     def _on_embedding(self, path, module, inputs, output):
         """An Embedding call: a parameter gradient the reach counts (pgq's scatter-add),
@@ -586,7 +599,7 @@ class Collector:
                 return None
             with torch.no_grad():
                 dw = torch.ops.aten.embedding_dense_backward(grad.detach().float(), ids, rows, padding, scale)
-                square = torch.linalg.vector_norm(dw, dtype=torch.float64) ** 2 / dw.numel()
+                square = _sum_squares(dw) / dw.numel()
                 step.sink_rows[label] = square.reshape(1)
             return None
         output.register_hook(on_grad)
