@@ -1,5 +1,6 @@
 """The collector: hooks on a model's linear layers that compute, during a few steps of the
 user's own training loop, the statistics pgq's stage (i) computes, then the profile."""
+import collections
 import contextlib
 import os
 import re
@@ -115,7 +116,9 @@ class _Step:
         # statistics of a tensor several GEMMs read (q, k and v read one x), without
         # keeping the tensor alive (activations and gradients are freed as usual).
         self.cache = {}
-        self.quantized = None  # (tensor key, weak reference, {(orientation, format): Q}) of the last tensor
+        # tensor key -> (weak reference, {(orientation, format): Q}) of the last two tensors
+        # quantized for output errors (x, then each of q, k and v's weights, then x again).
+        self.quantized = collections.OrderedDict()
         self.names = {}      # tensor key -> the name of the first GEMM operand that read it
         self.lr = {}         # weight name -> (lr, rigorous bound) of the update after this step
         self.error_rows = {}  # GEMM label -> its output errors' row
@@ -359,13 +362,17 @@ class Collector:
         """The row of one operand: the tensor's sums, then each format's (computed once per
         tensor, orientation and format in a step: q, k and v read one x). Returns
         {format: Q(tensor)} for the formats in `keep` (the quantized values a GEMM reads;
-        those of the last tensor are kept for the next GEMM reading it)."""
+        those of the last two tensors are kept for the next GEMMs reading them)."""
         _, sums, rows = self._sums(step, key, source, tensor)
         parts = [sums.row()]
         kept = {}
-        last = step.quantized
-        if last is None or last[0] != key or last[1]() is not source:
-            last = step.quantized = (key, weakref.ref(source), {})
+        last = step.quantized.get(key) if keep else None
+        if keep and (last is None or last[0]() is not source):
+            last = step.quantized[key] = (weakref.ref(source), {})
+            while len(step.quantized) > 2:
+                step.quantized.popitem(last=False)
+        elif keep:
+            step.quantized.move_to_end(key)
         for text in fmts:
             fmt = self._parsed[text]
             # Per-tensor scales do not depend on which dim is contracted (the bias-aware
@@ -373,11 +380,11 @@ class Collector:
             rk = (None if fmt.granularity == "tensor" and not self.metrics else contract_rows, text)
             row = rows.get(rk)
             if text in keep:
-                q = last[2].get(rk)
+                q = last[1].get(rk)
                 if q is None:
                     computed, q = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device),
                                              bias=self.metrics, keep=True)
-                    last[2][rk] = q
+                    last[1][rk] = q
                     if row is None:
                         row = rows[rk] = computed
                 kept[text] = q
