@@ -240,10 +240,10 @@ class Collector:
         self._precision = "f32"
         self._updates = {}        # weight name -> [(lr, bound)], one per profiled step
         self._sinks = {}          # sink label -> _Sink, in the order of first appearance
-        self._reach = None        # GEMM label -> set of sink labels its result reaches
+        self._reach = None        # ([sink labels], {GEMM label: bits of the sinks its result reaches})
         self._reach_unsound = None  # why the reach is left out, once known
         self._step_ms = {"plain": [], "profiled": []}
-        self._last_start = None   # (time, profiled?) of the last step's start
+        self._last_start = None   # (time, "plain" or "profiled", forward index) of the last step's start
         self._cuda = None
         self.profile_path = None
 
@@ -502,14 +502,17 @@ class Collector:
         grad_fmts = self.formats + [f for f in self.gradient_formats if f not in self.formats]
         y_name = label + ":grad_output"
         y_shape = list(output.shape)
-        metrics = self.metrics or self.outputs
+        # With the metrics or the results, both operands of each backward GEMM are read in
+        # the backward (x is then held until the backward; autograd saves it anyway when
+        # the weight needs a gradient).
+        late = self.metrics or self.outputs
         gd = gw = None
         if dgrad:
             gd = self._gemm(label + ":dgrad", "bwd_dgrad", layer, [1, m, n_out, k_in],
                             [_Operand("lhs", "gradient", y_name, y_shape, [len(y_shape) - 1], grad_fmts),
                              _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)], grad_of=label,
                             out_shape=x_shape)
-            if not metrics:
+            if not late:
                 self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in, fmts)
         if wgrad:
             gw = self._gemm(label + ":wgrad", "bwd_wgrad", layer, [1, n_out, m, k_in],
@@ -518,13 +521,10 @@ class Collector:
                             grad_of=label, out_shape=[n_out, k_in])
             if self.metrics and label not in self._sinks:
                 self._sinks[label] = _Sink(label, weight.numel())
-            if not metrics:
+            if not late:
                 self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True, fmts)
         step.pending += 1
-        # With the metrics or the results, both operands of each backward GEMM are read in
-        # the backward (x is then held until the backward; autograd saves it anyway when
-        # the weight needs a gradient).
-        held = (x, x2) if metrics and wgrad else (None, None)
+        held = (x, x2) if late and wgrad else (None, None)
 
         def on_grad(grad, step=step, label=label, n_out=n_out, dgrad=dgrad, wgrad=wgrad, weight=weight, held=held):
             if step.closed:
@@ -536,7 +536,7 @@ class Collector:
                 if g.dtype != torch.float32:
                     g = g.float()
                 key = ("grad", label)
-                if not metrics:
+                if not late:
                     if dgrad:
                         self._stats(step, label + ":dgrad", "lhs", key, grad, g, False, grad_fmts)
                     if wgrad:
