@@ -8,7 +8,11 @@ stored [in, out]), a tied nn.Linear lm_head over 50257 tokens: 124M parameters, 
 linear modules, 147 GEMMs profiled.
 
     /usr/bin/python3 bench/torch_collector_overhead.py [--batch 1 --seq 512] [--steps 4]
-        [--threads 2] [--formats fp8,mxfp8] [--layers 12] [--device cpu|cuda]
+        [--threads 2] [--formats fp8,mxfp8] [--layers 12] [--device cpu|cuda] [--metrics]
+
+--metrics profiles the metrics' statistics too (collect(metrics=True, outputs=True), as
+pgq's --profile-metrics --profile-outputs): bias-aware SQNRs, the results' statistics,
+the output errors (a quantized GEMM per GEMM and format pair) and the reach.
 
 Plain steps and profiled steps alternate in blocks of --steps (after a warmup step
 each), so that a machine that gets busier or quieter affects both alike; the medians
@@ -100,6 +104,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--formats", default="", help="pgq_profile formats besides int8 per channel")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--metrics", action="store_true", help="also the metrics' statistics (metrics=True, "
+                        "outputs=True)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -126,7 +132,8 @@ def main():
     for _ in range(args.blocks):
         step()
         plain += [step() for _ in range(args.steps)]
-        collector = pgq_profile.collect(model, formats=args.formats, steps=args.steps + 1, out=out)
+        collector = pgq_profile.collect(model, formats=args.formats, steps=args.steps + 1, out=out,
+                                        metrics=args.metrics, outputs=args.metrics)
         with collector:
             step()  # the first profiled step allocates the statistics' buffers
             profiled += [step() for _ in range(args.steps)]
@@ -136,11 +143,15 @@ def main():
     print("GPT-2-124M-shaped ({} layers, {:.1f}M parameters, {} GEMMs profiled), batch {} x seq {}, {} threads, {}"
           .format(args.layers, params / 1e6, 3 * len(pgq_profile.linear_modules(model)), args.batch, args.seq,
                   args.threads, args.device))
-    print("formats: int8:channel:rtn (+ int8:channel:sr on gradients){}".format(
-        ", " + args.formats if args.formats else ""))
+    print("formats: int8:channel:rtn (+ int8:channel:sr on gradients){}; {}".format(
+        ", " + args.formats if args.formats else "",
+        "with the metrics' statistics (metrics=True, outputs=True)" if args.metrics else "SQNR statistics only"))
     print("plain step     median {:8.1f} ms  ({})".format(p, ", ".join("{:.0f}".format(v) for v in plain)))
     print("profiled step  median {:8.1f} ms  ({})".format(q, ", ".join("{:.0f}".format(v) for v in profiled)))
     print("ratio {:.2f}x; writing the profile: {:.0f} ms once".format(q / p, statistics.median(writes)))
+    with open(out) as f:
+        run = [line.strip() for line in f if line.startswith("  step_ms:") or line.startswith("  metrics_step_ms:")]
+    print("the last profile's run record: {}".format(", ".join(run)))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,14 @@ predicted) scales would have clipped. GEMMs are labelled by module path
 the file is pgq's profile format (plan/profile.cc), so `pgq recipe`, `pgq sqnr-table` and
 `--export-torch` work on it without a model file.
 
+With metrics=True (pgq's --profile-metrics) it also records the statistics of the
+metrics beyond SQNR (docs/METRICS.md): each operand's bias-aware SQNR per format, each
+GEMM's output error (the GEMM computed from both inputs quantized, for the format pairs
+pgq's stage (i) measures, against the f32 result) and where each GEMM's result goes
+(reach, from the step's autograd graph); with outputs=True (--profile-outputs) the
+statistics of each GEMM's result, and the gradient reach that `pgq recipe`'s default
+metric for backward GEMMs (effect) needs.
+
 A step is one forward of the model with gradients enabled followed by its backward (a
 micro-batch under gradient accumulation); forwards without gradients (evaluation) are
 ignored. Under torch.distributed every process profiles its own part of the batch and
@@ -78,9 +86,22 @@ def collect(model, formats=(), steps=5, out="profile.yaml", **options):
                      shapes; layers no pattern matches are replicated
     group            the torch.distributed process group to combine over (default: all)
     seed             seed of the stochastic-rounding bits
+    metrics          also the metrics' statistics: bias_sqnr_mean, output_errors, reach (default
+                     False). reach is left out, with a warning saying why, when a matrix
+                     parameter is read outside nn.Linear/Conv1D/nn.Embedding modules (a tied
+                     head written as x @ W.T) or a layer first runs in the backward (reentrant
+                     activation checkpointing): then the gradients it would count are unknown
+    outputs          also each GEMM's result's statistics (an "out" operand), and with metrics
+                     the gradient_reach (default False)
+
+    The profile's run record has step_ms, the mean time of a warmup step (0 without
+    warmup steps), and with metrics metrics_step_ms, the mean time of a profiled one:
+    from a step's forward to the next one's (synchronized on CUDA), the first of each
+    kind left out when there are others.
 
     Raises ProfileError (a model without linear layers, an unknown format, steps < 1, a
-    path that cannot be written; no complete step in the block) and
+    path that cannot be written, metrics or outputs not a bool; no complete step in the
+    block) and
     NonFiniteStatisticsError (an operand with NaN or Inf, naming module, operand and step).
     """
     return Collector(model, formats, steps, out, **options)

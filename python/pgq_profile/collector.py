@@ -1,7 +1,10 @@
 """The collector: hooks on a model's linear layers that compute, during a few steps of the
 user's own training loop, the statistics pgq's stage (i) computes, then the profile."""
+import collections
+import contextlib
 import os
 import re
+import time
 import warnings
 import weakref
 
@@ -9,7 +12,7 @@ import torch
 
 from . import formats as formats_mod
 from . import profile_file
-from .quant import TENSOR_FIELDS, Noise, TensorSums, format_row
+from .quant import FORMAT_FIELDS, SQNR_CAP, TENSOR_FIELDS, Noise, TensorSums, format_row
 
 # The version of the profiles this collector writes (pgq refuses newer ones: plan/profile.h
 # kCollectorVersion). Raise it when the meaning of a field changes.
@@ -66,9 +69,13 @@ def layer_of(path):
     return -1
 
 
+ERROR_FIELDS = ("sqnr", "mean_square", "mse")  # per output error pair and step
+
+
 class _Operand:
     """One GEMM operand's statistics over the steps: a row [TENSOR_FIELDS, FORMAT_FIELDS per
-    format] per step (0-d tensors stacked on the device, read once at the end)."""
+    format] per step (0-d tensors stacked on the device, read once at the end). The GEMM's
+    result (side "out", with outputs=True) is one too."""
 
     def __init__(self, side, role, tensor, shape, contract_dims, formats):
         self.side, self.role, self.tensor = side, role, tensor
@@ -77,11 +84,22 @@ class _Operand:
 
 
 class _Gemm:
-    def __init__(self, label, direction, layer, shape, operands, grad_of=None):
+    def __init__(self, label, direction, layer, shape, operands, grad_of=None, pairs=()):
         self.label, self.direction, self.layer = label, direction, layer
         self.grad_of = grad_of  # a backward GEMM: the label of the forward GEMM it differentiates
         self.shape = shape  # [batch, M, K, N] on this device
-        self.operands = operands  # [lhs, rhs]
+        self.operands = operands  # [lhs, rhs] (and out with outputs=True)
+        self.pairs = list(pairs)  # the (lhs format, rhs format) of its output errors
+        self.errors = []  # per step: [ERROR_FIELDS per pair]
+
+
+class _Sink:
+    """A parameter gradient the metrics' reach counts: a Linear call's weight gradient
+    (its wgrad GEMM) or an Embedding call's (pgq's scatter-add)."""
+
+    def __init__(self, label, elements):
+        self.label, self.elements = label, elements
+        self.rows = []  # per step: [mean square of the gradient] (embeddings; wgrads have their out operand)
 
 
 class _Step:
@@ -98,8 +116,55 @@ class _Step:
         # statistics of a tensor several GEMMs read (q, k and v read one x), without
         # keeping the tensor alive (activations and gradients are freed as usual).
         self.cache = {}
+        # tensor key -> (weak reference, {(orientation, format): Q}) of the last two tensors
+        # quantized for output errors (x, then each of q, k and v's weights, then x again).
+        self.quantized = collections.OrderedDict()
         self.names = {}      # tensor key -> the name of the first GEMM operand that read it
         self.lr = {}         # weight name -> (lr, rigorous bound) of the update after this step
+        self.error_rows = {}  # GEMM label -> its output errors' row
+        self.sink_rows = {}   # embedding sink label -> its row
+        self.started = None   # time.perf_counter() at the step's first forward
+        # The autograd graph of the step, for the reach (metrics, first profiled step only):
+        self.graph = None
+
+
+class _Unsound(Exception):
+    """Why the reach cannot be derived from this model's autograd graph."""
+
+
+@contextlib.contextmanager
+def _exact_matmuls():
+    """f32 GEMMs in f32 (not TF32) for the output errors' reference and quantized products."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _sum_squares(t):
+    """The sum of squares of t's elements (0-d float64): norms of chunks that stay in the
+    cache, in float, their squares summed in double (as pgq sums per block); no double
+    copy of the tensor."""
+    flat = t.reshape(-1)
+    step = 1 << 18 if t.device.type == "cpu" else 1 << 24
+    norms = [torch.linalg.vector_norm(flat[a:a + step]) for a in range(0, flat.numel(), step)]
+    return (torch.stack(norms).double() ** 2).sum()
+
+
+def _grad_fns(value, into):
+    """The grad_fn of every tensor in a model's output (tensors, sequences, mappings)."""
+    if torch.is_tensor(value):
+        if value.grad_fn is not None:
+            into.append(value.grad_fn)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _grad_fns(v, into)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _grad_fns(v, into)
+    return into
 
 
 class Collector:
@@ -107,13 +172,16 @@ class Collector:
 
     def __init__(self, model, formats=(), steps=5, out="profile.yaml", *, warmup=0, name=None,
                  amax_history=DEFAULT_AMAX_HISTORY, optimizer=None, tensor_parallel=1, sharding=None,
-                 group=None, seed=0):
+                 group=None, seed=0, metrics=False, outputs=False):
         if not isinstance(model, torch.nn.Module):
             raise ProfileError("pgq_profile: model must be a torch.nn.Module, got {}".format(type(model).__name__))
         for key, value, low in (("steps", steps, 1), ("warmup", warmup, 0), ("amax_history", amax_history, 1),
                                 ("tensor_parallel", tensor_parallel, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ProfileError("pgq_profile: {} must be an integer >= {}, got {!r}".format(key, low, value))
+        for key, value in (("metrics", metrics), ("outputs", outputs)):
+            if not isinstance(value, bool):
+                raise ProfileError("pgq_profile: {} must be True or False, got {!r}".format(key, value))
         if isinstance(formats, str):
             formats = [f for f in formats.split(",") if f]
         try:
@@ -121,6 +189,8 @@ class Collector:
         except formats_mod.FormatError as e:
             raise ProfileError("pgq_profile: {}".format(e)) from None
         self._parsed = {t: formats_mod.parse(t) for t in self.formats + self.gradient_formats}
+        self.metrics, self.outputs = metrics, outputs
+        self._pairs = formats_mod.output_pairs(list(formats)) if metrics else []
         if not isinstance(out, (str, os.PathLike)) or not str(out):
             raise ProfileError("pgq_profile: out must be a file path, got {!r}".format(out))
         out = os.fspath(out)
@@ -142,6 +212,8 @@ class Collector:
             inner = inner.module
         inner = getattr(inner, "_orig_mod", inner)
         self._linears = linear_modules(inner)
+        self._embeddings = [(path, m) for path, m in inner.named_modules() if isinstance(m, torch.nn.Embedding)]
+        self._inner = inner
         if not self._linears:
             raise ProfileError("pgq_profile: model {} has no nn.Linear or Conv1D module: there is no GEMM to "
                                "profile".format(type(inner).__name__))
@@ -167,6 +239,12 @@ class Collector:
         self._noises = {}
         self._precision = "f32"
         self._updates = {}        # weight name -> [(lr, bound)], one per profiled step
+        self._sinks = {}          # sink label -> _Sink, in the order of first appearance
+        self._reach = None        # ([sink labels], {GEMM label: bits of the sinks its result reaches})
+        self._reach_unsound = None  # why the reach is left out, once known
+        self._step_ms = {"plain": [], "profiled": []}
+        self._last_start = None   # (time, "plain" or "profiled", forward index) of the last step's start
+        self._cuda = None
         self.profile_path = None
 
     # ------------------------------------------------------------------ hooks
@@ -174,16 +252,23 @@ class Collector:
     def __enter__(self):
         if self._handles or self._forwards:
             raise ProfileError("pgq_profile: a collector profiles one `with` block; make another for another profile")
+        self._cuda = any(p.is_cuda for p in self.model.parameters())
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_forward))
         for path, module, out_in in self._linears:
             self._handles.append(module.register_forward_hook(
                 lambda m, i, o, path=path, out_in=out_in: self._on_linear(path, m, out_in, i, o)))
+        if self.metrics:
+            self._handles.append(self.model.register_forward_hook(self._on_model_output))
+            for path, module in self._embeddings:
+                self._handles.append(module.register_forward_hook(
+                    lambda m, i, o, path=path: self._on_embedding(path, m, i, o)))
         return self
 
     def __exit__(self, exc_type, exc, tb):
         self._remove_hooks()
         if exc_type is not None:
             return False
+        self._time_step(None)
         self._close_step()
         self.profile_path = self._finish()
         return False
@@ -193,18 +278,39 @@ class Collector:
             h.remove()
         self._handles = []
 
+    def _now(self):
+        if self._cuda:
+            torch.cuda.synchronize()  # the device's time, not the host's
+        return time.perf_counter()
+
+    def _time_step(self, profiled):
+        """Ends the timing of the last step and starts the next (profiled: True, False for
+        a plain (warmup) one, None for no next): a step's time runs from its model forward
+        to the next training step's (the user's backward, optimizer step, data loading and
+        evaluation forwards in between count), or to the end of the `with` block."""
+        now = self._now()
+        if self._last_start is not None:
+            start, kind, index = self._last_start
+            self._step_ms[kind].append((index, (now - start) * 1e3))
+        self._last_start = None if profiled is None else (now, "profiled" if profiled else "plain", self._forwards)
+
     def _on_model_forward(self, module, inputs):
         if not torch.is_grad_enabled():
             return  # evaluation: no backward, not a training step
         self._close_step()
         index = self._forwards
-        self._forwards += 1
-        if index < self.warmup:
-            return
-        if self._committed >= self.steps:
+        profiled = index >= self.warmup and self._committed < self.steps
+        if index >= self.warmup and not profiled:
+            self._time_step(None)
             self._remove_hooks()
             return
+        self._time_step(profiled)
+        self._forwards += 1
+        if not profiled:
+            return
         self._step = _Step(index - self.warmup)
+        if self.metrics and self._reach is None and self._reach_unsound is None:
+            self._step.graph = {"gemms": {}, "sinks": {}, "outputs": []}
 
     def _close_step(self):
         step = self._step
@@ -220,10 +326,21 @@ class Collector:
             return
         for (label, side), row in step.rows.items():
             g = self._gemms[label]
-            g.operands[0 if side == "lhs" else 1].rows.append(row)
+            g.operands[{"lhs": 0, "rhs": 1, "out": 2}[side]].rows.append(row)
+        for label, row in step.error_rows.items():
+            self._gemms[label].errors.append(row)
+        for label, row in step.sink_rows.items():
+            self._sinks[label].rows.append(row)
         for key, bound in step.lr.items():
             self._updates.setdefault(key, []).append(bound)
         self._committed += 1
+        if step.graph is not None:
+            try:
+                self._reach = self._reach_of(step.graph)
+            except _Unsound as e:
+                self._reach_unsound = str(e)
+                warnings.warn("pgq_profile: the profile has no reach or gradient_reach (the metrics 'reach' and "
+                              "'effect'; pgq recipe's default metric falls back to SQNR): {}".format(e))
 
     def _noise(self, device):
         n = self._noises.get(device)
@@ -241,26 +358,73 @@ class Collector:
             step.cache[key] = entry
         return entry
 
-    def _stats(self, step, label, side, key, source, tensor, contract_rows, fmts):
+    def _stats(self, step, label, side, key, source, tensor, contract_rows, fmts, keep=()):
         """The row of one operand: the tensor's sums, then each format's (computed once per
-        tensor, orientation and format in a step: q, k and v read one x)."""
+        tensor, orientation and format in a step: q, k and v read one x). Returns
+        {format: Q(tensor)} for the formats in `keep` (the quantized values a GEMM reads;
+        those of the last two tensors are kept for the next GEMMs reading them)."""
         _, sums, rows = self._sums(step, key, source, tensor)
         parts = [sums.row()]
+        kept = {}
+        last = step.quantized.get(key) if keep else None
+        if keep and (last is None or last[0]() is not source):
+            last = step.quantized[key] = (weakref.ref(source), {})
+            while len(step.quantized) > 2:
+                step.quantized.popitem(last=False)
+        elif keep:
+            step.quantized.move_to_end(key)
         for text in fmts:
             fmt = self._parsed[text]
-            # Per-tensor scales do not depend on which dim is contracted.
-            rk = (None if fmt.granularity == "tensor" else contract_rows, text)
+            # Per-tensor scales do not depend on which dim is contracted (the bias-aware
+            # SQNR, summing the errors along it, does).
+            rk = (None if fmt.granularity == "tensor" and not self.metrics else contract_rows, text)
             row = rows.get(rk)
+            if text in keep:
+                q = last[1].get(rk)
+                if q is None:
+                    computed, q = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device),
+                                             bias=self.metrics, keep=True)
+                    last[1][rk] = q
+                    if row is None:
+                        row = rows[rk] = computed
+                kept[text] = q
             if row is None:
-                row = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device))
+                row = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device), bias=self.metrics)
                 rows[rk] = row
             parts.append(row)
         step.rows[(label, side)] = torch.cat(parts)
+        return kept
 
-    def _gemm(self, label, direction, layer, shape, operands, grad_of=None):
+    @staticmethod
+    def _errors(reference, products):
+        """[sqnr, mean_square, mse] per product (a function computing it) against reference
+        (kernels/reduce.cc errorStats), concatenated; each product is overwritten."""
+        n = float(reference.numel())
+        signal = _sum_squares(reference) / n
+        rows = []
+        for product in products:
+            noise = _sum_squares(product().sub_(reference)) / n
+            sqnr = torch.where(noise > 0, torch.clamp(signal / torch.clamp(noise, min=1e-300), max=SQNR_CAP),
+                               torch.full_like(noise, SQNR_CAP))
+            rows.append(torch.stack([sqnr, signal, noise]))
+        return torch.cat(rows)
+
+    def _gemm(self, label, direction, layer, shape, operands, grad_of=None, out_shape=None):
         g = self._gemms.get(label)
         if g is None:
-            g = _Gemm(label, direction, layer, shape, operands, grad_of)
+            fmts = operands[0].formats if direction == "fwd" else self.formats + [
+                f for f in self.gradient_formats if f not in self.formats]
+            if self.outputs:
+                operands = operands + [_Operand("out", "output", label + ":output", out_shape, [len(out_shape) - 1],
+                                                fmts)]
+            # Each pair gives a gradient operand its gradient format, the others its operand
+            # format; a GEMM gets each distinct (lhs, rhs) once (passes/instrument_stats.cc).
+            pairs = []
+            for operand, gradient in self._pairs:
+                pair = tuple(gradient if o.role == "gradient" else operand for o in operands[:2])
+                if pair not in pairs:
+                    pairs.append(pair)
+            g = _Gemm(label, direction, layer, shape, operands, grad_of, pairs)
             self._gemms[label] = g
         elif g.shape != shape:
             raise ProfileError("pgq_profile: GEMM {} changed shape from {} to {} between steps ([batch, M, K, N]); "
@@ -311,29 +475,58 @@ class Collector:
         fmts = self.formats
         acts = [_Operand("lhs", "activation", x_name, x_shape, [x_rank - 1], fmts),
                 _Operand("rhs", "weight", w_name, list(weight.shape), w_fwd, fmts)]
-        self._gemm(label, "fwd", layer, [1, m, k_in, n_out], acts)
-        self._stats(step, label, "lhs", x_key, x, x2, False, fmts)
-        self._stats(step, label, "rhs", w_key, weight, w, not out_in, fmts)
+        g = self._gemm(label, "fwd", layer, [1, m, k_in, n_out], acts, out_shape=list(output.shape))
+        keep_x = {p[0] for p in g.pairs}
+        keep_w = {p[1] for p in g.pairs}
+        qx = self._stats(step, label, "lhs", x_key, x, x2, False, fmts, keep_x)
+        qw = self._stats(step, label, "rhs", w_key, weight, w, not out_in, fmts, keep_w)
+        # W as the forward's rhs [K, N]: y = x W^T (Linear) or x W (Conv1D).
+        as_rhs = (lambda t: t.t()) if out_in else (lambda t: t)
+        if self.metrics or self.outputs:
+            # The GEMM's result without the bias, as pgq's matmul has it.
+            with _exact_matmuls():
+                y = torch.mm(x2, as_rhs(w))
+                if self.outputs:
+                    self._stats(step, label, "out", ("out", label), y, y, False, fmts)
+                if g.pairs:
+                    step.error_rows[label] = self._errors(y, [lambda lf=lf, rf=rf: torch.mm(qx[lf], as_rhs(qw[rf]))
+                                                              for lf, rf in g.pairs])
+            del y, qx, qw
         dgrad = x.requires_grad
         wgrad = weight.requires_grad
+        if step.graph is not None:
+            step.graph["gemms"][label] = {"x": x.grad_fn if dgrad else None, "y": output.grad_fn, "wgrad": wgrad,
+                                          "dgrad": dgrad, "late": step.backward}
         if not (dgrad or wgrad) or not output.requires_grad:
             return
         grad_fmts = self.formats + [f for f in self.gradient_formats if f not in self.formats]
         y_name = label + ":grad_output"
         y_shape = list(output.shape)
+        # With the metrics or the results, both operands of each backward GEMM are read in
+        # the backward (x is then held until the backward; autograd saves it anyway when
+        # the weight needs a gradient).
+        late = self.metrics or self.outputs
+        gd = gw = None
         if dgrad:
-            self._gemm(label + ":dgrad", "bwd_dgrad", layer, [1, m, n_out, k_in],
-                       [_Operand("lhs", "gradient", y_name, y_shape, [len(y_shape) - 1], grad_fmts),
-                        _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)], grad_of=label)
-            self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in, fmts)
+            gd = self._gemm(label + ":dgrad", "bwd_dgrad", layer, [1, m, n_out, k_in],
+                            [_Operand("lhs", "gradient", y_name, y_shape, [len(y_shape) - 1], grad_fmts),
+                             _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)], grad_of=label,
+                            out_shape=x_shape)
+            if not late:
+                self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in, fmts)
         if wgrad:
-            self._gemm(label + ":wgrad", "bwd_wgrad", layer, [1, n_out, m, k_in],
-                       [_Operand("lhs", "gradient", y_name, y_shape, list(range(len(y_shape) - 1)), grad_fmts),
-                        _Operand("rhs", "activation", x_name, x_shape, list(range(x_rank - 1)), fmts)], grad_of=label)
-            self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True, fmts)
+            gw = self._gemm(label + ":wgrad", "bwd_wgrad", layer, [1, n_out, m, k_in],
+                            [_Operand("lhs", "gradient", y_name, y_shape, list(range(len(y_shape) - 1)), grad_fmts),
+                             _Operand("rhs", "activation", x_name, x_shape, list(range(x_rank - 1)), fmts)],
+                            grad_of=label, out_shape=[n_out, k_in])
+            if self.metrics and label not in self._sinks:
+                self._sinks[label] = _Sink(label, weight.numel())
+            if not late:
+                self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True, fmts)
         step.pending += 1
+        held = (x, x2) if late and wgrad else (None, None)
 
-        def on_grad(grad, step=step, label=label, n_out=n_out, dgrad=dgrad, wgrad=wgrad, weight=weight):
+        def on_grad(grad, step=step, label=label, n_out=n_out, dgrad=dgrad, wgrad=wgrad, weight=weight, held=held):
             if step.closed:
                 return None
             step.backward = True
@@ -343,14 +536,160 @@ class Collector:
                 if g.dtype != torch.float32:
                     g = g.float()
                 key = ("grad", label)
-                if dgrad:
-                    self._stats(step, label + ":dgrad", "lhs", key, grad, g, False, grad_fmts)
-                if wgrad:
-                    self._stats(step, label + ":wgrad", "lhs", key, grad, g, True, grad_fmts)
+                if not late:
+                    if dgrad:
+                        self._stats(step, label + ":dgrad", "lhs", key, grad, g, False, grad_fmts)
+                    if wgrad:
+                        self._stats(step, label + ":wgrad", "lhs", key, grad, g, True, grad_fmts)
+                else:
+                    self._backward_metrics(step, label, gd, gw, grad, g, weight, out_in, held, grad_fmts, fmts)
                 if wgrad and self.optimizer is not None:
                     self._note_update(step, weight)
             return None
         output.register_hook(on_grad)
+
+    def _backward_metrics(self, step, label, gd, gw, grad, g, weight, out_in, held, grad_fmts, fmts):
+        """The backward GEMMs' operands, results and output errors (metrics or outputs)."""
+        key = ("grad", label)
+        w = weight.detach()
+        w = w if w.dtype == torch.float32 else w.float()
+        w_key = self._key(weight)
+        with _exact_matmuls():
+            if gd is not None:
+                # dx = dy W (Linear, W [out, in]) or dy W^T (Conv1D).
+                as_rhs = (lambda t: t) if out_in else (lambda t: t.t())
+                qg = self._stats(step, gd.label, "lhs", key, grad, g, False, grad_fmts, {p[0] for p in gd.pairs})
+                qw = self._stats(step, gd.label, "rhs", w_key, weight, w, out_in, fmts, {p[1] for p in gd.pairs})
+                dx = torch.mm(g, as_rhs(w))
+                if self.outputs:
+                    self._stats(step, gd.label, "out", ("out", gd.label), dx, dx, False, grad_fmts)
+                if gd.pairs:
+                    step.error_rows[gd.label] = self._errors(
+                        dx, [lambda lf=lf, rf=rf: torch.mm(qg[lf], as_rhs(qw[rf])) for lf, rf in gd.pairs])
+                del qg, qw, dx
+            if gw is not None:
+                x, x2 = held
+                qg = self._stats(step, gw.label, "lhs", key, grad, g, True, grad_fmts, {p[0] for p in gw.pairs})
+                qx = self._stats(step, gw.label, "rhs", self._key(x), x, x2, True, fmts, {p[1] for p in gw.pairs})
+                dw = torch.mm(g.t(), x2)  # [out, in]
+                if self.outputs:
+                    self._stats(step, gw.label, "out", ("out", gw.label), dw, dw, False, grad_fmts)
+                if gw.pairs:
+                    step.error_rows[gw.label] = self._errors(
+                        dw, [lambda lf=lf, rf=rf: torch.mm(qg[lf].t(), qx[rf]) for lf, rf in gw.pairs])
+
+    def _on_embedding(self, path, module, inputs, output):
+        """An Embedding call: a parameter gradient the reach counts (pgq's scatter-add),
+        and with outputs=True that gradient's squared norm."""
+        step = self._step
+        if step is None or step.closed or not torch.is_grad_enabled() or not module.weight.requires_grad or \
+                not torch.is_tensor(output) or not output.requires_grad or not inputs:
+            return
+        calls = step.calls.get(path, 0)
+        if calls and step.backward:
+            return
+        step.calls[path] = calls + 1
+        label = path if calls == 0 else "{}#{}".format(path, calls + 1)
+        if label not in self._sinks:
+            self._sinks[label] = _Sink(label, module.weight.numel())
+        if step.graph is not None:
+            step.graph["sinks"][label] = output.grad_fn
+        if not self.outputs:
+            return
+        ids = inputs[0].detach()
+        rows, padding = module.weight.shape[0], module.padding_idx
+        padding = -1 if padding is None else padding
+        scale = bool(module.scale_grad_by_freq)
+
+        def on_grad(grad, step=step, label=label):
+            if step.closed:
+                return None
+            with torch.no_grad():
+                dw = torch.ops.aten.embedding_dense_backward(grad.detach().float(), ids, rows, padding, scale)
+                square = _sum_squares(dw) / dw.numel()
+                step.sink_rows[label] = square.reshape(1)
+            return None
+        output.register_hook(on_grad)
+
+    def _on_model_output(self, module, inputs, output):
+        step = self._step
+        if step is not None and step.graph is not None and not step.closed and torch.is_grad_enabled():
+            _grad_fns(output, step.graph["outputs"])
+
+    def _reach_of(self, graph):
+        """For each GEMM, the parameter gradients (sinks) its result flows into, from the
+        autograd graph of one step (runtime/profile_collector.cc fillReach on pgq's graph):
+        a wgrad's result reaches its own weight's gradient; a dgrad's result dx reaches the
+        gradient of every sink whose output x depends on; a forward GEMM's result reaches
+        every sink (the loss's gradient depends on the logits, which depend on it). Sound
+        only when every matrix parameter is read by hooked modules alone: raises _Unsound
+        (saying why) otherwise."""
+        gemms, outputs = graph["gemms"], graph["outputs"]
+        late = [label for label, info in gemms.items() if info["late"]]
+        if late:
+            raise _Unsound("{} first ran in the backward (reentrant activation checkpointing recomputes layers "
+                           "outside the step's autograd graph)".format(late[0]))
+        if not outputs:
+            raise _Unsound("the model's output holds no tensor with a gradient, so its autograd graph cannot be "
+                           "walked")
+        labels = list(self._sinks)
+        bit = {label: 1 << i for i, label in enumerate(labels)}
+        own = {}  # node -> bits of the sinks whose output it makes
+        for label, info in gemms.items():
+            if info["wgrad"] and label in bit:
+                own[info["y"]] = own.get(info["y"], 0) | bit[label]
+        for label, node in graph["sinks"].items():
+            own[node] = own.get(node, 0) | bit[label]
+        # The nodes inside each hooked call (from its output back to its input).
+        inside = set()
+        starts = [(info["y"], info["x"]) for info in gemms.values()] + [(n, None) for n in graph["sinks"].values()]
+        for start, stop in starts:
+            stack = [start]
+            while stack:
+                node = stack.pop()
+                if node is None or node is stop or node in inside:
+                    continue
+                inside.add(node)
+                if not hasattr(node, "variable"):
+                    stack.extend(child for child, _ in node.next_functions)
+        matrices = {id(p): name for name, p in self._inner.named_parameters() if p.dim() >= 2 and p.requires_grad}
+        foreign = set()
+        bits = {}
+        roots = outputs + [info["x"] for info in gemms.values() if info["x"] is not None]
+        for root in roots:
+            stack = [(root, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if node is None or (node in bits and not expanded):
+                    continue
+                children = [child for child, _ in node.next_functions] if not hasattr(node, "variable") else []
+                if not expanded:
+                    bits[node] = None  # in progress (autograd graphs have no cycles)
+                    stack.append((node, True))
+                    stack.extend((child, False) for child in children if child is not None and child not in bits)
+                    for child in children:
+                        if child is not None and hasattr(child, "variable") and id(child.variable) in matrices \
+                                and node not in inside:
+                            foreign.add(matrices[id(child.variable)])
+                    continue
+                b = own.get(node, 0)
+                for child in children:
+                    if child is not None:
+                        b |= bits.get(child) or 0
+                bits[node] = b
+        if foreign:
+            raise _Unsound("parameter(s) {} are read outside nn.Linear, Conv1D and nn.Embedding modules (e.g. a tied "
+                           "output layer written as x @ W.T), so the GEMMs reading them are not hooked and their share "
+                           "of the gradients is unknown".format(", ".join(sorted(foreign))))
+        every = (1 << len(labels)) - 1
+        reach = {}
+        for label, info in gemms.items():
+            reach[label] = every
+            if info["dgrad"]:
+                reach[label + ":dgrad"] = bits.get(info["x"]) or 0
+            if info["wgrad"] and label in bit:
+                reach[label + ":wgrad"] = bit[label]
+        return labels, reach
 
     def _note_precision(self, x, weight):
         """bf16 when the GEMM runs in a 16-bit float (under autocast, or on 16-bit tensors):
@@ -388,20 +727,36 @@ class Collector:
         if self._committed < self.steps:
             warnings.warn("pgq_profile: {} of the {} requested steps were profiled".format(self._committed, self.steps))
         gemms = list(self._gemms.values())
-        # One tensor per operand: [steps, fields], read from the device once.
-        local = []
+        sinks = list(self._sinks.values())
+        # One tensor per operand, per GEMM's output errors and per embedding's gradient:
+        # [steps, fields], read from the device once.
+        local, layout = [], []
+        width = len(TENSOR_FIELDS)
         for g in gemms:
             for o in g.operands:
-                rows = torch.stack(o.rows).double().cpu() if o.rows else torch.zeros(0, 4 + 4 * len(o.formats))
-                local.append(rows)
-        world, rank, everything = self._gather(gemms, local)
+                local.append(self._stacked(o.rows, width + len(FORMAT_FIELDS) * len(o.formats)))
+                layout.append((g.label, o.side, len(o.rows), len(o.formats)))
+        for g in gemms:
+            if g.pairs:
+                local.append(self._stacked(g.errors, len(ERROR_FIELDS) * len(g.pairs)))
+                layout.append((g.label, "output_errors", len(g.errors), len(g.pairs)))
+        for sink in sinks:
+            local.append(self._stacked(sink.rows, 1))
+            layout.append((sink.label, "gradient", len(sink.rows), 1))
+        world, rank, everything = self._gather(layout, local)
         self._check_finite(gemms, everything)
         if rank == 0:
             run = self._run_record(world)
             records = self._records(gemms, everything, world)
+            if self.metrics:
+                self._metric_records(gemms, sinks, records, everything, world)
             profile_file.write_atomically(self.out, profile_file.profile_yaml(run, records))
             profile_file.write_atomically(profile_file.csv_path(self.out), profile_file.profile_csv(records))
         return self.out
+
+    @staticmethod
+    def _stacked(rows, width):
+        return torch.stack(rows).double().cpu() if rows else torch.zeros(0, width, dtype=torch.float64)
 
     def _check_finite(self, gemms, everything):
         """Raises NonFiniteStatisticsError for the first operand and step (of any rank) whose
@@ -424,7 +779,7 @@ class Collector:
                         "beyond 1.8e19 overflow float32 squares), so no profile was written".format(
                             module, int(bad[0]) + 1, rows.shape[0], where, o.role, gemm, g.label, o.side, o.tensor))
 
-    def _gather(self, gemms, local):
+    def _gather(self, layout, local):
         """Every process's rows (world = 1 without torch.distributed)."""
         import torch.distributed as dist
         if not (dist.is_available() and dist.is_initialized()):
@@ -434,7 +789,6 @@ class Collector:
         if world % self.tensor_parallel:
             raise ProfileError("pgq_profile: tensor_parallel {} does not divide the {} processes".format(
                 self.tensor_parallel, world))
-        layout = [(g.label, o.side, len(o.rows), len(o.formats)) for g in gemms for o in g.operands]
         layouts = [None] * world
         dist.all_gather_object(layouts, layout, group=self.group)
         for r, theirs in enumerate(layouts):
@@ -500,17 +854,86 @@ class Collector:
                       "absmax": float(rows[:, 0].max()), "absmax_mean": float(rows[:, 0].sum()) / count,
                       "rms": float(rows[:, 1].sqrt().sum()) / count, "zero_fraction": float(rows[:, 2].sum()) / count,
                       "nonfinite_fraction": float(rows[:, 3].sum()) / count, "formats": []}
+                nf = len(FORMAT_FIELDS)
                 for f, text in enumerate(o.formats):
-                    c = rows[:, nt + 4 * f: nt + 4 * f + 4]
-                    op["formats"].append({"format": text, "sqnr_mean": float(c[:, 0].sum()) / count,
-                                          "sqnr_min": float(c[:, 0].min()), "sqnr_max": float(c[:, 0].max()),
-                                          "mse": float(c[:, 1].sum()) / count,
-                                          "underflow_fraction": float(c[:, 2].sum()) / count,
-                                          "clipped_fraction": float(c[:, 3].sum()) / count})
+                    c = rows[:, nt + nf * f: nt + nf * f + nf]
+                    stats = {"format": text, "sqnr_mean": float(c[:, 0].sum()) / count,
+                             "sqnr_min": float(c[:, 0].min()), "sqnr_max": float(c[:, 0].max()),
+                             "mse": float(c[:, 1].sum()) / count,
+                             "underflow_fraction": float(c[:, 2].sum()) / count,
+                             "clipped_fraction": float(c[:, 3].sum()) / count}
+                    if self.metrics:
+                        stats["bias_sqnr_mean"] = float(c[:, 4].sum()) / count
+                    op["formats"].append(stats)
                 op["scaling"] = self._scaling(o, per_rank, world)
                 rec["operands"].append(op)
             records.append(rec)
         return records
+
+    def _metric_records(self, gemms, sinks, records, everything, world):
+        """Each GEMM's output errors, reach and gradient reach (pgq's --profile-metrics;
+        runtime/profile_collector.cc outputErrors and fillReach)."""
+        t = self.tensor_parallel
+        at = sum(len(g.operands) for g in gemms)
+        by_label = {r["label"]: r for r in records}
+        for g in gemms:
+            if not g.pairs:
+                continue
+            per_rank = everything[at]
+            at += 1
+            rec = by_label[g.label]
+            rec["output_errors"] = []
+            for i, (lf, rf) in enumerate(g.pairs):
+                total, low, replicas = 0.0, None, 0
+                for first in range(0, world, t):
+                    # One replica: its devices' parts of the result (their sums), per step.
+                    parts = [per_rank[r][:, 3 * i: 3 * i + 3] for r in range(first, first + t)]
+                    if t == 1:
+                        sqnr = parts[0][:, 0]
+                    else:
+                        ms, mse = sum(p[:, 1] for p in parts), sum(p[:, 2] for p in parts)
+                        sqnr = torch.where(mse > 0, torch.clamp(ms / torch.clamp(mse, min=1e-300), max=SQNR_CAP),
+                                           torch.full_like(mse, SQNR_CAP))
+                    total += float(sqnr.sum())
+                    low = float(sqnr.min()) if low is None else min(low, float(sqnr.min()))
+                    replicas += sqnr.numel()
+                rec["output_errors"].append({"lhs_format": lf, "rhs_format": rf, "sqnr_mean": total / replicas,
+                                             "sqnr_min": low})
+        if self._reach is None:
+            return
+        labels, reach = self._reach
+        # Each sink's elements and squared norm (elements x rms^2, the rms the mean over
+        # steps and processes): a Linear's from its wgrad's result, an embedding's from
+        # its own statistics.
+        elements, squares = {}, {}
+        norms = self.outputs
+        embedding_rows = {s.label: everything[at + i] for i, s in enumerate(sinks)}
+        for label in labels:
+            wgrad = by_label.get(label + ":wgrad")
+            if wgrad is not None:
+                b, m, _, n = wgrad["gemm_shape"]
+                elements[label] = float(b * m * n)
+                if norms:
+                    rms = wgrad["operands"][2]["rms"]
+                    squares[label] = elements[label] * rms * rms
+            else:
+                elements[label] = float(self._sinks[label].elements)
+                rows = torch.cat(embedding_rows[label])
+                if norms and rows.shape[0]:
+                    rms = float(rows[:, 0].sqrt().sum()) / rows.shape[0]
+                    squares[label] = elements[label] * rms * rms
+                else:
+                    norms = False
+        total_elements = sum(elements.values())
+        total_squares = sum(squares.values()) if norms else 0.0
+        for rec in records:
+            bits = reach.get(rec["label"])
+            if bits is None:
+                continue
+            reached = [label for i, label in enumerate(labels) if bits >> i & 1]
+            rec["reach"] = sum(elements[label] for label in reached) / total_elements
+            if norms and total_squares > 0:
+                rec["gradient_reach"] = sum(squares[label] for label in reached) / total_squares
 
     def _scaling(self, o, per_rank, world):
         steps = per_rank[0].shape[0]
@@ -563,4 +986,15 @@ class Collector:
                 "precision": self._precision,
                 "pgq_version": "pgq_profile/{} (torch {})".format(COLLECTOR_VERSION, torch.__version__),
                 "cpu_isa": "pytorch " + where, "vnni": False, "formats": self.formats,
-                "gradient_formats": self.gradient_formats, "step_ms": 0.0}
+                "gradient_formats": self.gradient_formats, "step_ms": self._mean_ms("plain"),
+                "metrics": self.metrics, "metrics_step_ms": self._mean_ms("profiled")}
+
+    def _mean_ms(self, kind):
+        """The mean time of the block's plain (warmup) or profiled steps, in ms, the first
+        of each kind left out when there are others (it carries one-time costs: memory
+        allocation and kernel selection for the first step, the collector's set-up, its
+        random bits and the walk of the autograd graph for the first profiled one); 0
+        when none was timed."""
+        times = [ms for _, ms in self._step_ms[kind]]
+        times = times[1:] if len(times) > 1 else times
+        return sum(times) / len(times) if times else 0.0

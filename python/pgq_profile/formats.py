@@ -216,3 +216,25 @@ def profile_formats(items):
                 raise FormatError("formats: '{}' is neither a format scheme ({}) nor a format pgq knows: {}".format(
                     item, ", ".join(SCHEMES), e)) from None
     return formats, gradient_formats
+
+
+def output_pairs(items):
+    """The (operand format, gradient format) pairs whose output errors `pgq train
+    --profile-metrics --profile-formats ITEMS` measures (plan/profile_request.cc
+    outputPairs) on hardware whose int8 GEMMs run 8 bits on both operands (a GPU; pgq
+    narrows them to what its CPU runs exactly): int8 per channel with round to nearest,
+    its gradient also with stochastic rounding, then per FP8/MX scheme its operand
+    format (rtn) with its gradient format in rtn and in sr. Explicit formats add none."""
+    pairs = []
+
+    def once(pair):
+        if pair not in pairs:
+            pairs.append(pair)
+    once(("int8:channel:rtn", "int8:channel:rtn"))
+    once(("int8:channel:rtn", "int8:channel:sr"))
+    for item in items:
+        if item in SCHEMES and item != "int8":
+            operand, gradient = scheme_formats(item, "rtn", "rtn")
+            once((operand, gradient))
+            once((operand, scheme_formats(item, "rtn", "sr")[1]))
+    return pairs

@@ -101,8 +101,10 @@ def profile_yaml(run, gemms):
            "version: 1", "run:"]
     for key in ("model", "model_config", "corpus", "corpus_fingerprint", "seed", "warmup_steps", "profile_steps",
                 "processes", "threads", "precision", "pgq_version", "cpu_isa", "vnni", "formats", "gradient_formats",
-                "step_ms"):
-        v = run[key]
+                "step_ms", "metrics", "metrics_step_ms"):
+        v = run.get(key)
+        if key in ("metrics", "metrics_step_ms") and not run.get("metrics"):
+            continue  # pgq writes both only for a profile with the metrics' statistics
         if key == "processes" and v <= 1:
             continue
         if key == "model_config":
@@ -141,12 +143,22 @@ def profile_yaml(run, gemms):
             for f in o["formats"]:
                 fields = ", ".join("{}: {}".format(k, _string(f[k]) if k == "format" else _number(f[k]))
                                    for k in ("format", "sqnr_mean", "sqnr_min", "sqnr_max", "mse",
-                                             "underflow_fraction", "clipped_fraction"))
+                                             "underflow_fraction", "clipped_fraction", "bias_sqnr_mean")
+                                   if k in f and (k != "bias_sqnr_mean" or f[k] > 0))
                 out.append("          - {" + fields + "}")
             if o.get("scaling"):
                 out.append("        scaling:")
                 for k, v in o["scaling"].items():
                     out.append("          {}: {}".format(k, _number(v)))
+        for key in ("reach", "gradient_reach"):
+            if key in g:
+                out.append("    {}: {}".format(key, _number(g[key])))
+        if g.get("output_errors"):
+            out.append("    output_errors:")
+            for e in g["output_errors"]:
+                out.append("      - {{lhs_format: {}, rhs_format: {}, sqnr_mean: {}, sqnr_min: {}}}".format(
+                    _string(e["lhs_format"]), _string(e["rhs_format"]), _number(e["sqnr_mean"]),
+                    _number(e["sqnr_min"])))
     return "\n".join(out) + "\n"
 
 

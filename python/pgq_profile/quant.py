@@ -27,8 +27,8 @@ _MSE_CLIP_STEPS = 40
 
 # Per tensor, format-independent (the first row pgq's statistics node writes).
 TENSOR_FIELDS = ("absmax", "mean_square", "zero_fraction", "nonfinite_fraction")
-# Per format.
-FORMAT_FIELDS = ("sqnr", "mse", "underflow_fraction", "clipped_fraction")
+# Per format (bias_sqnr: the bias-aware SQNR, 0 when it was not asked for).
+FORMAT_FIELDS = ("sqnr", "mse", "underflow_fraction", "clipped_fraction", "bias_sqnr")
 
 
 
@@ -202,22 +202,56 @@ def _emulated_scales(absmax, tensor_absmax, fmt):
     return torch.where(group == 0, global_scale, scale).float()
 
 
+def _capped_ratio(signal, noise):
+    return torch.where(noise > 0, torch.clamp(signal / torch.clamp(noise, min=1e-300), max=SQNR_CAP),
+                       torch.full_like(noise, SQNR_CAP))
+
+
 class _Sink:
     """The sums of one format over the chunks: squared error (per chunk in float, the
-    chunks in double), nonzero quantized values, clipped values."""
+    chunks in double), nonzero quantized values, clipped values; with `bias`, the errors
+    summed along the contracting dimension (per row of x [R, C] contracting along its
+    columns, per column contracting along its rows; in double, as
+    kernels/quant_stats.cc coherentErrorMeanSquare)."""
 
-    def __init__(self):
+    def __init__(self, bias):
         self.noise, self.nonzero, self.clipped = [], [], []
+        self.bias = [] if bias else None
 
-    def result(self, sums, pad, count_clipped):
+    def result(self, sums, pad, count_clipped, shape, contract_rows):
         noise = (torch.stack(self.noise).double() ** 2).sum()
         n = float(sums.count)
         # Q(x) = 0 for the zeros, the padding and the underflow.
         underflow = (n + pad - torch.stack(self.nonzero).sum().double() - pad - sums.zeros) / n
         clipped = torch.stack(self.clipped).sum().double() / n if count_clipped else torch.zeros_like(noise)
-        sqnr = torch.where(noise > 0, torch.clamp(sums.signal / torch.clamp(noise, min=1e-300), max=SQNR_CAP),
-                           torch.full_like(noise, SQNR_CAP))
-        return torch.stack([sqnr, noise / n, underflow, clipped])
+        sqnr = _capped_ratio(sums.signal, noise)
+        bias = torch.zeros_like(noise)
+        if self.bias is not None:
+            r, c = shape
+            if contract_rows:
+                lines, k = torch.stack(self.bias).sum(dim=0), r      # [C]
+            else:
+                lines, k = torch.cat(self.bias).reshape(r, -1).sum(dim=1), c  # [R]
+            coherent = (lines ** 2).sum() / k / lines.numel()
+            bias = _capped_ratio(sums.signal / n, coherent)
+        return torch.stack([sqnr, noise / n, underflow, clipped, bias])
+
+    def add(self, q, c, keep, contract_rows, columns, per_tensor):
+        """Q(x) of a chunk (in q, overwritten by the error) and the chunk x itself."""
+        self.nonzero.append(torch.count_nonzero(q))
+        if keep is not None:
+            keep.copy_(q)
+        q -= c
+        self.noise.append(torch.linalg.vector_norm(q))
+        if self.bias is None:
+            return
+        if per_tensor:
+            # One group: the chunk is whole rows of x.
+            q = q.reshape(-1, columns)
+            self.bias.append(q.sum(dim=0 if contract_rows else 1, dtype=torch.float64))
+            return
+        s = q.sum(dim=1, dtype=torch.float64)  # [groups, G2]: each group's error along its length
+        self.bias.append(s.reshape(-1, columns).sum(dim=0) if contract_rows else s.reshape(-1))
 
 
 def _int_chunk(c, scale, zero, fmt, count_clipped, noise, bufs, sink):
@@ -252,9 +286,7 @@ def _int_chunk(c, scale, zero, fmt, count_clipped, noise, bufs, sink):
     if zero is not None:
         v -= zero
     v *= scale
-    sink.nonzero.append(torch.count_nonzero(v))
-    v -= c
-    sink.noise.append(torch.linalg.vector_norm(v))
+    return v
 
 
 def _emulated_chunk(c, scale, fmt, count_clipped, noise, bufs, sink):
@@ -288,15 +320,16 @@ def _emulated_chunk(c, scale, fmt, count_clipped, noise, bufs, sink):
     if q is not None:
         v *= q
     v *= scale
-    sink.nonzero.append(torch.count_nonzero(v))
-    v -= c
-    sink.noise.append(torch.linalg.vector_norm(v))
+    return v
 
 
-def format_row(x2d, contract_rows, fmt, sums, noise):
-    """[sqnr, mse, underflow_fraction, clipped_fraction] (0-d float64 tensors stacked) of
-    the operand x2d [R, C] (contiguous float32, TensorSums `sums`) in format `fmt`, its
-    contracting dimension along the rows or the columns."""
+def format_row(x2d, contract_rows, fmt, sums, noise, bias=False, keep=False):
+    """[sqnr, mse, underflow_fraction, clipped_fraction, bias_sqnr] (0-d float64 tensors
+    stacked) of the operand x2d [R, C] (contiguous float32, TensorSums `sums`) in format
+    `fmt`, its contracting dimension along the rows or the columns; bias_sqnr (the
+    bias-aware SQNR, E[x^2] / (E_lines[(sum_k e_k)^2] / K)) only with `bias`, else 0.
+    With `keep`, returns (row, Q(x) [R, C]): the values a GEMM reading x in `fmt` reads."""
+    r, c_cols = x2d.shape
     g, pad = _grouped(x2d, contract_rows, fmt)
     g1, length, g2 = g.shape
     # Only MX scales (an absmax in (max, 2^(emax+1)) x scale), clipping and zero points
@@ -315,17 +348,20 @@ def format_row(x2d, contract_rows, fmt, sums, noise):
                 lo, hi = _clip_ranges(g, lo, hi, fmt)
             params = _int_params(lo, hi, fmt)
     target = _chunk_elements(g.device)
+    per_tensor = fmt.granularity == "tensor"
     if g1 > 1:
         per = max(1, target // (length * g2))
-        chunks = [(g[a:a + per], slice(a, a + per)) for a in range(0, g1, per)]
+        chunks = [(g[a:a + per], slice(a, a + per), (slice(a, a + per),)) for a in range(0, g1, per)]
     else:
-        per = max(1, target // g2)
-        chunks = [(g[:, a:a + per], slice(None)) for a in range(0, length, per)]
-    biggest = max(c.numel() for c, _ in chunks)
+        # Per tensor: whole rows of x per chunk (the bias sums run along them).
+        per = max(1, target // c_cols) * c_cols if per_tensor else max(1, target // g2)
+        chunks = [(g[:, a:a + per], slice(None), (slice(None), slice(a, a + per))) for a in range(0, length, per)]
+    biggest = max(c.numel() for c, _, _ in chunks)
     buffers = [torch.empty(biggest, dtype=dtype, device=g.device)
                for dtype in (torch.float32, torch.int32, torch.int32)]
-    sink = _Sink()
-    for c, rows in chunks:
+    kept = torch.empty(g.shape, dtype=torch.float32, device=g.device) if keep else None
+    sink = _Sink(bias)
+    for c, rows, where in chunks:
         bufs = [b[:c.numel()].view(c.shape) for b in buffers]
         if params is not None:
             scale, zero = params[0][rows], (params[1][rows] if params[1] is not None else None)
@@ -335,7 +371,20 @@ def format_row(x2d, contract_rows, fmt, sums, noise):
         else:
             scale, zero = _int_params(*_ranges(c), fmt)
         if fmt.emulated:
-            _emulated_chunk(c, scale, fmt, count_clipped, noise, bufs, sink)
+            q = _emulated_chunk(c, scale, fmt, count_clipped, noise, bufs, sink)
         else:
-            _int_chunk(c, scale, zero, fmt, count_clipped, noise, bufs, sink)
-    return sink.result(sums, pad, count_clipped)
+            q = _int_chunk(c, scale, zero, fmt, count_clipped, noise, bufs, sink)
+        sink.add(q, c, kept[where] if keep else None, contract_rows, c_cols, per_tensor)
+    row = sink.result(sums, pad, count_clipped, (r, c_cols), contract_rows)
+    if not keep:
+        return row
+    return row, _ungrouped(kept, r, c_cols, contract_rows, fmt)
+
+
+def _ungrouped(g, r, c, contract_rows, fmt):
+    """The inverse of _grouped: x [R, C] from its groups (the padding dropped)."""
+    if fmt.granularity != "block":
+        return g.reshape(r, c)
+    if contract_rows:
+        return g.reshape(-1, c)[:r]
+    return g.reshape(r, -1)[:, :c]

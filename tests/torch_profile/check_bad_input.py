@@ -75,6 +75,9 @@ def python_half(work):
     for steps in (0, -3, 1.5, True):
         expect_error("steps = {!r}".format(steps), pgq_profile.ProfileError, r"steps must be an integer >= 1",
                      lambda: pgq_profile.collect(m, steps=steps, out=out))
+    for key in ("metrics", "outputs"):
+        expect_error("{} not a bool".format(key), pgq_profile.ProfileError, key + r" must be True or False, got 'yes'",
+                     lambda: pgq_profile.collect(m, steps=1, out=out, **{key: "yes"}))
     expect_error("warmup < 0", pgq_profile.ProfileError, r"warmup must be an integer >= 0",
                  lambda: pgq_profile.collect(m, steps=1, warmup=-1, out=out))
     expect_error("a folder that does not exist", pgq_profile.ProfileError, r"folder '.*nowhere' does not exist",
@@ -111,16 +114,36 @@ def python_half(work):
     if os.path.exists(out):
         failures.append("a profile was written although its statistics were not finite")
 
-    # And a good one, for the pgq half.
+    def nan_gradient_at_step_three(**options):
+        with pgq_profile.collect(m, formats=["fp8"], steps=3, out=out, **options):
+            for step in range(3):
+                loss = m(x)
+                (loss * (float("nan") if step == 2 else 1.0)).backward()
+    for options in ({}, {"metrics": True, "outputs": True}):
+        expect_error("NaN gradient statistics{}".format(" (metrics)" if options else ""),
+                     pgq_profile.NonFiniteStatisticsError,
+                     r"module up had NaN or Inf values at profiled step 3 of 3: the gradient operand of its wgrad GEMM "
+                     r"\(up:wgrad lhs, tensor up:grad_output\)",
+                     lambda: nan_gradient_at_step_three(**options))
+        if os.path.exists(out):
+            failures.append("a profile was written although its statistics were not finite")
+
+    # And good ones, for the pgq half (the second with the metrics' statistics).
     with pgq_profile.collect(m, formats=["fp8"], steps=2, out=out):
         for _ in range(2):
             m(x).backward()
-    return out
+    with_metrics = os.path.join(work, "metrics.yaml")
+    with pgq_profile.collect(m, formats=["fp8"], steps=2, out=with_metrics, metrics=True, outputs=True):
+        for _ in range(2):
+            m(x).backward()
+    return out, with_metrics
 
 
-def pgq_half(pgq, work, good):
+def pgq_half(pgq, work, good, with_metrics):
     with open(good) as f:
         text = f.read()
+    with open(with_metrics) as f:
+        metrics = f.read()
 
     def run(name, edited, pattern):
         path = os.path.join(work, name + ".yaml")
@@ -158,6 +181,11 @@ def pgq_half(pgq, work, good):
         r":\d+: field 'gemms\[\d+\]\.direction'")
     run("bad_format", text.replace("e4m3:tensor:rtn", "e4m3:tensor:rnd", 1),
         r":\d+: field 'run\.formats': bad quantization format \"e4m3:tensor:rnd\"")
+    run("good_metrics", metrics, None)
+    run("reach_above_one", re.sub(r"\n    reach: [0-9.e+-]+", "\n    reach: 1.5", metrics, count=1),
+        r":\d+: field 'gemms\[0\]\.reach'")
+    run("output_error_format", metrics.replace("lhs_format: e4m3:tensor:rtn", "lhs_format: e4m3:tensr:rtn", 1),
+        r":\d+: field 'gemms\[0\]\.output_errors\[\d+\]\.lhs_format'")
     run("flops_mismatch", re.sub(r"flops: (\d+)", lambda mo: "flops: {}".format(int(mo.group(1)) + 2), text, count=1),
         r":\d+: field 'gemms\[0\]\.flops'")
 
@@ -170,9 +198,9 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    good = python_half(args.work)
+    good, with_metrics = python_half(args.work)
     if args.pgq:
-        pgq_half(args.pgq, args.work, good)
+        pgq_half(args.pgq, args.work, good, with_metrics)
     for f in failures:
         print("FAIL " + f)
     print("{} failures".format(len(failures)) if failures else "OK")

@@ -12,11 +12,19 @@ weights and batches (round-to-nearest statistics to 1e-6 relative, the same GEMM
   - a frozen weight has no wgrad GEMM, a layer whose input needs no gradient no dgrad;
   - a weight tied to an embedding (GPT-2's lm_head) is profiled as the Linear's weight.
 
-Usage: check_loop.py --work DIR
+With --metrics every profile also has the metrics' statistics (metrics=True,
+outputs=True), and their round-to-nearest values are compared the same way: each
+operand's bias-aware SQNR, each GEMM's output errors, reach and gradient_reach (which
+reentrant checkpointing leaves out: it recomputes the layers outside the step's
+autograd graph, and the collector must say so).
+
+Usage: check_loop.py --work DIR [--metrics]
 """
 import argparse
 import os
 import sys
+import time
+import warnings
 
 import torch
 import torch.nn as nn
@@ -31,6 +39,7 @@ import pgq_profile  # noqa: E402
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 FORMATS = ["fp8", "mxfp8", "int4:block16:rtn:asym"]
 failures = []
+OPTIONS = {}  # more collect() options for every profile (--metrics)
 
 
 class Conv1D(nn.Module):
@@ -80,9 +89,13 @@ def batches(n, seed=0):
     return [torch.randint(0, 50, (4, 16), generator=g) for _ in range(n)]
 
 
-def profile(model, out, steps, loop, **options):
-    with pgq_profile.collect(model, formats=FORMATS, steps=steps, out=out, **options) as collector:
-        loop(model)
+def profile(model, out, steps, loop, warned=None, **options):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pgq_profile.collect(model, formats=FORMATS, steps=steps, out=out, **dict(OPTIONS, **options)) as collector:
+            loop(model)
+    if warned is not None:
+        warned.extend(str(w.message) for w in caught)
     with open(out) as f:
         return {g["label"]: g for g in yaml.load(f, Loader=LOADER)["gemms"]}, collector
 
@@ -92,7 +105,27 @@ def train(model, data):
         model(ids).backward()
 
 
-def same(name, ours, ref, rename=lambda label: label):
+def metric_pairs(a, b, reach=True):
+    """The metrics' round-to-nearest values of GEMM records a and b, paired."""
+    pairs = []
+    for x, y in zip(a["operands"], b["operands"]):
+        fy = {f["format"]: f for f in y["formats"]}
+        pairs += [(f["bias_sqnr_mean"], fy[f["format"]]["bias_sqnr_mean"]) for f in x["formats"]
+                  if ":sr" not in f["format"]]
+    ea, eb = a.get("output_errors", []), b.get("output_errors", [])
+    if [(e["lhs_format"], e["rhs_format"]) for e in ea] != [(e["lhs_format"], e["rhs_format"]) for e in eb] or \
+            not ea:
+        pairs.append((1.0, 2.0))
+    pairs += [(x["sqnr_mean"], y["sqnr_mean"]) for x, y in zip(ea, eb) if ":sr" not in x["lhs_format"] + x["rhs_format"]]
+    if reach:
+        for key in ("reach", "gradient_reach"):
+            pairs.append((a.get(key, -1.0), b.get(key, -2.0)))
+    elif "reach" in a or "gradient_reach" in a:
+        pairs.append((1.0, 2.0))
+    return pairs
+
+
+def same(name, ours, ref, rename=lambda label: label, reach=True):
     ref = {rename(k): v for k, v in ref.items()}
     if set(ours) != set(ref):
         failures.append("{}: GEMMs {} vs {}".format(name, sorted(set(ours) ^ set(ref)), ""))
@@ -113,13 +146,23 @@ def same(name, ours, ref, rename=lambda label: label):
                 if d > 1e-6:
                     failures.append("{}: {} {}: {} vs {}".format(name, label, a["side"], x, y))
                     return
+        if OPTIONS:
+            for x, y in metric_pairs(g, r, reach):
+                d = abs(x - y) / max(abs(x), abs(y), 1e-30)
+                worst = max(worst, d)
+                if d > 1e-6:
+                    failures.append("{}: {} metrics: {} vs {}".format(name, label, x, y))
+                    return
     print("ok   {:<52} {} GEMMs, largest difference {:.2g}".format(name, len(ours), worst))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", required=True)
+    parser.add_argument("--metrics", action="store_true", help="profile the metrics' statistics too")
     args = parser.parse_args()
+    if args.metrics:
+        OPTIONS.update(metrics=True, outputs=True)
     os.makedirs(args.work, exist_ok=True)
     torch.set_num_threads(1)
     out = os.path.join(args.work, "p.yaml")
@@ -135,8 +178,11 @@ def main():
     if set(ref) != expected:
         failures.append("plain loop: GEMMs {}".format(sorted(ref)))
     for kind in ("reentrant", "non-reentrant"):
-        ours, _ = profile(fresh(checkpointing=kind), out, 3, lambda m: train(m, data))
-        same("activation checkpointing ({})".format(kind), ours, ref)
+        warned = []
+        ours, _ = profile(fresh(checkpointing=kind), out, 3, lambda m: train(m, data), warned)
+        same("activation checkpointing ({})".format(kind), ours, ref, reach=kind != "reentrant")
+        if args.metrics and kind == "reentrant" and not any("reentrant activation checkpointing" in w for w in warned):
+            failures.append("reentrant checkpointing: no warning that the reach is left out ({})".format(warned))
 
     def with_eval(m):
         for ids in data:
@@ -151,6 +197,24 @@ def main():
     ours, _ = profile(fresh(), out, 3, lambda m: train(m, batches(2, seed=5) + data), warmup=2)
     same("warmup=2", ours, ref)
 
+    # Step times: a step runs from its forward to the next one's, so the 40 ms each step
+    # sleeps after its backward count; the warmup steps are the plain ones (step_ms), the
+    # profiled ones give metrics_step_ms (written with the metrics' statistics only).
+    def sleepy(m):
+        for ids in batches(2, seed=5) + data:
+            m(ids).backward()
+            time.sleep(0.04)
+    profile(fresh(), out, 3, sleepy, warmup=2)
+    with open(out) as f:
+        run = yaml.load(f, Loader=LOADER)["run"]
+    plain, profiled = run["step_ms"], run.get("metrics_step_ms")
+    if plain < 40 or (OPTIONS and (profiled is None or profiled < 40)) or (not OPTIONS and "metrics" in run):
+        failures.append("step times: step_ms {}, metrics_step_ms {} (each step sleeps 40 ms; metrics_step_ms only "
+                        "with metrics)".format(plain, profiled))
+    else:
+        print("ok   {:<52} step_ms {:.1f}, metrics_step_ms {}".format(
+            "step times (40 ms sleep per step)", plain, "{:.1f}".format(profiled) if profiled else "not written"))
+
     def longer(m):
         train(m, data)
         train(m, batches(2, seed=9))  # the first of these forwards takes the hooks off
@@ -158,7 +222,7 @@ def main():
             failures.append("the hooks are still on after the last profiled step")
     collector_of = []
     model = fresh()
-    c = pgq_profile.collect(model, formats=FORMATS, steps=3, out=out)
+    c = pgq_profile.collect(model, formats=FORMATS, steps=3, out=out, **OPTIONS)
     collector_of.append(c)
     with c:
         longer(model)

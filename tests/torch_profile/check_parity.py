@@ -21,8 +21,23 @@ forward and backward on the same batch). Checked:
     and policies: the same decision and formats for every GEMM, the same estimates, the
     same reasons up to the SQNR values they quote (those are checked above).
 
+With --metrics, both profile the statistics of the metrics beyond SQNR (pgq import
+--profile-metrics --profile-outputs; the collector's metrics=True, outputs=True), and
+also checked:
+
+  - every GEMM's result (the "out" operand) like the inputs above;
+  - every operand's bias-aware SQNR (bias_sqnr_mean) in every format: within 1% for
+    round to nearest, within the sampling error for stochastic rounding (as above);
+  - every GEMM's output errors: the same format pairs in the same order, the output SQNR
+    within 1% (round-to-nearest pairs) or the sampling error (pairs with an SR side);
+  - --reach same: every GEMM's reach equal (1e-9) and gradient_reach within 1%, and the
+    recipes of the default metric (effect for backward GEMMs) identical; --reach absent:
+    the collector left reach out (a matrix parameter read outside hooked modules) and
+    says so, naming the parameter (--reach-why); --reach skip: not compared;
+  - the recipes with --metric bias and --metric output identical.
+
 Usage: check_parity.py --pgq build/pgq --arch llama|gpt2|bert --work DIR [--d-model D]
-           [--formats F,...] [--draws R]
+           [--formats F,...] [--draws R] [--metrics --reach same|absent|skip [--reach-why TEXT]]
 """
 import argparse
 import importlib.util
@@ -31,6 +46,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -82,9 +98,14 @@ def run(cmd):
     return r.stdout
 
 
-def profile_once(model, input_ids, labels, formats, out, seed):
-    with pgq_profile.collect(model, formats=formats, steps=1, out=out, seed=seed, name="model"):
-        model(input_ids, labels).backward()
+def profile_once(model, input_ids, labels, formats, out, seed, metrics=False, warned=None):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pgq_profile.collect(model, formats=formats, steps=1, out=out, seed=seed, name="model", metrics=metrics,
+                                 outputs=metrics):
+            model(input_ids, labels).backward()
+    if warned is not None:
+        warned.extend(str(w.message) for w in caught)
     model.zero_grad(set_to_none=True)
     with open(out) as f:
         return yaml.load(f, Loader=LOADER)
@@ -123,7 +144,10 @@ def compare_profiles(ours, theirs, draws, linear_paths, check):
         for key in ("direction", "layer", "gemm_shape", "flops", "bytes", "device_shape", "sharding", "devices"):
             if p[key] != c[key]:
                 check.fail("{}: {} is {} in pgq's profile, {} in the collector's".format(label, key, p[key], c[key]))
-        for side in (0, 1):
+        if len(p["operands"]) != len(c["operands"]):
+            check.fail("{}: {} operands in pgq's profile, {} in the collector's".format(
+                label, len(p["operands"]), len(c["operands"])))
+        for side in range(min(len(p["operands"]), len(c["operands"]))):
             po, co = p["operands"][side], c["operands"][side]
             where = "{} {}".format(label, po["side"])
             if (po["side"], po["role"]) != (co["side"], co["role"]):
@@ -144,27 +168,28 @@ def compare_profiles(ours, theirs, draws, linear_paths, check):
             for fmt in sorted(set(pf) & set(cf)):
                 a, b = pf[fmt], cf[fmt]
                 at = "{} {}".format(where, fmt)
+                for key in ("sqnr_mean", "bias_sqnr_mean"):
+                    if key == "bias_sqnr_mean" and key not in a and key not in b:
+                        continue
+                    if (key in a) != (key in b):
+                        check.fail("{}: {} only in {}'s profile".format(at, key, "pgq" if key in a else "the collector"))
+                        continue
+                    name = "sqnr" if key == "sqnr_mean" else "bias sqnr"
+                    if ":sr" not in fmt:
+                        d = rel(a[key], b[key])
+                        check.note(name + " (rtn)", d, at)
+                        if d > 0.01 + (flips(po, fmt, a) if key == "bias_sqnr_mean" else 0):
+                            check.fail("{}: {} {} (pgq) vs {} (collector): {:.2%} apart".format(
+                                at, key, a[key], b[key], d))
+                    elif draws:
+                        values = [by_label(dr)[label]["operands"][side] for dr in draws]
+                        samples = [next(f[key] for f in v["formats"] if f["format"] == fmt) for v in values]
+                        samples.append(b[key])
+                        sampled(check, name, at, a[key], samples)
                 if ":sr" not in fmt:
-                    d = rel(a["sqnr_mean"], b["sqnr_mean"])
-                    check.note("sqnr (rtn)", d, at)
-                    if d > 0.01:
-                        check.fail("{}: SQNR {} (pgq) vs {} (collector): {:.2%} apart".format(
-                            at, a["sqnr_mean"], b["sqnr_mean"], d))
                     d = rel(a["mse"], b["mse"])
                     if d > 0.01:
                         check.fail("{}: mse {} vs {}".format(at, a["mse"], b["mse"]))
-                elif draws:
-                    values = [by_label(dr)[label]["operands"][side] for dr in draws]
-                    samples = [next(f["sqnr_mean"] for f in v["formats"] if f["format"] == fmt) for v in values]
-                    samples.append(b["sqnr_mean"])
-                    mean = float(np.mean(samples))
-                    std = float(np.std(samples, ddof=1))
-                    z = abs(a["sqnr_mean"] - mean) / max(std * math.sqrt(1 + 1 / len(samples)), 1e-300)
-                    check.note("sqnr (sr) z", z if std > 0 else 0.0, at)
-                    check.note("sqnr (sr) rel", rel(a["sqnr_mean"], mean), at)
-                    if rel(a["sqnr_mean"], mean) > 0.01 and z > 5:
-                        check.fail("{}: SQNR {} (pgq) vs {} +- {} (collector, {} draws): {:.1f} sigma".format(
-                            at, a["sqnr_mean"], mean, std, len(samples), z))
                 # pgq computes the model's activations and gradients with its own kernels, ~1e-7
                 # apart from PyTorch's: an element next to a rounding boundary may land on the
                 # other side, so one or two elements of a small tensor may differ.
@@ -174,6 +199,73 @@ def compare_profiles(ours, theirs, draws, linear_paths, check):
                     check.note(key + (" (sr)" if ":sr" in fmt else ""), d, at)
                     if d > (1e-4 + 2.0 / elements if ":sr" not in fmt else 0.05):
                         check.fail("{}: {} {} vs {}".format(at, key, a[key], b[key]))
+
+
+def flips(operand, fmt, stats):
+    """How far two elements rounding the other way (pgq's tensors are ~1e-7 apart from
+    PyTorch's) move the bias-aware SQNR, relatively: one flip moves its line's error sum
+    S (K errors along the contracting dim) by one step s at most, so sum S^2 by about
+    2 |S| s + s^2 with |S| ~ sqrt(K E[S^2]/K); s is the grid's step at the operand's absmax."""
+    shape = operand["shape"]
+    n = float(np.prod(shape))
+    k = float(np.prod([shape[d] for d in operand["contract_dims"]]))
+    head = fmt.split(":")[0]
+    bits = {"e4m3": 3, "e5m2": 2}
+    step = operand["absmax"] * (2.0 ** -bits[head] if head in bits else 1.0 / (2 ** (int(head[3:]) - 1) - 1))
+    coherent = operand["rms"] ** 2 / stats["bias_sqnr_mean"]  # E_lines[S^2] / K
+    line = math.sqrt(k * coherent)
+    return 2 * (2 * line * step + step * step) / (n * coherent)
+
+
+def sampled(check, name, at, value, samples):
+    """pgq's one draw `value` against the collector's draws `samples` of a stochastic-
+    rounding statistic: within 5 standard deviations of one draw of their mean, or 1%.
+    The deviations are those of the noise, 1 / SQNR (a mean of squared errors, near
+    normal), not of the SQNR (its inverse, skewed: a few draws with little noise give
+    far higher SQNRs than the others)."""
+    mean = float(np.mean(samples))
+    noise = [1.0 / v for v in samples]
+    std = float(np.std(noise, ddof=1))
+    z = abs(1.0 / value - float(np.mean(noise))) / max(std * math.sqrt(1 + 1 / len(samples)), 1e-300)
+    check.note(name + " (sr) z", z if std > 0 else 0.0, at)
+    check.note(name + " (sr) rel", rel(value, mean), at)
+    if rel(value, mean) > 0.01 and z > 5:
+        check.fail("{}: {} {} (pgq) vs {} +- {} (collector, {} draws): {:.1f} sigma".format(
+            at, name, value, mean, std, len(samples), z))
+
+
+def compare_metrics(ours, theirs, draws, reach, check):
+    """Output errors of every GEMM, and (reach == "same") reach and gradient_reach."""
+    for label in sorted(set(theirs) & set(ours)):
+        p, c = ours[label], theirs[label]
+        pe, ce = p.get("output_errors", []), c.get("output_errors", [])
+        pairs = [(e["lhs_format"], e["rhs_format"]) for e in pe]
+        if pairs != [(e["lhs_format"], e["rhs_format"]) for e in ce]:
+            check.fail("{}: output error pairs {} (pgq) vs {} (collector)".format(
+                label, pairs, [(e["lhs_format"], e["rhs_format"]) for e in ce]))
+            continue
+        for i, (a, b) in enumerate(zip(pe, ce)):
+            at = "{} output {} x {}".format(label, a["lhs_format"], a["rhs_format"])
+            if ":sr" not in a["lhs_format"] + a["rhs_format"]:
+                d = rel(a["sqnr_mean"], b["sqnr_mean"])
+                check.note("output sqnr (rtn)", d, at)
+                if d > 0.01:
+                    check.fail("{}: output SQNR {} (pgq) vs {} (collector): {:.2%} apart".format(
+                        at, a["sqnr_mean"], b["sqnr_mean"], d))
+            elif draws:
+                samples = [by_label(dr)[label]["output_errors"][i]["sqnr_mean"] for dr in draws] + [b["sqnr_mean"]]
+                sampled(check, "output sqnr", at, a["sqnr_mean"], samples)
+        if reach == "same":
+            for key, tolerance in (("reach", 1e-9), ("gradient_reach", 0.01)):
+                if key not in c:
+                    check.fail("{}: no {} in the collector's profile".format(label, key))
+                    continue
+                d = rel(p[key], c[key])
+                check.note(key, d, label)
+                if d > tolerance:
+                    check.fail("{}: {} {} (pgq) vs {} (collector)".format(label, key, p[key], c[key]))
+        elif reach == "absent" and ("reach" in c or "gradient_reach" in c):
+            check.fail("{}: the collector wrote a reach; expected none for this model".format(label))
 
 
 def restrict(pgq_profile_doc, keep, out):
@@ -215,12 +307,12 @@ def normalized_reason(text):
     return re.sub(r"[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?", "#", text)
 
 
-def compare_recipes(pgq_bin, ours, theirs, hardware, policy, token_scale, work, tag, check):
+def compare_recipes(pgq_bin, ours, theirs, hardware, policy, token_scale, work, tag, check, metric=None):
     outs = []
     for name, profile in (("pgq", ours), ("collector", theirs)):
         out = os.path.join(work, "recipe_{}_{}.yaml".format(tag, name))
         run([pgq_bin, "recipe", "--profile", profile, "--hardware", hardware, "--policy", policy, "--token-scale",
-             str(token_scale), "-o", out])
+             str(token_scale), "-o", out] + (["--metric", metric] if metric else []))
         with open(out) as f:
             outs.append(yaml.load(f, Loader=LOADER))
     a, b = outs
@@ -266,6 +358,10 @@ def main():
     parser.add_argument("--formats", default=",".join(FORMATS), help="what both profile, besides int8")
     parser.add_argument("--draws", type=int, default=SR_DRAWS,
                         help="collector profiles for the sampling error of stochastic rounding (1: not checked)")
+    parser.add_argument("--metrics", action="store_true", help="also the metrics' statistics (see above)")
+    parser.add_argument("--reach", choices=("same", "absent", "skip"), default="skip",
+                        help="with --metrics: what to expect of reach and gradient_reach")
+    parser.add_argument("--reach-why", default="", help="with --reach absent: text the collector's warning must hold")
     args = parser.parse_args()
     formats = [f for f in args.formats.split(",") if f]
     if args.d_model:
@@ -283,7 +379,8 @@ def main():
 
     pgq_yaml = os.path.join(args.work, "pgq.yaml")
     run([args.pgq, "import", onnx_path, "--inputs", os.path.join(args.work, "inputs"), "--grads-out",
-         os.path.join(args.work, "grads"), "--profile-out", pgq_yaml, "--profile-formats", ",".join(formats)])
+         os.path.join(args.work, "grads"), "--profile-out", pgq_yaml, "--profile-formats", ",".join(formats)] +
+        (["--profile-metrics", "--profile-outputs"] if args.metrics else []))
     with open(pgq_yaml) as f:
         pgq_doc = yaml.load(f, Loader=LOADER)
     ours = {pgq_label_to_module(g["label"]): g for g in pgq_doc["gemms"]}
@@ -291,14 +388,25 @@ def main():
         sys.exit("FAILED: two of pgq's GEMMs read as the same module label")
 
     collector_yaml = os.path.join(args.work, "collector.yaml")
-    theirs_doc = profile_once(model, input_ids, labels, formats, collector_yaml, seed=0)
+    warned = []
+    theirs_doc = profile_once(model, input_ids, labels, formats, collector_yaml, seed=0, metrics=args.metrics,
+                              warned=warned)
     draws = [profile_once(model, input_ids, labels, formats, os.path.join(args.work, "draw{}.yaml".format(i)),
-                          seed=i + 1)
+                          seed=i + 1, metrics=args.metrics)
              for i in range(args.draws - 1)]
     linear_paths = {path for path, _, _ in pgq_profile.linear_modules(model)}
 
     check = Checker()
     compare_profiles(ours, by_label(theirs_doc), draws, linear_paths, check)
+    if args.metrics:
+        if theirs_doc["run"].get("metrics") is not True:
+            check.fail("the collector's profile does not say metrics: true")
+        compare_metrics(ours, by_label(theirs_doc), draws, args.reach, check)
+        if args.reach == "absent":
+            said = [w for w in warned if "no reach" in w and args.reach_why in w]
+            print("collector: " + (said[0] if said else "(no warning about the reach)"))
+            if not said:
+                check.fail("the collector did not warn that it left the reach out ({!r})".format(args.reach_why))
     restricted = os.path.join(args.work, "pgq_linear.yaml")
     restrict(pgq_doc, set(by_label(theirs_doc)), restricted)
 
@@ -314,12 +422,26 @@ def main():
              ("h100-sxm", "F>{:.6g}+B_SR>{:.6g}".format(fwd_t, bwd_t), 4096),
              ("epyc-zen3-2c", "F>{:.6g}+B_SR>{:.6g}".format(fwd_t, bwd_t), 64),
              ("h100-sxm", "F+B_SR<{:.6g}".format(bwd_t), 4096), ("h100-sxm", "F+B_SR", 1)]
-    for i, (hardware, policy, scale) in enumerate(cases):
-        before = len(check.failures)
-        q, n = compare_recipes(args.pgq, restricted, collector_yaml, hardware, policy, scale, args.work, i, check)
-        print("recipe {:<28} on {:<13} x{:<5} tokens: {:>3} of {:>3} GEMMs quantized, {}".format(
-            os.path.basename(policy), hardware, scale, q, n,
-            "identical" if len(check.failures) == before else "DIFFERENT"))
+    # Without the metrics' statistics both recipes compare SQNR; with them, the default
+    # metric (effect for backward GEMMs) where both profiles have gradient_reach, and
+    # bias and output explicitly.
+    # With another metric than SQNR, the policies without thresholds: a threshold picked
+    # from the SQNRs' gaps may sit next to another metric's value, and those of
+    # stochastic rounding differ between two draws.
+    metrics = [None]
+    if args.metrics:
+        metrics = ([None] if args.reach == "same" else ["sqnr"]) + ["bias", "output"]
+    for metric in metrics:
+        for i, (hardware, policy, scale) in enumerate(cases):
+            if metric not in (None, "sqnr") or (metric is None and args.metrics):
+                if re.search(r"[<>]", policy):
+                    continue
+            before = len(check.failures)
+            q, n = compare_recipes(args.pgq, restricted, collector_yaml, hardware, policy, scale, args.work,
+                                   "{}{}".format(metric or "", i), check, metric)
+            print("recipe {:<28} on {:<13} x{:<5} tokens{}: {:>3} of {:>3} GEMMs quantized, {}".format(
+                os.path.basename(policy), hardware, scale, " (" + (metric or "default metric") + ")"
+                if args.metrics else "", q, n, "identical" if len(check.failures) == before else "DIFFERENT"))
 
     print("{}: {} GEMMs of {} Linear modules in both profiles ({} GEMMs in pgq's, attention's and "
           "other non-Linear GEMMs apart)".format(args.arch, len(theirs_doc["gemms"]), len(linear_paths),

@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""The collector's quantizer statistics on tensors larger than one chunk (2^18 elements
+on a CPU: the parity tests' tensors fit in one): for every granularity, orientation,
+rounding, padding and clipping, format_row's SQNR, MSE and bias-aware SQNR must equal
+those computed directly from the quantized values it returns (keep=True): errors
+e = Q(x) - x, mse = E[e^2], bias-aware SQNR = E[x^2] / (E_lines[(sum_k e_k)^2] / K) with
+the lines the non-contracting positions. This checks the chunk bookkeeping (a row or a
+block split between chunks, per-tensor chunks of whole rows, padded blocks) and that Q
+is reassembled in x's layout. Within 1e-5 relative: format_row sums squares per chunk in
+float (the norms of 2^18 elements, ~3e-6 apart from double sums here), the lines in
+double; a line or layout mixed up moves them by far more.
+
+Usage: check_quant.py
+"""
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from pgq_profile import formats, quant  # noqa: E402
+
+FORMATS = ["int8:channel:rtn", "int8:channel:sr", "int4:tensor:rtn", "e4m3:tensor:sr", "int4:block16:rtn:asym",
+           "int6:block24:sr", "e4m3:block32:rtn:scale=e8m0", "e5m2:block32:sr:scale=two_level",
+           "int5:channel:rtn:clip=mse", "int4:channel:rtn:clip=p99"]
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    failures = []
+    # 700 x 1000 = 700,000 elements: 3 chunks; rows of 1000 (not a multiple of 24 or of
+    # 2^18 / 1000), 700 rows (not a multiple of 24: padded blocks when contracting rows).
+    # A mean makes round to nearest's errors share a sign along the lines.
+    x = (torch.randn(700, 1000) * torch.rand(700, 1) + 0.3).contiguous()
+    noise = quant.Noise(torch.device("cpu"), 0)
+    sums = quant.TensorSums(x)
+    checked = 0
+    for text in FORMATS:
+        fmt = formats.parse(text)
+        for contract_rows in (False, True):
+            row, q = quant.format_row(x, contract_rows, fmt, sums, noise, bias=True, keep=True)
+            sqnr, mse, _, _, bias = row.tolist()
+            e = (q.double() - x.double())
+            lines = e.sum(dim=0 if contract_rows else 1)
+            k = x.shape[0] if contract_rows else x.shape[1]
+            signal = float((x.double() ** 2).mean())
+            want = {"mse": float((e ** 2).mean()), "sqnr": signal / float((e ** 2).mean()),
+                    "bias_sqnr": signal / float((lines ** 2).sum() / k / lines.numel())}
+            got = {"mse": mse, "sqnr": sqnr, "bias_sqnr": bias}
+            where = "{} contracting {}".format(text, "rows" if contract_rows else "columns")
+            for key in want:
+                d = abs(got[key] - want[key]) / max(abs(want[key]), 1e-300)
+                if d > 1e-5:
+                    failures.append("{}: {} {} from format_row, {} from its Q(x)".format(where, key, got[key],
+                                                                                       want[key]))
+            checked += 1
+            print("ok   {:<48} sqnr {:10.4g}  bias-aware {:10.4g}".format(where, sqnr, bias))
+    for f in failures:
+        print("FAIL " + f)
+    print("{} formats x orientations: {}".format(checked, "{} failures".format(len(failures)) if failures else "OK"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
