@@ -109,15 +109,19 @@ void checkSize(const char* what, const char* name, size_t actual, int64_t expect
 
 }  // namespace
 
-void gemmF32(const GemmShape& shape, std::span<const float> a, std::span<const float> b,
-             std::span<float> c) {
-  shape.validate();
-  checkSize("gemmF32", "A", a.size(), shape.sizeA(), shape);
-  checkSize("gemmF32", "B", b.size(), shape.sizeB(), shape);
-  checkSize("gemmF32", "C", c.size(), shape.sizeC(), shape);
+namespace {
+
+// A dense GEMM of `shape` with operands of `operand_type` and an f32 result, its
+// transposed operands described by strides, after the size checks of `what`.
+template <typename T>
+void denseGemm(const char* what, dnnl::memory::data_type operand_type, const GemmShape& shape, std::span<const T> a,
+               std::span<const T> b, std::span<float> c) {
+  checkSize(what, "A", a.size(), shape.sizeA(), shape);
+  checkSize(what, "B", b.size(), shape.sizeB(), shape);
+  checkSize(what, "C", c.size(), shape.sizeC(), shape);
   const int64_t m = shape.m, n = shape.n, k = shape.k;
-  detail::MatmulKey key{dnnl::memory::data_type::f32,
-                        dnnl::memory::data_type::f32,
+  detail::MatmulKey key{operand_type,
+                        operand_type,
                         dnnl::memory::data_type::f32,
                         shape.batch,
                         m,
@@ -131,27 +135,21 @@ void gemmF32(const GemmShape& shape, std::span<const float> a, std::span<const f
   detail::runMatmul(key, a.data(), b.data(), c.data());
 }
 
+}  // namespace
+
+void gemmF32(const GemmShape& shape, std::span<const float> a, std::span<const float> b,
+             std::span<float> c) {
+  shape.validate();
+  denseGemm("gemmF32", dnnl::memory::data_type::f32, shape, a, b, c);
+}
+
 void gemmBf16(const GemmShape& shape, std::span<const uint16_t> a, std::span<const uint16_t> b,
               std::span<float> c) {
   shape.validate();
   if (!hasBf16Gemm())
     throw KernelError::format("gemmBf16: this CPU ({}) has no bf16 dot products; widen to f32 and use gemmF32",
                               int8Caps().isa_name);
-  checkSize("gemmBf16", "A", a.size(), shape.sizeA(), shape);
-  checkSize("gemmBf16", "B", b.size(), shape.sizeB(), shape);
-  checkSize("gemmBf16", "C", c.size(), shape.sizeC(), shape);
-  const int64_t m = shape.m, n = shape.n, k = shape.k;
-  detail::MatmulKey key{dnnl::memory::data_type::bf16,
-                        dnnl::memory::data_type::bf16,
-                        dnnl::memory::data_type::f32,
-                        shape.batch,
-                        m,
-                        n,
-                        k,
-                        {m * k, shape.trans_a ? 1 : k, shape.trans_a ? m : 1},
-                        {k * n, shape.trans_b ? 1 : n, shape.trans_b ? k : 1},
-                        false};
-  detail::runMatmul(key, a.data(), b.data(), c.data());
+  denseGemm("gemmBf16", dnnl::memory::data_type::bf16, shape, a, b, c);
 }
 
 void checkExactInt8Gemm(const QuantFormat& fa, const QuantFormat& fb, const Int8Caps& caps) {
