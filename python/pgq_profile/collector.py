@@ -435,6 +435,18 @@ class Collector:
     def _key(t):
         return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t._version)
 
+    @staticmethod
+    def _call_label(step, path):
+        """The label of this call of module `path` in `step` (`path`, then `path#2`, ...),
+        or None for a forward recomputed in the backward by activation checkpointing (the
+        non-reentrant kind; the reentrant kind runs the first forward without gradients,
+        so its recomputation is the call that counts)."""
+        calls = step.calls.get(path, 0)
+        if calls and step.backward:
+            return None
+        step.calls[path] = calls + 1
+        return path if calls == 0 else "{}#{}".format(path, calls + 1)
+
     def _on_linear(self, path, module, out_in, inputs, output):
         step = self._step
         if step is None or step.closed or not torch.is_grad_enabled() or not inputs:
@@ -443,14 +455,9 @@ class Collector:
         weight = module.weight
         if not torch.is_tensor(x) or x.numel() == 0 or not torch.is_tensor(output):
             return
-        calls = step.calls.get(path, 0)
-        if calls and step.backward:
-            # The forward recomputed in the backward by activation checkpointing (the
-            # non-reentrant kind; the reentrant kind runs the first forward without
-            # gradients, so its recomputation is the call that counts).
+        label = self._call_label(step, path)
+        if label is None:
             return
-        step.calls[path] = calls + 1
-        label = path if calls == 0 else "{}#{}".format(path, calls + 1)
         with torch.no_grad():
             self._forward_stats(step, label, module, weight, out_in, x, output)
 
@@ -585,11 +592,9 @@ class Collector:
         if step is None or step.closed or not torch.is_grad_enabled() or not module.weight.requires_grad or \
                 not torch.is_tensor(output) or not output.requires_grad or not inputs:
             return
-        calls = step.calls.get(path, 0)
-        if calls and step.backward:
+        label = self._call_label(step, path)
+        if label is None:
             return
-        step.calls[path] = calls + 1
-        label = path if calls == 0 else "{}#{}".format(path, calls + 1)
         if label not in self._sinks:
             self._sinks[label] = _Sink(label, module.weight.numel())
         if step.graph is not None:
