@@ -34,6 +34,7 @@ struct ModuleSpecs {
   std::optional<TensorSpec> input, weight, grad_output;
   std::vector<std::string> labels;  // pgq's forward GEMMs in it
   std::vector<std::string> notes;
+  bool split = false;  // pgq modules of it were decided apart
   bool quantized() const { return input || weight || grad_output; }
   bool sameRoles(const ModuleSpecs& o) const {
     return input == o.input && weight == o.weight && grad_output == o.grad_output;
@@ -119,13 +120,15 @@ std::vector<ModuleSpecs> megatronModules(const Recipe& recipe) {
       continue;
     }
     ModuleSpecs& merged = out[it->second];
-    merged.labels.push_back(m.forward->label);
     merged.notes.insert(merged.notes.end(), s.notes.begin(), s.notes.end());
-    if (!merged.sameRoles(s) && merged.quantized()) {
+    // Once kept for a disagreement, the module stays kept (its roles are all empty).
+    if (!merged.sameRoles(s) && (merged.quantized() || s.quantized()) && !merged.split) {
       merged.notes.push_back(fmt::format("{} and {} share Megatron module {} but were decided apart: kept in bf16",
                                          fmt::join(merged.labels, ", "), m.forward->label, name));
       merged.input = merged.weight = merged.grad_output = std::nullopt;
+      merged.split = true;
     }
+    merged.labels.push_back(m.forward->label);
   }
   return out;
 }

@@ -147,6 +147,42 @@ TEST(MegatronExport, ConfigFollowsMegatronsSchema) {
   EXPECT_NE(text.find("layer0/mlp/down: the recipe keeps both backward GEMMs"), std::string::npos) << text;
 }
 
+// q, k and v are one Megatron module (linear_qkv): when pgq keeps q but quantizes k and v,
+// the module is kept, said once, whichever of them comes first.
+TEST(MegatronExport, AModuleWhoseGemmsWereDecidedApartIsKeptAndSaidOnce) {
+  for (const bool kept_first : {true, false}) {
+    Recipe r;
+    r.name = r.policy = "nvfp4";
+    r.model = "tiny";
+    r.hardware = "b200";
+    const std::vector<std::string> order = kept_first ? std::vector<std::string>{"q", "k", "v"}
+                                                      : std::vector<std::string>{"k", "q", "v"};
+    for (const std::string& g : order) {
+      const std::string label = "layer0/attn/" + g;
+      if (g == "q") {
+        for (auto [suffix, dir] : {std::pair{"", GemmDirection::kFwd}, {":dgrad", GemmDirection::kBwdDgrad},
+                                   {":wgrad", GemmDirection::kBwdWgrad}})
+          r.entries.push_back(entry(label + suffix, dir, dir == GemmDirection::kFwd ? "" : label, nullptr, nullptr));
+      } else {
+        nvfp4Module(r, label);
+      }
+    }
+    const std::string text = recipeToMegatronConfig(r, "te_precision");
+    const YAML::Node root = YAML::Load(text);
+    checkMegatronSchema(root);
+    for (const auto& m : root["matchers"])
+      if (m.second["pattern"].as<std::string>() == "decoder.layers.0.self_attention.linear_qkv")
+        EXPECT_EQ(m.second["config"].as<std::string>(), "bf16") << text;
+    const std::string apart = "share Megatron module decoder.layers.0.self_attention.linear_qkv but were decided apart";
+    const size_t at = text.find(apart);
+    ASSERT_NE(at, std::string::npos) << text;
+    EXPECT_EQ(text.find(apart, at + 1), std::string::npos) << "said twice:\n" << text;
+    EXPECT_NE(text.find(kept_first ? "layer0/attn/q and layer0/attn/k share" : "layer0/attn/k and layer0/attn/q share"),
+              std::string::npos)
+        << text;
+  }
+}
+
 TEST(MegatronExport, RefusesModelsWithoutMegatronsModulesAndFormatsTeLacks) {
   Recipe imported = gptRecipe();
   imported.source = "r.yaml";
