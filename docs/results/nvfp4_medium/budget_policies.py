@@ -6,8 +6,8 @@ ALL_RECIPE: the recipe with every eligible block GEMM in NVFP4 (from BASE_POLICY
 reasons carry each GEMM's metric (forward: min SQNR; backward: pgq's default, effect).
 NVIDIA_RECIPE: the recipe of NVIDIA's rule; its kept block GEMMs set the budget, per
 direction (forward, dgrad, wgrad), so every recipe keeps as many GEMMs of each.
-Writes OUT_DIR/pgq_budget.yaml (keep the lowest-metric GEMMs of each direction) and
-OUT_DIR/random_<k>.yaml for k = 1..3 (keep a uniform draw, seeds 1..3): BASE_POLICY
+Writes OUT_DIR/pgq_budget_policy.yaml (keep the lowest-metric GEMMs of each direction) and
+OUT_DIR/random_<k>_policy.yaml for k = 1..3 (keep a uniform draw, seeds 1..3): BASE_POLICY
 with one exact keep rule per chosen GEMM, ahead of its own rules.
 """
 import random
@@ -39,7 +39,7 @@ def main():
         rules = "".join(f'  - label: "{re.escape(l)}"\n    action: keep\n' for l in sorted(labels))
         text = re.sub(r"^name: .*$", f"name: {name}", base, flags=re.M)
         text = text.replace("rules:\n", "rules:\n" + rules, 1)
-        open(f"{out}/{name}.yaml", "w").write(text)
+        open(f"{out}/{name}_policy.yaml", "w").write(text)
 
     chosen = []
     for d, n in budget.items():

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The NVFP4 fine-tuning table of docs/RESULTS.md from the runs' own files.
 
-Usage: finetune_table.py HERE END  (HERE holds ft_<recipe>_<seed>.csv and recipes/)
+Usage: finetune_table.py HERE END [RULE]  (HERE holds ft_<recipe>_<seed>.csv and recipes/;
+RULE names the blocks NVIDIA's rule keeps, default "layers 0 and 7" as on medium)
 Loss: mean training loss over the last 10 steps (END-9 .. END); validation loss of the
 last evaluation; deltas against bf16 of the same seed. GEMMs in bf16: the recipe's kept
 block GEMMs (logits and attention are kept in every recipe); B200 speedup: the GEMM time
@@ -18,7 +19,7 @@ RECIPES = [("bf16", "bf16 everywhere (reference)"), ("nvfp4_all", "every block G
            ("nvidia_rule", "NVIDIA's rule: layers 0 and 7 in bf16"),
            ("pgq_budget", "pgq: same budget, lowest default metric"), ("random_1", "random, same budget (draw 1)"),
            ("random_2", "random, same budget (draw 2)"), ("random_3", "random, same budget (draw 3)")]
-ESTIMATE = re.compile(r"estimated GEMM time on b200: ([0-9.]+) ms -> ([0-9.]+) ms")
+ESTIMATE = re.compile(r"estimated GEMM time on b200: [0-9.]+ ms -> [0-9.]+ ms \(([0-9.]+)x\)")
 
 
 def summary(path, end):
@@ -34,15 +35,17 @@ def recipe_facts(here, name):
     gemms = yaml.safe_load(open(os.path.join(here, "recipes", name + ".yaml")))["gemms"]
     kept = sum(e["decision"] == "keep" for e in gemms)
     m = ESTIMATE.search(open(os.path.join(here, "recipes", name + "_x16.txt")).read())
-    return f"{kept} of {len(gemms)}", f"{float(m.group(1)) / float(m.group(2)):.2f}x"
+    return f"{kept} of {len(gemms)}", m.group(1) + "x"
 
 
 def main():
     here, end = sys.argv[1], int(sys.argv[2])
+    rule = sys.argv[3] if len(sys.argv) > 3 else "layers 0 and 7"
     print(f"| recipe | GEMMs in bf16 | est. B200 GEMM speedup | seed | loss (steps {end - 9}-{end}) | vs bf16 | "
           "val loss | vs bf16 |")
     print("|---|---|---|---|---|---|---|---|")
     for name, text in RECIPES:
+        text = text.replace("layers 0 and 7", rule)
         for seed in (1234, 1235):
             path = os.path.join(here, f"ft_{name}_{seed}.csv")
             base = os.path.join(here, f"ft_bf16_{seed}.csv")
