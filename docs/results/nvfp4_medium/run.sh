@@ -64,4 +64,5 @@ for seed in 1234 1235; do
   done
 done
 python3 "$HERE/finetune_table.py" "$HERE" $END > "$HERE/finetune.md"
+python3 "$HERE/figures.py" "$HERE" "$OUT/every_gemm.yaml" 8
 run $PGQ hwprobe -o "$HERE/machine.yaml" > /dev/null 2>&1 || true
