@@ -116,20 +116,45 @@ Metric metricFromName(std::string_view name, std::string_view what) {
   throw Error(fmt::format("{}: unknown metric '{}'; expected one of {}", what, name, metricNames()));
 }
 
+namespace {
+
+// How to get the statistics `metric` needs, by whoever wrote the profile.
+std::string howToProfile(const Profile& profile, Metric metric) {
+  const bool outputs = metric == Metric::kEffect;
+  if (profile.run.collector_version > 0)
+    return fmt::format("collect with `pgq_profile.collect(..., metrics=True{})`", outputs ? ", outputs=True" : "");
+  return fmt::format("profile with `pgq train --profile-metrics{}` (or `pgq experiment --profile-metrics`)",
+                     outputs ? " --profile-outputs" : "");
+}
+
+}  // namespace
+
 void requireMetric(const Profile& profile, Metric metric, const std::string& profile_path) {
   if (metric == Metric::kSqnr) return;
   const char* field = metric == Metric::kBias ? "bias_sqnr_mean" : metric == Metric::kReach ? "reach" : "output_errors";
   if (!profile.run.metrics)
     throw Error(fmt::format("{}: metric '{}' needs statistics this profile was not made with (field {} of every "
-                            "GEMM); profile with `pgq train --profile-metrics{}` (or `pgq experiment --profile-metrics`)",
-                            profile_path, nameOf(metric), field, metric == Metric::kEffect ? " --profile-outputs" : ""));
-  if (metric == Metric::kEffect)
-    for (const GemmProfile& g : profile.gemms)
-      if (g.gradient_reach < 0)
-        throw Error(fmt::format("{}: metric 'effect' needs gradient_reach (GEMM '{}' has none): the GEMM results' "
-                                "statistics were not logged; profile with `pgq train --profile-metrics "
-                                "--profile-outputs`",
-                                profile_path, g.label));
+                            "GEMM); {}",
+                            profile_path, nameOf(metric), field, howToProfile(profile, metric)));
+  if (metric != Metric::kReach && metric != Metric::kEffect) return;
+  const char* reach = metric == Metric::kReach ? "reach" : "gradient_reach";
+  for (const GemmProfile& g : profile.gemms) {
+    if ((metric == Metric::kReach ? g.reach : g.gradient_reach) >= 0) continue;
+    // The collector leaves reach out of a whole profile, and says why when it runs.
+    if (profile.run.collector_version > 0)
+      throw Error(fmt::format("{}: metric '{}' needs {} (GEMM '{}' has none): the PyTorch collector leaves it out "
+                              "when a matrix parameter is read outside nn.Linear/Conv1D/nn.Embedding modules (a "
+                              "tied head written as x @ W.T) or a layer first runs in the backward (its warning "
+                              "said which){}; choose metric sqnr, bias or output, or profile the model's ONNX "
+                              "export with `pgq import --profile-metrics --profile-outputs`",
+                              profile_path, nameOf(metric), reach, g.label,
+                              metric == Metric::kEffect ? ", or outputs=True was not passed" : ""));
+    throw Error(fmt::format("{}: metric '{}' needs {} (GEMM '{}' has none): {}", profile_path, nameOf(metric), reach,
+                            g.label,
+                            metric == Metric::kEffect ? "the GEMM results' statistics were not logged; "
+                                                        "profile with `pgq train --profile-metrics --profile-outputs`"
+                                                      : "profile with `pgq train --profile-metrics`"));
+  }
 }
 
 bool hasMetric(const Profile& profile, Metric metric) {

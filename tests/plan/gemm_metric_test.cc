@@ -143,6 +143,38 @@ TEST(GemmMetric, AProfileWithoutTheStatisticsNamesTheFieldAndTheFlag) {
   }
 }
 
+// A profile of the PyTorch collector is not remade with `pgq train`: the advice names the
+// collector's arguments, and where it left reach out, why and what to use instead.
+TEST(GemmMetric, ACollectorProfileWithoutTheStatisticsNamesTheCollectorsWay) {
+  Profile p = metricProfile();
+  p.run.collector_version = 1;
+  p.run.metrics = false;
+  auto message = [&](Metric m) {
+    try {
+      requireMetric(p, m, "torch.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(Metric::kBias).find("pgq_profile.collect(..., metrics=True)"), std::string::npos)
+      << message(Metric::kBias);
+  EXPECT_NE(message(Metric::kEffect).find("metrics=True, outputs=True"), std::string::npos) << message(Metric::kEffect);
+  EXPECT_EQ(message(Metric::kEffect).find("pgq train"), std::string::npos) << message(Metric::kEffect);
+  p.run.metrics = true;
+  EXPECT_EQ(message(Metric::kReach), "no error");
+  for (GemmProfile& g : p.gemms) g.reach = g.gradient_reach = -1;
+  for (Metric m : {Metric::kReach, Metric::kEffect}) {
+    const std::string text = message(m);
+    EXPECT_EQ(text.rfind("torch.yaml: metric '" + std::string(nameOf(m)) + "' needs ", 0), 0u) << text;
+    EXPECT_NE(text.find("the PyTorch collector leaves it out"), std::string::npos) << text;
+    EXPECT_NE(text.find("choose metric sqnr, bias or output"), std::string::npos) << text;
+    EXPECT_EQ(text.find("pgq train"), std::string::npos) << text;
+  }
+  EXPECT_EQ(message(Metric::kOutput), "no error");
+  EXPECT_EQ(defaultMetric(p), Metric::kSqnr);
+}
+
 Policy backwardOnly(double threshold, Metric m) {
   Policy p = loadPolicy("F+B");
   p.forward.quantize = false;
