@@ -141,19 +141,18 @@ void requireMetric(const Profile& profile, Metric metric, const std::string& pro
   for (const GemmProfile& g : profile.gemms) {
     if ((metric == Metric::kReach ? g.reach : g.gradient_reach) >= 0) continue;
     // The collector leaves reach out of a whole profile, and says why when it runs.
-    if (profile.run.collector_version > 0)
-      throw Error(fmt::format("{}: metric '{}' needs {} (GEMM '{}' has none): the PyTorch collector leaves it out "
-                              "when a matrix parameter is read outside nn.Linear/Conv1D/nn.Embedding modules (a "
-                              "tied head written as x @ W.T) or a layer first runs in the backward (its warning "
-                              "said which){}; choose metric sqnr, bias or output, or profile the model's ONNX "
-                              "export with `pgq import --profile-metrics --profile-outputs`",
-                              profile_path, nameOf(metric), reach, g.label,
-                              metric == Metric::kEffect ? ", or outputs=True was not passed" : ""));
+    const std::string why =
+        profile.run.collector_version > 0
+            ? fmt::format("the PyTorch collector leaves it out when a matrix parameter is read outside "
+                          "nn.Linear/Conv1D/nn.Embedding modules (a tied head written as x @ W.T) or a layer first "
+                          "runs in the backward (its warning said which){}; choose metric sqnr, bias or output, or "
+                          "profile the model's ONNX export with `pgq import --profile-metrics --profile-outputs`",
+                          metric == Metric::kEffect ? ", or outputs=True was not passed" : "")
+        : metric == Metric::kEffect ? "the GEMM results' statistics were not logged; profile with `pgq train "
+                                      "--profile-metrics --profile-outputs`"
+                                    : "profile with `pgq train --profile-metrics`";
     throw Error(fmt::format("{}: metric '{}' needs {} (GEMM '{}' has none): {}", profile_path, nameOf(metric), reach,
-                            g.label,
-                            metric == Metric::kEffect ? "the GEMM results' statistics were not logged; "
-                                                        "profile with `pgq train --profile-metrics --profile-outputs`"
-                                                      : "profile with `pgq train --profile-metrics`"));
+                            g.label, why));
   }
 }
 

@@ -12,26 +12,21 @@ every_gemm.yaml (each GEMM's default metric in its reason). Writes into HERE:
 """
 import csv
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
 import yaml
 
+from ranking import METRIC, block, direction, kept, linear
+
 RECIPES = ["nvfp4_all", "nvidia_rule", "pgq_budget", "random_1", "random_2", "random_3"]
 TITLES = {"nvfp4_all": "every block GEMM in NVFP4", "nvidia_rule": "NVIDIA's rule", "pgq_budget": "pgq, same budget",
           "random_1": "random draw 1", "random_2": "random draw 2", "random_3": "random draw 3"}
-METRIC = re.compile(r"(?:effect|min SQNR) ([0-9.e+-]+)")
 
 
 def losses(path):
     return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(path))}
-
-
-def block(label):
-    m = re.match(r"layer(\d+)/", label)
-    return int(m.group(1)) if m and "/attn/scores" not in label and "/attn/av" not in label else None
 
 
 def deltas(here, tmp):
@@ -57,24 +52,20 @@ def deltas(here, tmp):
 
 def by_block(here, every, layers, tmp):
     gemms = yaml.safe_load(open(every))["gemms"]
-    kept = {e["label"] for e in yaml.safe_load(open(os.path.join(here, "recipes", "pgq_budget.yaml")))["gemms"]
-            if e["decision"] == "keep"}
-    rule = {block(e["label"]) for e in yaml.safe_load(open(os.path.join(here, "recipes", "nvidia_rule.yaml")))["gemms"]
-            if e["decision"] == "keep" and block(e["label"]) is not None}
+    pgq = kept(os.path.join(here, "recipes", "pgq_budget.yaml"))
+    rule = {block(l) for l in kept(os.path.join(here, "recipes", "nvidia_rule.yaml")) if linear(l)}
     plots = []
-    for d, name, offset in (("fwd", "forward (min SQNR)", -0.2), ("dgrad", "data gradient (effect)", 0.0),
-                            ("wgrad", "weight gradient (effect)", 0.2)):
+    for d, name, offset in (("fwd", "forward (min SQNR)", -0.2), ("bwd_dgrad", "data gradient (effect)", 0.0),
+                            ("bwd_wgrad", "weight gradient (effect)", 0.2)):
         dat, ring = os.path.join(tmp, f"{d}.dat"), os.path.join(tmp, f"{d}_kept.dat")
         with open(dat, "w") as f, open(ring, "w") as g:
             for e in gemms:
-                b = block(e["label"])
-                direction = "dgrad" if ":dgrad" in e["label"] else "wgrad" if ":wgrad" in e["label"] else "fwd"
-                if b is None or direction != d:
+                if not linear(e["label"]) or direction(e["label"]) != d:
                     continue
-                value = float(METRIC.search(e["reason"]).group(1))
-                f.write(f"{b + offset} {value}\n")
-                if e["label"] in kept:
-                    g.write(f"{b + offset} {value}\n")
+                x, value = block(e["label"]) + offset, float(METRIC.search(e["reason"]).group(1))
+                f.write(f"{x} {value}\n")
+                if e["label"] in pgq:
+                    g.write(f"{x} {value}\n")
         plots.append(f"'{dat}' using 1:2 with points pt 7 ps 0.8 title '{name}'")
         plots.append(f"'{ring}' using 1:2 with points pt 6 ps 2 lc rgb 'black' "
                      + ("title 'kept by pgq (same budget)'" if d == "fwd" else "notitle"))
