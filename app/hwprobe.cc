@@ -167,6 +167,7 @@ HardwareModel probeHardware(const ProbeOptions& o) {
     kernels::f32ToBf16(bs.data(), b16.data(), static_cast<int64_t>(bs.size()));
     double bf16_s = bestTime(o.seconds_per_test, [&] { kernels::gemmBf16(shape, a16, b16, cs); });
     hw.gemm_bf16 = shape.flops() / bf16_s / 1e9;
+    hw.formats.push_back(FormatFamily::kBf16);  // a third choice for recipes, beside int8 and f32
   }
   // The achieved rates are measured; keep the peaks at least as high as them (on a
   // busy machine the short FMA loop can come out below what oneDNN achieved). bf16's

@@ -20,6 +20,7 @@
 
 #include <map>
 
+#include "app/hwprobe.h"
 #include "ir/analysis.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
@@ -69,20 +70,26 @@ void profiledStep(benchmark::State& state, std::string model) {
 }
 
 // Stage (iii): a step with the recipe a standard policy makes from a profile of this
-// model (3 logged steps) on the shipped model of these machines.
-std::string recipeFor(const std::string& model, const std::string& policy) {
+// model (3 logged steps, with bf16's statistics) on the shipped model of these machines,
+// or (hardware "probed") on this machine as pgq hwprobe measures it once.
+std::string recipeFor(const std::string& model, const std::string& policy,
+                      const std::string& hardware = "epyc-zen3-2c") {
   static std::map<std::string, pgq::Profile> profiles;
   if (!profiles.count(model)) {
     pgq::TrainOptions options;
     options.model = pgq::loadModelConfig(model);
     options.steps = 1 << 30;
     options.progress = false;
+    options.profile.candidates = {pgq::ProfileCandidate(pgq::Scheme::kBf16)};
     pgq::TrainingSession session(options);
     for (int i = 0; i < 3; ++i) session.step(i, true);
     profiles.emplace(model, session.profile());
   }
-  pgq::Recipe recipe = pgq::generateRecipe(profiles.at(model), pgq::loadHardwareModel("epyc-zen3-2c"),
-                                           pgq::loadPolicy(policy), "benchmark");
+  static const pgq::HardwareModel probed = pgq::probeHardware();
+  // "probed-no-bf16": the same model without bf16 GEMMs, so a pair differs in bf16 only.
+  pgq::HardwareModel hw = hardware.starts_with("probed") ? probed : pgq::loadHardwareModel(hardware);
+  if (hardware == "probed-no-bf16") std::erase(hw.formats, pgq::FormatFamily::kBf16);
+  pgq::Recipe recipe = pgq::generateRecipe(profiles.at(model), hw, pgq::loadPolicy(policy), "benchmark");
   std::string path = fmt::format("/tmp/pgq_bench_recipe_{}.yaml", std::hash<std::string>{}(model + "|" + policy));
   pgq::writeRecipe(path, recipe);
   return path;
@@ -90,6 +97,19 @@ std::string recipeFor(const std::string& model, const std::string& policy) {
 
 void quantizedStep(benchmark::State& state, std::string model, std::string policy) {
   std::string recipe = recipeFor(model, policy);
+  trainStep(state, model, pgq::Precision::kF32, false, recipe);
+  std::remove(recipe.c_str());
+}
+
+// A policy listing int8 and bf16 (recipes/policies/int8-bf16.yaml: pgq-default's
+// thresholds; int8-fwd-bf16-bwd.yaml: a backward threshold only bf16 passes) on this
+// machine's probed model: int8 where the profile allows, bf16 where the CPU runs it and
+// int8 does not pass or pay off, f32 elsewhere; the same policy on the same model without
+// bf16 (int8 or f32) for the pair's ratio.
+const std::string kInt8Bf16 = std::string(PGQ_BENCH_DIR) + "/../recipes/policies/int8-bf16.yaml";
+const std::string kFwdBf16 = std::string(PGQ_BENCH_DIR) + "/../recipes/policies/int8-fwd-bf16-bwd.yaml";
+void mixedStep(benchmark::State& state, std::string model, std::string hardware, std::string policy) {
+  std::string recipe = recipeFor(model, policy, hardware);
   trainStep(state, model, pgq::Precision::kF32, false, recipe);
   std::remove(recipe.c_str());
 }
@@ -120,6 +140,12 @@ BENCHMARK_CAPTURE(quantizedStep, small_FB_SR, std::string("small"), std::string(
 BENCHMARK_CAPTURE(f32Step, medium, std::string("medium"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, medium_FB, std::string("medium"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, medium_FB_SR, std::string("medium"), std::string("F+B_SR"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(bf16Step, medium, std::string("medium"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(mixedStep, medium_int8_f32, std::string("medium"), std::string("probed-no-bf16"), kInt8Bf16)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(mixedStep, medium_int8_bf16, std::string("medium"), std::string("probed"), kInt8Bf16)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+// Forward int8, backward f32 (the paper's F: no bf16) or bf16.
+BENCHMARK_CAPTURE(mixedStep, medium_F_f32, std::string("medium"), std::string("probed-no-bf16"), kFwdBf16)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(mixedStep, medium_F_bf16, std::string("medium"), std::string("probed"), kFwdBf16)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(f32Step, gpt2_124m, std::string("gpt2-124m"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, gpt2_124m_FB, std::string("gpt2-124m"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 // Issue 15's shapes: GPT-2's width at 4 layers, and GPT-2 124M exactly at fine-tuning size.

@@ -58,7 +58,7 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   fmt::print("\n  {:<32} {:>6} {:>10} {:>9}\n", "GEMM (slowest 12)", "dtype", "ms/step", "GFLOP/s");
   for (size_t i = 0; i < std::min<size_t>(12, gemms.size()); ++i) {
     double ms = gemms[i]->total_ms / static_cast<double>(gemms[i]->calls);
-    fmt::print("  {:<32} {:>6} {:>10.2f} {:>9.1f}\n", gemms[i]->label, gemms[i]->op == Op::kQMatMul ? "int8" : "f32",
+    fmt::print("  {:<32} {:>6} {:>10.2f} {:>9.1f}\n", gemms[i]->label, gemms[i]->dtype,
                ms, gemms[i]->flops / (ms * 1e6));
   }
 }

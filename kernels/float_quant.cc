@@ -18,9 +18,11 @@ namespace detail {
 EmulatedGrid emulatedGridOf(const QuantFormat& format) {
   const ElementLimits limits = elementLimits(format);
   EmulatedGrid g;
-  g.int_element = !format.isFloat();
+  g.kind = !format.isFloat()                     ? ElementKind::kInt
+           : format.element == Element::kBf16 ? ElementKind::kBf16
+                                              : ElementKind::kFloat;
   g.max = float(limits.max);
-  if (g.int_element) {
+  if (g.kind == ElementKind::kInt) {
     g.clip_edge = g.max + 0.5f;
   } else {
     g.clip_edge = g.max + std::ldexp(1.0f, limits.emax - limits.mantissa - 1);
@@ -113,6 +115,8 @@ float scaleFromAbsmax(double group_absmax, double tensor_absmax, const QuantForm
                : 0.0;
   };
   const double group = clean(group_absmax);
+  // bf16 has f32's exponent range: its values need no scale.
+  if (format.element == Element::kBf16) return 1.0f;
   switch (format.scale) {
     case ScaleKind::kF32:
       return float(std::max(group / limits.max, double(kMinScale)));
@@ -192,6 +196,10 @@ void computeEmulatedScales(std::span<const float> x, const OperandView& view,
     computeEmulatedScales(detail::hadamardCopy(x, view, sr.offset), view, plain, params, sr);
     return;
   }
+  if (format.element == Element::kBf16) {  // one group, no scale
+    std::fill(params.begin(), params.end(), 1.0f);
+    return;
+  }
   std::vector<float> mn, mx;
   groupAbsmaxRanges(x.data(), view, format, mn, mx);
   const int64_t groups = int64_t(mx.size());
@@ -257,7 +265,7 @@ void fakeQuantize(std::span<const float> x, const OperandView& view, const Quant
     plan.forEachRun(
         unit,
         [&](int64_t index, int64_t len, const detail::RunParams& p, bool per_elem) {
-          detail::emulatedRunAny(stochastic, grid.int_element, per_elem, x.data() + index, index,
+          detail::emulatedRunAny(stochastic, grid.kind, per_elem, x.data() + index, index,
                                  len, p, lanes, &sr_state, sink);
         },
         /*rows_at_once=*/true, /*blocks_at_once=*/true);
@@ -267,8 +275,10 @@ void fakeQuantize(std::span<const float> x, const OperandView& view, const Quant
 float roundToElement(float v, const QuantFormat& format, uint32_t noise16) {
   const ElementLimits limits = elementLimits(format);
   const float max = float(limits.max);
-  const float c = std::isnan(v) ? v : std::clamp(v, -max, max);
-  if (std::isnan(c)) return c;
+  // bf16 does not saturate: beyond its max it rounds to Inf, as the conversion does.
+  const bool bf16 = format.element == Element::kBf16;
+  const float c = std::isnan(v) || bf16 ? v : std::clamp(v, -max, max);
+  if (std::isnan(c) || std::isinf(c)) return c;
   // ilogb(0) is below every emin, so 0 takes the subnormal step.
   const float step = format.isFloat()
                          ? std::ldexp(1.0f, std::max(std::ilogb(c), limits.emin) - limits.mantissa)

@@ -20,7 +20,8 @@
 // computeQuantParams), and E = elementLimits(format) (max, emin, emax, mantissa bits m).
 //
 // Scales (emulatedScaleFromAbsmax), for group absmax G and tensor absmax T:
-//   scale=f32        s = max(G / E.max, kMinScale), in double, rounded to float once
+//   scale=f32        s = max(G / E.max, kMinScale), in double, rounded to float once;
+//                    s = 1 for the bf16 element (it has f32's range: no scale)
 //   scale=e8m0       s = 2^clamp(floor(log2 G) - E.emax, -126, 127), G = 0 -> 2^-126
 //                    (OCP MX v1.0 sec. 6.3; E.emax is 8 for e4m3, 15 for e5m2, bits - 2
 //                    for int elements, so MXINT8 holds k * 2^-6 * 2^X, k in [-127, 127]).
@@ -47,6 +48,11 @@
 //   q = 2^(max(floor(log2 |c|), emin) - m)  for FP8 elements (normal values and the
 //                                           subnormals below 2^emin share that step)
 //   q = 1                                   for int elements (max = qmax = 2^(bits-1) - 1)
+//   bf16: no clamp (bf16 does not saturate: values beyond its max round to +-Inf, as
+//         the bf16 GEMM's conversion in convert.h and torch's .to(bfloat16) do; Inf stays
+//         Inf), then the float's bits rounded to their upper 16: the same values as q
+//         with emin -126 and m 7, down to f32's subnormals, whose step 2^-133 no
+//         exponent field builds; sr adds the 16 noise bits before dropping the low half
 // with f = c / q (exact):
 //   rtn  Q = q * round_ties_even(f): the nearest grid value, ties to the even code; the
 //        sign of zero is kept

@@ -21,9 +21,14 @@
 
 namespace pgq::kernels::detail {
 
+// How an element's grid is walked: FP8/FP4 steps from the exponent field, int steps of
+// 1, or bf16's (the float's own bits rounded to their upper 16: f32's exponent range
+// reaches steps of 2^-133, which no float exponent field below can build).
+enum class ElementKind { kFloat, kInt, kBf16 };
+
 // A format's element grid as the lanes need it.
 struct EmulatedGrid {
-  bool int_element = false;  // step 1 everywhere; the fields below are FP8's
+  ElementKind kind = ElementKind::kFloat;  // kInt: step 1 everywhere; the fields below are FP8's
   float max = 0.0f;          // largest element magnitude
   float clip_edge = 0.0f;    // |v| above which saturation changed the rounding:
                              // max + half the step at max (as the int path's qmax + 1/2)
@@ -76,10 +81,32 @@ struct GridLanes {
   }
 };
 
-// Q(v) of eight lanes (float_quant.h) for FP8 elements or (kInt) int elements, whose step
-// is 1; r holds the 16 noise bits of each lane (stochastic only).
-template <bool kStochastic, bool kInt>
+// Q(v) of eight lanes (float_quant.h) for FP8 elements, int elements (kInt), whose step
+// is 1, or bf16 (kBf16); r holds the 16 noise bits of each lane (stochastic only).
+template <bool kStochastic, ElementKind kKind>
 inline __m256 roundElementLanes(__m256 v, const GridLanes& g, __m256i r) {
+  constexpr bool kInt = kKind == ElementKind::kInt;
+  if constexpr (kKind == ElementKind::kBf16) {
+    // On the float's bits: round to nearest even adds 0x7FFF plus the kept lowest bit,
+    // stochastic rounding the 16 noise bits, then the low half is dropped. Float
+    // subnormals round like any other value; beyond bf16's max the carry reaches Inf
+    // (bf16 does not saturate: it rounds as the bf16 GEMM's conversion, convert.h); no
+    // carry reaches the sign. Round to nearest keeps the sign of zero; a stochastic zero
+    // is +0 (adding 0 makes it so), as for FP8.
+    const __m256 c = v;
+    const __m256i bits = _mm256_castps_si256(c);
+    // Stochastic rounding on the magnitude's bits draws as the signed fixed point does
+    // (floor(trunc(f 2^16) + r) / 2^16)): negative lanes take 65535 - r.
+    const __m256i signs = _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_set1_epi32(0xFFFF));
+    const __m256i add = kStochastic ? _mm256_xor_si256(r, signs)
+                                    : _mm256_add_epi32(_mm256_set1_epi32(0x7FFF),
+                                                       _mm256_and_si256(_mm256_srli_epi32(bits, 16),
+                                                                        _mm256_set1_epi32(1)));
+    __m256 q = _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_add_epi32(bits, add), _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+    if constexpr (kStochastic) q = _mm256_add_ps(q, _mm256_setzero_ps());
+    return _mm256_blendv_ps(q, c, _mm256_cmp_ps(c, c, _CMP_UNORD_Q));  // NaN stays NaN
+  }
   // max and min return their second operand when either is NaN: NaN lanes keep c = NaN.
   const __m256 c = _mm256_min_ps(g.max, _mm256_max_ps(g.neg_max, v));
   __m256 q = _mm256_set1_ps(1.0f);
@@ -115,7 +142,7 @@ inline __m256 roundElementLanes(__m256 v, const GridLanes& g, __m256i r) {
 // Fake-quantizes 32 elements xs[0, 32) into the sinks' Lanes (quant_core.h): t = Q(v),
 // the element value in units of the scale, add = 0; ti is not set. Per-element runs read
 // inv and scale at q (offset to the block).
-template <bool kStochastic, bool kInt, bool kPerElement>
+template <bool kStochastic, ElementKind kKind, bool kPerElement>
 __attribute__((always_inline)) inline void emulatedBlock(const float* xs, const RunParams& q,
                                                          __m256i w0, __m256i w1, const GridLanes& g,
                                                          Lanes& l) {
@@ -125,7 +152,7 @@ __attribute__((always_inline)) inline void emulatedBlock(const float* xs, const 
     l.scale[k] = kPerElement ? _mm256_loadu_ps(q.scale + 8 * k) : _mm256_broadcast_ss(q.scale);
     l.add[k] = _mm256_setzero_ps();
     const __m256i r = kStochastic ? noiseLanes(w0, w1, k) : _mm256_setzero_si256();
-    l.t[k] = roundElementLanes<kStochastic, kInt>(_mm256_mul_ps(l.x[k], l.inv[k]), g, r);
+    l.t[k] = roundElementLanes<kStochastic, kKind>(_mm256_mul_ps(l.x[k], l.inv[k]), g, r);
   }
 }
 
@@ -136,7 +163,7 @@ __attribute__((always_inline)) inline void emulatedBlock(const float* xs, const 
 // with the rounding of earlier blocks. Broadcast runs: group j has the scale scale[j]
 // (inv[j]); per-element runs (groups == 1): one per element. Callers must check
 // srNoiseIsaSupported(SrNoiseIsa::kVaes).
-template <bool kInt, bool kPerElement, typename Sink>
+template <ElementKind kKind, bool kPerElement, typename Sink>
 __attribute__((target("aes,vaes"))) void emulatedBlocksVaes(const float* x, int64_t index,
                                                             int64_t groups, int64_t blocks,
                                                             const float* inv, const float* scale,
@@ -164,10 +191,10 @@ __attribute__((target("aes,vaes"))) void emulatedBlocksVaes(const float* x, int6
       ctr = _mm256_add_epi64(ctr, two);
       Lanes l;
       if constexpr (kPerElement) {
-        emulatedBlock<true, kInt, true>(x + at, RunParams{inv + at, nullptr, scale + at}, w0, w1, g,
+        emulatedBlock<true, kKind, true>(x + at, RunParams{inv + at, nullptr, scale + at}, w0, w1, g,
                                         l);
       } else {
-        emulatedBlock<true, kInt, false>(x + at, q, w0, w1, g, l);
+        emulatedBlock<true, kKind, false>(x + at, q, w0, w1, g, l);
       }
       local(index + at, l, 32);
     }
@@ -182,7 +209,7 @@ __attribute__((target("aes,vaes"))) void emulatedBlocksVaes(const float* x, int6
 // from consecutive ARS blocks (made in registers with VAES, else read from the SrState
 // buffer); the ragged head and tail go through a zero-padded copy (its padding lanes give
 // t = 0) with words assembled per element.
-template <bool kStochastic, bool kInt, bool kPerElement, typename Sink>
+template <bool kStochastic, ElementKind kKind, bool kPerElement, typename Sink>
 __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int64_t index,
                                                             int64_t len, const RunParams& p,
                                                             const GridLanes& g, SrState* sr,
@@ -198,7 +225,7 @@ __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int6
       w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
     }
     Lanes l;
-    emulatedBlock<kStochastic, kInt, kPerElement>(xs, q, w0, w1, g, l);
+    emulatedBlock<kStochastic, kKind, kPerElement>(xs, q, w0, w1, g, l);
     sink(index + at, l, valid);
   };
   auto partial = [&](int64_t at, int n) {
@@ -224,7 +251,7 @@ __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int6
     if (sr->noise().isa() == SrNoiseIsa::kVaes && len - pos >= 32) {
       const int64_t blocks = (len - pos) / 32;
       const int64_t step = kPerElement ? pos : 0;
-      emulatedBlocksVaes<kInt, kPerElement>(x + pos, index + pos, 1, blocks, pl.inv + step,
+      emulatedBlocksVaes<kKind, kPerElement>(x + pos, index + pos, 1, blocks, pl.inv + step,
                                             pl.scale + step, g, sr->noise(), sink);
       pos += 32 * blocks;
     }
@@ -243,7 +270,7 @@ __attribute__((always_inline)) inline void emulatedGroupRun(const float* x, int6
 // (RunParams::row_len > 0) consecutive rows or blocks with a scale each, whose lengths are
 // multiples of 32 from a multiple of 32 (so every 32 elements are a full, aligned block:
 // MX blocks take this tight loop).
-template <bool kStochastic, bool kInt, bool kPerElement, typename Sink>
+template <bool kStochastic, ElementKind kKind, bool kPerElement, typename Sink>
 void emulatedRun(const float* x, int64_t index, int64_t len, const RunParams& p, const GridLanes& g,
                  SrState* sr, Sink& sink) {
   // A local copy of the sink keeps its members (the output pointer) in registers, as in
@@ -258,7 +285,7 @@ void emulatedRun(const float* x, int64_t index, int64_t len, const RunParams& p,
       const int64_t row_len = p.row_len;
       if constexpr (kStochastic) {
         if (sr->noise().isa() == SrNoiseIsa::kVaes) {
-          emulatedBlocksVaes<kInt, false>(x, index, len / row_len, row_len / 32, inv, scale, g,
+          emulatedBlocksVaes<kKind, false>(x, index, len / row_len, row_len / 32, inv, scale, g,
                                           sr->noise(), local);
           sink = local;
           return;
@@ -274,7 +301,7 @@ void emulatedRun(const float* x, int64_t index, int64_t len, const RunParams& p,
             w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
           }
           Lanes l;
-          emulatedBlock<kStochastic, kInt, false>(x + pos, q, w0, w1, g, l);
+          emulatedBlock<kStochastic, kKind, false>(x + pos, q, w0, w1, g, l);
           local(index + pos, l, 32);
         }
       }
@@ -282,27 +309,30 @@ void emulatedRun(const float* x, int64_t index, int64_t len, const RunParams& p,
       return;
     }
   }
-  emulatedGroupRun<kStochastic, kInt, kPerElement>(x, index, len, p, g, sr, local);
+  emulatedGroupRun<kStochastic, kKind, kPerElement>(x, index, len, p, g, sr, local);
   sink = local;
 }
 
 // Dispatches emulatedRun on the rounding mode, the element kind and the parameter layout.
 template <typename Sink>
-void emulatedRunAny(bool stochastic, bool int_element, bool per_element, const float* x,
+void emulatedRunAny(bool stochastic, ElementKind kind, bool per_element, const float* x,
                     int64_t index, int64_t len, const RunParams& p, const GridLanes& g, SrState* sr,
                     Sink& sink) {
-  auto run = [&]<bool kStochastic, bool kInt>() {
+  auto run = [&]<bool kStochastic, ElementKind kKind>() {
     if (per_element) {
-      emulatedRun<kStochastic, kInt, true>(x, index, len, p, g, sr, sink);
+      emulatedRun<kStochastic, kKind, true>(x, index, len, p, g, sr, sink);
     } else {
-      emulatedRun<kStochastic, kInt, false>(x, index, len, p, g, sr, sink);
+      emulatedRun<kStochastic, kKind, false>(x, index, len, p, g, sr, sink);
     }
   };
-  if (stochastic) {
-    int_element ? run.template operator()<true, true>() : run.template operator()<true, false>();
-  } else {
-    int_element ? run.template operator()<false, true>() : run.template operator()<false, false>();
-  }
+  auto element = [&]<bool kStochastic>() {
+    switch (kind) {
+      case ElementKind::kFloat: return run.template operator()<kStochastic, ElementKind::kFloat>();
+      case ElementKind::kInt: return run.template operator()<kStochastic, ElementKind::kInt>();
+      case ElementKind::kBf16: return run.template operator()<kStochastic, ElementKind::kBf16>();
+    }
+  };
+  stochastic ? element.template operator()<true>() : element.template operator()<false>();
 }
 
 }  // namespace pgq::kernels::detail

@@ -154,7 +154,7 @@ Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x,
     plan.forEachRun(
         unit,
         [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
-          detail::emulatedRunAny(stochastic, grid.int_element, per_elem, x + index, index, len, p,
+          detail::emulatedRunAny(stochastic, grid.kind, per_elem, x + index, index, len, p,
                                  lanes, &sr_state, sink);
         },
         /*rows_at_once=*/true, /*blocks_at_once=*/true);

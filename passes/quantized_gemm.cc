@@ -78,8 +78,39 @@ QuantizedGemmBuilder::QuantizedOperand QuantizedGemmBuilder::quantize(Node* gemm
   return {params, q};
 }
 
+Node* QuantizedGemmBuilder::bf16Operand(Node* gemm, const QuantFormat& format, GemmOperand side) {
+  Node* value = gemm->operand(static_cast<int>(side));
+  if (value->dtype() == DType::kBF16) {
+    // Under --precision bf16 the GEMM already reads a conversion: round its f32 source.
+    if (format.rounding == Rounding::kNearest) return value;
+    value = value->operand(0);
+  }
+  if (format.rounding == Rounding::kStochastic) {
+    // The bf16 values stochastic rounding picks, in f32 (the conversion below is then
+    // exact). One scale for the tensor makes it elementwise: any dim may be the
+    // contracting one of the view, the last is.
+    Attrs a;
+    a.set(AttrKey::kFormat, format);
+    a.set(AttrKey::kSide, side);
+    a.set(AttrKey::kContractDims, std::vector<int64_t>{value->shape().rank() - 1});
+    Node* params = b_.create(Op::kQuantParams, {value}, a, std::nullopt, fmt::format("{}.{}_scales", name_, side));
+    a.set(AttrKey::kSeed, seed_ + next_seed_++);
+    value = b_.create(Op::kFakeQuant, {value, params}, a, std::nullopt, fmt::format("{}.{}_fq", name_, side));
+  }
+  return b_.convert(value, DType::kBF16, fmt::format("{}.{}_bf16", name_, side));
+}
+
 Node* QuantizedGemmBuilder::build(Node* gemm, const GemmDecision& d, Attrs attrs, const std::string& name) {
   name_ = name;
+  if (d.lhs_format.element == Element::kBf16 && d.rhs_format.element == Element::kBf16) {
+    // A bf16 GEMM (f32 accumulation) reading both operands converted: no scales, no
+    // transposes (any dims read), no SmoothQuant (bf16 keeps every channel's range).
+    Node* lhs = bf16Operand(gemm, d.lhs_format, GemmOperand::kLhs);
+    Node* rhs = bf16Operand(gemm, d.rhs_format, GemmOperand::kRhs);
+    attrs.set(AttrKey::kLhsFormat, d.lhs_format);
+    attrs.set(AttrKey::kRhsFormat, d.rhs_format);
+    return b_.create(Op::kMatMul, {lhs, rhs}, std::move(attrs), std::nullopt, name_ + ".bf16");
+  }
   DotDims dims = DotDims::fromAttrs(gemm->attrs());
   Node* lhs = readable(gemm->operand(0), GemmOperand::kLhs, dims.lhs_contract, dims.lhs_batch);
   Node* rhs = readable(gemm->operand(1), GemmOperand::kRhs, dims.rhs_contract, dims.rhs_batch);

@@ -9,7 +9,9 @@
 //   %y  = qmatmul(%qa, %qb, %pa, %pb) {dims, lhs_format, rhs_format, ...}     // s32 -> f32
 //
 // for integer formats, and fake_quant (the values the format represents, in f32) read
-// by an f32 matmul for emulated FP8/MX formats (QuantFormat::isEmulated). Scales are
+// by an f32 matmul for emulated FP8/MX formats (QuantFormat::isEmulated). Two bf16
+// formats make a bf16 matmul (f32 accumulation) reading convert(%a, bf16): the GEMM the
+// CPU runs in bf16 (AMX, AVX512-BF16), with a fake_quant first for stochastic rounding. Scales are
 // computed every step along each operand's non-contracting dims, or from an amax
 // history (delayed scaling) or the optimizer's step bound (predicted weight scales) as
 // the decision says. With `smooth: alpha` the operands first go through SmoothQuant:
@@ -53,6 +55,8 @@ class QuantizedGemmBuilder {
   Node* readable(Node* value, GemmOperand side, std::vector<int64_t>& contract, std::vector<int64_t>& batch);
   // SmoothQuant: a / s and b * s along the contracting dims.
   void smooth(Node*& lhs, Node*& rhs, const DotDims& dims, double alpha);
+  // The bf16 value a bf16 GEMM reads as its `side` operand.
+  Node* bf16Operand(Node* gemm, const QuantFormat& format, GemmOperand side);
   QuantizedOperand quantize(Node* gemm, const GemmDecision& d, Node* value, GemmOperand side,
                             const QuantFormat& format, const std::vector<int64_t>& contract,
                             const std::vector<int64_t>& batch);

@@ -43,7 +43,8 @@ bool runsOnFp8Cores(FormatFamily family) {
     case FormatFamily::kInt8:
     case FormatFamily::kMxint8:
     case FormatFamily::kNvfp4:
-    case FormatFamily::kMxfp4: return false;
+    case FormatFamily::kMxfp4:
+    case FormatFamily::kBf16: return false;
   }
   return false;
 }
@@ -58,6 +59,7 @@ bool runsOnFp4Cores(FormatFamily family) {
 double HardwareModel::gemmRate(const QuantFormat& format) const {
   const FormatFamily family = formatFamily(format);
   if (family == FormatFamily::kMxfp8) return gemm_mxfp8 > 0 ? gemm_mxfp8 : gemm_fp8;
+  if (family == FormatFamily::kBf16) return gemm_bf16;
   if (runsOnFp4Cores(family)) return gemm_fp4;
   return runsOnFp8Cores(family) ? gemm_fp8 : gemm_int8;
 }
@@ -203,6 +205,9 @@ HardwareModel fromNode(const ConfigNode& root) {
   }
   hw.cast_once = root.getBool("cast_once", false);
   hw.high_precision = root.getEnum("high_precision", {"f32", "bf16"}, "f32") == "bf16" ? DType::kBF16 : DType::kF32;
+  if (hw.runsFamily(FormatFamily::kBf16) && hw.high_precision == DType::kBF16)
+    root.fail("formats", "lists 'bf16', the high precision here: a GEMM kept runs in bf16 already (bf16 is a "
+                         "choice where GEMMs are kept in f32, on CPUs)");
   hw.bandwidth_gbs = root.getDouble("memory_bandwidth_gbs", 1e-6, kMaxRate);
   if (root.has("ridge_flop_per_byte")) {
     ConfigNode ridge = root.child("ridge_flop_per_byte");
@@ -367,15 +372,19 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   // Results are written in the high-precision dtype: f32 on CPUs, bf16 on GPUs (where an
   // FP8 GEMM's epilogue writes bf16 too).
   e.high_precision_us = gemmUs(hw.gemmRate(dtype), elem * (a_elems + b_elems + c_elems), false);
-  // Bytes per element: one (FP8, int8) or half (E2M1), plus one scale byte per block
-  // for MX and NVFP4 (E8M0 or E4M3; per 16 x 16 tile for 2-D NVFP4 weights).
-  auto stored = [](const QuantFormat& f) {
-    const double element = f.element == Element::kE2M1 ? 0.5 : 1.0;
+  // Bytes per element: one (FP8, int8), half (E2M1) or two (bf16), plus one scale byte
+  // per block for MX and NVFP4 (E8M0 or E4M3; per 16 x 16 tile for 2-D NVFP4 weights).
+  auto elementBytes = [](const QuantFormat& f) {
+    return f.element == Element::kE2M1 ? 0.5 : f.element == Element::kBf16 ? 2.0 : 1.0;
+  };
+  auto stored = [&](const QuantFormat& f) {
+    const double element = elementBytes(f);
     if (f.scale == ScaleKind::kF32) return element;
     const double block = static_cast<double>(f.block);
     return element + 1.0 / (f.block2d ? block * block : block);
   };
-  e.int8_gemm_us = gemmUs(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + elem * c_elems, true);
+  e.int8_gemm_us = gemmUs(hw.gemmRate(lhs), stored(lhs) * a_elems + stored(rhs) * b_elems + elem * c_elems,
+                         elementBytes(lhs) <= 1.0);
   // Quantizing an operand reads its high-precision values and writes its elements (one
   // byte, half for E2M1; the scales are too few to count).
   // A random Hadamard transform adds a 16 x 16 matrix product per 16 elements (32 flop
@@ -385,7 +394,7 @@ GemmEstimate estimateGemm(const HardwareModel& hw, const std::vector<int64_t>& s
   auto quantize = [&](double elems, const QuantFormat& f) {
     double gbs = f.rounding == Rounding::kStochastic ? hw.quantize_sr_gbs : hw.quantize_rtn_gbs;
     const double hadamard = f.hadamard ? 32.0 * elems / (hw.gemm_bf16 * 1e3) : 0.0;
-    const double element = f.element == Element::kE2M1 ? 0.5 : 1.0;
+    const double element = elementBytes(f);
     return (elem + element) * elems / (gbs * 1e3) + hadamard + hw.call_overhead_us;
   };
   // The int8 rescale reads the s32 result and writes f32 in place; FP8 and MX GEMMs

@@ -42,7 +42,8 @@ std::string recipeToYaml(const Recipe& r) {
   out << YAML::Comment(fmt::format(
       "pgq recipe (stage ii): one entry per GEMM, first match wins; edit freely.\n"
       "decision: keep, or the formats' family: {} (FP8 and MX\n"
-      "GEMMs are emulated on CPUs: quantize -> dequantize -> f32 GEMM). An entry may use `match: REGEX` (with optional direction/role\n"
+      "GEMMs are emulated on CPUs: quantize -> dequantize -> f32 GEMM; bf16 runs as a bf16 GEMM). An entry may use\n"
+      "`match: REGEX` (with optional direction/role\n"
       "filters) instead of `label:`. GEMMs no entry matches stay in high precision.\n"
       "entry_count detects a file cut short: update or delete it when you add or remove entries.",
       fmt::join(kFormatFamilies, " | ")));

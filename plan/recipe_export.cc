@@ -21,7 +21,11 @@ namespace {
 
 // Every test of a decision goes through here, so that renaming Decision's values
 // changes one line.
-bool isQuantized(const RecipeEntry& e) { return e.decision == Decision::kQuantize; }
+// A bf16 GEMM (a CPU recipe's third choice) is what PyTorch runs unconverted under
+// autocast: the exports keep it.
+bool isQuantized(const RecipeEntry& e) {
+  return e.decision == Decision::kQuantize && formatFamily(e.lhs_format) != FormatFamily::kBf16;
+}
 
 // What the ONNX importer names a logits GEMM computed outside any module
 // (frontend/onnx/importer.cc): a tied `x @ wte.weight.T`, no nn.Linear.

@@ -221,8 +221,9 @@ Verdict byRule(const GemmProfile& g, const Context& ctx, const PolicyRule& rule,
   if (rule.lhs_format) {
     v.formats.lhs = *rule.lhs_format;
     v.formats.rhs = *rule.rhs_format;
-    // The only formats the generator does not fit to the hardware itself.
-    if (!ctx.hw.runsExactly(v.formats.lhs.bits, v.formats.rhs.bits))
+    // The only formats the generator does not fit to the hardware itself (int8 ones: an
+    // FP8, MX or bf16 pair runs emulated or as a bf16 GEMM, exactly).
+    if (!v.formats.lhs.isEmulated() && !ctx.hw.runsExactly(v.formats.lhs.bits, v.formats.rhs.bits))
       throw Error(fmt::format("policy {}, rule ({}): forces {} x {} on GEMM '{}', which hardware '{}' cannot run "
                               "exactly ({}; a wider pair saturates silently): narrow one of the rule's formats",
                               ctx.policy.name, rule.describe(), v.formats.lhs.toString(), v.formats.rhs.toString(),
@@ -565,7 +566,7 @@ std::string explainRecipe(const Recipe& r) {
   for (const RecipeEntry& e : r.entries)
     if (e.decision == Decision::kQuantize) {
       families[std::string(nameOf(formatFamily(e.lhs_format)))] += 1;
-      emulated = emulated || e.lhs_format.isEmulated();
+      emulated = emulated || (e.lhs_format.isEmulated() && e.lhs_format.element != Element::kBf16);
     }
   std::string in = families.size() == 1 ? fmt::format("in {}", families.begin()->first) : "quantized";
   out += fmt::format("  forward GEMMs:  {:>3} of {:>3} {}\n", s.fwd_int8, s.fwd_total, in);

@@ -112,10 +112,13 @@ std::vector<OpTiming> opTimings(const Executor& exec) {
   std::vector<OpTiming> timings;
   for (const NodeProfile& p : exec.profile()) {
     double flops = 0;
-    if (p.node->op() == Op::kMatMul || p.node->op() == Op::kQMatMul)
+    std::string dtype;
+    if (p.node->op() == Op::kMatMul || p.node->op() == Op::kQMatMul) {
       flops = gemmSizes(p.node->operand(0)->shape(), p.node->operand(1)->shape(),
                         DotDims::fromAttrs(p.node->attrs())).flops();
-    timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops,
+      dtype = p.node->op() == Op::kQMatMul ? "int8" : std::string(dtypeName(p.node->operand(0)->dtype()));
+    }
+    timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops, dtype,
                        p.total_ms, p.calls});
   }
   return timings;

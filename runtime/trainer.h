@@ -23,6 +23,7 @@ struct OpTiming {
   Op op;
   std::string label;  // GEMM label, empty for other ops
   double flops = 0;   // per call, GEMMs only
+  std::string dtype;  // GEMMs: what they multiply (int8, bf16, f32)
   double total_ms = 0;
   int64_t calls = 0;
 };

@@ -34,7 +34,7 @@ bool parseNumber(std::string_view text, T& value) {
 
 [[noreturn]] void badText(std::string_view text, std::string_view why) {
   throw Error(fmt::format(
-      "bad quantization format \"{}\": {} (expected <int<2..8>|e4m3|e5m2|e2m1>:<tensor|channel|block<N>|"
+      "bad quantization format \"{}\": {} (expected <int<2..8>|e4m3|e5m2|e2m1|bf16>:<tensor|channel|block<N>|"
       "block<N>x<N>>:<rtn|sr>[:scale=e8m0|scale=two_level|scale=e4m3][:asym][:clip=mse|clip=p<percent>][:rht], "
       "e.g. int8:channel:rtn, e4m3:tensor:rtn, mxfp8_e4m3, nvfp4)",
       text, why));
@@ -47,7 +47,7 @@ std::string expandAlias(std::string_view text) {
   };
   static constexpr Alias kAliases[] = {
       {"mxfp8_e4m3", "e4m3:block32"}, {"mxfp8_e5m2", "e5m2:block32"}, {"mxint8", "int8:block32"},
-      {"mxfp4", "e2m1:block32"},      {"nvfp4", "e2m1:block16"}};
+      {"mxfp4", "e2m1:block32"},      {"nvfp4", "e2m1:block16"},      {"bf16", "bf16:tensor"}};
   for (const Alias& a : kAliases) {
     if (text.substr(0, a.name.size()) != a.name) continue;
     std::string_view rest = text.substr(a.name.size());
@@ -57,6 +57,7 @@ std::string expandAlias(std::string_view text) {
     } else if (!rest.empty()) {
       return "";
     }
+    if (a.name == "bf16") return fmt::format("{}:{}", a.canonical_head, rounding);
     return fmt::format("{}:{}:scale={}", a.canonical_head, rounding, a.name == "nvfp4" ? "e4m3" : "e8m0");
   }
   return "";
@@ -74,6 +75,9 @@ void QuantFormat::validate() const {
       throw Error(fmt::format("quant format: {} elements take no clip field (they saturate at their largest value)",
                               elementName(element)));
   }
+  if (element == Element::kBf16 && (granularity != Granularity::kPerTensor || scale != ScaleKind::kF32 || hadamard))
+    throw Error("quant format: bf16 elements take no scale (f32's exponent range): tensor granularity, no scale "
+                "or rht field (bf16:tensor:rtn or bf16:tensor:sr)");
   if (scale != ScaleKind::kF32) {
     const char* name = scale == ScaleKind::kE8M0 ? "e8m0" : scale == ScaleKind::kE4M3 ? "e4m3" : "two_level";
     if (granularity != Granularity::kPerBlock)
@@ -92,7 +96,7 @@ void QuantFormat::validate() const {
     throw Error("quant format: 2-D blocks (block<N>x<N>) need per-block granularity");
   if (hadamard && !isFloat())
     throw Error("quant format: rht (random Hadamard transform) needs a float element (e2m1, e4m3 or e5m2)");
-  if (bits < 2 || bits > 8) {
+  if (element != Element::kBf16 && (bits < 2 || bits > 8)) {
     throw Error(fmt::format("quant format: bits={} is unsupported, expected 2..8", bits));
   }
   if (granularity == Granularity::kPerBlock) {
@@ -145,6 +149,9 @@ QuantFormat QuantFormat::parse(std::string_view text) {
   } else if (fields[0] == "e2m1") {
     format.element = Element::kE2M1;
     format.bits = elementBits(Element::kE2M1);
+  } else if (fields[0] == "bf16") {
+    format.element = Element::kBf16;
+    format.bits = elementBits(Element::kBf16);
   } else if (fields[0].substr(0, 3) != "int" || !parseNumber(fields[0].substr(3), format.bits)) {
     badText(text, fmt::format("bad element field '{}'", fields[0]));
   }
@@ -270,6 +277,9 @@ ElementLimits elementLimits(const QuantFormat& format) {
     // OCP MX v1.0 sec. 5.3.3: FP4 E2M1 has bias 1, no infinities or NaN; its largest
     // value is 1.5 * 2^2 and its one subnormal 0.5.
     case Element::kE2M1: return {6.0, 0, 2, 1};
+    // bfloat16: f32's exponent (bias 127) with 7 stored mantissa bits; its largest value
+    // is (2 - 2^-7) * 2^127.
+    case Element::kBf16: return {0x1.fep127, -126, 127, 7};
     case Element::kInt:
       // qmax, and for power-of-two scales the exponent that puts a group's absmax in
       // [2^(bits-2), 2^(bits-1)) steps: OCP MX's INT8 (emax 0, implicit scale 2^-6).
@@ -284,6 +294,7 @@ const char* elementName(Element element) {
     case Element::kE4M3: return "e4m3";
     case Element::kE5M2: return "e5m2";
     case Element::kE2M1: return "e2m1";
+    case Element::kBf16: return "bf16";
   }
   return "?";
 }
@@ -294,6 +305,7 @@ int elementBits(Element element) {
     case Element::kE4M3:
     case Element::kE5M2: return 8;
     case Element::kE2M1: return 4;
+    case Element::kBf16: return 16;
   }
   return 0;
 }

@@ -10,8 +10,11 @@
 //                OCP FP8 element: e4m3 (max 448, subnormals down to 2^-9, no infinity)
 //                or e5m2 (max 57344, subnormals down to 2^-16), or OCP MX's FP4 element
 //                e2m1 (values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives; 0.5 is
-//                its one subnormal); float conversions saturate to the largest finite
-//                value, as OCP's saturating mode
+//                its one subnormal), or bf16 (f32's exponent range with 7 mantissa
+//                bits: a bf16 GEMM's operands; it takes no scale, s = 1, so only
+//                tensor granularity and no scale field); FP8 and FP4 conversions
+//                saturate to the largest finite value, as OCP's saturating mode; bf16
+//                rounds beyond its max to Inf, as torch's .to(torch.bfloat16)
 //   granularity  tensor | channel | block<N>   (N = block length along the contracting dim)
 //                | block<N>x<N>  (2-D: N x N tiles of the stored matrix, so a weight
 //                quantizes to the same values whichever dimension a GEMM contracts:
@@ -34,8 +37,8 @@
 //                both operands of the GEMM, so the product is unchanged up to the
 //                quantization); needs a float element and a contracting length that
 //                is a multiple of 16
-// Aliases parse to their canonical form: mxfp8_e4m3, mxfp8_e5m2, mxint8, nvfp4 and mxfp4, each
-// optionally followed by :rtn or :sr (default rtn).
+// Aliases parse to their canonical form: mxfp8_e4m3, mxfp8_e5m2, mxint8, nvfp4, mxfp4 and bf16
+// (bf16:tensor:rtn), each optionally followed by :rtn or :sr (default rtn).
 // Float elements take no asym or clip fields; scale=e8m0, two_level and e4m3 need
 // block<N> granularity, two_level an FP8 element and e4m3 the e2m1 element.
 // A format other than an integer grid with f32 scales is *emulated* on CPUs: the GEMM
@@ -51,12 +54,12 @@ namespace pgq {
 enum class Granularity { kPerTensor, kPerChannel, kPerBlock };
 enum class Rounding { kNearest, kStochastic };
 enum class Clipping { kNone, kPercentile, kMse };
-enum class Element { kInt, kE4M3, kE5M2, kE2M1 };
+enum class Element { kInt, kE4M3, kE5M2, kE2M1, kBf16 };
 enum class ScaleKind { kF32, kE8M0, kTwoLevel, kE4M3 };
 
 struct QuantFormat {
   Element element = Element::kInt;
-  int bits = 8;  // 8 for FP8 elements, 4 for e2m1 (elementBits())
+  int bits = 8;  // 8 for FP8 elements, 4 for e2m1, 16 for bf16 (elementBits())
   // One scale for the whole tensor, one per channel (non-contracting index, per batch),
   // or one per block of `block` elements of a channel along the contracting dimension.
   Granularity granularity = Granularity::kPerChannel;
@@ -119,8 +122,8 @@ struct ElementLimits {
   int mantissa = 0;   // stored mantissa bits
 };
 ElementLimits elementLimits(const QuantFormat& format);
-const char* elementName(Element element);  // int | e4m3 | e5m2 | e2m1
-// The bits a float element takes (8 for FP8, 4 for e2m1); 0 for int (format.bits).
+const char* elementName(Element element);  // int | e4m3 | e5m2 | e2m1 | bf16
+// The bits a float element takes (8 for FP8, 4 for e2m1, 16 for bf16); 0 for int (format.bits).
 int elementBits(Element element);
 
 const char* granularityName(Granularity granularity);

@@ -47,6 +47,7 @@ std::optional<Scheme> parseScheme(std::string_view text) {
 }
 
 FormatFamily formatFamily(const QuantFormat& format) {
+  if (format.element == Element::kBf16) return FormatFamily::kBf16;
   const bool fp4 = format.element == Element::kE2M1;
   switch (format.scale) {
     // E2M1 with f32 scales has no hardware of its own; FP4 tensor cores read it as NVFP4.
@@ -73,6 +74,8 @@ SchemeFormats schemeFormats(Scheme scheme, Rounding rounding, Rounding gradient_
     f.scale = info.scale;
     return f;
   };
+  // bf16 GEMMs round their operands to nearest, as autocast converts them.
+  if (info.family == FormatFamily::kBf16) rounding = gradient_rounding = Rounding::kNearest;
   SchemeFormats formats{format(info.operand_element, rounding), format(info.operand_element, rounding),
                         format(info.gradient_element, gradient_rounding)};
   formats.weight.block2d = info.weight_2d;

@@ -43,7 +43,7 @@ std::optional<Scheme> parseScheme(std::string_view text);
 
 // The family `format` belongs to: int8 (integer grid, f32 scales), fp8 (FP8 elements,
 // f32 scales), mxfp8, mxint8 (power-of-two block scales), moss_fp8 (two-level scales),
-// nvfp4 (e2m1, E4M3 block scales) or mxfp4 (e2m1, E8M0 block scales).
+// nvfp4 (e2m1, E4M3 block scales), mxfp4 (e2m1, E8M0 block scales) or bf16.
 FormatFamily formatFamily(const QuantFormat& format);
 // The family a scheme's GEMMs run in.
 FormatFamily familyOf(Scheme scheme);
@@ -54,7 +54,7 @@ struct SchemeFormats {
   QuantFormat gradient;  // gradient operands
 };
 // The formats of `scheme` with the given roundings (int8: 8 bits per channel). Weights
-// round as `rounding` says.
+// round as `rounding` says; bf16 always rounds to nearest.
 SchemeFormats schemeFormats(Scheme scheme, Rounding rounding, Rounding gradient_rounding);
 
 }  // namespace pgq

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "kernels/convert.h"
 #include "kernels/float_quant_core.h"
 #include "kernels/kernel_error.h"
 #include "kernels/quant_stats.h"
@@ -54,12 +55,28 @@ struct GridPoint {
   int code;
 };
 
+// A bf16 code (sign, 8 exponent bits of bias 127, 7 mantissa bits), decoded as IEEE 754
+// defines binary formats: exponent field 0 is subnormal, 255 Inf or NaN.
+double decodeBf16(int code) {
+  const double sign = (code & 0x8000) != 0 ? -1.0 : 1.0;
+  const int exponent = (code >> 7) & 0xFF;
+  const int mantissa = code & 0x7F;
+  if (exponent == 255) return mantissa == 0 ? sign * double(kInf) : std::nan("");
+  if (exponent == 0) return sign * std::ldexp(double(mantissa), -126 - 7);
+  return sign * std::ldexp(double(128 + mantissa), exponent - 127 - 7);
+}
+
 // The non-negative finite values of a format's element, ascending: the decoded codes
-// 0x00 .. 0x7F of an FP8 element, or the integers 0 .. qmax of an int element.
+// 0x00 .. 0x7F of an FP8 element, 0x0000 .. 0x7F7F of bf16, or the integers 0 .. qmax
+// of an int element.
 std::vector<GridPoint> positiveGrid(const QuantFormat& format) {
   std::vector<GridPoint> grid;
   if (!format.isFloat()) {
     for (int k = 0; k <= (1 << (format.bits - 1)) - 1; ++k) grid.push_back({double(k), k});
+    return grid;
+  }
+  if (format.element == Element::kBf16) {
+    for (int code = 0; code < 0x7F80; ++code) grid.push_back({decodeBf16(code), code});
     return grid;
   }
   for (int code = 0; code < 0x80; ++code) {
@@ -72,11 +89,14 @@ std::vector<GridPoint> positiveGrid(const QuantFormat& format) {
 }
 
 // The element nearest v by search: ties to the even code, saturation to +-max beyond
-// max (+-Inf too), NaN stays NaN, the sign of zero kept.
-float nearestElement(float v, const std::vector<GridPoint>& grid) {
+// max (+-Inf too; without `saturate`, as bf16, Inf from the midpoint of max and the next
+// power of the exponent on), NaN stays NaN, the sign of zero kept.
+float nearestElement(float v, const std::vector<GridPoint>& grid, bool saturate = true) {
   if (std::isnan(v)) return v;
   const double a = std::fabs(double(v));
   double r = grid.back().value;
+  const double top_step = grid.back().value - grid[grid.size() - 2].value;
+  if (!saturate && a >= r + 0.5 * top_step) return std::copysign(kInf, v);  // the max's code is odd
   if (a < r) {
     auto hi = std::upper_bound(grid.begin(), grid.end(), a,
                                [](double value, const GridPoint& p) { return value < p.value; });
@@ -194,14 +214,15 @@ TEST(FloatQuant, DecodedTablesHaveTheSpecsLimits) {
 // subnormal range, saturation, +-Inf, NaN, and 10^6 random values.
 TEST(FloatQuant, RoundToNearestMatchesTheEnumeration) {
   for (const char* text : {"e4m3:tensor:rtn", "e5m2:tensor:rtn", "int8:block32:rtn:scale=e8m0",
-                           "int4:block32:rtn:scale=e8m0"}) {
+                           "int4:block32:rtn:scale=e8m0", "bf16:tensor:rtn"}) {
     const QuantFormat format = QuantFormat::parse(text);
     const std::vector<GridPoint> grid = positiveGrid(format);
     const std::vector<float> values = probeValues(grid, 1000000, 3);
     const std::vector<float> kernel = fakeWithScale(values, format, 1.0f);
+    const bool saturate = format.element != Element::kBf16;
     int64_t bad = 0;
     for (size_t i = 0; i < values.size(); ++i) {
-      const float expected = nearestElement(values[i], grid);
+      const float expected = nearestElement(values[i], grid, saturate);
       const float scalar = roundToElement(values[i], format);
       if (!sameFloat(scalar, expected) || !sameFloat(kernel[i], expected)) {
         if (++bad <= 5) {
@@ -241,6 +262,23 @@ TEST(FloatQuant, ScaledValuesMatchTheEnumeration) {
   }
 }
 
+// The bf16 format gives exactly what the bf16 GEMM path reads (convert.h's rounding):
+// every upper half with low halves around the ties, NaN, Inf and subnormals included.
+TEST(FloatQuant, Bf16IsTheBf16Conversion) {
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, (hi * 40503u) & 0xFFFFu})
+      x.push_back(std::bit_cast<float>(hi << 16 | lo));
+  std::vector<float> converted(x.size());
+  roundToBf16(x.data(), converted.data(), int64_t(x.size()));
+  const std::vector<float> kernel = fakeWithScale(x, QuantFormat::parse("bf16"), 1.0f);
+  int64_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!sameFloat(kernel[i], converted[i]) && ++bad <= 5)
+      ADD_FAILURE() << std::hexfloat << x[i] << ": fakeQuantize " << kernel[i] << ", roundToBf16 " << converted[i];
+  EXPECT_EQ(bad, 0);
+}
+
 // ---- Stochastic rounding ----
 
 // Over all 2^16 noise values, stochastic rounding of v (magnitude a) gives the grid value
@@ -248,15 +286,17 @@ TEST(FloatQuant, ScaledValuesMatchTheEnumeration) {
 // frac = (a - lo) / (hi - lo): the mean magnitude is lo + (hi - lo) F / 2^16, within 2^-16
 // of a step below a. A zero result is +0.
 TEST(FloatQuant, StochasticRoundingHasTheExactMeanOverAllNoise) {
-  for (const char* text : {"e4m3:tensor:sr", "e5m2:tensor:sr", "int8:block32:sr:scale=e8m0"}) {
+  for (const char* text : {"e4m3:tensor:sr", "e5m2:tensor:sr", "int8:block32:sr:scale=e8m0", "bf16:tensor:sr"}) {
     const QuantFormat format = QuantFormat::parse(text);
     const std::vector<GridPoint> grid = positiveGrid(format);
     std::vector<float> values = probeValues(grid, 200, 8);
     values.erase(values.begin(), values.end() - 200);  // the random ones
-    for (float v : {0.3f, -1.1f, 300.0f, 0.0031f, 1e-7f, -2.5e-5f, 440.0f, 1e6f, 126.6f}) {
+    for (float v : {0.3f, -1.1f, 300.0f, 0.0031f, 1e-7f, -2.5e-5f, 440.0f, 1e6f, 126.6f, 3e-39f}) {
       values.push_back(v);
     }
     for (float v : values) {
+      // bf16 does not saturate: beyond its max it rounds to Inf (tested by the enumeration).
+      if (format.element == Element::kBf16 && !(std::fabs(v) <= grid.back().value)) continue;
       const float a = std::min(std::fabs(v), float(grid.back().value));
       const auto [lo, hi] = neighbours(a, grid);
       int64_t ups = 0;
@@ -279,10 +319,10 @@ TEST(FloatQuant, StochasticRoundingHasTheExactMeanOverAllNoise) {
 // offset, flat index). Its results are always a neighbour and average to the value.
 TEST(FloatQuant, StochasticRoundingIsUnbiasedAndUsesTheElementNoise) {
   const int64_t n = 1 << 18;
-  for (const char* text : {"e4m3:tensor:sr", "e5m2:tensor:sr", "int8:block32:sr:scale=e8m0"}) {
+  for (const char* text : {"e4m3:tensor:sr", "e5m2:tensor:sr", "int8:block32:sr:scale=e8m0", "bf16:tensor:sr"}) {
     const QuantFormat format = QuantFormat::parse(text);
     const std::vector<GridPoint> grid = positiveGrid(format);
-    for (float v : {1.1f, -0.3f, 300.0f, 0.0031f, -5e-6f, 57000.0f, 126.6f}) {
+    for (float v : {1.1f, -0.3f, 300.0f, 0.0031f, -5e-6f, 57000.0f, 126.6f, 1.00390625f}) {
       const std::vector<float> x(n, v);
       const SrStream sr{2024, 7};
       const std::vector<float> out = fakeWithScale(x, format, 1.0f, sr);
@@ -344,7 +384,7 @@ TEST(FloatQuant, StochasticRoundingIsTheSameForEveryNoiseImplementation) {
       for (int j = 0; j < valid; ++j) (*out)[size_t(index - first + j)] = t[j];
     }
   };
-  for (const char* text : {"e4m3:tensor:sr", "int8:block32:sr:scale=e8m0"}) {
+  for (const char* text : {"e4m3:tensor:sr", "int8:block32:sr:scale=e8m0", "bf16:tensor:sr"}) {
     const QuantFormat format = QuantFormat::parse(text);
     const detail::EmulatedGrid grid = detail::emulatedGridOf(format);
     const detail::GridLanes lanes(grid);
@@ -369,7 +409,7 @@ TEST(FloatQuant, StochasticRoundingIsTheSameForEveryNoiseImplementation) {
         detail::SrState state({8, 9}, isa);
         std::vector<float> got(cases[c].len, -1.0f);
         Collect sink{&got, cases[c].index};
-        detail::emulatedRunAny(true, grid.int_element, cases[c].per_element, x.data(),
+        detail::emulatedRunAny(true, grid.kind, cases[c].per_element, x.data(),
                                cases[c].index, cases[c].len, cases[c].params, lanes, &state, sink);
         if (expected.empty()) {
           // The portable generator against the scalar definition.
@@ -534,7 +574,9 @@ std::vector<float> referenceScales(const std::vector<float>& x, const OperandVie
   const ElementLimits limits = elementLimits(format);
   std::vector<float> scales;
   for (double g : group) {
-    if (format.scale == ScaleKind::kF32) {
+    if (format.element == Element::kBf16) {
+      scales.push_back(1.0f);  // bf16 takes no scale
+    } else if (format.scale == ScaleKind::kF32) {
       scales.push_back(float(std::max(g / limits.max, double(FLT_MIN))));
     } else if (format.scale == ScaleKind::kE8M0) {
       int e = -126 + 1 + limits.emax;  // absmax 0
@@ -607,6 +649,8 @@ const std::vector<const char*> kFormats = {
     "e5m2:block32:sr:scale=two_level",
     "e4m3:channel:sr",
     "e5m2:block24:rtn",
+    "bf16:tensor:rtn",
+    "bf16:tensor:sr",
 };
 
 TEST(FloatQuant, MatchesAScalarReferenceForEveryViewAndFormat) {

@@ -4,6 +4,7 @@
 
 #include "ir/parser.h"
 #include "ir/printer.h"
+#include "kernels/convert.h"
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
 #include "passes/dce.h"
@@ -234,6 +235,55 @@ TEST(QuantizeGemms, EmulatesFp8AndMxGemmsWithFakeQuantAndAnF32Matmul) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A bf16 decision makes the GEMM the CPU runs in bf16 (AMX, AVX512-BF16): both operands
+// converted, a bf16 matmul with f32 accumulation; stochastic rounding fake-quantizes
+// first. It computes the f32 product of the bf16-rounded operands.
+TEST(QuantizeGemms, Bf16DecisionsRunAsBf16Gemms) {
+  Recipe recipe = parseRecipe(R"(gemms:
+  - {label: up, decision: bf16, lhs_format: bf16, rhs_format: bf16}
+  - {label: down, decision: bf16, lhs_format: "bf16:tensor:sr", rhs_format: "bf16:tensor:rtn"}
+)",
+                              "r.yaml");
+  auto g = rewritten(kMlp, recipe);
+  std::string text = printGraph(*g);
+  EXPECT_NE(text.find(R"(%h.lhs_bf16 = convert(%x) : bf16[64,32])"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%h.bf16 = matmul(%h.lhs_bf16, %h.rhs_bf16) {lhs_contract=[1], rhs_contract=[0], label="up")"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(lhs_format="bf16:tensor:rtn", rhs_format="bf16:tensor:rtn")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(%y.lhs_fq = fake_quant(%h.bf16, %y.lhs_scales) {format="bf16:tensor:sr", side="lhs", contract_dims=[1], seed=0} : f32[64,48])"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(%y.lhs_bf16 = convert(%y.lhs_fq) : bf16[64,48])"), std::string::npos) << text;
+  for (const Node* n : g->nodes()) EXPECT_NE(n->op(), Op::kQMatMul);
+  EXPECT_EQ(printGraph(*parseGraph(text)), text);
+
+  // Against the f32 GEMMs of the operands rounded to bf16 (round to nearest: `up` alone).
+  const char* up_only = R"(graph @up {
+  %x = input() : f32[64,32]
+  %w = parameter() : f32[32,48]
+  %h = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label="up"} : f32[64,48]
+  return %h
+}
+)";
+  auto bf16 = rewritten(up_only, parseRecipe("gemms:\n  - {label: up, decision: bf16, lhs_format: bf16, rhs_format: bf16}\n",
+                                             "up.yaml"));
+  auto f32 = parseGraph(up_only);
+  Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{64, 32}}, 1));
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+  Tensor xr = x.clone(), wr = w.clone();
+  for (Tensor* t : {&xr, &wr}) kernels::roundToBf16(t->data<float>(), t->data<float>(), t->numElements());
+  Executor a(*f32), b(*bf16), c(*f32);
+  a.bind("x", x), a.bind("w", w);
+  b.bind("x", x), b.bind("w", w);
+  c.bind("x", xr), c.bind("w", wr);
+  for (Executor* e : {&a, &b, &c}) e->run();
+  EXPECT_LT(testing::relativeSquaredError(c.output<float>(0), b.output<float>(0)), 1e-12);
+  const double error = testing::relativeSquaredError(a.output<float>(0), b.output<float>(0));
+  EXPECT_GT(error, 1e-8);  // rounded to bf16: ~1/SQNR of two bf16 operands
+  EXPECT_LT(error, 1e-4);
 }
 
 // NVFP4 with 16x16 weight tiles and the random Hadamard transform on both operands runs

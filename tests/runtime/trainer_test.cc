@@ -69,6 +69,27 @@ TEST_F(TrainerTest, LossGoesDownOnTheDefaultCorpus) {
   EXPECT_EQ(rows, 150);
 }
 
+// A recipe that runs every GEMM in bf16 (stage iii's bf16 choice: convert both operands,
+// a bf16 GEMM) trains exactly as --precision bf16 does: the same conversions and GEMMs.
+// (Validation runs in the run's precision: f32 with a recipe, so only training losses.)
+TEST_F(TrainerTest, AnAllBf16RecipeTrainsAsPrecisionBf16) {
+  const fs::path recipe = dir_ / "all_bf16.yaml";
+  std::ofstream(recipe) << "gemms:\n  - {match: \".*\", decision: bf16, lhs_format: bf16, rhs_format: bf16}\n";
+  TrainOptions a = tinyOptions("recipe");
+  a.steps = 6;
+  a.recipe_path = recipe.string();
+  TrainOptions b = tinyOptions("precision");
+  b.steps = 6;
+  b.precision = Precision::kBf16;
+  TrainOptions c = tinyOptions("f32");
+  c.steps = 6;
+  const TrainResult ra = train(a), rb = train(b), rc = train(c);
+  ASSERT_EQ(ra.history.size(), 6u);
+  ASSERT_EQ(rb.history.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(ra.history[i].loss, rb.history[i].loss) << "step " << i + 1;
+  EXPECT_NE(ra.history[5].loss, rc.history[5].loss);  // bf16 is not f32
+}
+
 TEST_F(TrainerTest, ResumeIsBitExact) {
   TrainOptions whole = tinyOptions("whole");
   train(whole);

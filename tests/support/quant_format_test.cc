@@ -71,6 +71,29 @@ TEST(QuantFormat, RejectsBadFloatFormats) {
   }
 }
 
+// bf16: f32's exponent range with 7 mantissa bits and no scale, per tensor only; the
+// alias is its round-to-nearest form.
+TEST(QuantFormat, Bf16TakesNoScale) {
+  EXPECT_EQ(QuantFormat::parse("bf16").toString(), "bf16:tensor:rtn");
+  EXPECT_EQ(QuantFormat::parse("bf16:sr").toString(), "bf16:tensor:sr");
+  EXPECT_EQ(QuantFormat::parse("bf16:tensor:sr").toString(), "bf16:tensor:sr");
+  const QuantFormat f = QuantFormat::parse("bf16");
+  EXPECT_EQ(f.bits, 16);
+  EXPECT_TRUE(f.isFloat());
+  EXPECT_EQ(elementLimits(f).max, 0x1.fep127);
+  EXPECT_EQ(elementLimits(f).emin, -126);
+  EXPECT_EQ(elementLimits(f).mantissa, 7);
+  for (const char* text : {"bf16:channel:rtn", "bf16:block32:rtn", "bf16:block32:rtn:scale=e8m0", "bf16:tensor:rtn:asym",
+                           "bf16:tensor:rtn:clip=mse", "bf16:tensor:rtn:rht", "bf16:tensor"}) {
+    EXPECT_THROW(QuantFormat::parse(text), Error) << text;
+  }
+  try {
+    QuantFormat::parse("bf16:channel:rtn");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16 elements take no scale"), std::string::npos) << e.what();
+  }
+}
+
 TEST(QuantFormat, ParsesFields) {
   QuantFormat format = QuantFormat::parse("int7:block32:sr:clip=p99.5:asym");
   EXPECT_EQ(format.bits, 7);

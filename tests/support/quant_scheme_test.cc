@@ -10,9 +10,9 @@ namespace pgq {
 namespace {
 
 TEST(QuantScheme, NamesRoundTripInListOrder) {
-  EXPECT_EQ(fmt::format("{}", fmt::join(kFormatFamilies, ", ")), "int8, fp8, mxfp8, mxint8, moss_fp8, nvfp4, mxfp4");
+  EXPECT_EQ(fmt::format("{}", fmt::join(kFormatFamilies, ", ")), "int8, fp8, mxfp8, mxint8, moss_fp8, nvfp4, mxfp4, bf16");
   EXPECT_EQ(fmt::format("{}", fmt::join(kFormatSchemes, ", ")),
-            "int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8, nvfp4, mxfp4");
+            "int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8, nvfp4, mxfp4, bf16");
   for (FormatFamily family : kFormatFamilies) EXPECT_EQ(parseFormatFamily(nameOf(family)), family);
   for (Scheme scheme : kFormatSchemes) EXPECT_EQ(parseScheme(nameOf(scheme)), scheme);
   EXPECT_FALSE(parseFormatFamily("fp4"));
@@ -29,6 +29,7 @@ TEST(QuantScheme, FamilyOfAFormat) {
   EXPECT_EQ(formatFamily(QuantFormat::parse("nvfp4")), FormatFamily::kNvfp4);
   EXPECT_EQ(formatFamily(QuantFormat::parse("e2m1:block16x16:rtn:scale=e4m3:rht")), FormatFamily::kNvfp4);
   EXPECT_EQ(formatFamily(QuantFormat::parse("mxfp4")), FormatFamily::kMxfp4);
+  EXPECT_EQ(formatFamily(QuantFormat::parse("bf16:tensor:sr")), FormatFamily::kBf16);
 }
 
 // Each scheme's formats by role, with the roundings given; a scheme's formats are of its
@@ -47,6 +48,8 @@ TEST(QuantScheme, FormatsOfEachScheme) {
   EXPECT_EQ(text(Scheme::kMossFp8, rtn, sr), "e4m3:block32:rtn:scale=two_level e5m2:block32:sr:scale=two_level");
   EXPECT_EQ(text(Scheme::kNvfp4, rtn, sr), "e2m1:block16:rtn:scale=e4m3 e2m1:block16:sr:scale=e4m3");
   EXPECT_EQ(text(Scheme::kMxfp4, rtn, sr), "e2m1:block32:rtn:scale=e8m0 e2m1:block32:sr:scale=e8m0");
+  // bf16 rounds to nearest whatever the policy says, as autocast converts.
+  EXPECT_EQ(text(Scheme::kBf16, sr, sr), "bf16:tensor:rtn bf16:tensor:rtn");
   // NVFP4's weights take 16x16 tiles, the others' weights their operand format.
   EXPECT_EQ(schemeFormats(Scheme::kNvfp4, rtn, sr).weight.toString(), "e2m1:block16x16:rtn:scale=e4m3");
   EXPECT_EQ(schemeFormats(Scheme::kMxfp8, rtn, sr).weight, schemeFormats(Scheme::kMxfp8, rtn, sr).operand);
