@@ -8,6 +8,7 @@
 #include "plan/recipe_export.h"
 #include "plan/recipe_generator.h"
 #include "support/errors.h"
+#include "tests/plan/recipe_test_util.h"
 
 namespace pgq {
 namespace {
@@ -63,11 +64,7 @@ Profile cpuProfile() {
   return p;
 }
 
-const RecipeEntry& entry(const Recipe& r, const std::string& label) {
-  for (const RecipeEntry& e : r.entries)
-    if (e.label == label) return e;
-  throw std::runtime_error("no entry " + label);
-}
+using testing::entry;
 
 TEST(Bf16Recipe, Int8WhereItPassesBf16WhereNotF32WhereNeitherPays) {
   const HardwareModel hw = parseHardwareModel(kAmxCpu, "amx.yaml");

@@ -7,6 +7,7 @@
 #include "plan/recipe.h"
 #include "plan/recipe_generator.h"
 #include "support/errors.h"
+#include "tests/plan/recipe_test_util.h"
 
 namespace pgq {
 namespace {
@@ -66,11 +67,7 @@ Profile fp4Profile() {
   return p;
 }
 
-const RecipeEntry& entry(const Recipe& r, const std::string& label) {
-  for (const RecipeEntry& e : r.entries)
-    if (e.label == label) return e;
-  throw std::runtime_error("no entry " + label);
-}
+using testing::entry;
 
 TEST(Fp4Hardware, PresetsGiveTheirDatasheetFp4Rates) {
   const HardwareModel b200 = loadHardwareModel("b200"), gb300 = loadHardwareModel("gb300"),

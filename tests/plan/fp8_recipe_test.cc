@@ -8,6 +8,7 @@
 #include "plan/recipe_generator.h"
 #include "plan/sqnr_table.h"
 #include "support/errors.h"
+#include "tests/plan/recipe_test_util.h"
 
 namespace pgq {
 namespace {
@@ -63,11 +64,7 @@ Profile gpuProfile() {
   return p;
 }
 
-const RecipeEntry& entry(const Recipe& r, const std::string& label) {
-  for (const RecipeEntry& e : r.entries)
-    if (e.label == label) return e;
-  throw std::runtime_error("no entry " + label);
-}
+using testing::entry;
 
 TEST(GpuHardware, PresetsRunTheirFormatsAndRoundTrip) {
   for (const char* name : {"h100-sxm", "mi300x", "b200"}) {

@@ -9,6 +9,7 @@
 #include "plan/recipe.h"
 #include "plan/recipe_generator.h"
 #include "support/errors.h"
+#include "tests/plan/recipe_test_util.h"
 
 namespace pgq {
 namespace {
@@ -69,11 +70,7 @@ Profile testProfile() {
   return p;
 }
 
-const RecipeEntry& entry(const Recipe& r, const std::string& label) {
-  for (const RecipeEntry& e : r.entries)
-    if (e.label == label) return e;
-  throw std::runtime_error("no entry " + label);
-}
+using testing::entry;
 
 TEST(RecipeGenerator, ForwardOnlyAndRoofline) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
