@@ -68,7 +68,11 @@ QuantizedGemmBuilder::QuantizedOperand QuantizedGemmBuilder::quantize(Node* gemm
   }
   Node* params = b_.create(Op::kQuantParams, {value}, std::move(pa), std::nullopt,
                            fmt::format("{}.{}_scales", name_, side));
-  a.set(AttrKey::kSeed, seed_ + next_seed_++);
+  // Round to nearest draws no noise: every such node takes seed 0, so that cse merges the
+  // identical quantizations of one value by several GEMMs (q, k and v of one input). The
+  // stochastic ones keep their own streams, numbered as if every node took one.
+  const int64_t seed = seed_ + next_seed_++;
+  a.set(AttrKey::kSeed, format.rounding == Rounding::kStochastic ? seed : int64_t{0});
   if (format.isEmulated()) {
     // FP8 / MX: the values the format represents, in f32, for an f32 GEMM.
     Node* q = b_.create(Op::kFakeQuant, {value, params}, a, std::nullopt, fmt::format("{}.{}_fq", name_, side));

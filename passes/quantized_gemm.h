@@ -30,7 +30,8 @@ namespace pgq {
 class QuantizedGemmBuilder {
  public:
   // The quantize and fake_quant nodes take the stochastic-rounding seeds `seed`,
-  // `seed` + 1, ... in the order they are built (lhs before rhs).
+  // `seed` + 1, ... in the order they are built (lhs before rhs); round-to-nearest ones
+  // take 0 instead (no noise), so that cse merges equal ones.
   QuantizedGemmBuilder(Graph& graph, int64_t seed) : b_(graph), seed_(seed) {}
 
   // Builds the quantized GEMM of matmul `gemm` under `d` (decision kQuantize) from the

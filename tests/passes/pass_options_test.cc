@@ -22,7 +22,7 @@ class PassOptions : public ::testing::Test {
   void SetUp() override {
     recipe_ = (std::filesystem::path(::testing::TempDir()) / fmt::format("pgq_pass_options_{}.yaml", ::getpid())).string();
     std::ofstream(recipe_) << R"(gemms:
-  - {label: up, decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"}
+  - {label: up, decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:sr"}
   - {label: down, decision: keep}
 )";
   }
@@ -88,9 +88,11 @@ TEST_F(PassOptions, RunsQuantizeGemmsWithARecipeFileAndASeed) {
   PassContext ctx;
   EXPECT_TRUE(pipeline->run(*g, ctx));
   std::string text = printGraph(*g);
-  EXPECT_NE(text.find(R"(%h.lhs_q = quantize(%x, %h.lhs_scales) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=3})"),
+  // The stochastic rhs takes the second stream from the seed; round to nearest, none (0).
+  EXPECT_NE(text.find(R"(%h.lhs_q = quantize(%x, %h.lhs_scales) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=0})"),
             std::string::npos) << text;
-  EXPECT_NE(text.find("seed=4} : s8[32,48]"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(format="int7:channel:sr", side="rhs", contract_dims=[0], seed=4} : s8[32,48])"), std::string::npos)
+      << text;
 }
 
 TEST_F(PassOptions, RunsInstrumentStatsWithFormatLists) {

@@ -16,7 +16,7 @@ using Names = std::vector<std::string_view>;
 
 Recipe everyGemmInInt8() {
   return parseRecipe(R"(gemms:
-  - {match: ".*", decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:rtn"}
+  - {match: ".*", decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int7:channel:sr"}
 )",
                      "r.yaml");
 }
@@ -74,10 +74,15 @@ TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
   o.profile->output_pairs = {{qf("int8:channel:rtn"), qf("int8:channel:sr")}};
   buildTrainingPipeline(o)->run(*measured.graph, ctx);
   EXPECT_EQ(seedsOf(*measured.graph, Op::kQuantStats), stats);
+  // Round-to-nearest operands take seed 0; the stochastic ones (gradients) keep the
+  // stream their place in the count gives them, after the statistics', each its own.
   std::vector<int64_t> copies = seedsOf(*measured.graph, Op::kQuantize);
+  const auto n = static_cast<int64_t>(copies.size());
+  std::erase(copies, 0);
   ASSERT_FALSE(copies.empty());
-  EXPECT_EQ(copies.front(), stats.back() + 1);
-  EXPECT_EQ(copies.back(), stats.back() + static_cast<int64_t>(copies.size()));
+  EXPECT_GT(copies.front(), stats.back());
+  EXPECT_LE(copies.back(), stats.back() + n);
+  EXPECT_EQ(std::adjacent_find(copies.begin(), copies.end()), copies.end());
 
   TransformerGraph quantized = buildTransformer(loadModelConfig("tiny"));
   appendBackward(*quantized.graph, quantized.loss, quantized.params);
@@ -85,8 +90,9 @@ TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
   o.recipe = everyGemmInInt8();
   buildTrainingPipeline(o)->run(*quantized.graph, ctx);
   std::vector<int64_t> sr = seedsOf(*quantized.graph, Op::kQuantize);
+  std::erase(sr, 0);  // the lhs round to nearest
   ASSERT_FALSE(sr.empty());
-  EXPECT_EQ(sr.front(), 5 * 7919 + 17);
+  EXPECT_EQ(sr.front(), 5 * 7919 + 17 + 1);
 }
 
 }  // namespace
