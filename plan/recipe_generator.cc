@@ -555,6 +555,43 @@ std::string perGemmEstimates(const Recipe& r) {
   return out;
 }
 
+// What kept a GEMM, by the first words of its reason; a scheme list gives one reason
+// per scheme ("int8: ...; bf16: ..."), each named with its scheme where they differ.
+std::string keptCategory(const std::string& reason) {
+  const std::pair<const char*, const char*> kMarkers[] = {{"does not divide", "MX block does not divide K"},
+                                                          {"min SQNR", "failed the SQNR threshold"},
+                                                          {"not worth it", "roofline: not faster quantized"},
+                                                          {"x < ", "roofline: not faster quantized"},
+                                                          {"policy rule", "a policy rule"}};
+  // The category of one scheme's reason, and the scheme it names before it (or "").
+  auto category = [&](std::string_view part) -> std::pair<std::string, std::string> {
+    std::string why = "direction not quantized by the policy";
+    size_t first = std::string_view::npos;
+    for (const auto& [marker, text] : kMarkers)
+      if (size_t at = part.find(marker); at < first) {
+        first = at;
+        why = text;
+      }
+    const size_t colon = first == std::string_view::npos ? first : part.rfind(": ", first);
+    if (colon == std::string_view::npos) return {why, ""};
+    const size_t space = part.find_last_of(" ,", colon);
+    const size_t from = space == std::string_view::npos ? 0 : space + 1;
+    return {why, std::string(part.substr(from, colon - from))};
+  };
+  std::vector<std::pair<std::string, std::string>> each;
+  for (size_t start = 0; start <= reason.size();) {
+    const size_t end = std::min(reason.find("; ", start), reason.size());
+    each.push_back(category(std::string_view(reason).substr(start, end - start)));
+    start = end + 2;
+  }
+  std::string why = each.front().first;
+  if (std::none_of(each.begin(), each.end(), [&](const auto& c) { return c.first != why; })) return why;
+  why.clear();
+  for (const auto& [text, scheme] : each)
+    why += fmt::format("{}{}{}", why.empty() ? "" : "; ", scheme.empty() ? "" : scheme + ": ", text);
+  return why;
+}
+
 }  // namespace
 
 std::string explainRecipe(const Recipe& r) {
@@ -578,23 +615,11 @@ std::string explainRecipe(const Recipe& r) {
     out += fmt::format("  FP8/MX/FP4 GEMMs are emulated on CPUs (quantize -> dequantize -> f32 GEMM: the format's "
                        "numerics at f32 speed); the estimates below are hardware {}'s\n",
                        r.hardware);
-  // Why GEMMs were kept, grouped by the first words of their reason.
+  // Why GEMMs were kept, grouped by keptCategory() of their reason.
   std::map<std::string, int> kept;
   for (const RecipeEntry& e : r.entries) {
     if (e.decision != Decision::kKeep) continue;
-    // The category of the first reason the text gives (a scheme list gives one per scheme).
-    const std::pair<const char*, const char*> kMarkers[] = {{"does not divide", "MX block does not divide K"},
-                                                            {"min SQNR", "failed the SQNR threshold"},
-                                                            {"not worth it", "roofline: not faster quantized"},
-                                                            {"x < ", "roofline: not faster quantized"},
-                                                            {"policy rule", "a policy rule"}};
-    std::string why = "direction not quantized by the policy";
-    size_t first = std::string::npos;
-    for (const auto& [marker, category] : kMarkers)
-      if (size_t at = e.reason.find(marker); at < first) {
-        first = at;
-        why = category;
-      }
+    const std::string why = keptCategory(e.reason);
     kept[why] += 1;
   }
   for (const auto& [why, n] : kept) out += fmt::format("  kept in high precision: {:>3} ({})\n", n, why);

@@ -59,6 +59,7 @@ Profile cpuProfile() {
       gemm("up", GemmDirection::kFwd, {1, 2048, 768, 3072}, 3e3),    // int8 passes
       gemm("down", GemmDirection::kFwd, {1, 2048, 3072, 768}, 8),    // int8 fails: bf16
       gemm("tiny", GemmDirection::kFwd, {1, 16, 16, 16}, 8),         // neither pays off: f32
+      gemm("narrow", GemmDirection::kFwd, {1, 96, 256, 256}, 8),     // int8 fails, bf16 does not pay off
       gemm("up:wgrad", GemmDirection::kBwdWgrad, {1, 768, 2048, 3072}, 0.5),  // fails int8: bf16
   };
   return p;
@@ -88,8 +89,15 @@ TEST(Bf16Recipe, Int8WhereItPassesBf16WhereNotF32WhereNeitherPays) {
   EXPECT_NEAR(e.high_precision_us, flops / 196e3 + 2, 1e-6);
   EXPECT_NEAR(e.int8_gemm_us, flops / 443e3 + 2, 1e-6);
   EXPECT_NEAR(e.quantization_us, 6.0 * (2048.0 * 3072 + 3072.0 * 768) / 16.3e3 + 4, 1e-6);
+  EXPECT_EQ(entry(r, "narrow").decision, Decision::kKeep);
   const std::string text = explainRecipe(r);
   EXPECT_NE(text.find("    bf16       2 GEMMs"), std::string::npos) << text;
+  // Kept GEMMs grouped by each scheme's reason, named, where the schemes' reasons differ.
+  EXPECT_NE(text.find("kept in high precision:   1 (roofline: not faster quantized)"), std::string::npos) << text;
+  EXPECT_NE(text.find("kept in high precision:   1 (int8: failed the SQNR threshold; bf16: roofline: not faster "
+                      "quantized)"),
+            std::string::npos)
+      << text;
   EXPECT_EQ(text.find("emulated"), std::string::npos) << text;  // bf16 runs natively
   // The recipe file round-trips its bf16 decisions.
   const Recipe again = parseRecipe(recipeToYaml(r), "r.yaml");
@@ -97,7 +105,9 @@ TEST(Bf16Recipe, Int8WhereItPassesBf16WhereNotF32WhereNeitherPays) {
   // For PyTorch a bf16 GEMM is what autocast runs unconverted: the export keeps it
   // (converting it to float8 would be another recipe).
   const std::string json = recipeToTorchJson(r);
-  EXPECT_NE(json.find("\"keep_high_precision\": [\n    \"down\",\n    \"tiny\"\n  ]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"keep_high_precision\": [\n    \"down\",\n    \"tiny\",\n    \"narrow\"\n  ]"),
+            std::string::npos)
+      << json;
   EXPECT_NE(json.find("\"quantize\": [\n    \"up\"\n  ]"), std::string::npos) << json;
 }
 
