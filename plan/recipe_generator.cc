@@ -617,11 +617,8 @@ std::string explainRecipe(const Recipe& r) {
                        r.hardware);
   // Why GEMMs were kept, grouped by keptCategory() of their reason.
   std::map<std::string, int> kept;
-  for (const RecipeEntry& e : r.entries) {
-    if (e.decision != Decision::kKeep) continue;
-    const std::string why = keptCategory(e.reason);
-    kept[why] += 1;
-  }
+  for (const RecipeEntry& e : r.entries)
+    if (e.decision == Decision::kKeep) kept[keptCategory(e.reason)] += 1;
   for (const auto& [why, n] : kept) out += fmt::format("  kept in high precision: {:>3} ({})\n", n, why);
   std::vector<const RecipeEntry*> lowest;
   for (const RecipeEntry& e : r.entries)
