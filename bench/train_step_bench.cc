@@ -85,9 +85,13 @@ std::string recipeFor(const std::string& model, const std::string& policy,
     for (int i = 0; i < 3; ++i) session.step(i, true);
     profiles.emplace(model, session.profile());
   }
-  static const pgq::HardwareModel probed = pgq::probeHardware();
   // "probed-no-bf16": the same model without bf16 GEMMs, so a pair differs in bf16 only.
-  pgq::HardwareModel hw = hardware.starts_with("probed") ? probed : pgq::loadHardwareModel(hardware);
+  // The probe (seconds) runs once, and only for the benchmarks that ask for it.
+  auto probed = [] {
+    static const pgq::HardwareModel hw = pgq::probeHardware();
+    return hw;
+  };
+  pgq::HardwareModel hw = hardware.starts_with("probed") ? probed() : pgq::loadHardwareModel(hardware);
   if (hardware == "probed-no-bf16") std::erase(hw.formats, pgq::FormatFamily::kBf16);
   pgq::Recipe recipe = pgq::generateRecipe(profiles.at(model), hw, pgq::loadPolicy(policy), "benchmark");
   std::string path = fmt::format("/tmp/pgq_bench_recipe_{}.yaml", std::hash<std::string>{}(model + "|" + policy));

@@ -21,11 +21,7 @@ namespace {
 
 // Every test of a decision goes through here, so that renaming Decision's values
 // changes one line.
-// A bf16 GEMM (a CPU recipe's third choice) is what PyTorch runs unconverted under
-// autocast: the exports keep it.
-bool isQuantized(const RecipeEntry& e) {
-  return e.decision == Decision::kQuantize && formatFamily(e.lhs_format) != FormatFamily::kBf16;
-}
+bool isQuantized(const RecipeEntry& e) { return lowPrecisionForTrainers(e); }
 
 // What the ONNX importer names a logits GEMM computed outside any module
 // (frontend/onnx/importer.cc): a tied `x @ wte.weight.T`, no nn.Linear.
@@ -178,6 +174,10 @@ std::pair<std::vector<std::string>, std::vector<std::string>> splitModules(const
 }
 
 }  // namespace
+
+bool lowPrecisionForTrainers(const RecipeEntry& e) {
+  return e.decision == Decision::kQuantize && formatFamily(e.lhs_format) != FormatFamily::kBf16;
+}
 
 std::string torchModulePath(std::string_view label) {
   std::vector<std::string_view> scopes;

@@ -42,6 +42,11 @@ namespace pgq {
 // no scope, so its name is missing from the path.
 std::string torchModulePath(std::string_view label);
 
+// Whether the training libraries run entry `e` in low precision: a quantized GEMM,
+// except bf16 (a CPU recipe's third choice), which PyTorch runs unconverted under
+// autocast. Both exports (this one and trainer_export.h) keep what this says no to.
+bool lowPrecisionForTrainers(const RecipeEntry& e);
+
 // A module's GEMMs: its forward GEMM and the two backward GEMMs labelled after it
 // (absent when the recipe has none, e.g. the wgrad of a frozen weight).
 struct ModuleGemms {

@@ -65,10 +65,7 @@ const QuantFormat& sideFormat(const RecipeEntry& e, bool weight, bool gradient) 
   return is(roles[0]) ? e.lhs_format : e.rhs_format;
 }
 
-// A bf16 GEMM (a CPU recipe's choice) is Megatron's and TE's high precision: kept.
-bool quantized(const RecipeEntry* e) {
-  return e && e->decision == Decision::kQuantize && formatFamily(e->lhs_format) != FormatFamily::kBf16;
-}
+bool quantized(const RecipeEntry* e) { return e && lowPrecisionForTrainers(*e); }
 
 ModuleSpecs specsOf(const Recipe& recipe, const ModuleGemms& m) {
   ModuleSpecs s;
