@@ -30,12 +30,13 @@ struct TrainArgs {
 // Per-op time split: which kinds of kernels the step spends its time in. Prints nothing
 // when no step of this kind ran.
 void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view steps_kind) {
-  std::map<std::string, double> by_kind;
+  std::map<std::string, double> by_kind, bytes_by_kind;
   double total = 0, gemm = 0;
   int64_t calls = 0;
   for (const OpTiming& p : op_profile) {
     std::string kind(opName(p.op));
     by_kind[kind] += p.total_ms;
+    bytes_by_kind[kind] += p.bytes * static_cast<double>(p.calls);
     total += p.total_ms;
     if (p.op == Op::kMatMul || p.op == Op::kQMatMul) gemm += p.total_ms;
     calls = std::max(calls, p.calls);
@@ -46,10 +47,12 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   std::sort(rows.rbegin(), rows.rend());
   fmt::print("\nper-op time split of the {} ({} steps, kernel time {:.1f} ms/step, GEMMs {:.0f}%):\n", steps_kind,
              calls, total / static_cast<double>(calls), 100.0 * gemm / std::max(total, 1e-9));
-  fmt::print("  {:<20} {:>10} {:>7}\n", "op", "ms/step", "share");
+  // GB/s: the operands' and results' bytes over the kernel time, what a memory-bound
+  // kernel is judged by (a GEMM reads its operands more than once: its figure is low).
+  fmt::print("  {:<20} {:>10} {:>7} {:>7}\n", "op", "ms/step", "share", "GB/s");
   for (const auto& [ms, kind] : rows)
-    fmt::print("  {:<20} {:>10.2f} {:>6.1f}%\n", kind, ms / static_cast<double>(calls),
-               100.0 * ms / std::max(total, 1e-9));
+    fmt::print("  {:<20} {:>10.2f} {:>6.1f}% {:>7.1f}\n", kind, ms / static_cast<double>(calls),
+               100.0 * ms / std::max(total, 1e-9), bytes_by_kind[kind] / std::max(ms * 1e6, 1e-9));
   // GEMMs by label: where the GEMM time goes and how fast each shape runs.
   std::vector<const OpTiming*> gemms;
   for (const OpTiming& p : op_profile)
@@ -60,6 +63,19 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
     double ms = gemms[i]->total_ms / static_cast<double>(gemms[i]->calls);
     fmt::print("  {:<32} {:>6} {:>10.2f} {:>9.1f}\n", gemms[i]->label, gemms[i]->dtype,
                ms, gemms[i]->flops / (ms * 1e6));
+  }
+  // The other kernels by node: which quantizations and elementwise ops are slow, and
+  // whether they run at the memory's speed.
+  std::vector<const OpTiming*> others;
+  for (const OpTiming& p : op_profile)
+    if (p.op != Op::kMatMul && p.op != Op::kQMatMul && p.calls > 0) others.push_back(&p);
+  std::sort(others.begin(), others.end(), [](auto* a, auto* b) { return a->total_ms > b->total_ms; });
+  fmt::print("\n  {:<40} {:<18} {:>8} {:>7} {:>7}\n", "other kernels (slowest 12)", "op", "ms/step", "MB",
+             "GB/s");
+  for (size_t i = 0; i < std::min<size_t>(12, others.size()); ++i) {
+    double ms = others[i]->total_ms / static_cast<double>(others[i]->calls);
+    fmt::print("  {:<40} {:<18} {:>8.2f} {:>7.1f} {:>7.1f}\n", others[i]->node, opName(others[i]->op), ms,
+               others[i]->bytes / 1e6, others[i]->bytes / (ms * 1e6));
   }
 }
 

@@ -134,9 +134,14 @@ double sumVectors(int64_t n, Term term) {
 
 // exp(x), Cephes expf: x = n*ln2 + r with |r| <= ln2/2, a degree-6 polynomial for
 // exp(r), then a scale by 2^n done as two multiplications by 2^(n/2) so that results
-// in the denormal range round once, correctly. Overflow gives +inf, x < -104 gives 0,
+// in the denormal range round once, correctly. Overflow gives +inf, x <= -104 gives 0,
 // NaN stays NaN.
+// Lanes at x <= -104 (a masked attention score is -inf) compute exp(0) and are zeroed at
+// the end: exp(-104) rounds to 0 anyway, and computing it underflows, which costs a
+// microcode assist per instruction on Intel cores (a causal softmax ran 4x slower).
 inline __m256 vexp(__m256 x) {
+  const __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-104.0f), _CMP_LE_OQ);
+  x = _mm256_andnot_ps(zero, x);
   // min/max return their second operand when either is NaN: keep x second.
   x = _mm256_max_ps(_mm256_set1_ps(-104.0f), _mm256_min_ps(_mm256_set1_ps(88.8f), x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -157,7 +162,7 @@ inline __m256 vexp(__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  return _mm256_andnot_ps(zero, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));
 }
 
 // log(x), Cephes logf: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), a polynomial in

@@ -118,8 +118,13 @@ std::vector<OpTiming> opTimings(const Executor& exec) {
                         DotDims::fromAttrs(p.node->attrs())).flops();
       dtype = p.node->op() == Op::kQMatMul ? "int8" : std::string(dtypeName(p.node->operand(0)->dtype()));
     }
+    auto bytesOf = [](const Node* n) {
+      return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
+    };
+    double bytes = bytesOf(p.node);
+    for (const Node* operand : p.node->operands()) bytes += bytesOf(operand);
     timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops, dtype,
-                       p.total_ms, p.calls});
+                       bytes, p.total_ms, p.calls});
   }
   return timings;
 }

@@ -24,6 +24,7 @@ struct OpTiming {
   std::string label;  // GEMM label, empty for other ops
   double flops = 0;   // per call, GEMMs only
   std::string dtype;  // GEMMs: what they multiply (int8, bf16, f32)
+  double bytes = 0;   // per call: the operands' and the result's bytes (a lower bound on the traffic)
   double total_ms = 0;
   int64_t calls = 0;
 };

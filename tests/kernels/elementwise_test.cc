@@ -139,6 +139,18 @@ TEST(UnaryTest, SpecialValues) {
   EXPECT_NEAR(e[6], std::exp(-100.0), std::numeric_limits<float>::denorm_min());
   EXPECT_GT(e[6], 0.0f);
 
+  // Every float from -110 to -80, across where exp's results become denormal and then 0
+  // (vexp zeroes x <= -104 without computing it): within 2 ulp of exp, or one denormal step.
+  std::vector<float> low;
+  for (float v = -110.0f; v <= -80.0f; v = std::nextafter(v, 0.0f)) low.push_back(v);
+  const std::vector<float> el = apply(UnaryOp::kExp, low);
+  for (size_t i = 0; i < low.size(); ++i) {
+    const double ref = std::exp(static_cast<double>(low[i]));
+    // 2 ulp where the result is normal, one denormal step below.
+    ASSERT_NEAR(el[i], ref, std::max<double>(std::numeric_limits<float>::denorm_min(), 2.4e-7 * ref)) << low[i];
+    if (low[i] <= -104.0f) ASSERT_EQ(el[i], 0.0f) << low[i];
+  }
+
   const std::vector<float> l = apply(UnaryOp::kLog, {0.0f, -1.0f, kInf, kNaN, 1.0f, std::numeric_limits<float>::denorm_min()});
   EXPECT_EQ(l[0], -kInf);
   EXPECT_TRUE(std::isnan(l[1]));
