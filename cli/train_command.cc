@@ -72,7 +72,7 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   std::sort(others.begin(), others.end(), [](auto* a, auto* b) { return a->total_ms > b->total_ms; });
   fmt::print("\n  {:<40} {:<18} {:>8} {:>7} {:>7}\n", "other kernels (slowest 12)", "op", "ms/step", "MB",
              "GB/s");
-  for (size_t i = 0; i < std::min<size_t>(12, others.size()); ++i) {
+  for (size_t i = 0; i < std::min<size_t>(70, others.size()); ++i) {
     double ms = others[i]->total_ms / static_cast<double>(others[i]->calls);
     fmt::print("  {:<40} {:<18} {:>8.2f} {:>7.1f} {:>7.1f}\n", others[i]->node, opName(others[i]->op), ms,
                others[i]->bytes / 1e6, others[i]->bytes / (ms * 1e6));

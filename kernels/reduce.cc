@@ -89,6 +89,33 @@ float maxWithNaN(float a, float b) { return std::isnan(a) || std::isnan(b) ? kNa
 // a scratch buffer and are combined in group order. Group size and chunk width depend
 // only on the shape, so results do not depend on the thread count.
 void reduceColumns(ReduceOp op, const float* x, float* y, int64_t outer, int64_t mid, int64_t inner) {
+  if (op != ReduceOp::kMax && mid <= kFoldRows) {
+    // A short reduced axis (the query heads that share a key/value head, under
+    // grouped-query attention) is one fold of sumBlock: the f32 sum of the rows in order
+    // is the result, written straight to y (the scratch in double and the second pass
+    // below cost more than the sum). Bit-identical to the general path.
+    const int64_t chunks = (inner + kChunk - 1) / kChunk;
+    vec::parallelRanges(outer * chunks, mid * std::min(inner, kChunk), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t o = task / chunks, c = task % chunks * kChunk, width = std::min(kChunk, inner - c);
+        const float* block = x + o * mid * inner + c;
+        float* out = y + o * inner + c;
+        for (int64_t j = 0; j < width; j += 8) {
+          __m256 sum = _mm256_setzero_ps();
+          for (int64_t r = 0; r < mid; ++r) sum = _mm256_add_ps(sum, loadPart(block + r * inner + j, width - j));
+          if (op == ReduceOp::kMean) {
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, sum);
+            for (int64_t l = 0; l < std::min<int64_t>(8, width - j); ++l)
+              out[j + l] = static_cast<float>(static_cast<double>(lanes[l]) / static_cast<double>(mid));
+          } else {
+            vec::storePart(out + j, width - j, sum);
+          }
+        }
+      }
+    });
+    return;
+  }
   constexpr int64_t kGroupRows = 256;
   const int64_t groups = std::max<int64_t>(1, (mid + kGroupRows - 1) / kGroupRows);
   const int64_t chunks = (inner + kChunk - 1) / kChunk;

@@ -1,5 +1,6 @@
 #include "kernels/reduce.h"
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -109,7 +110,7 @@ TEST(ReduceTest, MaxPropagatesNaN) {
 
 TEST(ReduceTest, ResultsDoNotDependOnThreadCount) {
   const std::vector<float> x = randomVector(2048 * 256, 53);
-  for (auto [outer, mid, inner] : {Shape3{1, 2048, 256}, Shape3{2048, 256, 1}, Shape3{16, 128, 256}}) {
+  for (auto [outer, mid, inner] : {Shape3{1, 2048, 256}, Shape3{2048, 256, 1}, Shape3{16, 128, 256}, Shape3{32, 2, 16384}}) {
     std::vector<float> a(static_cast<size_t>(outer * inner)), b(a.size());
     {
       ThreadCount tc(1);
@@ -120,6 +121,29 @@ TEST(ReduceTest, ResultsDoNotDependOnThreadCount) {
       reduce(ReduceOp::kSum, x.data(), b.data(), outer, mid, inner);
     }
     EXPECT_TRUE(testing::bitwiseEqual(a, b)) << outer << "x" << mid << "x" << inner;
+  }
+}
+
+// Up to 16 reduced rows (grouped-query attention's key/value gradients sum 2-8 query
+// heads) the sum is the f32 sum of the rows in order, from +0, and the mean that sum in
+// double over the count: exactly what the general path computes for one fold.
+TEST(ReduceTest, ShortReducedAxesSumInF32InOrder) {
+  for (auto [outer, mid, inner] : {Shape3{32, 2, 16384}, Shape3{3, 16, 1029}, Shape3{5, 1, 13}, Shape3{2, 7, 520}}) {
+    std::vector<float> x = randomVector(outer * mid * inner, 54, -3.0f, 3.0f);
+    x[0] = -0.0f;  // +0 + -0 is +0
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+      std::vector<float> y(static_cast<size_t>(outer * inner));
+      reduce(op, x.data(), y.data(), outer, mid, inner);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+          float sum = 0.0f;
+          for (int64_t m = 0; m < mid; ++m) sum += x[static_cast<size_t>((o * mid + m) * inner + i)];
+          const float want = op == ReduceOp::kSum ? sum
+                                                  : static_cast<float>(static_cast<double>(sum) / static_cast<double>(mid));
+          ASSERT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(o * inner + i)]), std::bit_cast<uint32_t>(want))
+              << outer << "x" << mid << "x" << inner << " at " << o << "," << i;
+        }
+    }
   }
 }
 
