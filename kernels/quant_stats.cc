@@ -41,8 +41,10 @@ double sumLanes(__m256d v) {
 // QuantPlan::kUnitElements elements); masks are all-ones lanes, so subtracting one
 // counts it. Squares are summed in float over each block of 32 elements and the block
 // sums in double (kWide = false); a unit whose float sums overflow (|x| > ~1e19) is
-// summed again entirely in double (kWide = true).
-template <bool kWide>
+// summed again entirely in double (kWide = true). kClipped = false leaves out the
+// clipped count where it is known to be 0 (clippingIsImpossible). NaN is counted only in
+// the blocks that have a non-finite lane (or padding): most blocks have none.
+template <bool kWide, bool kClipped>
 struct StatsSink {
   __m256d signal = _mm256_setzero_pd();
   __m256d noise = _mm256_setzero_pd();
@@ -81,6 +83,7 @@ struct StatsSink {
     real += valid;
     __m256 block_signal = zero;
     __m256 block_noise = zero;
+    __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     for (int k = 0; k < 4; ++k) {
       const __m256 x = l.x[k];
       const __m256 ax = _mm256_and_ps(x, abs_mask);
@@ -94,15 +97,17 @@ struct StatsSink {
         is_zero = _mm256_and_ps(is_zero, lane);
       }
       count(finite, fin);
-      count(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      all_finite = _mm256_and_ps(all_finite, fin);
       count(zeros, is_zero);
       // Q(x) = 0 exactly when the grid integer equals the zero point.
       const __m256 on_zero = _mm256_cmp_ps(l.t[k], l.add[k], _CMP_EQ_OQ);
       count(underflow, _mm256_and_ps(_mm256_andnot_ps(is_zero, fin), on_zero));
-      const __m256 v = _mm256_add_ps(_mm256_mul_ps(x, l.inv[k]), l.add[k]);
-      const __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, hi_edge, _CMP_GT_OQ),
-                                      _mm256_cmp_ps(v, lo_edge, _CMP_LT_OQ));
-      count(clipped, _mm256_and_ps(out, fin));
+      if constexpr (kClipped) {
+        const __m256 v = _mm256_add_ps(_mm256_mul_ps(x, l.inv[k]), l.add[k]);
+        const __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, hi_edge, _CMP_GT_OQ),
+                                        _mm256_cmp_ps(v, lo_edge, _CMP_LT_OQ));
+        count(clipped, _mm256_and_ps(out, fin));
+      }
       absmax = _mm256_max_ps(absmax, _mm256_and_ps(ax, fin));
       const __m256 xf = _mm256_and_ps(x, fin);
       const __m256 deq = _mm256_mul_ps(_mm256_sub_ps(l.t[k], l.add[k]), l.scale[k]);
@@ -119,6 +124,9 @@ struct StatsSink {
       addBlock(signal, block_signal);
       addBlock(noise, block_noise);
     }
+    // Padding lanes (x = 0) are not finite here, and not NaN either.
+    if (_mm256_movemask_ps(all_finite) != 0xFF)
+      for (int k = 0; k < 4; ++k) count(nan, _mm256_cmp_ps(l.x[k], l.x[k], _CMP_UNORD_Q));
   }
 
   Partial result() const {
@@ -142,7 +150,7 @@ struct StatsSink {
 // beyond the grid by more than half a step) or of fakeQuantize() (emulated formats; the
 // lanes' t is the element value, add 0, and clipped is beyond the element max by more
 // than half the step there: values that saturation moved).
-template <bool kWide>
+template <bool kWide, bool kClipped>
 Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x,
                   const QuantFormat& format, SrStream sr) {
   detail::SrState sr_state(sr);
@@ -150,7 +158,7 @@ Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x,
   if (format.isEmulated()) {
     const detail::EmulatedGrid grid = detail::emulatedGridOf(format);
     const detail::GridLanes lanes(grid);
-    StatsSink<kWide> sink(-grid.clip_edge, grid.clip_edge);
+    StatsSink<kWide, kClipped> sink(-grid.clip_edge, grid.clip_edge);
     plan.forEachRun(
         unit,
         [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
@@ -160,12 +168,29 @@ Partial unitStats(const detail::QuantPlan& plan, int64_t unit, const float* x,
         /*rows_at_once=*/true, /*blocks_at_once=*/true);
     return sink.result();
   }
-  StatsSink<kWide> sink(float(plan.lo()) - 0.5f, float(plan.hi()) + 0.5f);
+  StatsSink<kWide, kClipped> sink(float(plan.lo()) - 0.5f, float(plan.hi()) + 0.5f);
   plan.forEachRun(unit, [&](int64_t index, int64_t len, detail::RunParams p, bool per_elem) {
     detail::processRunAny(stochastic, per_elem, x + index, index, len, p, plan.lo(), plan.hi(),
                           &sr_state, sink);
   });
   return sink.result();
+}
+
+// Whether no value can land beyond the grid by more than half a step when the scales
+// come from x itself (computeQuantParams): f32 scales put each group's absmax on the
+// grid's end (up to a few ulp, far below half a step), and so do two-level scales (a
+// power of two at or above the group's absmax / max); a zero point moves an end by at
+// most half a step. Clipping, E8M0 and E4M3 scales (rounded down) can clip; bf16 rounds
+// its largest floats to Inf.
+bool clippingIsImpossible(const QuantFormat& format) {
+  return format.clipping == Clipping::kNone && format.element != Element::kBf16 &&
+         (format.scale == ScaleKind::kF32 || format.scale == ScaleKind::kTwoLevel);
+}
+
+template <bool kWide>
+Partial unitStatsAny(bool clipped, const detail::QuantPlan& plan, int64_t unit, const float* x,
+                     const QuantFormat& format, SrStream sr) {
+  return clipped ? unitStats<kWide, true>(plan, unit, x, format, sr) : unitStats<kWide, false>(plan, unit, x, format, sr);
 }
 
 }  // namespace
@@ -174,7 +199,7 @@ double sqnrDb(double sqnr) { return 10.0 * std::log10(sqnr); }
 
 QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& view,
                                 const QuantFormat& format, std::span<const float> params,
-                                SrStream sr) {
+                                SrStream sr, bool params_from_x) {
   detail::checkQuantArgs("quantStats", int64_t(x.size()), view, format, int64_t(params.size()));
   if (format.isEmulated()) {
     detail::checkEmulatedParams("quantStats", format, params, quantGroupCount(view, format));
@@ -185,17 +210,19 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
     return quantStatsWithParams(detail::hadamardCopy(x, view, sr.offset), view, detail::rowFormat(format),
                                 format.block2d ? detail::expandTileParams(view, format, params)
                                                : std::vector<float>(params.begin(), params.end()),
-                                sr);
+                                sr, params_from_x);
   if (format.block2d)
-    return quantStatsWithParams(x, view, detail::rowFormat(format), detail::expandTileParams(view, format, params), sr);
+    return quantStatsWithParams(x, view, detail::rowFormat(format), detail::expandTileParams(view, format, params), sr,
+                                params_from_x);
   const detail::QuantPlan plan = format.isEmulated() ? detail::emulatedPlan(view, format, params)
                                                      : detail::QuantPlan(view, format, params, 0);
   std::vector<Partial> partials(plan.units());
+  const bool count_clipped = !params_from_x || !clippingIsImpossible(format);
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < plan.units(); ++unit) {
-    Partial p = unitStats<false>(plan, unit, x.data(), format, sr);
+    Partial p = unitStatsAny<false>(count_clipped, plan, unit, x.data(), format, sr);
     if (!std::isfinite(p.signal) || !std::isfinite(p.noise)) {
-      p = unitStats<true>(plan, unit, x.data(), format, sr);
+      p = unitStatsAny<true>(count_clipped, plan, unit, x.data(), format, sr);
     }
     partials[unit] = p;
   }
@@ -299,7 +326,7 @@ QuantStats quantStats(std::span<const float> x, const OperandView& view, const Q
   checkFormat(format);
   std::vector<float> params(quantParamCount(view, format));
   computeQuantParams(x, view, format, params, sr);
-  return quantStatsWithParams(x, view, format, params, sr);
+  return quantStatsWithParams(x, view, format, params, sr, /*params_from_x=*/true);
 }
 
 }  // namespace pgq::kernels

@@ -53,9 +53,11 @@ struct QuantStats {
 QuantStats quantStats(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                       SrStream sr = {});
 // Statistics of x quantized with given params (e.g. the ones a GEMM really used).
+// params_from_x: the params are computeQuantParams(x) (no other step's, no other
+// tensor's), so formats whose scales cannot clip skip the clipped count (it is 0).
 QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& view,
                                 const QuantFormat& format, std::span<const float> params,
-                                SrStream sr = {});
+                                SrStream sr = {}, bool params_from_x = false);
 
 // The quantization error as it sums along the contracting dimension, for the bias-aware
 // SQNR (E[x^2] / this): mean over the rows (every batch x channel) of

@@ -11,6 +11,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -223,6 +224,13 @@ class CpuBackend final : public Backend {
     bool last = false;
   };
   std::unordered_map<const Node*, BucketSeat> seats_;
+  void planBuckets(std::span<const Node* const> schedule);
+
+  // quant_params nodes whose quantize computes their scales itself (quantizeDynamic:
+  // one read of the operand from memory instead of two). Their own kernel does nothing;
+  // every other reader of the scales runs after that quantize (planFusedScales).
+  std::unordered_set<const Node*> fused_params_;
+  void planFusedScales(std::span<const Node* const> schedule);
 
   Collectives* collectives_;  // not owned
 };
@@ -509,7 +517,8 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
     for (size_t f = 0; f < formats.size(); ++f) {
       // The step is the stream offset: each profiled step draws fresh SR noise.
       const k::SrStream sr{seed, static_cast<uint64_t>(rc.step())};
-      k::QuantStats s = k::quantStatsWithParams(values, layout.view, formats[f], params[scales_of[f]], sr);
+      k::QuantStats s =
+          k::quantStatsWithParams(values, layout.view, formats[f], params[scales_of[f]], sr, /*params_from_x=*/true);
       float* row = out + f * kStatFields;
       // The same quantized values (same params and noise stream), their errors summed
       // along the contracting dim.
@@ -551,6 +560,7 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   const size_t n = static_cast<size_t>(node.operand(0)->shape().numElements());
   int x = ctx.operand(0).slot, y = ctx.result();
   if (node.op() == Op::kQuantParams) {
+    if (fused_params_.count(&node)) return [](const RunContext&) {};  // its quantize computes them
     size_t count = static_cast<size_t>(node.shape().numElements());
     const int64_t history = node.attrs().has(AttrKey::kAmaxHistory) ? node.attrs().getInt(AttrKey::kAmaxHistory) : 0;
     if (history > 0) return lowerDelayedScale(node, x, y, n, history);
@@ -571,6 +581,19 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
       k::fakeQuantize({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count},
                       {rc.as<float>(y), n}, {seed, static_cast<uint64_t>(rc.step())});
     };
+  if (fused_params_.count(node.operand(1))) {
+    // The scales and the quantization in one pass; the scales land in the quant_params
+    // node's buffer, which every other reader reads after this kernel.
+    if (node.dtype() == DType::kU8)
+      return [=](const RunContext& rc) {
+        k::quantizeDynamic({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count},
+                           std::span<uint8_t>(rc.as<uint8_t>(y), n), {seed, static_cast<uint64_t>(rc.step())});
+      };
+    return [=](const RunContext& rc) {
+      k::quantizeDynamic({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count},
+                         std::span<int8_t>(rc.as<int8_t>(y), n), {seed, static_cast<uint64_t>(rc.step())});
+    };
+  }
   if (node.dtype() == DType::kU8)
     return [=](const RunContext& rc) {
       // The step is the stream offset: every step draws fresh stochastic-rounding noise.
@@ -673,6 +696,51 @@ size_t bucketBytes() {
 }
 
 void CpuBackend::prepare(std::span<const Node* const> schedule) {
+  planFusedScales(schedule);
+  planBuckets(schedule);
+}
+
+// A quant_params node P fuses into the quantize Q of the same operand when P computes
+// the scales just in time (no amax history or prediction) of an integer format without
+// clipping, with scales along the rows (the layout quantizeDynamic reads in one pass), Q
+// is P's only quantize and in the same format but for rounding (which the
+// scales do not read), and every other reader of P (the qmatmul) runs after Q.
+void CpuBackend::planFusedScales(std::span<const Node* const> schedule) {
+  fused_params_.clear();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < schedule.size(); ++i) position[schedule[i]] = i;
+  auto sameAttr = [](const Node& a, const Node& b, AttrKey key) {
+    return a.attrs().getIntsOr(key, {}) == b.attrs().getIntsOr(key, {});
+  };
+  for (const Node* p : schedule) {
+    auto intAttr = [&](AttrKey key) { return p->attrs().has(key) ? p->attrs().getInt(key) : 0; };
+    if (p->op() != Op::kQuantParams || intAttr(AttrKey::kAmaxHistory) > 0 || intAttr(AttrKey::kPredictScale) != 0)
+      continue;
+    const k::QuantFormat format = p->attrs().getFormat(AttrKey::kFormat);
+    if (format.isEmulated() || format.clipping != Clipping::kNone) continue;
+    const k::OperandView view = quantView(*p);
+    if (!view.contract_along_cols || format.granularity == Granularity::kPerTensor) continue;
+    const Node* quantize = nullptr;
+    int quantizes = 0;
+    for (const Node* user : p->users()) {
+      if (user->op() != Op::kQuantize || !position.count(user)) continue;
+      ++quantizes;
+      quantize = user;
+    }
+    if (quantizes != 1 || quantize->operand(0) != p->operand(0) || quantize->operand(1) != p ||
+        !sameAttr(*p, *quantize, AttrKey::kContractDims) || !sameAttr(*p, *quantize, AttrKey::kBatchDims))
+      continue;
+    k::QuantFormat q_format = quantize->attrs().getFormat(AttrKey::kFormat);
+    q_format.rounding = format.rounding;
+    if (!(q_format == format)) continue;
+    bool after = true;
+    for (const Node* user : p->users())
+      if (user != quantize && position.count(user)) after = after && position.at(user) > position.at(quantize);
+    if (after) fused_params_.insert(p);
+  }
+}
+
+void CpuBackend::planBuckets(std::span<const Node* const> schedule) {
   seats_.clear();
   const size_t bucket_bytes = bucketBytes();
   if (collectives_->size(DeviceGroup::kData) == 1 || bucket_bytes == 0) return;

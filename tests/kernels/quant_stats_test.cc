@@ -250,6 +250,43 @@ TEST(QuantStats, UnderflowAndClippedFractions) {
   EXPECT_DOUBLE_EQ(stats.underflow_fraction, 0.0);
 }
 
+// quantStats skips the clipped count where its own scales cannot clip, and counts NaN
+// only in blocks with a non-finite lane: every statistic equals the full computation's
+// (params given, clipped counted everywhere), bit for bit, on data with outliers, ties
+// at the grid's ends, zeros, NaN and Inf, for every kind of scale.
+TEST(QuantStats, ShortcutsChangeNoStatistic) {
+  for (OperandView view : {OperandView{2, 30, 70, true}, OperandView{1, 64, 96, false}}) {
+    std::vector<float> x = qtest::normalData(view.elements(), 15);
+    for (int64_t i = 0; i < view.elements(); i += 13) x[i] *= 50.0f;
+    for (int64_t i = 5; i < view.elements(); i += 97) x[i] = 0.0f;
+    x[17] = kNan;
+    x[400] = -kInf;
+    for (const char* text : {"int8:channel:rtn", "int7:channel:sr", "int4:block16:sr:asym", "int8:tensor:rtn:asym",
+                             "e4m3:tensor:rtn", "e5m2:channel:sr", "e4m3:block32:rtn:scale=e8m0",
+                             "e5m2:block32:sr:scale=two_level", "e2m1:block16:rtn:scale=e4m3", "bf16",
+                             "int5:tensor:rtn:clip=mse"}) {
+      const QuantFormat format = QuantFormat::parse(text);
+      const SrStream sr{3, 4};
+      std::vector<float> params(quantParamCount(view, format));
+      computeQuantParams(x, view, format, params, sr);
+      const QuantStats fast = quantStats(x, view, format, sr);
+      const QuantStats full = quantStatsWithParams(x, view, format, params, sr, /*params_from_x=*/false);
+      EXPECT_EQ(fast.count, full.count) << text;
+      EXPECT_EQ(fast.finite_count, full.finite_count) << text;
+      EXPECT_EQ(fast.nan_count, 1) << text;
+      EXPECT_EQ(fast.nan_count, full.nan_count) << text;
+      EXPECT_EQ(fast.inf_count, full.inf_count) << text;
+      EXPECT_EQ(fast.absmax, full.absmax) << text;
+      EXPECT_EQ(fast.mean_square, full.mean_square) << text;
+      EXPECT_EQ(fast.mse, full.mse) << text;
+      EXPECT_EQ(fast.sqnr, full.sqnr) << text;
+      EXPECT_EQ(fast.zero_fraction, full.zero_fraction) << text;
+      EXPECT_EQ(fast.underflow_fraction, full.underflow_fraction) << text;
+      EXPECT_EQ(fast.clipped_fraction, full.clipped_fraction) << text;
+    }
+  }
+}
+
 TEST(QuantStats, IndependentOfThreadCount) {
   OperandView view{1, 40, 3000, false};
   std::vector<float> x = qtest::normalData(view.elements(), 12);

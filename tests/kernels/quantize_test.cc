@@ -86,6 +86,7 @@ const std::vector<OperandView> kViews = {
     {2, 70, 37, false},   // B [K,N]
     {1, 3, 40000, true},  // long rows: several work units per row
     {2, 300, 64, true},   // rows of a multiple of 32: a unit's rows in one run (RunParams)
+    {1, 90, 300, false},  // B [K,N] wider than quantizeDynamic's 128-column chunks
 };
 
 const std::vector<const char*> kFormats = {
@@ -128,7 +129,9 @@ TEST(Quantize, MatchesScalarReferenceForEveryViewFormatAndSide) {
 
 TEST(Quantize, DynamicEqualsParamsThenQuantize) {
   const SrStream sr{5, 8};
+  for (int threads : {1, 2})
   for (const OperandView& view : kViews) {
+    ThreadCount tc(threads);
     std::vector<float> x = awkwardData(view, 9);
     for (const char* text : kFormats) {
       QuantFormat format = QuantFormat::parse(text);

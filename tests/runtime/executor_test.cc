@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,7 +11,9 @@
 #include "frontend/transformer.h"
 #include "ir/builder.h"
 #include "ir/parser.h"
+#include "kernels/gemm.h"
 #include "kernels/quant_stats.h"
+#include "kernels/quantize.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "runtime/reference.h"
@@ -313,6 +316,65 @@ TEST(Executor, ShowsItsMemoryPlanBeforeAllocatingAndCanBeRefused) {
   EXPECT_EQ(seen.bound_bytes, after.bound_bytes);
   options.before_allocation = [](const MemoryStats&) { throw Error("too large"); };
   EXPECT_THROW(Executor(*g, options), Error);
+}
+
+// The CPU backend computes a quant_params node's scales inside its quantize
+// (quantizeDynamic) where that quantize is the scales' only one: every result must equal
+// the kernels' two calls, computeQuantParams then quantize, and the int8 GEMM of those,
+// bit for bit; the scales' other readers (the qmatmul, a graph output) read them after
+// the quantize wrote them. %ws (K along the rows) and %gs (two quantizes, RTN and SR)
+// keep their own kernel.
+TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
+  auto g = parseGraph(R"pgq(graph @fused {
+  %x = input() : f32[37,70]
+  %w = input() : f32[70,24]
+  %xs = quant_params(%x) {format="int8:channel:rtn", side="lhs", contract_dims=[1]} : f32[37]
+  %ws = quant_params(%w) {format="int8:channel:rtn", side="rhs", contract_dims=[0]} : f32[24]
+  %xq = quantize(%x, %xs) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,70]
+  %wq = quantize(%w, %ws) {format="int8:channel:rtn", side="rhs", contract_dims=[0], seed=0} : s8[70,24]
+  %h = qmatmul(%xq, %wq, %xs, %ws) {lhs_contract=[1], rhs_contract=[0], lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[37,24]
+  %gs = quant_params(%x) {format="int7:channel:sr", side="lhs", contract_dims=[1]} : f32[37]
+  %gq = quantize(%x, %gs) {format="int7:channel:sr", side="lhs", contract_dims=[1], seed=5} : u8[37,70]
+  %gr = quantize(%x, %gs) {format="int7:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,70]
+  return %h, %xs, %xq, %gq, %gr
+}
+)pgq");
+  Tensor x(g->find("x")->type()), w(g->find("w")->type());
+  std::vector<float> xv(37 * 70), wv(70 * 24);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37f * float(i)) * (i % 11 == 0 ? 9.0f : 1.0f);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.11f * float(i)) * 0.05f;
+  std::memcpy(x.raw(), xv.data(), x.bytes());
+  std::memcpy(w.raw(), wv.data(), w.bytes());
+  Executor exec(*g);
+  exec.bind("x", x);
+  exec.bind("w", w);
+  const int64_t step = 3;
+  exec.run(step);
+
+  namespace k = kernels;
+  const k::OperandView xview{1, 37, 70, true}, wview{1, 70, 24, false};
+  const QuantFormat f8 = QuantFormat::parse("int8:channel:rtn"), f7sr = QuantFormat::parse("int7:channel:sr"),
+                    f7 = QuantFormat::parse("int7:channel:rtn");
+  std::vector<float> xs(37), ws(24), gs(37);
+  k::computeQuantParams(xv, xview, f8, xs);
+  k::computeQuantParams(wv, wview, f8, ws);
+  k::computeQuantParams(xv, xview, f7sr, gs);
+  std::vector<uint8_t> xq(xv.size()), gq(xv.size()), gr(xv.size());
+  std::vector<int8_t> wq(wv.size());
+  k::quantize(xv, xview, f8, xs, std::span<uint8_t>(xq), {0, step});
+  k::quantize(wv, wview, f8, ws, std::span<int8_t>(wq), {0, step});
+  k::quantize(xv, xview, f7sr, gs, std::span<uint8_t>(gq), {5, step});
+  k::quantize(xv, xview, f7, gs, std::span<uint8_t>(gr), {0, step});
+  std::vector<float> h(37 * 24);
+  k::int8Gemm(k::GemmShape{1, 37, 24, 70}, xq, f8, xs, wq, f8, ws, h);
+  auto same = [&](size_t output, const void* want, size_t bytes) {
+    return std::memcmp(exec.outputData(output), want, bytes) == 0;
+  };
+  EXPECT_TRUE(same(0, h.data(), h.size() * sizeof(float)));
+  EXPECT_TRUE(same(1, xs.data(), xs.size() * sizeof(float)));
+  EXPECT_TRUE(same(2, xq.data(), xq.size()));
+  EXPECT_TRUE(same(3, gq.data(), gq.size()));
+  EXPECT_TRUE(same(4, gr.data(), gr.size()));
 }
 
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
