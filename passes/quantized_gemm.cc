@@ -111,6 +111,8 @@ Node* QuantizedGemmBuilder::build(Node* gemm, const GemmDecision& d, Attrs attrs
     // transposes (any dims read), no SmoothQuant (bf16 keeps every channel's range).
     Node* lhs = bf16Operand(gemm, d.lhs_format, GemmOperand::kLhs);
     Node* rhs = bf16Operand(gemm, d.rhs_format, GemmOperand::kRhs);
+    // The GEMM's own dims (a caller may pass no tags, as stage (i)'s output-error copies do).
+    DotDims::fromAttrs(gemm->attrs()).toAttrs(attrs);
     attrs.set(AttrKey::kLhsFormat, d.lhs_format);
     attrs.set(AttrKey::kRhsFormat, d.rhs_format);
     return b_.create(Op::kMatMul, {lhs, rhs}, std::move(attrs), std::nullopt, name_ + ".bf16");

@@ -94,6 +94,12 @@ void QuantFormat::validate() const {
   }
   if (block2d && granularity != Granularity::kPerBlock)
     throw Error("quant format: 2-D blocks (block<N>x<N>) need per-block granularity");
+  // The int8 kernels (computeQuantParams, quantize, the int8 GEMM) scale 1-D groups only;
+  // tiles are the emulated formats' (fakeQuantize).
+  if (block2d && !isEmulated())
+    throw Error("quant format: 2-D blocks (block<N>x<N>) need a float element or a block scale (e.g. "
+                "e2m1:block16x16:rtn:scale=e4m3, int8:block32x32:rtn:scale=e8m0); an integer grid with f32 scales "
+                "takes 1-D blocks (block<N>)");
   if (hadamard && !isFloat())
     throw Error("quant format: rht (random Hadamard transform) needs a float element (e2m1, e4m3 or e5m2)");
   if (element != Element::kBf16 && (bits < 2 || bits > 8)) {

@@ -24,8 +24,9 @@ its own training graph:
 
 For each operand and format it computes on the operand's device the statistics of pgq's
 profiles with pgq's quantizers' arithmetic (scales per tensor, per channel along the
-non-contracting dim or per block along the contracting one; round to nearest bit-exact,
-stochastic rounding with torch's random bits; FP8, MX and MOSS grids): SQNR
+non-contracting dim, per block along the contracting one or per 2-D tile; round to
+nearest bit-exact, stochastic rounding with torch's random bits; FP8, MX, MOSS, FP4
+(NVFP4, MXFP4, the random Hadamard transform) and bf16 grids): SQNR
 (E[x^2] / E[(Q(x) - x)^2]) mean, min and max over the steps, MSE, absmax, rms, zero,
 underflow and clipping fractions, and how often delayed (and, given the optimizer,
 predicted) scales would have clipped. GEMMs are labelled by module path
@@ -67,10 +68,12 @@ def collect(model, formats=(), steps=5, out="profile.yaml", **options):
 
     model            the torch.nn.Module your loop calls (a DDP or torch.compile wrapper is fine)
     formats          what to measure besides int8 per channel (always): pgq's format schemes
-                     (int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8: the scheme's operand format
-                     with round to nearest, its gradient format with both roundings) or formats
-                     in pgq's text form ("e4m3:block32:rtn:scale=e8m0", "int4:channel:sr"), as
-                     `pgq train --profile-formats`; a list or a comma-separated string
+                     (int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8, nvfp4, mxfp4, bf16: the
+                     scheme's operand and weight formats with round to nearest, its gradient
+                     format with both roundings; nvfp4 and mxfp4 also with the random Hadamard
+                     transform) or formats in pgq's text form ("e4m3:block32:rtn:scale=e8m0",
+                     "int4:channel:sr", "nvfp4"), as `pgq train --profile-formats`; a list or a
+                     comma-separated string
     steps            training steps to profile (>= 1)
     out              the profile to write (YAML; its .csv beside it)
 

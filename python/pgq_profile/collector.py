@@ -2,6 +2,7 @@
 user's own training loop, the statistics pgq's stage (i) computes, then the profile."""
 import collections
 import contextlib
+import functools
 import os
 import re
 import time
@@ -72,6 +73,12 @@ def layer_of(path):
 ERROR_FIELDS = ("sqnr", "mean_square", "mse")  # per output error pair and step
 
 
+@functools.lru_cache(maxsize=None)
+def _hadamard(text):
+    """Whether the format text has the random Hadamard transform (rht)."""
+    return formats_mod.parse(text).hadamard
+
+
 class _Operand:
     """One GEMM operand's statistics over the steps: a row [TENSOR_FIELDS, FORMAT_FIELDS per
     format] per step (0-d tensors stacked on the device, read once at the end). The GEMM's
@@ -79,7 +86,13 @@ class _Operand:
 
     def __init__(self, side, role, tensor, shape, contract_dims, formats):
         self.side, self.role, self.tensor = side, role, tensor
-        self.shape, self.contract_dims, self.formats = list(shape), list(contract_dims), formats
+        self.shape, self.contract_dims = list(shape), list(contract_dims)
+        # Formats with the random Hadamard transform only where the contracting length is a
+        # multiple of its block (passes/instrument_stats.cc addAll).
+        k = 1
+        for d in contract_dims:
+            k *= shape[d]
+        self.formats = [f for f in formats if k % formats_mod.HADAMARD_BLOCK == 0 or not _hadamard(f)]
         self.rows = []
 
 
@@ -105,8 +118,11 @@ class _Sink:
 class _Step:
     """The statistics of one step until it is known to be complete (its backward ran)."""
 
-    def __init__(self, index):
+    def __init__(self, index, number):
         self.index = index
+        # The training step it is (warmup steps included, from 0), as pgq's step counter
+        # (RunContext::step) numbers it: the signs of the random Hadamard transform.
+        self.number = number
         self.rows = {}       # (label, side) -> row tensor
         self.pending = 0     # backward hooks registered and not yet run
         self.backward = False
@@ -308,7 +324,7 @@ class Collector:
         self._forwards += 1
         if not profiled:
             return
-        self._step = _Step(index - self.warmup)
+        self._step = _Step(index - self.warmup, index)
         if self.metrics and self._reach is None and self._reach_unsound is None:
             self._step.graph = {"gemms": {}, "sinks": {}, "outputs": []}
 
@@ -358,11 +374,13 @@ class Collector:
             step.cache[key] = entry
         return entry
 
-    def _stats(self, step, label, side, key, source, tensor, contract_rows, fmts, keep=()):
-        """The row of one operand: the tensor's sums, then each format's (computed once per
-        tensor, orientation and format in a step: q, k and v read one x). Returns
-        {format: Q(tensor)} for the formats in `keep` (the quantized values a GEMM reads;
-        those of the last two tensors are kept for the next GEMMs reading them)."""
+    def _stats(self, step, label, side, key, source, tensor, contract_rows, keep=()):
+        """The row of one operand (GEMM `label`'s lhs, rhs or out): the tensor's sums, then
+        each of the operand's formats' (computed once per tensor, orientation and format in
+        a step: q, k and v read one x). Returns {format: Q(tensor)} for the formats in
+        `keep` (the quantized values a GEMM reads; those of the last two tensors are kept
+        for the next GEMMs reading them)."""
+        fmts = self._gemms[label].operands[{"lhs": 0, "rhs": 1, "out": 2}[side]].formats
         _, sums, rows = self._sums(step, key, source, tensor)
         parts = [sums.row()]
         kept = {}
@@ -373,23 +391,26 @@ class Collector:
                 step.quantized.popitem(last=False)
         elif keep:
             step.quantized.move_to_end(key)
+        transformed = {}  # H D tensor and its sums, for the formats with rht
         for text in fmts:
             fmt = self._parsed[text]
             # Per-tensor scales do not depend on which dim is contracted (the bias-aware
-            # SQNR, summing the errors along it, does).
-            rk = (None if fmt.granularity == "tensor" and not self.metrics else contract_rows, text)
+            # SQNR, summing the errors along it, and the Hadamard transform, along it, do).
+            rk = (None if fmt.granularity == "tensor" and not self.metrics and not fmt.hadamard else contract_rows,
+                  text)
             row = rows.get(rk)
             if text in keep:
                 q = last[1].get(rk)
                 if q is None:
                     computed, q = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device),
-                                             bias=self.metrics, keep=True)
+                                             bias=self.metrics, keep=True, step=step.number, transformed=transformed)
                     last[1][rk] = q
                     if row is None:
                         row = rows[rk] = computed
                 kept[text] = q
             if row is None:
-                row = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device), bias=self.metrics)
+                row = format_row(tensor, contract_rows, fmt, sums, self._noise(tensor.device), bias=self.metrics,
+                                 step=step.number, transformed=transformed)
                 rows[rk] = row
             parts.append(row)
         step.rows[(label, side)] = torch.cat(parts)
@@ -412,7 +433,9 @@ class Collector:
     def _gemm(self, label, direction, layer, shape, operands, grad_of=None, out_shape=None):
         g = self._gemms.get(label)
         if g is None:
-            fmts = operands[0].formats if direction == "fwd" else self.formats + [
+            # The result: the formats of an operand, a gradient's in the backward (its own
+            # contracting length, its last dim, decides about rht).
+            fmts = self.formats if direction == "fwd" else self.formats + [
                 f for f in self.gradient_formats if f not in self.formats]
             if self.outputs:
                 operands = operands + [_Operand("out", "output", label + ":output", out_shape, [len(out_shape) - 1],
@@ -485,8 +508,8 @@ class Collector:
         g = self._gemm(label, "fwd", layer, [1, m, k_in, n_out], acts, out_shape=list(output.shape))
         keep_x = {p[0] for p in g.pairs}
         keep_w = {p[1] for p in g.pairs}
-        qx = self._stats(step, label, "lhs", x_key, x, x2, False, fmts, keep_x)
-        qw = self._stats(step, label, "rhs", w_key, weight, w, not out_in, fmts, keep_w)
+        qx = self._stats(step, label, "lhs", x_key, x, x2, False, keep_x)
+        qw = self._stats(step, label, "rhs", w_key, weight, w, not out_in, keep_w)
         # W as the forward's rhs [K, N]: y = x W^T (Linear) or x W (Conv1D).
         as_rhs = (lambda t: t.t()) if out_in else (lambda t: t)
         if self.metrics or self.outputs:
@@ -494,7 +517,7 @@ class Collector:
             with _exact_matmuls():
                 y = torch.mm(x2, as_rhs(w))
                 if self.outputs:
-                    self._stats(step, label, "out", ("out", label), y, y, False, fmts)
+                    self._stats(step, label, "out", ("out", label), y, y, False)
                 if g.pairs:
                     step.error_rows[label] = self._errors(y, [lambda lf=lf, rf=rf: torch.mm(qx[lf], as_rhs(qw[rf]))
                                                               for lf, rf in g.pairs])
@@ -520,7 +543,7 @@ class Collector:
                              _Operand("rhs", "weight", w_name, list(weight.shape), w_bwd, fmts)], grad_of=label,
                             out_shape=x_shape)
             if not late:
-                self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in, fmts)
+                self._stats(step, label + ":dgrad", "rhs", w_key, weight, w, out_in)
         if wgrad:
             gw = self._gemm(label + ":wgrad", "bwd_wgrad", layer, [1, n_out, m, k_in],
                             [_Operand("lhs", "gradient", y_name, y_shape, list(range(len(y_shape) - 1)), grad_fmts),
@@ -529,7 +552,7 @@ class Collector:
             if self.metrics and label not in self._sinks:
                 self._sinks[label] = _Sink(label, weight.numel())
             if not late:
-                self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True, fmts)
+                self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True)
         step.pending += 1
         held = (x, x2) if late and wgrad else (None, None)
 
@@ -545,17 +568,17 @@ class Collector:
                 key = ("grad", label)
                 if not late:
                     if dgrad:
-                        self._stats(step, label + ":dgrad", "lhs", key, grad, g, False, grad_fmts)
+                        self._stats(step, label + ":dgrad", "lhs", key, grad, g, False)
                     if wgrad:
-                        self._stats(step, label + ":wgrad", "lhs", key, grad, g, True, grad_fmts)
+                        self._stats(step, label + ":wgrad", "lhs", key, grad, g, True)
                 else:
-                    self._backward_metrics(step, label, gd, gw, grad, g, weight, out_in, held, grad_fmts, fmts)
+                    self._backward_metrics(step, label, gd, gw, grad, g, weight, out_in, held)
                 if wgrad and self.optimizer is not None:
                     self._note_update(step, weight)
             return None
         output.register_hook(on_grad)
 
-    def _backward_metrics(self, step, label, gd, gw, grad, g, weight, out_in, held, grad_fmts, fmts):
+    def _backward_metrics(self, step, label, gd, gw, grad, g, weight, out_in, held):
         """The backward GEMMs' operands, results and output errors (metrics or outputs)."""
         key = ("grad", label)
         w = weight.detach()
@@ -565,22 +588,22 @@ class Collector:
             if gd is not None:
                 # dx = dy W (Linear, W [out, in]) or dy W^T (Conv1D).
                 as_rhs = (lambda t: t) if out_in else (lambda t: t.t())
-                qg = self._stats(step, gd.label, "lhs", key, grad, g, False, grad_fmts, {p[0] for p in gd.pairs})
-                qw = self._stats(step, gd.label, "rhs", w_key, weight, w, out_in, fmts, {p[1] for p in gd.pairs})
+                qg = self._stats(step, gd.label, "lhs", key, grad, g, False, {p[0] for p in gd.pairs})
+                qw = self._stats(step, gd.label, "rhs", w_key, weight, w, out_in, {p[1] for p in gd.pairs})
                 dx = torch.mm(g, as_rhs(w))
                 if self.outputs:
-                    self._stats(step, gd.label, "out", ("out", gd.label), dx, dx, False, grad_fmts)
+                    self._stats(step, gd.label, "out", ("out", gd.label), dx, dx, False)
                 if gd.pairs:
                     step.error_rows[gd.label] = self._errors(
                         dx, [lambda lf=lf, rf=rf: torch.mm(qg[lf], as_rhs(qw[rf])) for lf, rf in gd.pairs])
                 del qg, qw, dx
             if gw is not None:
                 x, x2 = held
-                qg = self._stats(step, gw.label, "lhs", key, grad, g, True, grad_fmts, {p[0] for p in gw.pairs})
-                qx = self._stats(step, gw.label, "rhs", self._key(x), x, x2, True, fmts, {p[1] for p in gw.pairs})
+                qg = self._stats(step, gw.label, "lhs", key, grad, g, True, {p[0] for p in gw.pairs})
+                qx = self._stats(step, gw.label, "rhs", self._key(x), x, x2, True, {p[1] for p in gw.pairs})
                 dw = torch.mm(g.t(), x2)  # [out, in]
                 if self.outputs:
-                    self._stats(step, gw.label, "out", ("out", gw.label), dw, dw, False, grad_fmts)
+                    self._stats(step, gw.label, "out", ("out", gw.label), dw, dw, False)
                 if gw.pairs:
                     step.error_rows[gw.label] = self._errors(
                         dw, [lambda lf=lf, rf=rf: torch.mm(qg[lf].t(), qx[rf]) for lf, rf in gw.pairs])

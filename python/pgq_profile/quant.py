@@ -1,6 +1,8 @@
 """The statistics pgq's stage (i) computes for one GEMM operand, in torch, on the device
 where the tensor is: the quantizer arithmetic of kernels/quant_core.h (integer grids),
-kernels/float_quant_core.h (FP8 and MX elements) and kernels/quant_stats.cc (the sums).
+kernels/float_quant_core.h (FP8, FP4 and bf16 elements; MX, MOSS and NVFP4 scales),
+kernels/emulated_forms.h (2-D tiles), kernels/hadamard.cc (the random Hadamard
+transform) and kernels/quant_stats.cc (the sums).
 
 An operand is a matrix [R, C] whose contracting dimension runs along its columns or its
 rows; scales run along the other one (one per channel), per block of `block` elements of a
@@ -23,6 +25,9 @@ import torch
 
 SQNR_CAP = 1e12
 FLT_MIN = 2.0 ** -126
+FLT_MAX = float.fromhex("0x1.fffffep127")
+HADAMARD_BLOCK = 16
+_M64 = (1 << 64) - 1
 _MSE_CLIP_STEPS = 40
 
 # Per tensor, format-independent (the first row pgq's statistics node writes).
@@ -99,6 +104,46 @@ class TensorSums:
         return torch.stack([self.absmax, self.signal / self.count, self.zeros / self.count, zero])
 
 
+def hadamard_signs(step):
+    """The 16 signs (+1 / -1) of `step`'s transform (kernels/hadamard.cc hadamardSigns):
+    sign j is -1 where bit j of splitmix64's finalizer of the step is set."""
+    z = (step + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    z ^= z >> 31
+    return [-1.0 if (z >> j) & 1 else 1.0 for j in range(HADAMARD_BLOCK)]
+
+
+def hadamard(x, contract_rows, step, inverse=False):
+    """H D x along the contracting dimension of x [R, C] (kernels/hadamard.cc
+    hadamardTransform), or its inverse D H y: every run of 16 consecutive contracting
+    elements is multiplied by the step's signs, then by the 16x16 Sylvester-Hadamard
+    matrix as the same butterflies in float (x + y, x - y for h = 1, 2, 4, 8), then by
+    0.25; bit-exact with pgq's. The contracting length must be a multiple of 16."""
+    r, c = x.shape
+    k = r if contract_rows else c
+    if k % HADAMARD_BLOCK:
+        raise ValueError("a Hadamard transform needs a contracting length that is a multiple of {}, got {}".format(
+            HADAMARD_BLOCK, k))
+    # [groups, 16, width]: 16 consecutive rows across all columns, or 16 scalars of a row.
+    v = x.reshape(r // HADAMARD_BLOCK, HADAMARD_BLOCK, c) if contract_rows else \
+        x.reshape(r * (c // HADAMARD_BLOCK), HADAMARD_BLOCK, 1)
+    shape = v.shape
+    signs = torch.tensor(hadamard_signs(step), dtype=torch.float32, device=x.device).view(1, HADAMARD_BLOCK, 1)
+    if not inverse:
+        v = v * signs
+    h = 1
+    while h < HADAMARD_BLOCK:
+        w = v.reshape(shape[0], HADAMARD_BLOCK // (2 * h), 2, h, shape[2])
+        a, b = w[:, :, 0], w[:, :, 1]
+        v = torch.stack((a + b, a - b), dim=2).reshape(shape)
+        h *= 2
+    v = v * 0.25
+    if inverse:
+        v = v * signs
+    return v.reshape(r, c)
+
+
 def _grouped(x, contract_rows, fmt):
     """x [R, C] as [G1, L, G2]: group (g1, g2) holds the L elements x[g1, :, g2] that share
     a scale. Returns the view and the number of zeros added to complete the last block of
@@ -118,6 +163,33 @@ def _grouped(x, contract_rows, fmt):
     if pad:
         x = torch.cat([x, x.new_zeros(r, pad)], dim=1)
     return x.reshape(r * (c + pad) // b, b, 1), pad * r
+
+
+def _tile_scales(absmax, shape, contract_rows, fmt, tensor_absmax):
+    """The scale of each 1-D group of a 2-D format (block<N>x<N>) from its groups' absmax
+    [G1, 1, G2] (as _grouped lays them out): each N x N tile of x [R, C] takes the largest
+    absmax of its channels' blocks (kernels/float_quant.cc groupAbsmaxRanges, tiles
+    partial at the edges), its scale from that, and every block of the tile that scale
+    (kernels/emulated_forms.h tileOfGroup, expandTileParams)."""
+    r, c = shape
+    b = fmt.block
+    if contract_rows:
+        # Group (j, col): block j of rows of column col; tiles of N columns.
+        a = absmax.reshape(absmax.shape[0], c)
+        pad = (-c) % b
+        if pad:
+            a = torch.cat([a, a.new_zeros(a.shape[0], pad)], dim=1)
+        tiles = a.reshape(a.shape[0], -1, b).amax(dim=2)
+        scales = _emulated_scales(tiles, tensor_absmax, fmt)
+        return scales.repeat_interleave(b, dim=1)[:, :c].reshape(absmax.shape[0], 1, c)
+    # Group (row, j): block j of columns of row `row`; tiles of N rows.
+    a = absmax.reshape(r, -1)
+    pad = (-r) % b
+    if pad:
+        a = torch.cat([a, a.new_zeros(pad, a.shape[1])])
+    tiles = a.reshape(-1, b, a.shape[1]).amax(dim=1)
+    scales = _emulated_scales(tiles, tensor_absmax, fmt)
+    return scales.repeat_interleave(b, dim=0)[:r].reshape(-1, 1, 1)
 
 
 def _ranges(g):
@@ -180,10 +252,34 @@ def _clip_ranges(g, lo, hi, fmt):
     return lo.double() * best_ratio, hi.double() * best_ratio
 
 
+def _round_e4m3(v):
+    """v (float32, >= 0) rounded to E4M3 to nearest, ties to even, saturating at 448
+    (kernels/float_quant.cc roundToElement for e4m3:tensor:rtn): the step 2^(max(e, -6) - 3)
+    from the exponent field, so v / step and the product back are exact."""
+    c = torch.clamp(v, max=448.0)
+    e = torch.clamp(torch.bitwise_and(c.view(torch.int32), 0x7F800000), min=(-6 + 127) << 23)
+    step = (e - (3 << 23)).view(torch.float32)
+    return torch.round(c / step) * step
+
+
 def _emulated_scales(absmax, tensor_absmax, fmt):
-    """Each group's f32 scale from its absmax (kernels/float_quant.cc computeEmulatedScales;
-    `tensor_absmax` only for two-level scales)."""
+    """Each group's f32 scale from its absmax (kernels/float_quant.cc computeEmulatedScales
+    and scaleFromAbsmax; `tensor_absmax` only for two-level and e4m3 scales)."""
     emax_value, _, emax, _ = fmt.limits()
+    if fmt.element == "bf16":
+        # f32's exponent range: no scale.
+        return torch.ones_like(absmax, dtype=torch.float32)
+    if fmt.scale == "e4m3":
+        # NVFP4, as Transformer Engine: the tensor's encode scale S = 448 * 6 / T in f32,
+        # each block's decode scale s_b = e4m3(G / 6 * S) (rounded to nearest, ties to
+        # even, saturating), the group's scale s_b / S; a block whose s_b is 0 (an
+        # all-zero block, or s_b underflowing E4M3) gets FLT_MIN.
+        group = absmax.double()
+        tensor = torch.maximum(tensor_absmax.double(), group)
+        encode = torch.clamp(448.0 * emax_value / tensor, max=FLT_MAX).float().double()
+        block = _round_e4m3((group / emax_value * encode).float())
+        scale = torch.clamp(block.double() / encode, min=FLT_MIN).float()
+        return torch.where(block == 0, torch.full_like(scale, FLT_MIN), scale)
     if fmt.scale == "e8m0":
         # 2^clamp(floor(log2 absmax) - emax, -126, 127) from the float's exponent field.
         field = (absmax.view(torch.int32) >> 23) & 0xFF
@@ -290,15 +386,20 @@ def _int_chunk(c, scale, zero, fmt, count_clipped, noise, bufs, sink):
 
 
 def _emulated_chunk(c, scale, fmt, count_clipped, noise, bufs, sink):
-    """One chunk of an FP8/MX/MOSS format (float_quant_core.h): v = x * inv clamped to the
-    element's range, rounded to its grid (FP8: step q = 2^(max(exponent, emin) - m);
-    int elements: 1), then Q(x) = s * that."""
+    """One chunk of an FP8/FP4/MX/MOSS/NVFP4 format (float_quant_core.h): v = x * inv
+    clamped to the element's range, rounded to its grid (FP8 and E2M1: step
+    q = 2^(max(exponent, emin) - m); int elements: 1), then Q(x) = s * that; bf16: x
+    rounded on its float bits (kBf16), not clamped."""
     fbuf, ibuf, qbuf = bufs
     emax_value, emin, emax, mantissa = fmt.limits()
     v = torch.mul(c, 1.0 / scale, out=fbuf)
     if count_clipped:
+        # The emulated grid's clip_edge (float_quant.cc emulatedGridOf): beyond the max by
+        # more than half the step there (bf16: those round to Inf).
         edge = emax_value + (2.0 ** (emax - mantissa - 1) if fmt.is_float else 0.5)
         sink.clipped.append(torch.count_nonzero(v > edge) + torch.count_nonzero(v < -edge))
+    if fmt.element == "bf16":
+        return _bf16_chunk(v, fmt, noise, qbuf)
     v.clamp_(-emax_value, emax_value)
     q = None
     if fmt.is_float:
@@ -323,25 +424,107 @@ def _emulated_chunk(c, scale, fmt, count_clipped, noise, bufs, sink):
     return v
 
 
-def format_row(x2d, contract_rows, fmt, sums, noise, bias=False, keep=False):
+def _bf16_chunk(v, fmt, noise, add):
+    """v rounded to bf16 in place on its float bits (float_quant_core.h roundElementLanes,
+    kBf16): round to nearest even adds 0x7FFF plus the kept lowest bit, stochastic
+    rounding 16 noise bits (65535 - r on negative values, as the signed fixed point
+    draws), then the low half is dropped; beyond bf16's max the carry reaches Inf. A
+    stochastic zero is +0. (x.to(torch.bfloat16) rounds the same way on CPUs, but pgq's
+    bits are spelled out here so that no device's conversion can differ.)"""
+    bits = v.view(torch.int32)
+    add.copy_(bits)
+    if fmt.rounding == "rtn":
+        add >>= 16
+        add &= 1
+        add += 0x7FFF
+    else:
+        add >>= 31
+        add &= 0xFFFF
+        add ^= noise.take(add.numel()).view(add.shape)
+    bits += add
+    bits &= -65536
+    if fmt.rounding != "rtn":
+        v += 0.0
+    return v
+
+
+def _plain(fmt):
+    """fmt without the transform (emulated_forms.h rowFormat keeps its tiles)."""
+    plain = fmt.with_rounding(fmt.rounding)
+    plain.hadamard = False
+    return plain
+
+
+def _coherent_error(x2d, q, contract_rows):
+    """E_lines[(sum_k (q_k - x_k))^2] / K over x2d [R, C] and its quantized values q, the
+    errors in double (kernels/quant_stats.cc coherentErrorMeanSquare); by chunks of rows."""
+    r, c = x2d.shape
+    per = max(1, _chunk_elements(x2d.device) // c)
+    lines = torch.zeros(c, dtype=torch.float64, device=x2d.device) if contract_rows else []
+    for a in range(0, r, per):
+        e = q[a:a + per].double() - x2d[a:a + per].double()
+        if contract_rows:
+            lines += e.sum(dim=0)
+        else:
+            lines.append(e.sum(dim=1))
+    if not contract_rows:
+        lines = torch.cat(lines)
+    return (lines ** 2).sum() / (r if contract_rows else c) / lines.numel()
+
+
+def _hadamard_row(x2d, contract_rows, fmt, sums, noise, bias, keep, step, transformed):
+    """format_row of a format with rht (kernels/quant_stats.cc quantStatsWithParams): the
+    statistics of Q(H D x) against H D x (y's sums: its squares, its zeros), the scales
+    from y; the bias-aware SQNR from E[y^2] and the errors of the values the GEMM reads,
+    D H Q(y) against x (coherentErrorMeanSquare through fakeQuantize), as Q(x) with keep."""
+    if transformed is not None and step in transformed:
+        y, ysums = transformed[step]
+    else:
+        y = hadamard(x2d, contract_rows, step)
+        ysums = TensorSums(y)
+        if transformed is not None:
+            transformed[step] = (y, ysums)
+    plain = _plain(fmt)
+    if not (bias or keep):
+        return format_row(y, contract_rows, plain, ysums, noise)
+    row, qy = format_row(y, contract_rows, plain, ysums, noise, keep=True)
+    del y
+    q = hadamard(qy, contract_rows, step, inverse=True)
+    del qy
+    if bias:
+        coherent = _coherent_error(x2d, q, contract_rows)
+        row = torch.cat([row[:4], _capped_ratio(ysums.signal / ysums.count, coherent).reshape(1)])
+    return (row, q) if keep else row
+
+
+def format_row(x2d, contract_rows, fmt, sums, noise, bias=False, keep=False, step=0, transformed=None):
     """[sqnr, mse, underflow_fraction, clipped_fraction, bias_sqnr] (0-d float64 tensors
     stacked) of the operand x2d [R, C] (contiguous float32, TensorSums `sums`) in format
     `fmt`, its contracting dimension along the rows or the columns; bias_sqnr (the
     bias-aware SQNR, E[x^2] / (E_lines[(sum_k e_k)^2] / K)) only with `bias`, else 0.
-    With `keep`, returns (row, Q(x) [R, C]): the values a GEMM reading x in `fmt` reads."""
+    With `keep`, returns (row, Q(x) [R, C]): the values a GEMM reading x in `fmt` reads.
+    `step`: the training step whose signs a format with rht uses (the contracting length
+    must then be a multiple of 16); `transformed`: a dict the caller keeps while it asks
+    for several formats of x2d in one orientation, to transform x2d once for them."""
+    if fmt.hadamard:
+        return _hadamard_row(x2d, contract_rows, fmt, sums, noise, bias, keep, step, transformed)
     r, c_cols = x2d.shape
     g, pad = _grouped(x2d, contract_rows, fmt)
     g1, length, g2 = g.shape
-    # Only MX scales (an absmax in (max, 2^(emax+1)) x scale), clipping and zero points
-    # can leave values beyond the grid; f32 and two-level scales put the absmax on it.
-    count_clipped = fmt.scale == "e8m0" or fmt.clipping is not None
+    # Only MX scales (an absmax in (max, 2^(emax+1)) x scale), NVFP4's E4M3 block scales
+    # (rounded down, or underflowing E4M3), bf16 (beyond its max: Inf), clipping and zero
+    # points can leave values beyond the grid; f32 and two-level scales put the absmax on it.
+    count_clipped = fmt.scale in ("e8m0", "e4m3") or fmt.element == "bf16" or fmt.clipping is not None
     # Chunks of whole groups along dim 0 compute their own scales; otherwise (one group
-    # spans the tensor's rows: per tensor, per column, or clipping) the scales come first.
-    whole = g1 == 1 or fmt.clipping is not None
+    # spans the tensor's rows: per tensor, per column, clipping, or 2-D tiles) the scales
+    # come first.
+    whole = g1 == 1 or fmt.clipping is not None or fmt.block2d
     params = None
     if whole:
         lo, hi = _ranges(g)
-        if fmt.emulated:
+        if fmt.block2d:
+            params = (_tile_scales(torch.maximum(-lo, hi), (r, c_cols), contract_rows, fmt, sums.absmax), None)
+        elif fmt.emulated:
             params = (_emulated_scales(torch.maximum(-lo, hi), sums.absmax, fmt), None)
         else:
             if fmt.clipping is not None:

@@ -248,7 +248,8 @@ TEST(InstrumentStats, ErrorStatsReportTheErrorOfTheGemmQuantizeGemmsRuns) {
   Tensor x = toTensor(randomRefTensor({DType::kF32, Shape{64, 32}}, 1));
   Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
   Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
-  for (const char* format : {"int8:channel:rtn", "int5:block16:rtn", "e4m3:tensor:rtn"}) {
+  // bf16: its copy is a bf16 matmul (which once lacked the GEMM's dims).
+  for (const char* format : {"int8:channel:rtn", "int5:block16:rtn", "e4m3:tensor:rtn", "bf16:tensor:rtn"}) {
     SCOPED_TRACE(format);
     auto plain = parseGraph(testing::kMlp);
     auto measured = parseGraph(testing::kMlp);
@@ -256,10 +257,11 @@ TEST(InstrumentStats, ErrorStatsReportTheErrorOfTheGemmQuantizeGemmsRuns) {
     TagMetadata().run(*measured, ctx);
     InstrumentStats({.output_pairs = {{qf(format), qf(format)}}}).run(*measured, ctx);
     auto rewritten = parseGraph(twice);
-    const bool emulated = QuantFormat::parse(format).isEmulated();
+    const QuantFormat parsed = QuantFormat::parse(format);
+    const char* decision = parsed.element == Element::kBf16 ? "bf16" : parsed.isEmulated() ? "fp8" : "int8";
     Recipe recipe = parseRecipe(fmt::format("gemms:\n  - {{label: q, decision: {}, lhs_format: \"{}\", rhs_format: "
                                             "\"{}\"}}\n",
-                                            emulated ? "fp8" : "int8", format, format),
+                                            decision, format, format),
                                 "r.yaml");
     Pipeline p;
     p.add(std::make_unique<TagMetadata>());

@@ -94,6 +94,25 @@ TEST(QuantFormat, Bf16TakesNoScale) {
   }
 }
 
+// 2-D tiles are the emulated formats' (fakeQuantize): an integer grid with f32 scales
+// runs on the int8 kernels, which scale 1-D groups only, so it is refused when parsed
+// (it used to reach those kernels with a tile count they did not allocate for).
+TEST(QuantFormat, TwoDimensionalTilesNeedAnEmulatedFormat) {
+  EXPECT_EQ(QuantFormat::parse("e2m1:block16x16:rtn:scale=e4m3").toString(), "e2m1:block16x16:rtn:scale=e4m3");
+  EXPECT_EQ(QuantFormat::parse("int8:block32x32:rtn:scale=e8m0").toString(), "int8:block32x32:rtn:scale=e8m0");
+  EXPECT_EQ(QuantFormat::parse("e4m3:block16x16:sr").toString(), "e4m3:block16x16:sr");
+  for (const char* text : {"int8:block16x16:rtn", "int4:block16x16:rtn:asym", "int7:block8x8:sr:clip=mse"}) {
+    try {
+      QuantFormat::parse(text);
+      ADD_FAILURE() << text << " parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("2-D blocks (block<N>x<N>) need a float element or a block scale"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(QuantFormat, ParsesFields) {
   QuantFormat format = QuantFormat::parse("int7:block32:sr:clip=p99.5:asym");
   EXPECT_EQ(format.bits, 7);

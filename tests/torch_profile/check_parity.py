@@ -65,9 +65,9 @@ DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Besides int8 per channel (always): every scheme, and formats that exercise the other
 # granularities, bit widths, zero points, clipping and partial blocks.
-FORMATS = ["fp8", "fp8_e4m3", "mxfp8", "mxint8", "moss_fp8", "int4:tensor:rtn", "int4:block16:rtn:asym",
-           "int6:block24:sr", "int5:channel:rtn:clip=mse", "int4:channel:rtn:clip=p99", "e5m2:channel:rtn",
-           "e4m3:block16:sr"]
+FORMATS = ["fp8", "fp8_e4m3", "mxfp8", "mxint8", "moss_fp8", "nvfp4", "mxfp4", "bf16", "int4:tensor:rtn",
+           "int4:block16:rtn:asym", "int6:block24:sr", "int5:channel:rtn:clip=mse", "int4:channel:rtn:clip=p99",
+           "e5m2:channel:rtn", "e4m3:block16:sr"]
 SR_DRAWS = 32
 
 
@@ -210,7 +210,7 @@ def flips(operand, fmt, stats):
     n = float(np.prod(shape))
     k = float(np.prod([shape[d] for d in operand["contract_dims"]]))
     head = fmt.split(":")[0]
-    bits = {"e4m3": 3, "e5m2": 2}
+    bits = {"e4m3": 3, "e5m2": 2, "e2m1": 1, "bf16": 7}
     step = operand["absmax"] * (2.0 ** -bits[head] if head in bits else 1.0 / (2 ** (int(head[3:]) - 1) - 1))
     coherent = operand["rms"] ** 2 / stats["bias_sqnr_mean"]  # E_lines[S^2] / K
     line = math.sqrt(k * coherent)
@@ -391,7 +391,10 @@ def main():
     warned = []
     theirs_doc = profile_once(model, input_ids, labels, formats, collector_yaml, seed=0, metrics=args.metrics,
                               warned=warned)
-    draws = [profile_once(model, input_ids, labels, formats, os.path.join(args.work, "draw{}.yaml".format(i)),
+    # The draws serve the stochastic-rounding statistics alone: the schemes (their gradient
+    # formats in sr, and the output error pairs) and the explicit sr formats.
+    sr_items = [f for f in formats if f in pgq_profile.SCHEMES or pgq_profile.parse_format(f).rounding == "sr"]
+    draws = [profile_once(model, input_ids, labels, sr_items, os.path.join(args.work, "draw{}.yaml".format(i)),
                           seed=i + 1, metrics=args.metrics)
              for i in range(args.draws - 1)]
     linear_paths = {path for path, _, _ in pgq_profile.linear_modules(model)}

@@ -23,7 +23,9 @@ from pgq_profile import formats, quant  # noqa: E402
 
 FORMATS = ["int8:channel:rtn", "int8:channel:sr", "int4:tensor:rtn", "e4m3:tensor:sr", "int4:block16:rtn:asym",
            "int6:block24:sr", "e4m3:block32:rtn:scale=e8m0", "e5m2:block32:sr:scale=two_level",
-           "int5:channel:rtn:clip=mse", "int4:channel:rtn:clip=p99"]
+           "int5:channel:rtn:clip=mse", "int4:channel:rtn:clip=p99", "nvfp4", "e2m1:block16x16:sr:scale=e4m3",
+           "mxfp4:sr", "e2m1:channel:rtn", "bf16:tensor:rtn", "bf16:tensor:sr", "e2m1:block32:sr:scale=e8m0:rht",
+           "e2m1:block16x16:rtn:scale=e4m3:rht", "e4m3:tensor:rtn:rht"]
 
 
 def main():
@@ -31,16 +33,21 @@ def main():
     torch.set_num_threads(1)
     failures = []
     # 700 x 1000 = 700,000 elements: 3 chunks; rows of 1000 (not a multiple of 24 or of
-    # 2^18 / 1000), 700 rows (not a multiple of 24: padded blocks when contracting rows).
-    # A mean makes round to nearest's errors share a sign along the lines.
-    x = (torch.randn(700, 1000) * torch.rand(700, 1) + 0.3).contiguous()
+    # 2^18 / 1000), 700 rows (not a multiple of 24: padded blocks when contracting rows;
+    # nor of 16: partial 16x16 tiles both ways). A mean makes round to nearest's errors
+    # share a sign along the lines. Formats with rht (a contracting length that is a
+    # multiple of 16) take its first 688 x 992 (3 chunks too); their SQNR and MSE are
+    # those of H D x, equal to the error of Q(x) = D H Q(H D x) against x up to float
+    # rounding (the transform is orthonormal).
+    full = (torch.randn(700, 1000) * torch.rand(700, 1) + 0.3).contiguous()
     noise = quant.Noise(torch.device("cpu"), 0)
-    sums = quant.TensorSums(x)
     checked = 0
     for text in FORMATS:
         fmt = formats.parse(text)
+        x = full[:688, :992].contiguous() if fmt.hadamard else full
+        sums = quant.TensorSums(x)
         for contract_rows in (False, True):
-            row, q = quant.format_row(x, contract_rows, fmt, sums, noise, bias=True, keep=True)
+            row, q = quant.format_row(x, contract_rows, fmt, sums, noise, bias=True, keep=True, step=3)
             sqnr, mse, _, _, bias = row.tolist()
             e = (q.double() - x.double())
             lines = e.sum(dim=0 if contract_rows else 1)
