@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/dnnl_context.h"
 #include "kernels/gemm.h"
 #include "kernels/kernel_error.h"
@@ -103,6 +104,62 @@ struct SegmentTerms {
 // The s32 result of the K segments of a per-block GEMM, reused across calls.
 thread_local std::vector<int32_t> tl_scratch;
 
+// A transposed to row-major, reused across calls (see rowMajorA).
+thread_local std::vector<uint8_t> tl_a_rows;
+
+// The 16x16 bytes at a (row stride lda) transposed to t (row stride ldt): four rounds of
+// unpacks, bytes, then 16-, 32- and 64-bit pairs.
+void transpose16x16(const uint8_t* a, int64_t lda, uint8_t* t, int64_t ldt) {
+  __m128i r[16], s[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i * lda));
+  for (int i = 0; i < 8; ++i) {
+    s[2 * i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+    s[2 * i + 1] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm_unpacklo_epi16(s[4 * i], s[4 * i + 2]);
+    r[4 * i + 1] = _mm_unpackhi_epi16(s[4 * i], s[4 * i + 2]);
+    r[4 * i + 2] = _mm_unpacklo_epi16(s[4 * i + 1], s[4 * i + 3]);
+    r[4 * i + 3] = _mm_unpackhi_epi16(s[4 * i + 1], s[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      s[8 * i + 2 * j] = _mm_unpacklo_epi32(r[8 * i + j], r[8 * i + 4 + j]);
+      s[8 * i + 2 * j + 1] = _mm_unpackhi_epi32(r[8 * i + j], r[8 * i + 4 + j]);
+    }
+  for (int j = 0; j < 8; ++j) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(t + (2 * j) * ldt), _mm_unpacklo_epi64(s[j], s[8 + j]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(t + (2 * j + 1) * ldt), _mm_unpackhi_epi64(s[j], s[8 + j]));
+  }
+}
+
+// A stored transposed ([batch][K][M], a weight gradient's activation or output gradient)
+// copied to [batch][M][K]. On AMX, oneDNN 2.6 runs a transposed u8 A through gemm:jit,
+// at 146-213 GOP/s against its AMX brgemm's 311-785 on the row-major copy at K = 256
+// (GPT-2's 256-token steps; 2 threads, this copy included), and with AVX-512 VNNI alone
+// gemm:jit is as fast as that (docs/PERFORMANCE.md); so only AMX takes the copy.
+std::span<const uint8_t> rowMajorA(std::span<const uint8_t> qa, int64_t batch, int64_t m, int64_t k) {
+  if (tl_a_rows.size() < qa.size()) tl_a_rows.resize(qa.size());
+  uint8_t* out = tl_a_rows.data();
+  const int64_t mb = (m + 15) / 16, kb = (k + 15) / 16;
+#pragma omp parallel for schedule(static)
+  for (int64_t task = 0; task < batch * mb; ++task) {
+    const int64_t b = task / mb, i0 = task % mb * 16;
+    const uint8_t* src = qa.data() + b * m * k;  // [k][m]
+    uint8_t* dst = out + b * m * k;              // [m][k]
+    for (int64_t jb = 0; jb < kb; ++jb) {
+      const int64_t j0 = jb * 16;
+      if (i0 + 16 <= m && j0 + 16 <= k) {
+        transpose16x16(src + j0 * m + i0, m, dst + i0 * k + j0, k);
+        continue;
+      }
+      for (int64_t i = i0; i < std::min(m, i0 + 16); ++i)
+        for (int64_t j = j0; j < std::min(k, j0 + 16); ++j) dst[i * k + j] = src[j * m + i];
+    }
+  }
+  return {out, qa.size()};
+}
+
 // Eight int32 from memory that may hold floats (the in-place rescale reads oneDNN's s32
 // output from the f32 output buffer); the intrinsic load may alias any type.
 inline __m256i loadInt(const int32_t* p) {
@@ -110,9 +167,10 @@ inline __m256i loadInt(const int32_t* p) {
 }
 
 template <bool kS32Out>
-void runInt8(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFormat& fa,
+void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFormat& fa,
              std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
              std::span<const float> pb, void* c_out, size_t c_size, const char* what) {
+  GemmShape shape = given;
   shape.validate();
   checkFormat(fa);
   checkFormat(fb);
@@ -133,6 +191,11 @@ void runInt8(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFor
   checkExactInt8Gemm(fa, fb);
   const Operand a = makeOperand(lhsView(shape), fa, pa, GemmSide::kLhs, "A");
   const Operand b = makeOperand(rhsView(shape), fb, pb, GemmSide::kRhs, "B");
+  // The params are in group order, which does not depend on the layout: only A's bytes move.
+  if (shape.trans_a && int8Caps().isa_name == "avx512_core_amx") {
+    qa = rowMajorA(qa, shape.batch, shape.m, shape.k);
+    shape.trans_a = false;
+  }
 
   const int64_t batch = shape.batch, m = shape.m, n = shape.n, k = shape.k;
   // A constant lhs zero point (symmetric, or asymmetric per-tensor) goes to oneDNN; a
