@@ -1,5 +1,6 @@
 // f32 vs int8 GEMMs on the shapes of the `small` transformer (tokens M = 2048 = batch 16
-// x seq 128, d_model 256, d_ff 1024, vocab 256) and four reference shapes (`hw.*`), at 1
+// x seq 128, d_model 256, d_ff 1024, vocab 256), two linears of GPT-2 124M at 256 tokens
+// (`gpt2_124m.*`) and four reference shapes (`hw.*`), at 1
 // and 2 threads (the benchmark argument):
 //   f32        gemmF32
 //   int8_raw   int8Gemm on operands quantized beforehand (GEMM + zero point + rescale)
@@ -53,6 +54,11 @@ std::vector<NamedShape> benchShapes() {
   addLinear(shapes, "small.qkvo+logits", 2048, 256, 256);
   addLinear(shapes, "small.up", 2048, 256, 1024);
   addLinear(shapes, "small.down", 2048, 1024, 256);
+  // GPT-2 124M at bench/gpt2_124m_exact.yaml's 256 tokens per step: its weight gradients
+  // contract over 256 tokens with a transposed A (on AMX the int8 GEMM copies A row-major
+  // first, int8_gemm.cc rowMajorA).
+  addLinear(shapes, "gpt2_124m.fc", 256, 768, 3072);
+  addLinear(shapes, "gpt2_124m.logits", 256, 768, 50257);
   for (auto [m, k, n] : {std::tuple{512, 256, 256}, std::tuple{2048, 512, 2048},
                          std::tuple{4096, 1024, 1024}, std::tuple{256, 2048, 256}}) {
     shapes.push_back({fmt::format("hw.{}x{}x{}", m, k, n), GemmShape{1, m, n, k}});

@@ -135,9 +135,10 @@ void transpose16x16(const uint8_t* a, int64_t lda, uint8_t* t, int64_t ldt) {
 
 // A stored transposed ([batch][K][M], a weight gradient's activation or output gradient)
 // copied to [batch][M][K]. On AMX, oneDNN 2.6 runs a transposed u8 A through gemm:jit,
-// at 146-213 GOP/s against its AMX brgemm's 311-785 on the row-major copy at K = 256
-// (GPT-2's 256-token steps; 2 threads, this copy included), and with AVX-512 VNNI alone
-// gemm:jit is as fast as that (docs/PERFORMANCE.md); so only AMX takes the copy.
+// which there reaches 115-130 GOP/s on GPT-2 124M's 256-token weight gradients, against
+// 240-610 GOP/s for its AMX brgemm on this copy (2 threads, the copy included; with
+// AVX-512 VNNI alone gemm:jit itself runs them at 445-600): so only AMX takes the copy
+// (docs/PERFORMANCE.md, "The step's other kernels").
 std::span<const uint8_t> rowMajorA(std::span<const uint8_t> qa, int64_t batch, int64_t m, int64_t k) {
   if (tl_a_rows.size() < qa.size()) tl_a_rows.resize(qa.size());
   uint8_t* out = tl_a_rows.data();
