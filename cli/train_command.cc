@@ -115,7 +115,7 @@ void addTrainCommand(CLI::App& app) {
   addThreadsFlag(cmd);
   addNumber(cmd, ranges::kSeed, args.seed,
             "Seed of the initialization, data order and rounding (default: the model config's seed)");
-  cmd->add_flag("--profile-ops", o.profile_ops, "Time every kernel and print the per-op time split");
+  cmd->add_flag("--profile-ops", o.profile_ops, "Time every kernel and print the per-op time split (ms, share, GB/s), the slowest GEMMs and the slowest other kernels");
   addNumber(cmd, ranges::kProfileSteps, o.profile_steps,
             "Stage (i): log GEMM operand statistics for this many steps (0: none; needs --profile-out)");
   addNumber(cmd, ranges::kProfileWarmup, o.profile_warmup, "Steps to train before the logged ones");
