@@ -129,26 +129,28 @@ TEST(Quantize, MatchesScalarReferenceForEveryViewFormatAndSide) {
 
 TEST(Quantize, DynamicEqualsParamsThenQuantize) {
   const SrStream sr{5, 8};
-  for (int threads : {1, 2})
-  for (const OperandView& view : kViews) {
+  // At 1 and 2 threads: the one-pass path must split its rows as the two passes do.
+  for (int threads : {1, 2}) {
     ThreadCount tc(threads);
-    std::vector<float> x = awkwardData(view, 9);
-    for (const char* text : kFormats) {
-      QuantFormat format = QuantFormat::parse(text);
-      std::vector<float> params(quantParamCount(view, format));
-      std::vector<float> dyn_params(params.size());
-      computeQuantParams(x, view, format, params);
-      std::vector<uint8_t> qa(x.size()), dyn_qa(x.size());
-      std::vector<int8_t> qb(x.size()), dyn_qb(x.size());
-      quantize(x, view, format, params, qa, sr);
-      quantize(x, view, format, params, qb, sr);
-      quantizeDynamic(x, view, format, dyn_params, dyn_qa, sr);
-      EXPECT_EQ(dyn_params, params) << text;
-      std::fill(dyn_params.begin(), dyn_params.end(), 0.0f);
-      quantizeDynamic(x, view, format, dyn_params, dyn_qb, sr);
-      EXPECT_EQ(dyn_params, params) << text;
-      EXPECT_EQ(dyn_qa, qa) << text;
-      EXPECT_EQ(dyn_qb, qb) << text;
+    for (const OperandView& view : kViews) {
+      std::vector<float> x = awkwardData(view, 9);
+      for (const char* text : kFormats) {
+        QuantFormat format = QuantFormat::parse(text);
+        std::vector<float> params(quantParamCount(view, format));
+        std::vector<float> dyn_params(params.size());
+        computeQuantParams(x, view, format, params);
+        std::vector<uint8_t> qa(x.size()), dyn_qa(x.size());
+        std::vector<int8_t> qb(x.size()), dyn_qb(x.size());
+        quantize(x, view, format, params, qa, sr);
+        quantize(x, view, format, params, qb, sr);
+        quantizeDynamic(x, view, format, dyn_params, dyn_qa, sr);
+        EXPECT_EQ(dyn_params, params) << text;
+        std::fill(dyn_params.begin(), dyn_params.end(), 0.0f);
+        quantizeDynamic(x, view, format, dyn_params, dyn_qb, sr);
+        EXPECT_EQ(dyn_params, params) << text;
+        EXPECT_EQ(dyn_qa, qa) << text;
+        EXPECT_EQ(dyn_qb, qb) << text;
+      }
     }
   }
 }
