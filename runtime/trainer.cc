@@ -110,6 +110,9 @@ std::optional<int64_t> checkRunFields(const Checkpoint& ckpt, const TrainOptions
 // Kernel time per node of an executor's timed runs (TrainOptions::profile_ops).
 std::vector<OpTiming> opTimings(const Executor& exec) {
   std::vector<OpTiming> timings;
+  auto bytesOf = [](const Node* n) {
+    return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
+  };
   for (const NodeProfile& p : exec.profile()) {
     double flops = 0;
     std::string dtype;
@@ -118,9 +121,6 @@ std::vector<OpTiming> opTimings(const Executor& exec) {
                         DotDims::fromAttrs(p.node->attrs())).flops();
       dtype = p.node->op() == Op::kQMatMul ? "int8" : std::string(dtypeName(p.node->operand(0)->dtype()));
     }
-    auto bytesOf = [](const Node* n) {
-      return static_cast<double>(n->shape().numElements()) * static_cast<double>(dtypeSize(n->dtype()));
-    };
     double bytes = bytesOf(p.node);
     for (const Node* operand : p.node->operands()) bytes += bytesOf(operand);
     timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops, dtype,
