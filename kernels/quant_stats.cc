@@ -42,18 +42,24 @@ double sumLanes(__m256d v) {
 // counts it. Squares are summed in float over each block of 32 elements and the block
 // sums in double (kWide = false); a unit whose float sums overflow (|x| > ~1e19) is
 // summed again entirely in double (kWide = true). kClipped = false leaves out the
-// clipped count where it is known to be 0 (clippingIsImpossible). NaN is counted only in
-// the blocks that have a non-finite lane (or padding): most blocks have none.
+// clipped count where it is known to be 0 (clippingIsImpossible).
+// Most blocks are full and finite: one integer max of the four vectors' magnitudes tells
+// (a float's magnitude bits order like the float, and NaN/Inf sit above every finite
+// one), gives the block's absmax, and lets the block skip every finiteness mask and
+// count. The other blocks (a non-finite lane, or padding) take the masked path. Both
+// paths add the same values in the same order: the sums do not depend on the split.
 template <bool kWide, bool kClipped>
 struct StatsSink {
   __m256d signal = _mm256_setzero_pd();
   __m256d noise = _mm256_setzero_pd();
-  __m256i finite = _mm256_setzero_si256();
+  __m256i masked_finite = _mm256_setzero_si256();  // finite lanes of masked blocks
+  int64_t fast_finite = 0;                          // elements of full finite blocks
   __m256i nan = _mm256_setzero_si256();
   __m256i zeros = _mm256_setzero_si256();
   __m256i underflow = _mm256_setzero_si256();
   __m256i clipped = _mm256_setzero_si256();
-  __m256 absmax = _mm256_setzero_ps();
+  __m256 absmax = _mm256_setzero_ps();      // masked blocks
+  __m256i absmax_bits = _mm256_setzero_si256();  // full finite blocks, as magnitude bits
   int64_t real = 0;
   __m256 lo_edge;
   __m256 hi_edge;
@@ -76,72 +82,108 @@ struct StatsSink {
                                            _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
   }
 
-  void operator()(int64_t, const detail::Lanes& l, int valid) {
+  // One vector's counts and squares; `fin` (finite real lanes) is applied only when kMasked.
+  template <bool kMasked>
+  __attribute__((always_inline)) void lanes(const detail::Lanes& l, int k, __m256 fin, __m256 is_zero,
+                                            __m256& block_signal, __m256& block_noise) {
+    const __m256 x = l.x[k];
+    count(zeros, is_zero);
+    // Q(x) = 0 exactly when the grid integer equals the zero point.
+    const __m256 on_zero = _mm256_cmp_ps(l.t[k], l.add[k], _CMP_EQ_OQ);
+    __m256 under = _mm256_andnot_ps(is_zero, on_zero);
+    if constexpr (kMasked) under = _mm256_and_ps(under, fin);
+    count(underflow, under);
+    if constexpr (kClipped) {
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(x, l.inv[k]), l.add[k]);
+      __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, hi_edge, _CMP_GT_OQ), _mm256_cmp_ps(v, lo_edge, _CMP_LT_OQ));
+      if constexpr (kMasked) out = _mm256_and_ps(out, fin);
+      count(clipped, out);
+    }
+    const __m256 xf = kMasked ? _mm256_and_ps(x, fin) : x;
+    const __m256 deq = _mm256_mul_ps(_mm256_sub_ps(l.t[k], l.add[k]), l.scale[k]);
+    __m256 err = _mm256_sub_ps(deq, x);
+    if constexpr (kMasked) err = _mm256_and_ps(err, fin);
+    if constexpr (kWide) {
+      addSquares(signal, xf);
+      addSquares(noise, err);
+    } else {
+      block_signal = _mm256_fmadd_ps(xf, xf, block_signal);
+      block_noise = _mm256_fmadd_ps(err, err, block_noise);
+    }
+  }
+
+  // Inlined into the quantizer's loop, so that the lanes stay in registers (a call
+  // passes all 24 vectors through memory).
+  __attribute__((always_inline)) void operator()(int64_t, const detail::Lanes& l, int valid) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
     const __m256 zero = _mm256_setzero_ps();
-    const bool full = valid == 32;
     real += valid;
     __m256 block_signal = zero;
     __m256 block_noise = zero;
-    __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    if (valid == 32) {
+      __m256i ax[4];
+      for (int k = 0; k < 4; ++k) ax[k] = _mm256_castps_si256(_mm256_and_ps(l.x[k], abs_mask));
+      const __m256i top = _mm256_max_epi32(_mm256_max_epi32(ax[0], ax[1]), _mm256_max_epi32(ax[2], ax[3]));
+      const __m256i nonfinite = _mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x7F7FFFFF));
+      if (__builtin_expect(_mm256_testz_si256(nonfinite, nonfinite), 1)) {
+        fast_finite += 32;
+        absmax_bits = _mm256_max_epi32(absmax_bits, top);
+        for (int k = 0; k < 4; ++k)
+          lanes<false>(l, k, zero, _mm256_cmp_ps(l.x[k], zero, _CMP_EQ_OQ), block_signal, block_noise);
+        if constexpr (!kWide) {
+          addBlock(signal, block_signal);
+          addBlock(noise, block_noise);
+        }
+        return;
+      }
+    }
+    masked(l, valid);
+  }
+
+  // A block with a non-finite lane or padding: every count and sum masked.
+  __attribute__((always_inline)) void masked(const detail::Lanes& l, int valid) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 block_signal = zero;
+    __m256 block_noise = zero;
     for (int k = 0; k < 4; ++k) {
-      const __m256 x = l.x[k];
-      const __m256 ax = _mm256_and_ps(x, abs_mask);
+      const __m256 ax = _mm256_and_ps(l.x[k], abs_mask);
       // Padding lanes hold x = 0: only the finite and zero masks need the lane mask,
       // everything else is gated by `fin` or is 0 there.
       __m256 fin = _mm256_cmp_ps(ax, _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ);
-      __m256 is_zero = _mm256_cmp_ps(x, zero, _CMP_EQ_OQ);
-      if (!full) {
+      __m256 is_zero = _mm256_cmp_ps(l.x[k], zero, _CMP_EQ_OQ);
+      if (valid != 32) {
         const __m256 lane = detail::validMask(valid, k);
         fin = _mm256_and_ps(fin, lane);
         is_zero = _mm256_and_ps(is_zero, lane);
       }
-      count(finite, fin);
-      all_finite = _mm256_and_ps(all_finite, fin);
-      count(zeros, is_zero);
-      // Q(x) = 0 exactly when the grid integer equals the zero point.
-      const __m256 on_zero = _mm256_cmp_ps(l.t[k], l.add[k], _CMP_EQ_OQ);
-      count(underflow, _mm256_and_ps(_mm256_andnot_ps(is_zero, fin), on_zero));
-      if constexpr (kClipped) {
-        const __m256 v = _mm256_add_ps(_mm256_mul_ps(x, l.inv[k]), l.add[k]);
-        const __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, hi_edge, _CMP_GT_OQ),
-                                        _mm256_cmp_ps(v, lo_edge, _CMP_LT_OQ));
-        count(clipped, _mm256_and_ps(out, fin));
-      }
+      count(masked_finite, fin);
       absmax = _mm256_max_ps(absmax, _mm256_and_ps(ax, fin));
-      const __m256 xf = _mm256_and_ps(x, fin);
-      const __m256 deq = _mm256_mul_ps(_mm256_sub_ps(l.t[k], l.add[k]), l.scale[k]);
-      const __m256 err = _mm256_and_ps(_mm256_sub_ps(deq, x), fin);
-      if constexpr (kWide) {
-        addSquares(signal, xf);
-        addSquares(noise, err);
-      } else {
-        block_signal = _mm256_fmadd_ps(xf, xf, block_signal);
-        block_noise = _mm256_fmadd_ps(err, err, block_noise);
-      }
+      lanes<true>(l, k, fin, is_zero, block_signal, block_noise);
+      // Padding lanes (x = 0) are not finite here, and not NaN either.
+      count(nan, _mm256_cmp_ps(l.x[k], l.x[k], _CMP_UNORD_Q));
     }
     if constexpr (!kWide) {
       addBlock(signal, block_signal);
       addBlock(noise, block_noise);
     }
-    // Padding lanes (x = 0) are not finite here, and not NaN either.
-    if (_mm256_movemask_ps(all_finite) != 0xFF)
-      for (int k = 0; k < 4; ++k) count(nan, _mm256_cmp_ps(l.x[k], l.x[k], _CMP_UNORD_Q));
   }
 
   Partial result() const {
     Partial p;
     p.signal = sumLanes(signal);
     p.noise = sumLanes(noise);
-    p.finite = sumLanes(finite);
+    p.finite = sumLanes(masked_finite) + fast_finite;
     p.nan = sumLanes(nan);
     p.inf = real - p.finite - p.nan;
     p.zeros = sumLanes(zeros);
     p.underflow = sumLanes(underflow);
     p.clipped = sumLanes(clipped);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, absmax);
-    for (float lane : lanes) p.absmax = std::max(p.absmax, lane);
+    // Finite magnitudes' bits order like the floats.
+    const __m256 both = _mm256_max_ps(absmax, _mm256_castsi256_ps(absmax_bits));
+    alignas(32) float values[8];
+    _mm256_store_ps(values, both);
+    for (float lane : values) p.absmax = std::max(p.absmax, lane);
     return p;
   }
 };

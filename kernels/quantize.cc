@@ -1,6 +1,7 @@
 #include "kernels/quantize.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -152,6 +153,9 @@ float horizontalMax(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
+// FLT_MAX's bits: a magnitude's bits above it are Inf or NaN.
+constexpr uint32_t kMaxFiniteBits = 0x7F7FFFFFu;
+
 // Range of the finite values of x[0, n), folded into [mn, mx] (callers start at 0, so
 // the range always contains 0).
 void finiteRange(const float* x, int64_t n, float& mn, float& mx) {
@@ -182,6 +186,37 @@ void finiteRange(const float* x, int64_t n, float& mn, float& mx) {
   }
   mn = std::min(mn, lmn);
   mx = std::max(mx, lmx);
+}
+
+// finiteRange for a symmetric format without clipping, which reads only max(-mn, mx):
+// the largest finite magnitude a, folded in as [-a, a]. Finite magnitudes order like
+// their bits, and NaN and Inf sit above them, so one integer max per vector does it (half
+// the work of the range); a stretch with a NaN or Inf goes to finiteRange, which skips
+// them. The scales are the same: paramsFromRange and the emulated scales read max(-mn, mx).
+void finiteMagnitude(const float* x, int64_t n, float& mn, float& mx) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  __m256i top[4];
+  for (int k = 0; k < 4; ++k) top[k] = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8 * k));
+      top[k] = _mm256_max_epi32(top[k], _mm256_and_si256(v, abs_mask));
+    }
+  }
+  __m256i t = _mm256_max_epi32(_mm256_max_epi32(top[0], top[1]), _mm256_max_epi32(top[2], top[3]));
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+  uint32_t bits = uint32_t(_mm_cvtsi128_si32(h));
+  for (; i < n; ++i) bits = std::max(bits, std::bit_cast<uint32_t>(x[i]) & 0x7FFFFFFFu);
+  if (bits > kMaxFiniteBits) {
+    finiteRange(x, n, mn, mx);
+    return;
+  }
+  const float a = std::bit_cast<float>(bits);
+  mn = std::min(mn, -a);
+  mx = std::max(mx, a);
 }
 
 // Folds rows x[r * stride + c] (r < rows, c < n) into per-column ranges mn[0, n),
@@ -233,6 +268,46 @@ void foldColumns(const float* x, int64_t rows, int64_t stride, int64_t n, float*
   }
 }
 
+// foldColumns for a symmetric format without clipping (finiteMagnitude's rule): each
+// column's largest finite magnitude a folded in as [-a, a], n <= kMaxFoldColumns. A chunk
+// with a NaN or Inf goes to foldColumns.
+constexpr int64_t kMaxFoldColumns = 128;
+void foldColumnMagnitudes(const float* x, int64_t rows, int64_t stride, int64_t n, float* mn, float* mx) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  alignas(32) uint32_t top[kMaxFoldColumns] = {};
+  auto magnitude = [&](const float* p) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), abs_mask);
+  };
+  const int64_t vec = n - n % 8;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* row = x + r * stride;
+    for (int64_t i = 0; i < vec; i += 8) {
+      __m256i* acc = reinterpret_cast<__m256i*>(top + i);
+      const __m256i m = _mm256_max_epi32(_mm256_max_epi32(magnitude(row + i), magnitude(row + stride + i)),
+                                         _mm256_max_epi32(magnitude(row + 2 * stride + i), magnitude(row + 3 * stride + i)));
+      _mm256_store_si256(acc, _mm256_max_epi32(_mm256_load_si256(acc), m));
+    }
+  }
+  for (; r < rows; ++r) {
+    for (int64_t i = 0; i < vec; i += 8) {
+      __m256i* acc = reinterpret_cast<__m256i*>(top + i);
+      _mm256_store_si256(acc, _mm256_max_epi32(_mm256_load_si256(acc), magnitude(x + r * stride + i)));
+    }
+  }
+  for (int64_t rr = 0; rr < rows; ++rr)
+    for (int64_t i = vec; i < n; ++i) top[i] = std::max(top[i], std::bit_cast<uint32_t>(x[rr * stride + i]) & 0x7FFFFFFFu);
+  if (*std::max_element(top, top + n) > kMaxFiniteBits) {
+    foldColumns(x, rows, stride, n, mn, mx);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::bit_cast<float>(top[i]);
+    mn[i] = std::min(mn[i], -a);
+    mx[i] = std::max(mx[i], a);
+  }
+}
+
 }  // namespace
 
 void detail::groupRanges(const float* x, const OperandView& view, const QuantFormat& format,
@@ -243,10 +318,14 @@ void detail::groupRanges(const float* x, const OperandView& view, const QuantFor
   mx.assign(groups, 0.0f);
   const int64_t rows = view.batch * view.rows;
   const int64_t cols = view.cols;
+  // Symmetric formats without clipping read each range's magnitude only.
+  const bool magnitude = !format.asymmetric && format.clipping == Clipping::kNone;
+  const auto range = magnitude ? finiteMagnitude : finiteRange;
+  const auto fold = magnitude ? foldColumnMagnitudes : foldColumns;
   if (format.granularity == Granularity::kPerTensor) {
     float tmn = 0.0f, tmx = 0.0f;
 #pragma omp parallel for schedule(static) reduction(min : tmn) reduction(max : tmx)
-    for (int64_t r = 0; r < rows; ++r) finiteRange(x + r * cols, cols, tmn, tmx);
+    for (int64_t r = 0; r < rows; ++r) range(x + r * cols, cols, tmn, tmx);
     mn[0] = tmn;
     mx[0] = tmx;
   } else if (view.contract_along_cols) {
@@ -256,14 +335,13 @@ void detail::groupRanges(const float* x, const OperandView& view, const QuantFor
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < blocks; ++j) {
         int64_t c0 = j * block;
-        finiteRange(x + r * cols + c0, std::min(cols, c0 + block) - c0, mn[r * blocks + j],
-                    mx[r * blocks + j]);
+        range(x + r * cols + c0, std::min(cols, c0 + block) - c0, mn[r * blocks + j], mx[r * blocks + j]);
       }
     }
   } else {
     // One column is one channel: each work item folds all rows of a column chunk,
     // restarting at every block of rows.
-    constexpr int64_t kColChunk = 128;
+    constexpr int64_t kColChunk = kMaxFoldColumns;
     const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : view.rows;
     const int64_t chunks = (cols + kColChunk - 1) / kColChunk;
 #pragma omp parallel for schedule(static)
@@ -277,7 +355,7 @@ void detail::groupRanges(const float* x, const OperandView& view, const QuantFor
         std::fill(cmx, cmx + n, 0.0f);
         const int64_t r0 = j * block;
         const int64_t r1 = std::min(view.rows, r0 + block);
-        foldColumns(x + (b * view.rows + r0) * cols + c0, r1 - r0, cols, n, cmn, cmx);
+        fold(x + (b * view.rows + r0) * cols + c0, r1 - r0, cols, n, cmn, cmx);
         for (int64_t c = 0; c < n; ++c) {
           int64_t g = (b * cols + c0 + c) * blocks + j;
           mn[g] = cmn[c];
@@ -399,6 +477,8 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
   const int offset = storageOffset(format, side);
   const QuantGrid grid = gridOf(format);
   const bool stochastic = format.rounding == Rounding::kStochastic;
+  // As groupRanges: a symmetric format reads the magnitude only (no clipping here).
+  const auto range = format.asymmetric ? finiteRange : finiteMagnitude;
 #pragma omp parallel
   {
     // Each thread walks its rows in increasing index order, as the noise buffer wants.
@@ -410,7 +490,7 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
         const int64_t index = r * cols + j * block;
         const int64_t len = std::min(cols, (j + 1) * block) - j * block;
         float mn = 0.0f, mx = 0.0f;
-        finiteRange(x.data() + index, len, mn, mx);
+        range(x.data() + index, len, mn, mx);
         const detail::GroupParams p = detail::paramsFromRange(mn, mx, format);
         params[r * blocks + j] = p.scale;
         if (format.asymmetric) params[groups + r * blocks + j] = p.zero_point;

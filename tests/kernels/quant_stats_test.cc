@@ -287,6 +287,46 @@ TEST(QuantStats, ShortcutsChangeNoStatistic) {
   }
 }
 
+// Full finite blocks of 32 take an unmasked path (kernels/quant_stats.cc), blocks with a
+// NaN, an Inf or padding a masked one: counts and absmax are those of an explicit round
+// trip wherever the largest magnitude, the zeros and the specials sit.
+TEST(QuantStats, MaskedAndUnmaskedBlocksCountAlike) {
+  for (OperandView view : {OperandView{2, 9, 100, true}, OperandView{1, 70, 30, false}}) {
+    for (int64_t peak : {int64_t{40}, int64_t{131}}) {  // in a finite block; beside the NaN at 130
+      std::vector<float> x = qtest::normalData(view.elements(), 21);
+      for (int64_t i = 2; i < view.elements(); i += 11) x[i] = 0.0f;
+      for (int64_t i = 7; i < view.elements(); i += 29) x[i] *= 1e-4f;  // some underflow
+      x[130] = kNan;
+      x[260] = -kInf;
+      x[peak] = -40.0f;
+      for (const char* text : {"int8:channel:rtn", "int4:block32:rtn:asym", "int8:tensor:sr"}) {
+        const QuantFormat format = QuantFormat::parse(text);
+        const SrStream sr{5, 1};
+        const QuantStats stats = quantStats(x, view, format, sr);
+        const std::vector<float> back = roundTrip(x, view, format, sr);
+        int64_t finite = 0, zeros = 0, underflow = 0;
+        double absmax = 0.0;
+        for (size_t i = 0; i < x.size(); ++i) {
+          if (!std::isfinite(x[i])) continue;
+          ++finite;
+          zeros += x[i] == 0.0f;
+          underflow += x[i] != 0.0f && back[i] == 0.0f;
+          absmax = std::max(absmax, std::fabs(double(x[i])));
+        }
+        const std::string where = std::string(text) + " peak at " + std::to_string(peak);
+        EXPECT_EQ(stats.finite_count, finite) << where;
+        EXPECT_EQ(stats.nan_count, 1) << where;
+        EXPECT_EQ(stats.inf_count, 1) << where;
+        EXPECT_EQ(stats.absmax, absmax) << where;
+        EXPECT_DOUBLE_EQ(stats.zero_fraction, double(zeros) / double(finite)) << where;
+        EXPECT_DOUBLE_EQ(stats.underflow_fraction, double(underflow) / double(finite)) << where;
+        EXPECT_GT(underflow, 0) << where;
+        EXPECT_EQ(stats.clipped_fraction, 0.0) << where;
+      }
+    }
+  }
+}
+
 TEST(QuantStats, IndependentOfThreadCount) {
   OperandView view{1, 40, 3000, false};
   std::vector<float> x = qtest::normalData(view.elements(), 12);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <limits>
 
@@ -183,6 +184,39 @@ TEST(Quantize, ScalesAreAbsmaxOverQmaxAndIgnoreNonFinite) {
   std::vector<float> one(1);
   computeQuantParams(x, view, perTensorFormat(4), one);
   EXPECT_EQ(one[0], float(3.0 / 7.0));
+}
+
+// Symmetric scales come from each group's largest magnitude, found on the float bits
+// (kernels/quantize.cc finiteMagnitude); a stretch holding NaN or Inf takes the range
+// path. Non-finite values in the vector body, in the tail, in a 4-row stripe of a
+// column chunk and alone in a row, against the absmax of the finite values in double.
+TEST(Quantize, SymmetricScalesSkipNonFiniteValuesWherever) {
+  for (bool along_cols : {true, false}) {
+    const OperandView view{2, 37, 70, along_cols};
+    std::vector<float> x = normalData(view.elements(), 11);
+    x[3] = kNan;                       // vector body of the first row/columns
+    x[69] = -kInf;                     // tail of row 0
+    x[70 * 5 + 40] = kInf;             // body of row 5
+    x[70 * 9 + 33] = -FLT_MAX;         // the largest magnitude, finite, negative
+    x[70 * 12 + 1] = -7.5f;            // a row whose absmax is negative
+    x[70 * 40 + 66] = kNan;            // second batch, tail columns
+    for (int c = 0; c < 70; ++c) x[70 * 20 + c] = c == 50 ? kNan : 0.0f;  // NaN and zeros only
+    for (QuantFormat format : {perChannelFormat(8), perTensorFormat(8), perBlockFormat(8, 32)}) {
+      const std::string text = format.toString() + (along_cols ? " along cols" : " along rows");
+      std::vector<float> params(quantParamCount(view, format));
+      computeQuantParams(x, view, format, params);
+      std::vector<double> absmax(params.size(), 0.0);
+      for (int64_t b = 0; b < view.batch; ++b)
+        for (int64_t r = 0; r < view.rows; ++r)
+          for (int64_t c = 0; c < view.cols; ++c) {
+            const float v = x[(b * view.rows + r) * view.cols + c];
+            double& a = absmax[qtest::groupOf(view, format, b, r, c)];
+            if (std::isfinite(v)) a = std::max(a, std::fabs(double(v)));
+          }
+      for (size_t g = 0; g < params.size(); ++g)
+        EXPECT_EQ(params[g], float(std::max(absmax[g] / 127.0, double(kMinScale)))) << text << " group " << g;
+    }
+  }
 }
 
 TEST(Quantize, AsymmetricParamsCoverTheRangeWithAZeroPoint) {
