@@ -143,6 +143,7 @@ BENCHMARK_CAPTURE(quantizedStep, small_FB_SR, std::string("small"), std::string(
 // The realistic presets (issue 13): the logits GEMM is a large share of the FLOPs.
 BENCHMARK_CAPTURE(f32Step, medium, std::string("medium"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, medium_FB, std::string("medium"), std::string("F+B"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(profiledStep, medium, std::string("medium"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(quantizedStep, medium_FB_SR, std::string("medium"), std::string("F+B_SR"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(bf16Step, medium, std::string("medium"))->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(mixedStep, medium_int8_f32, std::string("medium"), std::string("probed-no-bf16"), kInt8Bf16)->ArgName("threads")->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
