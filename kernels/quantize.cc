@@ -268,6 +268,13 @@ void foldColumns(const float* x, int64_t rows, int64_t stride, int64_t n, float*
   }
 }
 
+// Whether a format's scales read only each range's magnitude max(-mn, mx): symmetric
+// formats without clipping (paramsFromRange, the emulated scales), so finiteMagnitude
+// and foldColumnMagnitudes may stand for finiteRange and foldColumns.
+bool readsMagnitudeOnly(const QuantFormat& format) {
+  return !format.asymmetric && format.clipping == Clipping::kNone;
+}
+
 // foldColumns for a symmetric format without clipping (finiteMagnitude's rule): each
 // column's largest finite magnitude a folded in as [-a, a], n <= kMaxFoldColumns. A chunk
 // with a NaN or Inf goes to foldColumns.
@@ -318,8 +325,7 @@ void detail::groupRanges(const float* x, const OperandView& view, const QuantFor
   mx.assign(groups, 0.0f);
   const int64_t rows = view.batch * view.rows;
   const int64_t cols = view.cols;
-  // Symmetric formats without clipping read each range's magnitude only.
-  const bool magnitude = !format.asymmetric && format.clipping == Clipping::kNone;
+  const bool magnitude = readsMagnitudeOnly(format);
   const auto range = magnitude ? finiteMagnitude : finiteRange;
   const auto fold = magnitude ? foldColumnMagnitudes : foldColumns;
   if (format.granularity == Granularity::kPerTensor) {
@@ -477,8 +483,7 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
   const int offset = storageOffset(format, side);
   const QuantGrid grid = gridOf(format);
   const bool stochastic = format.rounding == Rounding::kStochastic;
-  // As groupRanges: a symmetric format reads the magnitude only (no clipping here).
-  const auto range = format.asymmetric ? finiteRange : finiteMagnitude;
+  const auto range = readsMagnitudeOnly(format) ? finiteMagnitude : finiteRange;
 #pragma omp parallel
   {
     // Each thread walks its rows in increasing index order, as the noise buffer wants.
