@@ -329,10 +329,10 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
   %x = input() : f32[37,70]
   %w = input() : f32[70,24]
   %xs = quant_params(%x) {format="int8:channel:rtn", side="lhs", contract_dims=[1]} : f32[37]
-  %ws = quant_params(%w) {format="int8:channel:rtn", side="rhs", contract_dims=[0]} : f32[24]
+  %ws = quant_params(%w) {format="int7:channel:rtn", side="rhs", contract_dims=[0]} : f32[24]
   %xq = quantize(%x, %xs) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,70]
-  %wq = quantize(%w, %ws) {format="int8:channel:rtn", side="rhs", contract_dims=[0], seed=0} : s8[70,24]
-  %h = qmatmul(%xq, %wq, %xs, %ws) {lhs_contract=[1], rhs_contract=[0], lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[37,24]
+  %wq = quantize(%w, %ws) {format="int7:channel:rtn", side="rhs", contract_dims=[0], seed=0} : s8[70,24]
+  %h = qmatmul(%xq, %wq, %xs, %ws) {lhs_contract=[1], rhs_contract=[0], lhs_format="int8:channel:rtn", rhs_format="int7:channel:rtn"} : f32[37,24]
   %gs = quant_params(%x) {format="int7:channel:sr", side="lhs", contract_dims=[1]} : f32[37]
   %gq = quantize(%x, %gs) {format="int7:channel:sr", side="lhs", contract_dims=[1], seed=5} : u8[37,70]
   %gr = quantize(%x, %gs) {format="int7:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,70]
@@ -357,16 +357,16 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
                     f7 = QuantFormat::parse("int7:channel:rtn");
   std::vector<float> xs(37), ws(24), gs(37);
   k::computeQuantParams(xv, xview, f8, xs);
-  k::computeQuantParams(wv, wview, f8, ws);
+  k::computeQuantParams(wv, wview, f7, ws);
   k::computeQuantParams(xv, xview, f7sr, gs);
   std::vector<uint8_t> xq(xv.size()), gq(xv.size()), gr(xv.size());
   std::vector<int8_t> wq(wv.size());
   k::quantize(xv, xview, f8, xs, std::span<uint8_t>(xq), {0, step});
-  k::quantize(wv, wview, f8, ws, std::span<int8_t>(wq), {0, step});
+  k::quantize(wv, wview, f7, ws, std::span<int8_t>(wq), {0, step});
   k::quantize(xv, xview, f7sr, gs, std::span<uint8_t>(gq), {5, step});
   k::quantize(xv, xview, f7, gs, std::span<uint8_t>(gr), {0, step});
   std::vector<float> h(37 * 24);
-  k::int8Gemm(k::GemmShape{1, 37, 24, 70}, xq, f8, xs, wq, f8, ws, h);
+  k::int8Gemm(k::GemmShape{1, 37, 24, 70}, xq, f8, xs, wq, f7, ws, h);
   auto same = [&](size_t output, const void* want, size_t bytes) {
     return std::memcmp(exec.outputData(output), want, bytes) == 0;
   };

@@ -132,9 +132,10 @@ def rel(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-300)
 
 
-def compare_profiles(ours, theirs, draws, linear_paths, check):
+def compare_profiles(ours, theirs, draws, linear_paths, check, int7_extra):
     """ours: pgq's GEMMs by module label; theirs: the collector's; draws: R more collector
-    profiles (for the sampling error of stochastic rounding)."""
+    profiles (for the sampling error of stochastic rounding); int7_extra: pgq profiled on a
+    CPU without VNNI (its profile's `vnni: false`)."""
     module_gemms = {l for l in ours if l.split(":")[0] in linear_paths}
     if set(theirs) != module_gemms:
         check.fail("labels differ: only pgq {}, only the collector {}".format(
@@ -163,6 +164,12 @@ def compare_profiles(ours, theirs, draws, linear_paths, check):
                 check.fail("{}: zero_fraction {} vs {}".format(where, po["zero_fraction"], co["zero_fraction"]))
             pf = {f["format"]: f for f in po["formats"]}
             cf = {f["format"]: f for f in co["formats"]}
+            # On a CPU without VNNI pgq also profiles int7 per channel (its own int8 GEMMs
+            # are exact only with one operand at 7 bits: kernels/cpu_isa.h); the profile
+            # says so with `vnni: false`. The collector profiles for GPUs and has no such
+            # extra; every other format must match.
+            if int7_extra:
+                pf = {k: v for k, v in pf.items() if not (k.startswith("int7:channel:") and k not in cf)}
             if set(pf) != set(cf):
                 check.fail("{}: formats differ: {} vs {}".format(where, sorted(pf), sorted(cf)))
             for fmt in sorted(set(pf) & set(cf)):
@@ -234,18 +241,40 @@ def sampled(check, name, at, value, samples):
             at, name, value, mean, std, len(samples), z))
 
 
-def compare_metrics(ours, theirs, draws, reach, check):
-    """Output errors of every GEMM, and (reach == "same") reach and gradient_reach."""
+def as_int7(fmt):
+    return "int7:channel:" + fmt[len("int8:channel:"):] if fmt.startswith("int8:channel:") else fmt
+
+
+def compare_metrics(ours, theirs, draws, reach, check, int7_extra):
+    """Output errors of every GEMM, and (reach == "same") reach and gradient_reach. With
+    int7_extra (pgq profiled on a CPU without VNNI), pgq's integer output pairs are the
+    collector's int8 pairs at 7 bits (its int8 GEMMs run exactly only so: profile_request.h)
+    and measure other formats: their pairs must match by name, their SQNRs are not compared."""
     for label in sorted(set(theirs) & set(ours)):
         p, c = ours[label], theirs[label]
         pe, ce = p.get("output_errors", []), c.get("output_errors", [])
         pairs = [(e["lhs_format"], e["rhs_format"]) for e in pe]
-        if pairs != [(e["lhs_format"], e["rhs_format"]) for e in ce]:
-            check.fail("{}: output error pairs {} (pgq) vs {} (collector)".format(
-                label, pairs, [(e["lhs_format"], e["rhs_format"]) for e in ce]))
+        expected = [(e["lhs_format"], e["rhs_format"]) for e in ce]
+        if int7_extra:
+            expected = [(as_int7(lhs), as_int7(rhs)) for lhs, rhs in expected]
+        if pairs != expected:
+            check.fail("{}: output error pairs {} (pgq) vs {} (collector)".format(label, pairs, expected))
             continue
         for i, (a, b) in enumerate(zip(pe, ce)):
             at = "{} output {} x {}".format(label, a["lhs_format"], a["rhs_format"])
+            if (a["lhs_format"], a["rhs_format"]) != (b["lhs_format"], b["rhs_format"]):
+                # int7 (pgq, this CPU) against int8 (the collector): pgq recipe estimates the
+                # int8 output SQNR as 4x the int7 one (plan/gemm_metric.cc, outputSqnr); that
+                # estimate against the collector's measurement: 0.50-1.34x seen on the test
+                # models (their small K spreads it), within 2.9x either way, where a wrong
+                # width (4x per bit) falls outside.
+                if ":sr" not in a["lhs_format"] + a["rhs_format"]:
+                    ratio = 4 * a["sqnr_mean"] / b["sqnr_mean"]
+                    check.note("output sqnr int7 x4 / int8 (log)", abs(math.log(ratio)), at)
+                    if abs(math.log(ratio)) > math.log(2.9):
+                        check.fail("{}: 4x pgq's int7 output SQNR {} is {:.2f}x the collector's int8 one {}".format(
+                            at, a["sqnr_mean"], ratio, b["sqnr_mean"]))
+                continue
             if ":sr" not in a["lhs_format"] + a["rhs_format"]:
                 d = rel(a["sqnr_mean"], b["sqnr_mean"])
                 check.note("output sqnr (rtn)", d, at)
@@ -268,15 +297,23 @@ def compare_metrics(ours, theirs, draws, reach, check):
             check.fail("{}: the collector wrote a reach; expected none for this model".format(label))
 
 
-def restrict(pgq_profile_doc, keep, out):
-    """pgq's profile with only the GEMMs whose module labels are in `keep`, labelled so."""
+def restrict(pgq_profile_doc, keep, out, drop_formats=()):
+    """pgq's profile with only the GEMMs whose module labels are in `keep`, labelled so,
+    and without the operand formats in `drop_formats` (pgq's CPU-only int7 extras: with
+    them a 7-bit CPU's recipe reads a measured int7 SQNR where the collector's estimates
+    it from int8)."""
     doc = dict(pgq_profile_doc)
+    doc["run"] = dict(doc["run"])
+    for key in ("formats", "gradient_formats"):
+        doc["run"][key] = [f for f in doc["run"][key] if f not in drop_formats]
     gemms = []
     for g in doc["gemms"]:
         label = pgq_label_to_module(g["label"])
         if label in keep:
             g = dict(g)
             g["label"] = label
+            g["operands"] = [dict(o, formats=[f for f in o["formats"] if f["format"] not in drop_formats])
+                             for o in g["operands"]]
             if "grad_of" in g:
                 g["grad_of"] = pgq_label_to_module(g["grad_of"])
             gemms.append(g)
@@ -400,18 +437,24 @@ def main():
     linear_paths = {path for path, _, _ in pgq_profile.linear_modules(model)}
 
     check = Checker()
-    compare_profiles(ours, by_label(theirs_doc), draws, linear_paths, check)
+    int7_extra = pgq_doc["run"].get("vnni") is False
+    compare_profiles(ours, by_label(theirs_doc), draws, linear_paths, check, int7_extra)
     if args.metrics:
         if theirs_doc["run"].get("metrics") is not True:
             check.fail("the collector's profile does not say metrics: true")
-        compare_metrics(ours, by_label(theirs_doc), draws, args.reach, check)
+        compare_metrics(ours, by_label(theirs_doc), draws, args.reach, check, int7_extra)
         if args.reach == "absent":
             said = [w for w in warned if "no reach" in w and args.reach_why in w]
             print("collector: " + (said[0] if said else "(no warning about the reach)"))
             if not said:
                 check.fail("the collector did not warn that it left the reach out ({!r})".format(args.reach_why))
     restricted = os.path.join(args.work, "pgq_linear.yaml")
-    restrict(pgq_doc, set(by_label(theirs_doc)), restricted)
+    int7_extras = set()
+    if int7_extra:
+        int7_extras = {f for f in pgq_doc["run"]["formats"] + pgq_doc["run"]["gradient_formats"]
+                       if f.startswith("int7:channel:")} - set(theirs_doc["run"]["formats"] +
+                                                               theirs_doc["run"]["gradient_formats"])
+    restrict(pgq_doc, set(by_label(theirs_doc)), restricted, int7_extras)
 
     fwd_t = split_threshold(theirs_doc, "fwd", lambda role: "int8:channel:rtn")
     bwd_t = split_threshold(theirs_doc, "bwd", lambda role: "int8:channel:sr" if role == "gradient"
@@ -439,6 +482,15 @@ def main():
             if metric not in (None, "sqnr") or (metric is None and args.metrics):
                 if re.search(r"[<>]", policy):
                     continue
+            uses_output_errors = metric == "output" or (metric is None and args.metrics)
+            if int7_extra and uses_output_errors and not policy.endswith(".yaml"):
+                # An int8 policy reads int8 output errors: pgq's are estimated from int7 on
+                # this CPU (held to the collector's measured ones by compare_metrics), so
+                # the two recipes may differ next to a threshold.
+                print("recipe {:<28} on {:<13} x{:<5} tokens ({}): not compared on this CPU (no VNNI: pgq's int8 "
+                      "output errors are estimated from int7)".format(os.path.basename(policy), hardware, scale,
+                                                                     metric or "default metric"))
+                continue
             before = len(check.failures)
             q, n = compare_recipes(args.pgq, restricted, collector_yaml, hardware, policy, scale, args.work,
                                    "{}{}".format(metric or "", i), check, metric)
