@@ -20,6 +20,7 @@
 #include "cli/profile_flags.h"
 #include "frontend/onnx/importer.h"
 #include "ir/printer.h"
+#include "kernels/cpu_isa.h"
 #include "passes/compile.h"
 #include "runtime/executor.h"
 #include "runtime/param_init.h"
@@ -154,6 +155,10 @@ Profile stepProfile(const ImportedModel& m, const ImportArgs& args, const Execut
   run.threads = omp_get_max_threads();
   run.precision = "f32";
   run.pgq_version = PGQ_VERSION_STRING;
+  // The CPU the statistics were made on: without VNNI the integer formats include int7
+  // (profile_request.h), and readers (the collector's parity check) need to know.
+  run.cpu_isa = kernels::int8Caps().isa_name;
+  run.vnni = kernels::int8Caps().vnni;
   const ProfileRequest request = profileRequest(args.profile);
   for (const QuantFormat& f : request.formats) run.formats.push_back(f.toString());
   for (const QuantFormat& f : request.gradient_formats) run.gradient_formats.push_back(f.toString());
