@@ -9,8 +9,8 @@
 //             writes 4 bytes an element, quantize 1); fails above 2x (a per-call CPUID
 //             once made it 3.4x, and quantize 8x slower).
 //   q/scales  the same quantize / its scales pass (computeQuantParams), 1 thread.
-//             Expected ~1.3-2.1x (1.27-1.94x on an AMX Xeon since symmetric scales read
-//             magnitudes only, 1.89-2.07x on a Zen 3); fails above 3.0x (the per-call
+//             Expected ~1.3-2.2x (1.27-1.94x on an AMX Xeon since symmetric scales read
+//             magnitudes only, 1.89-2.11x on a Zen 3); fails above 3.0x (the per-call
 //             CPUID made it ~11x).
 //   threads   f32 GEMM on 1 thread / on every processor, same shape, 1 thread first.
 //             Expected ~1.8-2.0x on 2 processors; fails below 1.3x (a primitive cache
