@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,6 +22,31 @@ namespace pgq {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The CPU as /proc/cpuinfo names it: "AMD EPYC (family 25, model 1)". Machines of one
+// name differ (a Zen 3 and a Zen 5 both say "AMD EPYC"); the family and model tell
+// them apart. Empty where /proc/cpuinfo is not there. Quotes and backslashes are dropped
+// (the name goes into a quoted YAML string).
+std::string cpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model_name, family, model;
+  auto value = [&](std::string_view key, std::string& into) {
+    if (!into.empty() || !line.starts_with(key)) return;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || line.find_first_not_of(" \t", key.size()) != colon) return;
+    const size_t start = line.find_first_not_of(' ', colon + 1);
+    if (start != std::string::npos) into = line.substr(start);
+  };
+  while (std::getline(in, line) && (model_name.empty() || family.empty() || model.empty())) {
+    value("model name", model_name);
+    value("cpu family", family);
+    value("model", model);
+  }
+  std::erase_if(model_name, [](char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; });
+  if (model_name.empty()) return "";
+  return family.empty() || model.empty() ? model_name
+                                         : fmt::format("{} (family {}, model {})", model_name, family, model);
+}
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -128,7 +155,9 @@ HardwareModel probeHardware(const ProbeOptions& o) {
   const kernels::Int8Caps& caps = kernels::int8Caps();
   hw.threads = omp_get_max_threads();
   hw.name = fmt::format("probed-{}-{}t", caps.isa_name, hw.threads);
-  hw.source = "pgq hwprobe";
+  const std::string cpu = cpuName();
+  hw.source = cpu.empty() ? fmt::format("pgq hwprobe, oneDNN ISA {}", caps.isa_name)
+                          : fmt::format("pgq hwprobe on {}, oneDNN ISA {}", cpu, caps.isa_name);
   hw.peak_f32 = fmaFlops(o.seconds_per_test) / 1e9;
   hw.peak_int8 = int8Ops(o.seconds_per_test) / 1e9;
   hw.bandwidth_gbs = triadBytes(o.seconds_per_test) / 1e9;

@@ -945,6 +945,20 @@ TEST_F(Cli, HwprobeWritesALoadableModel) {
   Result r = pgq("hwprobe --seconds 0.05 --name here -o " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("name: here"), std::string::npos);
+  // The model names the CPU it was probed on: CPUs of one name (AMD EPYC: Zen 3, Zen 5)
+  // differ by family and model, read here from /proc/cpuinfo as well.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string family, model;
+  for (std::string line; std::getline(cpuinfo, line) && (family.empty() || model.empty());) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || colon + 2 > line.size()) continue;
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    if (key == "cpu family" && family.empty()) family = line.substr(colon + 2);
+    if (key == "model" && model.empty()) model = line.substr(colon + 2);
+  }
+  ASSERT_FALSE(family.empty() || model.empty());
+  EXPECT_NE(r.out.find(fmt::format("(family {}, model {}), oneDNN ISA ", family, model)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("source: \"pgq hwprobe on "), std::string::npos) << r.out;
   std::string profile = (dir_ / "p.yaml").string();
   ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + profile + " --out " +
                 (dir_ / "run").string())
