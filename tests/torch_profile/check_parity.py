@@ -132,10 +132,10 @@ def rel(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-300)
 
 
-def compare_profiles(ours, theirs, draws, linear_paths, check, int7_extra):
+def compare_profiles(ours, theirs, draws, linear_paths, check, int7_extras):
     """ours: pgq's GEMMs by module label; theirs: the collector's; draws: R more collector
-    profiles (for the sampling error of stochastic rounding); int7_extra: pgq profiled on a
-    CPU without VNNI (its profile's `vnni: false`)."""
+    profiles (for the sampling error of stochastic rounding); int7_extras: the int7 formats
+    pgq profiled besides the collector's on a CPU without VNNI (its profile's `vnni: false`)."""
     module_gemms = {l for l in ours if l.split(":")[0] in linear_paths}
     if set(theirs) != module_gemms:
         check.fail("labels differ: only pgq {}, only the collector {}".format(
@@ -168,8 +168,7 @@ def compare_profiles(ours, theirs, draws, linear_paths, check, int7_extra):
             # are exact only with one operand at 7 bits: kernels/cpu_isa.h); the profile
             # says so with `vnni: false`. The collector profiles for GPUs and has no such
             # extra; every other format must match.
-            if int7_extra:
-                pf = {k: v for k, v in pf.items() if not (k.startswith("int7:channel:") and k not in cf)}
+            pf = {k: v for k, v in pf.items() if k not in int7_extras}
             if set(pf) != set(cf):
                 check.fail("{}: formats differ: {} vs {}".format(where, sorted(pf), sorted(cf)))
             for fmt in sorted(set(pf) & set(cf)):
@@ -439,7 +438,12 @@ def main():
 
     check = Checker()
     int7_extra = pgq_doc["run"].get("vnni") is False
-    compare_profiles(ours, by_label(theirs_doc), draws, linear_paths, check, int7_extra)
+    int7_extras = set()
+    if int7_extra:
+        int7_extras = {f for f in pgq_doc["run"]["formats"] + pgq_doc["run"]["gradient_formats"]
+                       if f.startswith("int7:channel:")} - set(theirs_doc["run"]["formats"] +
+                                                               theirs_doc["run"]["gradient_formats"])
+    compare_profiles(ours, by_label(theirs_doc), draws, linear_paths, check, int7_extras)
     if args.metrics:
         if theirs_doc["run"].get("metrics") is not True:
             check.fail("the collector's profile does not say metrics: true")
@@ -450,11 +454,6 @@ def main():
             if not said:
                 check.fail("the collector did not warn that it left the reach out ({!r})".format(args.reach_why))
     restricted = os.path.join(args.work, "pgq_linear.yaml")
-    int7_extras = set()
-    if int7_extra:
-        int7_extras = {f for f in pgq_doc["run"]["formats"] + pgq_doc["run"]["gradient_formats"]
-                       if f.startswith("int7:channel:")} - set(theirs_doc["run"]["formats"] +
-                                                               theirs_doc["run"]["gradient_formats"])
     restrict(pgq_doc, set(by_label(theirs_doc)), restricted, int7_extras)
 
     fwd_t = split_threshold(theirs_doc, "fwd", lambda role: "int8:channel:rtn")
