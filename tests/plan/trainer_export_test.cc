@@ -170,9 +170,11 @@ TEST(MegatronExport, AModuleWhoseGemmsWereDecidedApartIsKeptAndSaidOnce) {
     const std::string text = recipeToMegatronConfig(r, "te_precision");
     const YAML::Node root = YAML::Load(text);
     checkMegatronSchema(root);
-    for (const auto& m : root["matchers"])
-      if (m.second["pattern"].as<std::string>() == "decoder.layers.0.self_attention.linear_qkv")
+    for (const auto& m : root["matchers"]) {
+      if (m.second["pattern"].as<std::string>() == "decoder.layers.0.self_attention.linear_qkv") {
         EXPECT_EQ(m.second["config"].as<std::string>(), "bf16") << text;
+      }
+    }
     const std::string apart = "share Megatron module decoder.layers.0.self_attention.linear_qkv but were decided apart";
     const size_t at = text.find(apart);
     ASSERT_NE(at, std::string::npos) << text;
