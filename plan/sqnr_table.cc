@@ -168,8 +168,9 @@ SqnrComparison compareSqnr(const Profile& profile, const std::vector<std::string
     if (std::optional<Scheme> scheme = parseScheme(column)) {
       column_formats.push_back(schemeFormats(*scheme, Rounding::kNearest, Rounding::kNearest));
     } else {
-      QuantFormat format = QuantFormat::parse(column);
-      column_formats.push_back({format, format});
+      // A format names what every operand is compared in, gradients included.
+      const QuantFormat format = QuantFormat::parse(column);
+      column_formats.push_back({format, format, format});
     }
   }
   for (const GemmProfile& g : profile.gemms)

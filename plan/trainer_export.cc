@@ -216,7 +216,10 @@ std::string recipeToMegatronConfig(const Recipe& recipe, std::string_view factor
                       {fmt::format("{}_quantization_recipe: \"custom\"", fourBit(s) ? "fp4" : "fp8"),
                        fmt::format("custom_recipe_factory: \"{}.pgq_factory_{}\"", factory_module, i)}};
       // The recipe decides every module: apply even where the run's default is bf16.
-      stock->lines.push_back("override_nonquantized_autocast: true");
+      // (Copied from a string, not built from the literal in place: GCC 12 at -O3 warns,
+      // wrongly, that the literal's inlined copy overruns the new element.)
+      static const std::string kOverride = "override_nonquantized_autocast: true";
+      stock->lines.push_back(kOverride);
       config = stock->name;
       if (written.insert(config).second)
         configs += fmt::format("  {}:\n    transformer_engine_config_type: \"TEQuantizationParams\"\n"

@@ -148,7 +148,9 @@ TEST(UnaryTest, SpecialValues) {
     const double ref = std::exp(static_cast<double>(low[i]));
     // 2 ulp where the result is normal, one denormal step below.
     ASSERT_NEAR(el[i], ref, std::max<double>(std::numeric_limits<float>::denorm_min(), 2.4e-7 * ref)) << low[i];
-    if (low[i] <= -104.0f) ASSERT_EQ(el[i], 0.0f) << low[i];
+    if (low[i] <= -104.0f) {
+      ASSERT_EQ(el[i], 0.0f) << low[i];
+    }
   }
 
   const std::vector<float> l = apply(UnaryOp::kLog, {0.0f, -1.0f, kInf, kNaN, 1.0f, std::numeric_limits<float>::denorm_min()});

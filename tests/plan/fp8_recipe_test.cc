@@ -288,5 +288,24 @@ TEST(SqnrComparison, RanksEveryInputPerFormatAndFindsTheMovers) {
   }
 }
 
+// A column named by a format (not a scheme) compares every operand in that format,
+// gradients too. They were read in a default format instead: both columns of a gradient
+// showed the same SQNR, under different ranks.
+TEST(SqnrComparison, AFormatColumnComparesGradientsInThatFormat) {
+  Profile p = gpuProfile();
+  GemmProfile dgrad = gemm("layer0/mlp/down:dgrad", GemmDirection::kBwdDgrad, {1, 8192, 4096, 16384},
+                           OperandRole::kGradient, 40, 300, OperandRole::kWeight, 1000, 1600);
+  p.gemms.push_back(dgrad);
+  SqnrComparison c = compareSqnr(p, {"int8:channel:rtn", "e4m3:block32:rtn:scale=e8m0"});
+  const CompareRow* gradient = nullptr;
+  for (const CompareRow& r : c.rows)
+    if (r.label == dgrad.label && r.role == OperandRole::kGradient) gradient = &r;
+  ASSERT_NE(gradient, nullptr);
+  EXPECT_EQ(gradient->formats[0].toString(), "int8:channel:rtn");
+  EXPECT_EQ(gradient->formats[1].toString(), "e4m3:block32:rtn:scale=e8m0");
+  EXPECT_DOUBLE_EQ(gradient->sqnr[0], 3e4);
+  EXPECT_DOUBLE_EQ(gradient->sqnr[1], 300);
+}
+
 }  // namespace
 }  // namespace pgq
