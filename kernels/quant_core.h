@@ -448,6 +448,14 @@ class QuantPlan {
             int storage_offset);
 
   int64_t units() const { return units_; }
+  // The run of this plan at the place of `p`, a run of `other`: a plan of the same view
+  // and group layout (formats that differ only in bits or rounding), whose groups sit
+  // where this plan's do.
+  RunParams sameRunAs(const RunParams& p, const QuantPlan& other) const {
+    RunParams q = at(p.inv - other.inv_.data());
+    q.row_len = p.row_len;
+    return q;
+  }
   int lo() const { return lo_; }
   int hi() const { return hi_; }
 

@@ -24,6 +24,7 @@
 // never NaN.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/gemm_shape.h"
 #include "kernels/quant_format.h"
@@ -58,6 +59,18 @@ QuantStats quantStats(std::span<const float> x, const OperandView& view, const Q
 QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& view,
                                 const QuantFormat& format, std::span<const float> params,
                                 SrStream sr = {}, bool params_from_x = false);
+
+// quantStatsWithParams() of x in each of `formats` (params[i] the params of formats[i]),
+// equal to it bit for bit. Formats that share a walk are measured in one pass that reads
+// x, checks it and sums its squares once, and draws the stochastic-rounding noise once:
+// symmetric integer grids with f32 scales and the same granularity, block and rounding
+// whose params come from x (params_from_x), e.g. int8 and int7 per channel, the formats
+// a CPU without VNNI is profiled in. The pass skips the clamp of round to nearest there,
+// as no value can round beyond such a grid. Other formats are measured alone.
+std::vector<QuantStats> quantStatsWithParams(std::span<const float> x, const OperandView& view,
+                                             std::span<const QuantFormat> formats,
+                                             std::span<const std::span<const float>> params,
+                                             SrStream sr = {}, bool params_from_x = false);
 
 // The quantization error as it sums along the contracting dimension, for the bias-aware
 // SQNR (E[x^2] / this): mean over the rows (every batch x channel) of

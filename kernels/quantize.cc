@@ -565,6 +565,43 @@ void computeQuantParams(std::span<const float> x, const OperandView& view,
   }
 }
 
+void computeQuantParams(std::span<const float> x, const OperandView& view, std::span<const QuantFormat> formats,
+                        std::span<const std::span<float>> params, SrStream sr) {
+  if (params.size() != formats.size()) {
+    throw KernelError::format("computeQuantParams: {} formats but {} params buffers", formats.size(), params.size());
+  }
+  // Integer formats with f32 scales and without clipping take their params straight from
+  // the group ranges, which depend only on the groups and on whether magnitudes suffice.
+  auto from_ranges = [](const QuantFormat& f) {
+    return !f.isEmulated() && !f.hadamard && !f.block2d && f.clipping == Clipping::kNone;
+  };
+  auto same_ranges = [](const QuantFormat& a, const QuantFormat& b) {
+    return a.granularity == b.granularity && a.block == b.block && readsMagnitudeOnly(a) == readsMagnitudeOnly(b);
+  };
+  std::vector<bool> done(formats.size(), false);
+  std::vector<float> mn, mx;
+  for (size_t i = 0; i < formats.size(); ++i) {
+    if (done[i]) continue;
+    if (!from_ranges(formats[i])) {
+      computeQuantParams(x, view, formats[i], params[i], sr);
+      continue;
+    }
+    detail::checkQuantArgs("computeQuantParams", int64_t(x.size()), view, formats[i], int64_t(params[i].size()));
+    detail::groupRanges(x.data(), view, formats[i], mn, mx);
+    for (size_t j = i; j < formats.size(); ++j) {
+      if (done[j] || !from_ranges(formats[j]) || !same_ranges(formats[i], formats[j])) continue;
+      detail::checkQuantArgs("computeQuantParams", int64_t(x.size()), view, formats[j], int64_t(params[j].size()));
+      const int64_t groups = int64_t(mn.size());
+      for (int64_t g = 0; g < groups; ++g) {
+        const detail::GroupParams p = detail::paramsFromRange(mn[g], mx[g], formats[j]);
+        params[j][g] = p.scale;
+        if (formats[j].asymmetric) params[j][groups + g] = p.zero_point;
+      }
+      done[j] = true;
+    }
+  }
+}
+
 void quantize(std::span<const float> x, const OperandView& view, const QuantFormat& format,
               std::span<const float> params, std::span<uint8_t> out, SrStream sr) {
   quantizeInto(x, view, format, params, out, sr, GemmSide::kLhs);

@@ -45,6 +45,11 @@ struct SrStream {
 // only to formats with a Hadamard transform (its signs come from sr.offset, the step).
 void computeQuantParams(std::span<const float> x, const OperandView& view,
                         const QuantFormat& format, std::span<float> params, SrStream sr = {});
+// computeQuantParams() for each of `formats` (params[i] for formats[i]), equal to it bit
+// for bit; formats whose scales come from the same group ranges (integer grids without
+// clipping and with the same groups, e.g. int8 and int7 per channel) share one pass over x.
+void computeQuantParams(std::span<const float> x, const OperandView& view, std::span<const QuantFormat> formats,
+                        std::span<const std::span<float>> params, SrStream sr = {});
 
 // Quantizes x into the GEMM lhs storage: u8 = grid integer + storageOffset(format, kLhs).
 void quantize(std::span<const float> x, const OperandView& view, const QuantFormat& format,

@@ -509,16 +509,19 @@ Kernel CpuBackend::lowerQuantStats(const Node& node, LoweringContext& ctx) const
     float* out = rc.as<float>(y);
     const std::span<const float> values(data, static_cast<size_t>(n));
     std::vector<std::span<float>> params;
-    for (size_t g = 0; g < scale_formats.size(); ++g) {
-      params.emplace_back(rc.as<float>(param_slots[g]), param_counts[g]);
-      // The step picks the signs of a Hadamard transform (kernels/hadamard.h).
-      k::computeQuantParams(values, layout.view, scale_formats[g], params[g], {seed, static_cast<uint64_t>(rc.step())});
-    }
+    for (size_t g = 0; g < scale_formats.size(); ++g) params.emplace_back(rc.as<float>(param_slots[g]), param_counts[g]);
+    // The step picks the signs of a Hadamard transform (kernels/hadamard.h). Formats with
+    // the same groups (int8 and int7 per channel) read x once for their scales.
+    k::computeQuantParams(values, layout.view, scale_formats, params, {seed, static_cast<uint64_t>(rc.step())});
+    // The step is the stream offset: each profiled step draws fresh SR noise. Formats
+    // that share a walk (int8 and int7 per channel) are measured in one pass.
+    const k::SrStream sr{seed, static_cast<uint64_t>(rc.step())};
+    std::vector<std::span<const float>> format_params;
+    for (size_t f = 0; f < formats.size(); ++f) format_params.emplace_back(params[scales_of[f]]);
+    const std::vector<k::QuantStats> stats =
+        k::quantStatsWithParams(values, layout.view, formats, format_params, sr, /*params_from_x=*/true);
     for (size_t f = 0; f < formats.size(); ++f) {
-      // The step is the stream offset: each profiled step draws fresh SR noise.
-      const k::SrStream sr{seed, static_cast<uint64_t>(rc.step())};
-      k::QuantStats s =
-          k::quantStatsWithParams(values, layout.view, formats[f], params[scales_of[f]], sr, /*params_from_x=*/true);
+      const k::QuantStats& s = stats[f];
       float* row = out + f * kStatFields;
       // The same quantized values (same params and noise stream), their errors summed
       // along the contracting dim.

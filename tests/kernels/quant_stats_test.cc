@@ -4,6 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "kernels/kernel_error.h"
 #include "quant_test_util.h"
@@ -322,6 +326,84 @@ TEST(QuantStats, MaskedAndUnmaskedBlocksCountAlike) {
         EXPECT_DOUBLE_EQ(stats.underflow_fraction, double(underflow) / double(finite)) << where;
         EXPECT_GT(underflow, 0) << where;
         EXPECT_EQ(stats.clipped_fraction, 0.0) << where;
+      }
+    }
+  }
+}
+
+// Every field of a statistic, bit for bit.
+void expectSameStats(const QuantStats& a, const QuantStats& b, const std::string& where) {
+  EXPECT_EQ(a.count, b.count) << where;
+  EXPECT_EQ(a.finite_count, b.finite_count) << where;
+  EXPECT_EQ(a.nan_count, b.nan_count) << where;
+  EXPECT_EQ(a.inf_count, b.inf_count) << where;
+  EXPECT_EQ(a.absmax, b.absmax) << where;
+  EXPECT_EQ(a.mean_square, b.mean_square) << where;
+  EXPECT_EQ(a.mse, b.mse) << where;
+  EXPECT_EQ(a.sqnr, b.sqnr) << where;
+  EXPECT_EQ(a.zero_fraction, b.zero_fraction) << where;
+  EXPECT_EQ(a.underflow_fraction, b.underflow_fraction) << where;
+  EXPECT_EQ(a.clipped_fraction, b.clipped_fraction) << where;
+}
+
+// The many-format pass (kernels/quant_stats_fused.cc) measures formats that share a walk
+// together and must give what measuring each alone gives, bit for bit: per channel along
+// either side (broadcast and per-element runs), per tensor, per block, both roundings,
+// ragged rows and stochastic heads, NaN and Inf (single-format blocks inside a fused run),
+// overflowing float sums (the unit summed again in double), scales so small that
+// stochastic rounding prescales, formats that cannot join (asymmetric, clipping, FP8),
+// and a list longer than one pass takes. The scales of the formats, computed together,
+// equal each format's own.
+TEST(QuantStats, ManyFormatsAtOnceEqualEachAlone) {
+  const std::vector<std::vector<const char*>> lists = {
+      {"int8:channel:rtn", "int7:channel:rtn", "int8:channel:sr", "int7:channel:sr"},
+      {"int8:tensor:rtn", "int6:tensor:rtn", "int4:tensor:sr", "int8:tensor:sr"},
+      {"int8:block32:rtn", "int7:block32:rtn", "int5:block32:rtn", "int8:block32:sr", "int7:block32:sr"},
+      {"int8:channel:rtn", "int8:channel:rtn:asym", "int7:channel:rtn", "e4m3:channel:rtn", "int6:channel:rtn",
+       "int5:channel:rtn", "int4:channel:rtn", "int3:channel:rtn", "int7:tensor:rtn:clip=mse"},
+  };
+  for (OperandView view : {OperandView{2, 30, 70, true}, OperandView{1, 64, 96, false}, OperandView{1, 3, 40000, true},
+                           OperandView{2, 33, 64, false}}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<float> x = qtest::normalData(view.elements(), 31 + variant);
+      for (int64_t i = 3; i < view.elements(); i += 17) x[i] = 0.0f;
+      for (int64_t i = 5; i < view.elements(); i += 23) x[i] *= 1e-3f;
+      if (variant == 1) {  // non-finite values
+        x[40] = kNan;
+        x[view.elements() - 7] = kInf;
+      } else if (variant == 2) {  // squares overflow float in some units
+        for (int64_t i = 0; i < view.elements(); i += 301) x[i] = 3e20f;
+      } else if (variant == 3) {  // tiny scales: stochastic rounding prescales (< ~2^-112)
+        for (float& v : x) v *= 1e-36f;
+      }
+      for (const auto& list : lists) {
+        std::vector<QuantFormat> formats;
+        std::vector<std::vector<float>> buffers;
+        const SrStream sr{7, 3};
+        for (const char* text : list) {
+          formats.push_back(QuantFormat::parse(text));
+          buffers.emplace_back(quantParamCount(view, formats.back()));
+        }
+        // The scales too: the formats' shared range pass gives each format's own.
+        const std::vector<std::span<float>> out(buffers.begin(), buffers.end());
+        computeQuantParams(x, view, formats, out, sr);
+        for (size_t f = 0; f < formats.size(); ++f) {
+          std::vector<float> alone(buffers[f].size());
+          computeQuantParams(x, view, formats[f], alone, sr);
+          ASSERT_EQ(alone, buffers[f]) << list[f];
+        }
+        const std::vector<std::span<const float>> params(buffers.begin(), buffers.end());
+        for (int threads : {1, 2}) {
+          ThreadCount t(threads);
+          const std::vector<QuantStats> many = quantStatsWithParams(x, view, formats, params, sr, true);
+          ASSERT_EQ(many.size(), formats.size());
+          for (size_t f = 0; f < formats.size(); ++f) {
+            const QuantStats alone = quantStatsWithParams(x, view, formats[f], params[f], sr, true);
+            expectSameStats(many[f], alone,
+                            fmt::format("{} on [{},{},{},{}] variant {}, {} threads", list[f], view.batch, view.rows,
+                                        view.cols, view.contract_along_cols, variant, threads));
+          }
+        }
       }
     }
   }

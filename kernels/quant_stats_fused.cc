@@ -1,0 +1,290 @@
+// The statistics of one tensor in several formats that share a walk, in one pass
+// (quant_stats.h). Every format keeps its own StatsSink, and each block adds to it the
+// same values in the same order as quantStatsWithParams()'s pass would; only the work
+// that does not depend on the format is done once per block: loading x, the finiteness
+// test and absmax, the zero count, the sum of squares of x, and the stochastic-rounding
+// noise (every format of a statistics node draws the same stream at the same index).
+//
+// Blocks of 32 finite elements take the fused path. A ragged block, a block with a NaN
+// or an Inf, a run with a prescaled stochastic group (scales below ~2^-112) and a unit
+// whose float sums overflow go through quantStatsWithParams()'s own code, format by
+// format, so that rare cases have one implementation.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernel_error.h"
+#include "kernels/quant_core.h"
+#include "kernels/quant_stats.h"
+#include "kernels/stats_sink.h"
+
+namespace pgq::kernels {
+namespace {
+
+using detail::Partial;
+using detail::QuantPlan;
+using detail::RunParams;
+using Sink = detail::StatsSink</*kWide=*/false, /*kClipped=*/false>;
+
+// At most this many formats per pass; longer lists are cut into passes of this size.
+constexpr int kMaxFused = 4;
+
+// Whether `format` can join a fused pass: a symmetric integer grid with f32 scales whose
+// params come from x and cannot clip (clippingIsImpossible). Its zero point and storage
+// offset are 0, so Q(x) = 0 exactly when the grid integer is 0, and with round to nearest
+// |x / s| <= qmax (1 + 2^-21) rounds inside the grid, so the clamp changes nothing.
+bool fusable(const QuantFormat& format, bool params_from_x) {
+  return params_from_x && !format.isEmulated() && !format.asymmetric && !format.hadamard &&
+         !format.block2d && detail::clippingIsImpossible(format);
+}
+
+// Formats that walk a tensor alike: their runs cover the same elements with groups at
+// the same places.
+bool sameWalk(const QuantFormat& a, const QuantFormat& b) {
+  return a.rounding == b.rounding && a.granularity == b.granularity && a.block == b.block;
+}
+
+// The per-format sinks of one work unit, and what the fast blocks share.
+template <int N>
+struct FusedSinks {
+  std::array<Sink, N> sinks;
+  __m256i zeros = _mm256_setzero_si256();
+  __m256i absmax_bits = _mm256_setzero_si256();
+  int64_t fast = 0;  // elements of fast blocks (full and finite)
+
+  Partial result(int f) const {
+    Sink s = sinks[f];
+    s.zeros = _mm256_add_epi32(s.zeros, zeros);
+    s.absmax_bits = _mm256_max_epi32(s.absmax_bits, absmax_bits);
+    s.fast_finite += fast;
+    s.real += fast;
+    return s.result();
+  }
+};
+
+// One run's parameters per format. Broadcast runs: one multiplier (1/s for round to
+// nearest, the fixed-point 2^16/s for stochastic rounding) and scale per format;
+// per-element runs: the arrays from the run's first element.
+template <int N, bool kStochastic, bool kPerElement>
+struct FusedRun {
+  __m256 mul[N];
+  __m256 scale[N];
+  const float* mul_at[N];
+  const float* scale_at[N];
+  __m256 lo16[N];  // stochastic rounding: the grid's ends times 2^16
+  __m256 hi16[N];
+
+  FusedRun(const RunParams (&p)[N], const QuantPlan* const* plans) {
+    for (int f = 0; f < N; ++f) {
+      if constexpr (kPerElement) {
+        mul_at[f] = kStochastic ? p[f].sr_mul : p[f].inv;
+        scale_at[f] = p[f].scale;
+      } else {
+        mul[f] = _mm256_set1_ps(kStochastic ? detail::srConstants(*p[f].inv, *p[f].add).mul : *p[f].inv);
+        scale[f] = _mm256_set1_ps(*p[f].scale);
+      }
+      lo16[f] = _mm256_set1_ps(float(plans[f]->lo()) * detail::kSrFixedOne);
+      hi16[f] = _mm256_set1_ps(float(plans[f]->hi()) * detail::kSrFixedOne);
+    }
+  }
+
+  // Whether some format's group of this run is prescaled (SrConstants): those runs take
+  // the single-format path.
+  static bool prescaled(const RunParams (&p)[N]) {
+    if constexpr (!kStochastic) return false;
+    for (int f = 0; f < N; ++f) {
+      if (kPerElement ? p[f].sr_pre != nullptr : detail::srConstants(*p[f].inv, *p[f].add).prescale) return true;
+    }
+    return false;
+  }
+};
+
+// The 32 elements xs[0, 32) at offset `at` of the run, with noise words w0, w1
+// (stochastic rounding). Returns false, having added nothing, unless all 32 are finite.
+// Per format and vector this is StatsSink's fast path on quantizeBlock's lanes, with the
+// zero point 0: t = round(x / s) or the stochastic t, underflow where t = 0 and x != 0,
+// error (t * s) - x (one fused multiply-subtract, as the compiler contracts
+// (t - 0) * s - x there).
+template <int N, bool kStochastic, bool kPerElement>
+__attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t at,
+                                                      const FusedRun<N, kStochastic, kPerElement>& run,
+                                                      __m256i w0, __m256i w1, FusedSinks<N>& s) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 x[4];
+  __m256i ax[4];
+  for (int k = 0; k < 4; ++k) {
+    x[k] = _mm256_loadu_ps(xs + 8 * k);
+    ax[k] = _mm256_castps_si256(_mm256_and_ps(x[k], abs_mask));
+  }
+  const __m256i top = _mm256_max_epi32(_mm256_max_epi32(ax[0], ax[1]), _mm256_max_epi32(ax[2], ax[3]));
+  const __m256i nonfinite = _mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x7F7FFFFF));
+  if (!__builtin_expect(_mm256_testz_si256(nonfinite, nonfinite), 1)) return false;
+  s.fast += 32;
+  s.absmax_bits = _mm256_max_epi32(s.absmax_bits, top);
+  __m256 is_zero[4];
+  __m256 block_signal = zero;
+  for (int k = 0; k < 4; ++k) {
+    is_zero[k] = _mm256_cmp_ps(x[k], zero, _CMP_EQ_OQ);
+    Sink::count(s.zeros, is_zero[k]);
+    block_signal = _mm256_fmadd_ps(x[k], x[k], block_signal);
+  }
+  const __m256d signal = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(block_signal)),
+                                       _mm256_cvtps_pd(_mm256_extractf128_ps(block_signal, 1)));
+  for (int f = 0; f < N; ++f) {
+    Sink& sink = s.sinks[f];
+    __m256 block_noise = zero;
+    for (int k = 0; k < 4; ++k) {
+      const __m256 mul = kPerElement ? _mm256_loadu_ps(run.mul_at[f] + at + 8 * k) : run.mul[f];
+      const __m256 scale = kPerElement ? _mm256_loadu_ps(run.scale_at[f] + at + 8 * k) : run.scale[f];
+      __m256 t;
+      if constexpr (kStochastic) {
+        __m256 v = _mm256_fmadd_ps(x[k], mul, zero);
+        v = _mm256_min_ps(_mm256_max_ps(v, run.lo16[f]), run.hi16[f]);
+        const __m256i fixed = _mm256_cvttps_epi32(v);
+        const __m256i noise = detail::noiseLanes(w0, w1, k);
+        t = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_add_epi32(fixed, noise), 16));
+      } else {
+        t = _mm256_round_ps(_mm256_mul_ps(x[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      }
+      Sink::count(sink.underflow, _mm256_andnot_ps(is_zero[k], _mm256_cmp_ps(t, zero, _CMP_EQ_OQ)));
+      const __m256 err = _mm256_fmsub_ps(t, scale, x[k]);
+      block_noise = _mm256_fmadd_ps(err, err, block_noise);
+    }
+    sink.signal = _mm256_add_pd(sink.signal, signal);
+    Sink::addBlock(sink.noise, block_noise);
+  }
+  return true;
+}
+
+// The run x[0, len) (element indices index ..) in N formats, cut into blocks as
+// processRun cuts it: stochastic runs at multiples of 32 element indices (a ragged head
+// first), round-to-nearest runs from their first element; a ragged tail last.
+template <int N, bool kStochastic, bool kPerElement>
+void fusedRun(const float* x, int64_t index, int64_t len, const RunParams (&p)[N],
+              const QuantPlan* const* plans, detail::SrState& noise, detail::SrState* alone,
+              FusedSinks<N>& s) {
+  using Run = FusedRun<N, kStochastic, kPerElement>;
+  // Elements [at, at + n) format by format, through the single-format pass.
+  auto single = [&](int64_t at, int64_t n) {
+    for (int f = 0; f < N; ++f) {
+      detail::processRun<kStochastic, kPerElement>(x + at, index + at, n,
+                                                   detail::offsetParams<kStochastic, kPerElement>(p[f], at),
+                                                   plans[f]->lo(), plans[f]->hi(), &alone[f], s.sinks[f]);
+    }
+  };
+  if (Run::prescaled(p)) return single(0, len);
+  const Run run(p, plans);
+  int64_t pos = 0;
+  if constexpr (kStochastic) {
+    pos = std::min<int64_t>(len, (32 - (index & 31)) & 31);
+    if (pos > 0) single(0, pos);
+  }
+  for (; pos + 32 <= len; pos += 32) {
+    __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
+    if constexpr (kStochastic) {
+      const uint32_t* w = noise.at(index + pos);
+      w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
+      w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
+    }
+    if (!fusedBlock<N, kStochastic, kPerElement>(x + pos, pos, run, w0, w1, s)) single(pos, 32);
+  }
+  if (pos < len) single(pos, len - pos);
+}
+
+// One work unit in formats[0, N), each with its plan.
+template <int N, bool kStochastic>
+void fusedUnit(const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr, Partial* out) {
+  FusedSinks<N> s;
+  detail::SrState noise(sr);
+  std::vector<detail::SrState> alone(N, detail::SrState(sr));
+  plans[0]->forEachRun(unit, [&](int64_t index, int64_t len, RunParams p0, bool per_element) {
+    RunParams p[N];
+    for (int f = 0; f < N; ++f) p[f] = plans[f]->sameRunAs(p0, *plans[0]);
+    if (per_element) {
+      fusedRun<N, kStochastic, true>(x + index, index, len, p, plans, noise, alone.data(), s);
+    } else {
+      fusedRun<N, kStochastic, false>(x + index, index, len, p, plans, noise, alone.data(), s);
+    }
+  });
+  for (int f = 0; f < N; ++f) out[f] = s.result(f);
+}
+
+template <int N>
+void fusedUnitAny(bool stochastic, const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr,
+                  Partial* out) {
+  if (stochastic) {
+    fusedUnit<N, true>(plans, unit, x, sr, out);
+  } else {
+    fusedUnit<N, false>(plans, unit, x, sr, out);
+  }
+}
+
+// The statistics of x in formats[which[0..n)] (2 <= n <= kMaxFused), formats that share a walk.
+void fusedStats(std::span<const float> x, const OperandView& view, std::span<const QuantFormat> formats,
+                std::span<const std::span<const float>> params, SrStream sr, const std::vector<size_t>& which,
+                std::vector<QuantStats>& stats) {
+  const int n = int(which.size());
+  std::vector<QuantPlan> plans;
+  for (size_t i : which) plans.emplace_back(view, formats[i], params[i], 0);
+  std::array<const QuantPlan*, kMaxFused> plan_ptrs{};
+  for (int f = 0; f < n; ++f) plan_ptrs[f] = &plans[f];
+  const bool stochastic = formats[which[0]].rounding == Rounding::kStochastic;
+  const int64_t units = plans[0].units();
+  std::vector<Partial> partials(static_cast<size_t>(units * n));
+#pragma omp parallel for schedule(static)
+  for (int64_t unit = 0; unit < units; ++unit) {
+    Partial* out = &partials[unit * n];
+    switch (n) {
+      case 2: fusedUnitAny<2>(stochastic, plan_ptrs.data(), unit, x.data(), sr, out); break;
+      case 3: fusedUnitAny<3>(stochastic, plan_ptrs.data(), unit, x.data(), sr, out); break;
+      default: fusedUnitAny<4>(stochastic, plan_ptrs.data(), unit, x.data(), sr, out); break;
+    }
+    for (int f = 0; f < n; ++f) {
+      if (!std::isfinite(out[f].signal) || !std::isfinite(out[f].noise)) {
+        out[f] = detail::unitStatsOf(plans[f], unit, x.data(), formats[which[f]], sr, /*wide=*/true,
+                                     /*count_clipped=*/false);
+      }
+    }
+  }
+  for (int f = 0; f < n; ++f) {
+    std::vector<Partial> mine(static_cast<size_t>(units));
+    for (int64_t unit = 0; unit < units; ++unit) mine[unit] = partials[unit * n + f];
+    stats[which[f]] = detail::combinePartials(mine, view);
+  }
+}
+
+}  // namespace
+
+std::vector<QuantStats> quantStatsWithParams(std::span<const float> x, const OperandView& view,
+                                             std::span<const QuantFormat> formats,
+                                             std::span<const std::span<const float>> params, SrStream sr,
+                                             bool params_from_x) {
+  if (params.size() != formats.size()) {
+    throw KernelError::format("quantStats: {} formats but {} params buffers", formats.size(), params.size());
+  }
+  std::vector<QuantStats> stats(formats.size());
+  std::vector<bool> done(formats.size(), false);
+  for (size_t i = 0; i < formats.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<size_t> which = {i};
+    if (fusable(formats[i], params_from_x)) {
+      for (size_t j = i + 1; j < formats.size() && which.size() < size_t(kMaxFused); ++j) {
+        if (!done[j] && fusable(formats[j], params_from_x) && sameWalk(formats[i], formats[j])) which.push_back(j);
+      }
+    }
+    for (size_t j : which) done[j] = true;
+    if (which.size() == 1) {
+      stats[i] = quantStatsWithParams(x, view, formats[i], params[i], sr, params_from_x);
+      continue;
+    }
+    for (size_t j : which) {
+      detail::checkQuantArgs("quantStats", int64_t(x.size()), view, formats[j], int64_t(params[j].size()));
+    }
+    fusedStats(x, view, formats, params, sr, which, stats);
+  }
+  return stats;
+}
+
+}  // namespace pgq::kernels
