@@ -6,6 +6,10 @@
 //               operand costs per step
 //   stats_rtn, stats_sr   quantStats (params + quantize/dequantize + sums), 4 bytes per
 //               element counted once although it reads the tensor twice
+//   grad4, grad4_each   a gradient operand as stage (i) measures it on a CPU without
+//               VNNI: scales and statistics in int8 and int7 per channel, each with
+//               rtn and sr, through the many-format calls (one scales pass, one
+//               statistics pass) or format by format; 4 bytes per element once
 //   coherent    coherentErrorMeanSquare in int8 rtn with precomputed params (the
 //               bias-aware SQNR of --profile-metrics: quantize/dequantize, then the
 //               error's sums along the contracting dim), 4 bytes per element
@@ -30,6 +34,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,7 +60,7 @@ const NamedView kViews[] = {
 
 enum class Mode {
   kParams, kRtn, kSr, kDynamic, kStatsRtn, kStatsSr,
-  kE4m3Rtn, kE5m2Sr, kMxfp8Rtn, kStatsE4m3, kStatsMxfp8, kCoherent,
+  kE4m3Rtn, kE5m2Sr, kMxfp8Rtn, kStatsE4m3, kStatsMxfp8, kCoherent, kGrad4, kGrad4Each,
 };
 const char* modeName(Mode mode) {
   switch (mode) {
@@ -71,6 +76,8 @@ const char* modeName(Mode mode) {
     case Mode::kStatsE4m3: return "stats_e4m3";
     case Mode::kStatsMxfp8: return "stats_mxfp8";
     case Mode::kCoherent: return "coherent";
+    case Mode::kGrad4: return "grad4";
+    case Mode::kGrad4Each: return "grad4_each";
   }
   return "?";
 }
@@ -86,6 +93,28 @@ QuantFormat formatOf(Mode mode) {
     case Mode::kStatsMxfp8: return QuantFormat::parse("mxfp8_e4m3");
     default: return perChannelFormat(8);
   }
+}
+
+// The four formats of a gradient operand's statistics without VNNI, and their scales:
+// rtn and sr share scales (cpu_backend.cc computes one buffer per rounding-free format).
+void gradientStats(std::span<const float> x, const OperandView& view, bool together, uint64_t step) {
+  static const QuantFormat scales[] = {perChannelFormat(8), perChannelFormat(7)};
+  static const QuantFormat formats[] = {perChannelFormat(8), perChannelFormat(7),
+                                        perChannelFormat(8, Rounding::kStochastic),
+                                        perChannelFormat(7, Rounding::kStochastic)};
+  std::vector<float> p8(quantParamCount(view, scales[0])), p7(quantParamCount(view, scales[1]));
+  const SrStream sr{7, step};
+  if (together) {
+    const std::span<float> out[] = {p8, p7};
+    computeQuantParams(x, view, scales, out, sr);
+    const std::span<const float> in[] = {p8, p7, p8, p7};
+    benchmark::DoNotOptimize(quantStatsWithParams(x, view, formats, in, sr, true));
+    return;
+  }
+  computeQuantParams(x, view, scales[0], p8, sr);
+  computeQuantParams(x, view, scales[1], p7, sr);
+  for (int f = 0; f < 4; ++f)
+    benchmark::DoNotOptimize(quantStatsWithParams(x, view, formats[f], f % 2 == 0 ? p8 : p7, sr, true));
 }
 
 void runQuant(benchmark::State& state, OperandView view, Mode mode) {
@@ -116,6 +145,8 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
       case Mode::kE5m2Sr:
       case Mode::kMxfp8Rtn: fakeQuantize(x, view, format, params, fake, {7, step++}); break;
       case Mode::kCoherent: benchmark::DoNotOptimize(coherentErrorMeanSquare(x, view, format, params)); break;
+      case Mode::kGrad4:
+      case Mode::kGrad4Each: gradientStats(x, view, mode == Mode::kGrad4, step++); break;
     }
     benchmark::DoNotOptimize(q.data());
     benchmark::DoNotOptimize(fake.data());
@@ -183,6 +214,13 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                   g["e4m3_rtn"], g["e5m2_sr"], g["mxfp8_rtn"], g["stats_e4m3"], g["stats_mxfp8"],
                   per_element("e4m3_rtn"), per_element("e5m2_sr"), per_element("mxfp8_rtn"));
     }
+    std::printf("\nA gradient operand's statistics without VNNI (int8 and int7, rtn and sr), GB/s per thread\n"
+                "%-28s %8s %11s %9s\n", "tensor threads", "grad4", "grad4_each", "speedup");
+    for (const std::string& key : order_) {
+      auto& g = gbps_[key];
+      std::printf("%-28s %8.2f %11.2f %8.2fx\n", key.c_str(), g["grad4"], g["grad4_each"],
+                  g["grad4_each"] > 0 ? g["grad4"] / g["grad4_each"] : 0.0);
+    }
   }
 
  private:
@@ -199,7 +237,8 @@ int main(int argc, char** argv) {
   for (const NamedView& v : kViews) {
     for (Mode mode : {Mode::kParams, Mode::kRtn, Mode::kSr, Mode::kDynamic, Mode::kStatsRtn,
                       Mode::kStatsSr, Mode::kE4m3Rtn, Mode::kE5m2Sr, Mode::kMxfp8Rtn,
-                      Mode::kStatsE4m3, Mode::kStatsMxfp8, Mode::kCoherent}) {
+                      Mode::kStatsE4m3, Mode::kStatsMxfp8, Mode::kCoherent, Mode::kGrad4,
+                      Mode::kGrad4Each}) {
       std::string name = std::string(v.name) + "/" + modeName(mode);
       benchmark::RegisterBenchmark(name.c_str(), runQuant, v.view, mode)
           ->ArgName("threads")

@@ -4,6 +4,8 @@
 // that does not depend on the format is done once per block: loading x, the finiteness
 // test and absmax, the zero count, the sum of squares of x, and the stochastic-rounding
 // noise (every format of a statistics node draws the same stream at the same index).
+// A pass takes R formats with round to nearest and S with stochastic rounding, R + S
+// formats in all: a gradient operand is measured in both roundings.
 //
 // Blocks of 32 finite elements take the fused path. A ragged block, a block with a NaN
 // or an Inf, a run with a prescaled stochastic group (scales below ~2^-112) and a unit
@@ -39,10 +41,17 @@ bool fusable(const QuantFormat& format, bool params_from_x) {
          !format.block2d && detail::clippingIsImpossible(format);
 }
 
-// Formats that walk a tensor alike: their runs cover the same elements with groups at
-// the same places.
-bool sameWalk(const QuantFormat& a, const QuantFormat& b) {
-  return a.rounding == b.rounding && a.granularity == b.granularity && a.block == b.block;
+// Formats whose runs cover the same elements with groups at the same places.
+bool sameGroups(const QuantFormat& a, const QuantFormat& b) {
+  return a.granularity == b.granularity && a.block == b.block;
+}
+
+// Whether every run of `format`'s walk of `view` starts at a multiple of 32 elements:
+// there round to nearest and stochastic rounding cut a run into the same blocks, so
+// formats of both roundings can share a pass.
+bool runsAligned(const OperandView& view, const QuantFormat& format) {
+  const bool blocks_along_rows = format.granularity == Granularity::kPerBlock && view.contract_along_cols;
+  return view.cols % 32 == 0 && (!blocks_along_rows || format.block % 32 == 0);
 }
 
 // The per-format sinks of one work unit, and what the fast blocks share.
@@ -63,11 +72,13 @@ struct FusedSinks {
   }
 };
 
-// One run's parameters per format. Broadcast runs: one multiplier (1/s for round to
-// nearest, the fixed-point 2^16/s for stochastic rounding) and scale per format;
-// per-element runs: the arrays from the run's first element.
-template <int N, bool kStochastic, bool kPerElement>
+// One run's parameters per format: formats [0, R) round to nearest, [R, R + S) round
+// stochastically. Broadcast runs: one multiplier (1/s for round to nearest, the
+// fixed-point 2^16/s for stochastic rounding) and scale per format; per-element runs:
+// the arrays from the run's first element.
+template <int R, int S, bool kPerElement>
 struct FusedRun {
+  static constexpr int N = R + S;
   __m256 mul[N];
   __m256 scale[N];
   const float* mul_at[N];
@@ -77,11 +88,12 @@ struct FusedRun {
 
   FusedRun(const RunParams (&p)[N], const QuantPlan* const* plans) {
     for (int f = 0; f < N; ++f) {
+      const bool stochastic = f >= R;
       if constexpr (kPerElement) {
-        mul_at[f] = kStochastic ? p[f].sr_mul : p[f].inv;
+        mul_at[f] = stochastic ? p[f].sr_mul : p[f].inv;
         scale_at[f] = p[f].scale;
       } else {
-        mul[f] = _mm256_set1_ps(kStochastic ? detail::srConstants(*p[f].inv, *p[f].add).mul : *p[f].inv);
+        mul[f] = _mm256_set1_ps(stochastic ? detail::srConstants(*p[f].inv, *p[f].add).mul : *p[f].inv);
         scale[f] = _mm256_set1_ps(*p[f].scale);
       }
       lo16[f] = _mm256_set1_ps(float(plans[f]->lo()) * detail::kSrFixedOne);
@@ -89,27 +101,37 @@ struct FusedRun {
     }
   }
 
-  // Whether some format's group of this run is prescaled (SrConstants): those runs take
-  // the single-format path.
+  // Whether some stochastic format's group of this run is prescaled (SrConstants): those
+  // runs take the single-format path.
   static bool prescaled(const RunParams (&p)[N]) {
-    if constexpr (!kStochastic) return false;
-    for (int f = 0; f < N; ++f) {
+    for (int f = R; f < N; ++f) {
       if (kPerElement ? p[f].sr_pre != nullptr : detail::srConstants(*p[f].inv, *p[f].add).prescale) return true;
     }
     return false;
   }
 };
 
-// The 32 elements xs[0, 32) at offset `at` of the run, with noise words w0, w1
-// (stochastic rounding). Returns false, having added nothing, unless all 32 are finite.
-// Per format and vector this is StatsSink's fast path on quantizeBlock's lanes, with the
-// zero point 0: t = round(x / s) or the stochastic t, underflow where t = 0 and x != 0,
-// error (t * s) - x (one fused multiply-subtract, as the compiler contracts
-// (t - 0) * s - x there).
-template <int N, bool kStochastic, bool kPerElement>
-__attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t at,
-                                                      const FusedRun<N, kStochastic, kPerElement>& run,
-                                                      __m256i w0, __m256i w1, FusedSinks<N>& s) {
+// One format's share of a fast block: StatsSink's fast path on quantizeBlock's lanes with
+// the zero point 0, i.e. underflow where t = 0 and x != 0 and the error (t * s) - x in one
+// fused multiply-subtract (as the compiler contracts (t - 0) * s - x there).
+__attribute__((always_inline)) inline void addFormat(Sink& sink, const __m256 (&t)[4], const __m256 (&on_zero)[4],
+                                                     const __m256 (&x)[4], const __m256 (&is_zero)[4],
+                                                     const __m256 (&scale)[4], __m256d signal) {
+  __m256 block_noise = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    Sink::count(sink.underflow, _mm256_andnot_ps(is_zero[k], on_zero[k]));
+    const __m256 err = _mm256_fmsub_ps(t[k], scale[k], x[k]);
+    block_noise = _mm256_fmadd_ps(err, err, block_noise);
+  }
+  sink.signal = _mm256_add_pd(sink.signal, signal);
+  Sink::addBlock(sink.noise, block_noise);
+}
+
+// The 32 elements xs[0, 32) at offset `at` of the run, with noise words w0, w1 (S > 0).
+// Returns false, having added nothing, unless all 32 are finite.
+template <int R, int S, bool kPerElement>
+__attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t at, const FusedRun<R, S, kPerElement>& run,
+                                                      __m256i w0, __m256i w1, FusedSinks<R + S>& s) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 zero = _mm256_setzero_ps();
   __m256 x[4];
@@ -132,70 +154,90 @@ __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t a
   }
   const __m256d signal = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(block_signal)),
                                        _mm256_cvtps_pd(_mm256_extractf128_ps(block_signal, 1)));
-  for (int f = 0; f < N; ++f) {
-    Sink& sink = s.sinks[f];
-    __m256 block_noise = zero;
+  auto params = [&](int f, __m256 (&mul)[4], __m256 (&scale)[4]) {
     for (int k = 0; k < 4; ++k) {
-      const __m256 mul = kPerElement ? _mm256_loadu_ps(run.mul_at[f] + at + 8 * k) : run.mul[f];
-      const __m256 scale = kPerElement ? _mm256_loadu_ps(run.scale_at[f] + at + 8 * k) : run.scale[f];
-      __m256 t;
-      if constexpr (kStochastic) {
-        __m256 v = _mm256_fmadd_ps(x[k], mul, zero);
-        v = _mm256_min_ps(_mm256_max_ps(v, run.lo16[f]), run.hi16[f]);
-        const __m256i fixed = _mm256_cvttps_epi32(v);
-        const __m256i noise = detail::noiseLanes(w0, w1, k);
-        t = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_add_epi32(fixed, noise), 16));
-      } else {
-        t = _mm256_round_ps(_mm256_mul_ps(x[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      }
-      Sink::count(sink.underflow, _mm256_andnot_ps(is_zero[k], _mm256_cmp_ps(t, zero, _CMP_EQ_OQ)));
-      const __m256 err = _mm256_fmsub_ps(t, scale, x[k]);
-      block_noise = _mm256_fmadd_ps(err, err, block_noise);
+      mul[k] = kPerElement ? _mm256_loadu_ps(run.mul_at[f] + at + 8 * k) : run.mul[f];
+      scale[k] = kPerElement ? _mm256_loadu_ps(run.scale_at[f] + at + 8 * k) : run.scale[f];
     }
-    sink.signal = _mm256_add_pd(sink.signal, signal);
-    Sink::addBlock(sink.noise, block_noise);
+  };
+  for (int f = 0; f < R; ++f) {
+    __m256 mul[4], scale[4], t[4];
+    params(f, mul, scale);
+    __m256 on_zero[4];
+    for (int k = 0; k < 4; ++k) {
+      t[k] = _mm256_round_ps(_mm256_mul_ps(x[k], mul[k]), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      on_zero[k] = _mm256_cmp_ps(t[k], zero, _CMP_EQ_OQ);
+    }
+    addFormat(s.sinks[f], t, on_zero, x, is_zero, scale, signal);
+  }
+  for (int f = R; f < R + S; ++f) {
+    __m256 mul[4], scale[4], t[4], on_zero[4];
+    params(f, mul, scale);
+    for (int k = 0; k < 4; ++k) {
+      __m256 v = _mm256_fmadd_ps(x[k], mul[k], zero);
+      v = _mm256_min_ps(_mm256_max_ps(v, run.lo16[f]), run.hi16[f]);
+      const __m256i fixed = _mm256_cvttps_epi32(v);
+      const __m256i ti = _mm256_srai_epi32(_mm256_add_epi32(fixed, detail::noiseLanes(w0, w1, k)), 16);
+      t[k] = _mm256_cvtepi32_ps(ti);
+      // t = 0 tested on the integer (the same lanes), off the floating-point ports.
+      on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ti, _mm256_setzero_si256()));
+    }
+    addFormat(s.sinks[f], t, on_zero, x, is_zero, scale, signal);
   }
   return true;
 }
 
-// The run x[0, len) (element indices index ..) in N formats, cut into blocks as
+// Elements [at, at + n) of the run x (element indices index ..) in format f alone,
+// through quantStatsWithParams()'s own pass.
+template <bool kPerElement>
+void singleFormat(const float* x, int64_t index, int64_t at, int64_t n, const RunParams& p, bool stochastic,
+                  const QuantPlan& plan, detail::SrState& sr, Sink& sink) {
+  if (stochastic) {
+    detail::processRun<true, kPerElement>(x + at, index + at, n, detail::offsetParams<true, kPerElement>(p, at),
+                                          plan.lo(), plan.hi(), &sr, sink);
+  } else {
+    detail::processRun<false, kPerElement>(x + at, index + at, n, detail::offsetParams<false, kPerElement>(p, at),
+                                           plan.lo(), plan.hi(), &sr, sink);
+  }
+}
+
+// The run x[0, len) (element indices index ..) in R + S formats, cut into blocks as
 // processRun cuts it: stochastic runs at multiples of 32 element indices (a ragged head
-// first), round-to-nearest runs from their first element; a ragged tail last.
-template <int N, bool kStochastic, bool kPerElement>
-void fusedRun(const float* x, int64_t index, int64_t len, const RunParams (&p)[N],
-              const QuantPlan* const* plans, detail::SrState& noise, detail::SrState* alone,
-              FusedSinks<N>& s) {
-  using Run = FusedRun<N, kStochastic, kPerElement>;
-  // Elements [at, at + n) format by format, through the single-format pass.
+// first), round-to-nearest runs from their first element; a ragged tail last. The two
+// cuts agree when the run starts at a multiple of 32; a run with both roundings that
+// does not (quantStatsWithParams() fuses the roundings only where none does) goes
+// format by format.
+template <int R, int S, bool kPerElement>
+void fusedRun(const float* x, int64_t index, int64_t len, const RunParams (&p)[R + S], const QuantPlan* const* plans,
+              detail::SrState& noise, detail::SrState* alone, FusedSinks<R + S>& s) {
+  using Run = FusedRun<R, S, kPerElement>;
   auto single = [&](int64_t at, int64_t n) {
-    for (int f = 0; f < N; ++f) {
-      detail::processRun<kStochastic, kPerElement>(x + at, index + at, n,
-                                                   detail::offsetParams<kStochastic, kPerElement>(p[f], at),
-                                                   plans[f]->lo(), plans[f]->hi(), &alone[f], s.sinks[f]);
-    }
+    for (int f = 0; f < R + S; ++f)
+      singleFormat<kPerElement>(x, index, at, n, p[f], f >= R, *plans[f], alone[f], s.sinks[f]);
   };
-  if (Run::prescaled(p)) return single(0, len);
+  if (Run::prescaled(p) || (R > 0 && S > 0 && index % 32 != 0)) return single(0, len);
   const Run run(p, plans);
   int64_t pos = 0;
-  if constexpr (kStochastic) {
+  if constexpr (S > 0) {
     pos = std::min<int64_t>(len, (32 - (index & 31)) & 31);
     if (pos > 0) single(0, pos);
   }
   for (; pos + 32 <= len; pos += 32) {
     __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
-    if constexpr (kStochastic) {
+    if constexpr (S > 0) {
       const uint32_t* w = noise.at(index + pos);
       w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
       w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
     }
-    if (!fusedBlock<N, kStochastic, kPerElement>(x + pos, pos, run, w0, w1, s)) single(pos, 32);
+    if (!fusedBlock<R, S, kPerElement>(x + pos, pos, run, w0, w1, s)) single(pos, 32);
   }
   if (pos < len) single(pos, len - pos);
 }
 
-// One work unit in formats[0, N), each with its plan.
-template <int N, bool kStochastic>
+// One work unit in R + S formats, each with its plan.
+template <int R, int S>
 void fusedUnit(const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr, Partial* out) {
+  constexpr int N = R + S;
   FusedSinks<N> s;
   detail::SrState noise(sr);
   std::vector<detail::SrState> alone(N, detail::SrState(sr));
@@ -203,25 +245,35 @@ void fusedUnit(const QuantPlan* const* plans, int64_t unit, const float* x, SrSt
     RunParams p[N];
     for (int f = 0; f < N; ++f) p[f] = plans[f]->sameRunAs(p0, *plans[0]);
     if (per_element) {
-      fusedRun<N, kStochastic, true>(x + index, index, len, p, plans, noise, alone.data(), s);
+      fusedRun<R, S, true>(x + index, index, len, p, plans, noise, alone.data(), s);
     } else {
-      fusedRun<N, kStochastic, false>(x + index, index, len, p, plans, noise, alone.data(), s);
+      fusedRun<R, S, false>(x + index, index, len, p, plans, noise, alone.data(), s);
     }
   });
   for (int f = 0; f < N; ++f) out[f] = s.result(f);
 }
 
-template <int N>
-void fusedUnitAny(bool stochastic, const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr,
+// fusedUnit for r formats with round to nearest and s stochastic, 2 <= r + s <= kMaxFused.
+void fusedUnitAny(int r, int s, const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr,
                   Partial* out) {
-  if (stochastic) {
-    fusedUnit<N, true>(plans, unit, x, sr, out);
-  } else {
-    fusedUnit<N, false>(plans, unit, x, sr, out);
+  switch (r * 8 + s) {
+    case 2: return fusedUnit<0, 2>(plans, unit, x, sr, out);
+    case 3: return fusedUnit<0, 3>(plans, unit, x, sr, out);
+    case 4: return fusedUnit<0, 4>(plans, unit, x, sr, out);
+    case 9: return fusedUnit<1, 1>(plans, unit, x, sr, out);
+    case 10: return fusedUnit<1, 2>(plans, unit, x, sr, out);
+    case 11: return fusedUnit<1, 3>(plans, unit, x, sr, out);
+    case 16: return fusedUnit<2, 0>(plans, unit, x, sr, out);
+    case 17: return fusedUnit<2, 1>(plans, unit, x, sr, out);
+    case 18: return fusedUnit<2, 2>(plans, unit, x, sr, out);
+    case 24: return fusedUnit<3, 0>(plans, unit, x, sr, out);
+    case 25: return fusedUnit<3, 1>(plans, unit, x, sr, out);
+    default: return fusedUnit<4, 0>(plans, unit, x, sr, out);
   }
 }
 
-// The statistics of x in formats[which[0..n)] (2 <= n <= kMaxFused), formats that share a walk.
+// The statistics of x in formats[which[0..n)] (2 <= n <= kMaxFused): formats that share
+// a pass, those with round to nearest first.
 void fusedStats(std::span<const float> x, const OperandView& view, std::span<const QuantFormat> formats,
                 std::span<const std::span<const float>> params, SrStream sr, const std::vector<size_t>& which,
                 std::vector<QuantStats>& stats) {
@@ -230,17 +282,14 @@ void fusedStats(std::span<const float> x, const OperandView& view, std::span<con
   for (size_t i : which) plans.emplace_back(view, formats[i], params[i], 0);
   std::array<const QuantPlan*, kMaxFused> plan_ptrs{};
   for (int f = 0; f < n; ++f) plan_ptrs[f] = &plans[f];
-  const bool stochastic = formats[which[0]].rounding == Rounding::kStochastic;
+  int r = 0;
+  while (r < n && formats[which[r]].rounding == Rounding::kNearest) ++r;
   const int64_t units = plans[0].units();
   std::vector<Partial> partials(static_cast<size_t>(units * n));
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < units; ++unit) {
     Partial* out = &partials[unit * n];
-    switch (n) {
-      case 2: fusedUnitAny<2>(stochastic, plan_ptrs.data(), unit, x.data(), sr, out); break;
-      case 3: fusedUnitAny<3>(stochastic, plan_ptrs.data(), unit, x.data(), sr, out); break;
-      default: fusedUnitAny<4>(stochastic, plan_ptrs.data(), unit, x.data(), sr, out); break;
-    }
+    fusedUnitAny(r, n - r, plan_ptrs.data(), unit, x.data(), sr, out);
     for (int f = 0; f < n; ++f) {
       if (!std::isfinite(out[f].signal) || !std::isfinite(out[f].noise)) {
         out[f] = detail::unitStatsOf(plans[f], unit, x.data(), formats[which[f]], sr, /*wide=*/true,
@@ -265,13 +314,18 @@ std::vector<QuantStats> quantStatsWithParams(std::span<const float> x, const Ope
     throw KernelError::format("quantStats: {} formats but {} params buffers", formats.size(), params.size());
   }
   std::vector<QuantStats> stats(formats.size());
+  // Passes: up to kMaxFused fusable formats with the same groups, round to nearest first;
+  // both roundings in one pass only where the runs are aligned.
   std::vector<bool> done(formats.size(), false);
   for (size_t i = 0; i < formats.size(); ++i) {
     if (done[i]) continue;
     std::vector<size_t> which = {i};
     if (fusable(formats[i], params_from_x)) {
+      const bool mixed = runsAligned(view, formats[i]);
       for (size_t j = i + 1; j < formats.size() && which.size() < size_t(kMaxFused); ++j) {
-        if (!done[j] && fusable(formats[j], params_from_x) && sameWalk(formats[i], formats[j])) which.push_back(j);
+        if (!done[j] && fusable(formats[j], params_from_x) && sameGroups(formats[i], formats[j]) &&
+            (mixed || formats[j].rounding == formats[i].rounding))
+          which.push_back(j);
       }
     }
     for (size_t j : which) done[j] = true;
@@ -282,6 +336,8 @@ std::vector<QuantStats> quantStatsWithParams(std::span<const float> x, const Ope
     for (size_t j : which) {
       detail::checkQuantArgs("quantStats", int64_t(x.size()), view, formats[j], int64_t(params[j].size()));
     }
+    std::stable_partition(which.begin(), which.end(),
+                          [&](size_t j) { return formats[j].rounding == Rounding::kNearest; });
     fusedStats(x, view, formats, params, sr, which, stats);
   }
   return stats;
