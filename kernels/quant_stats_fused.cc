@@ -112,8 +112,8 @@ struct FusedRun {
 };
 
 // One format's share of a fast block: StatsSink's fast path on quantizeBlock's lanes with
-// the zero point 0, i.e. underflow where t = 0 and x != 0 and the error (t * s) - x in one
-// fused multiply-subtract (as the compiler contracts (t - 0) * s - x there).
+// the zero point 0, i.e. underflow where t = 0 and x != 0 and the error (t - 0) * s - x
+// in one fused multiply-subtract, as StatsSink computes it.
 __attribute__((always_inline)) inline void addFormat(Sink& sink, const __m256 (&t)[4], const __m256 (&on_zero)[4],
                                                      const __m256 (&x)[4], const __m256 (&is_zero)[4],
                                                      const __m256 (&scale)[4], __m256d signal) {

@@ -105,8 +105,11 @@ struct StatsSink {
       count(clipped, out);
     }
     const __m256 xf = kMasked ? _mm256_and_ps(x, fin) : x;
-    const __m256 deq = _mm256_mul_ps(_mm256_sub_ps(l.t[k], l.add[k]), l.scale[k]);
-    __m256 err = _mm256_sub_ps(deq, x);
+    // Q(x) - x = (t - add) * scale - x rounded once: an explicit fused multiply-subtract,
+    // which an optimizing build would contract to anyway, so that the sums do not depend
+    // on the optimization level (and the many-format pass, quant_stats_fused.cc, adds
+    // the same errors in every build).
+    __m256 err = _mm256_fmsub_ps(_mm256_sub_ps(l.t[k], l.add[k]), l.scale[k], x);
     if constexpr (kMasked) err = _mm256_and_ps(err, fin);
     if constexpr (kWide) {
       addSquares(signal, xf);
