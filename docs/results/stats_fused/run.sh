@@ -9,6 +9,7 @@
 #                    rtn/sr) together and format by format (grad4, grad4_each, new build),
 #                    and the single-format kernels, base and new
 #   identical.txt    the profiles of small written by both builds, timings left out: equal
+#   medium_per_op.txt  where medium's plain and profiled steps go, new build
 # BASE: a Release build of the commit before, 6d1f7c5, or one with its code (git worktree add /work/wt-base 6d1f7c5;
 # cmake -S /work/wt-base -B /work/wt-base/build -G Ninja -DCMAKE_BUILD_TYPE=Release;
 # ninja -C /work/wt-base/build pgq train_step_bench quant_bench).
@@ -47,6 +48,12 @@ export OMP_NUM_THREADS=2
   done
 } >per_op.txt
 {
+  echo "# $cpu"
+  echo "## pgq train --model medium --steps 4 --profile-steps 2 --profile-warmup 2 --profile-ops (new)"
+  "$new/pgq" train --model medium --steps 4 --profile-steps 2 --profile-warmup 2 --profile-out "$work/medium.yaml" \
+    --profile-ops --no-progress --out "$work/medium" 2>&1 | sed -n '/^per-op time split/,$p'
+} >medium_per_op.txt
+{
   echo "# the profiles of small (8 steps, 6 profiled) from both builds, lines with timings (step_ms) left out"
   if diff <(grep -v '_ms' "$work/base.yaml") <(grep -v '_ms' "$work/new.yaml") >/dev/null; then
     echo "equal: $(grep -vc '_ms' "$work/new.yaml") lines"
@@ -68,7 +75,7 @@ export OMP_NUM_THREADS=2
       echo "## round $round: $side, single formats"
       OMP_NUM_THREADS=1 "$dir/bench/quant_bench" --benchmark_min_time=0.5 \
         --benchmark_filter='(act2048x1024|weight1024x1024|act2048x256)/(params|stats_rtn|stats_sr)/threads:1' 2>/dev/null |
-        grep -E '^(tensor|act2048x1024 |weight1024x1024 |act2048x256 )'
+        sed -n '/^GB\/s per thread/,/^$/p' | grep -v '^$'
     done
   done
 } >kernels.txt
