@@ -21,6 +21,21 @@ using qtest::uniformData;
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Every field of a statistic, bit for bit.
+void expectSameStats(const QuantStats& a, const QuantStats& b, const std::string& where) {
+  EXPECT_EQ(a.count, b.count) << where;
+  EXPECT_EQ(a.finite_count, b.finite_count) << where;
+  EXPECT_EQ(a.nan_count, b.nan_count) << where;
+  EXPECT_EQ(a.inf_count, b.inf_count) << where;
+  EXPECT_EQ(a.absmax, b.absmax) << where;
+  EXPECT_EQ(a.mean_square, b.mean_square) << where;
+  EXPECT_EQ(a.mse, b.mse) << where;
+  EXPECT_EQ(a.sqnr, b.sqnr) << where;
+  EXPECT_EQ(a.zero_fraction, b.zero_fraction) << where;
+  EXPECT_EQ(a.underflow_fraction, b.underflow_fraction) << where;
+  EXPECT_EQ(a.clipped_fraction, b.clipped_fraction) << where;
+}
+
 // Uniform data on (-a, a) quantized per tensor with absmax scaling at b bits: the step
 // is d = a / qmax (qmax = 2^(b-1) - 1, absmax ~ a), the rounding error is uniform on
 // (-d/2, d/2) for every b >= 2 (the grid covers the range), so
@@ -275,18 +290,8 @@ TEST(QuantStats, ShortcutsChangeNoStatistic) {
       computeQuantParams(x, view, format, params, sr);
       const QuantStats fast = quantStats(x, view, format, sr);
       const QuantStats full = quantStatsWithParams(x, view, format, params, sr, /*params_from_x=*/false);
-      EXPECT_EQ(fast.count, full.count) << text;
-      EXPECT_EQ(fast.finite_count, full.finite_count) << text;
       EXPECT_EQ(fast.nan_count, 1) << text;
-      EXPECT_EQ(fast.nan_count, full.nan_count) << text;
-      EXPECT_EQ(fast.inf_count, full.inf_count) << text;
-      EXPECT_EQ(fast.absmax, full.absmax) << text;
-      EXPECT_EQ(fast.mean_square, full.mean_square) << text;
-      EXPECT_EQ(fast.mse, full.mse) << text;
-      EXPECT_EQ(fast.sqnr, full.sqnr) << text;
-      EXPECT_EQ(fast.zero_fraction, full.zero_fraction) << text;
-      EXPECT_EQ(fast.underflow_fraction, full.underflow_fraction) << text;
-      EXPECT_EQ(fast.clipped_fraction, full.clipped_fraction) << text;
+      expectSameStats(fast, full, text);
     }
   }
 }
@@ -329,21 +334,6 @@ TEST(QuantStats, MaskedAndUnmaskedBlocksCountAlike) {
       }
     }
   }
-}
-
-// Every field of a statistic, bit for bit.
-void expectSameStats(const QuantStats& a, const QuantStats& b, const std::string& where) {
-  EXPECT_EQ(a.count, b.count) << where;
-  EXPECT_EQ(a.finite_count, b.finite_count) << where;
-  EXPECT_EQ(a.nan_count, b.nan_count) << where;
-  EXPECT_EQ(a.inf_count, b.inf_count) << where;
-  EXPECT_EQ(a.absmax, b.absmax) << where;
-  EXPECT_EQ(a.mean_square, b.mean_square) << where;
-  EXPECT_EQ(a.mse, b.mse) << where;
-  EXPECT_EQ(a.sqnr, b.sqnr) << where;
-  EXPECT_EQ(a.zero_fraction, b.zero_fraction) << where;
-  EXPECT_EQ(a.underflow_fraction, b.underflow_fraction) << where;
-  EXPECT_EQ(a.clipped_fraction, b.clipped_fraction) << where;
 }
 
 // The many-format pass (kernels/quant_stats_fused.cc) measures formats that share a walk
