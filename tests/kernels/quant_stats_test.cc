@@ -347,6 +347,7 @@ TEST(QuantStats, MaskedAndUnmaskedBlocksCountAlike) {
 TEST(QuantStats, ManyFormatsAtOnceEqualEachAlone) {
   const std::vector<std::vector<const char*>> lists = {
       {"int8:channel:rtn", "int7:channel:rtn", "int8:channel:sr", "int7:channel:sr"},
+      {"int8:channel:sr", "int8:channel:rtn"},  // a gradient operand on a VNNI CPU
       {"int8:tensor:rtn", "int6:tensor:rtn", "int4:tensor:sr", "int8:tensor:sr"},
       {"int8:block32:rtn", "int7:block32:rtn", "int5:block32:rtn", "int8:block32:sr", "int7:block32:sr"},
       {"int8:channel:rtn", "int8:channel:rtn:asym", "int7:channel:rtn", "e4m3:channel:rtn", "int6:channel:rtn",
