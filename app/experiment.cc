@@ -624,8 +624,9 @@ ExperimentResult Experiment::run() {
   const int64_t baseline_steps = o_.from_checkpoint.empty() ? o_.baseline_steps : o_.profile_steps;
   switch (o_.protocol) {
     case ExperimentProtocol::kRecipes:
-      phases_ = 2 + n_recipes;
-      steps_left_ = baseline_steps + (1 + n_recipes) * o_.finetune_steps;
+      // The baseline, the f32 fine-tune, the recipes' and the f32 step timed again.
+      phases_ = 3 + n_recipes;
+      steps_left_ = baseline_steps + (1 + n_recipes) * o_.finetune_steps + std::min(o_.finetune_steps, kRetimeSteps);
       break;
     case ExperimentProtocol::kSearch:
       phases_ = 9;
@@ -663,7 +664,6 @@ ExperimentResult Experiment::runSearch() {
 ExperimentResult Experiment::runRecipes() {
   std::vector<RecipeRun> recipes = makeRecipes();
   phases_ = phase_ + 2 + static_cast<int>(recipes.size());
-  steps_left_ += std::min(o_.finetune_steps, kRetimeSteps);
   std::vector<RunSummary> runs;
   runs.push_back(finetune(kF32, kF32, "", o_.finetune_steps));
   for (const RecipeRun& r : recipes) runs.push_back(finetune(r.name, r.name, r.path, o_.finetune_steps, r.adversarial));
