@@ -64,7 +64,8 @@ struct FusedSinks {
 
   Partial result(int f) const {
     Sink s = sinks[f];
-    s.zeros = _mm256_add_epi32(s.zeros, zeros);
+    // Fast blocks count every t = 0 as underflow, x = 0 included (StatsSink::fast_zeros).
+    s.fast_zeros = _mm256_add_epi32(s.fast_zeros, zeros);
     s.absmax_bits = _mm256_max_epi32(s.absmax_bits, absmax_bits);
     s.fast_finite += fast;
     s.real += fast;
@@ -83,8 +84,8 @@ struct FusedRun {
   __m256 scale[N];
   const float* mul_at[N];
   const float* scale_at[N];
-  __m256 lo16[N];  // stochastic rounding: the grid's ends times 2^16
-  __m256 hi16[N];
+  __m256i lo16[N];  // stochastic rounding: the grid's ends times 2^16
+  __m256i hi16[N];
 
   FusedRun(const RunParams (&p)[N], const QuantPlan* const* plans) {
     for (int f = 0; f < N; ++f) {
@@ -96,8 +97,8 @@ struct FusedRun {
         mul[f] = _mm256_set1_ps(stochastic ? detail::srConstants(*p[f].inv, *p[f].add).mul : *p[f].inv);
         scale[f] = _mm256_set1_ps(*p[f].scale);
       }
-      lo16[f] = _mm256_set1_ps(float(plans[f]->lo()) * detail::kSrFixedOne);
-      hi16[f] = _mm256_set1_ps(float(plans[f]->hi()) * detail::kSrFixedOne);
+      lo16[f] = _mm256_set1_epi32(plans[f]->lo() * int(detail::kSrFixedOne));
+      hi16[f] = _mm256_set1_epi32(plans[f]->hi() * int(detail::kSrFixedOne));
     }
   }
 
@@ -112,14 +113,14 @@ struct FusedRun {
 };
 
 // One format's share of a fast block: StatsSink's fast path on quantizeBlock's lanes with
-// the zero point 0, i.e. underflow where t = 0 and x != 0 and the error (t - 0) * s - x
-// in one fused multiply-subtract, as StatsSink computes it.
+// the zero point 0: the error (t - 0) * s - x in one fused multiply-subtract, as StatsSink
+// computes it, and every t = 0 as underflow (x = 0 gives t = 0; the block's zeros are
+// taken off once per unit, StatsSink::fast_zeros).
 __attribute__((always_inline)) inline void addFormat(Sink& sink, const __m256 (&t)[4], const __m256 (&on_zero)[4],
-                                                     const __m256 (&x)[4], const __m256 (&is_zero)[4],
-                                                     const __m256 (&scale)[4], __m256d signal) {
+                                                     const __m256 (&x)[4], const __m256 (&scale)[4], __m256d signal) {
   __m256 block_noise = _mm256_setzero_ps();
   for (int k = 0; k < 4; ++k) {
-    Sink::count(sink.underflow, _mm256_andnot_ps(is_zero[k], on_zero[k]));
+    Sink::count(sink.underflow, on_zero[k]);
     const __m256 err = _mm256_fmsub_ps(t[k], scale[k], x[k]);
     block_noise = _mm256_fmadd_ps(err, err, block_noise);
   }
@@ -145,11 +146,12 @@ __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t a
   if (!__builtin_expect(_mm256_testz_si256(nonfinite, nonfinite), 1)) return false;
   s.fast += 32;
   s.absmax_bits = _mm256_max_epi32(s.absmax_bits, top);
-  __m256 is_zero[4];
+  // The masks below are integer compares on the float bits, which Zen 3 runs on any of its
+  // four vector pipes, while its float compares, min/max and multiplies share two.
+  const __m256i zero_i = _mm256_setzero_si256();
   __m256 block_signal = zero;
   for (int k = 0; k < 4; ++k) {
-    is_zero[k] = _mm256_cmp_ps(x[k], zero, _CMP_EQ_OQ);
-    Sink::count(s.zeros, is_zero[k]);
+    Sink::count(s.zeros, _mm256_castsi256_ps(_mm256_cmpeq_epi32(ax[k], zero_i)));  // x = +-0
     block_signal = _mm256_fmadd_ps(x[k], x[k], block_signal);
   }
   const __m256d signal = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(block_signal)),
@@ -166,23 +168,27 @@ __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t a
     __m256 on_zero[4];
     for (int k = 0; k < 4; ++k) {
       t[k] = _mm256_round_ps(_mm256_mul_ps(x[k], mul[k]), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      on_zero[k] = _mm256_cmp_ps(t[k], zero, _CMP_EQ_OQ);
+      // t = +-0: its bits doubled (the sign shifted out) are 0.
+      const __m256i tb = _mm256_castps_si256(t[k]);
+      on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_add_epi32(tb, tb), zero_i));
     }
-    addFormat(s.sinks[f], t, on_zero, x, is_zero, scale, signal);
+    addFormat(s.sinks[f], t, on_zero, x, scale, signal);
   }
   for (int f = R; f < R + S; ++f) {
     __m256 mul[4], scale[4], t[4], on_zero[4];
     params(f, mul, scale);
     for (int k = 0; k < 4; ++k) {
-      __m256 v = _mm256_fmadd_ps(x[k], mul[k], zero);
-      v = _mm256_min_ps(_mm256_max_ps(v, run.lo16[f]), run.hi16[f]);
-      const __m256i fixed = _mm256_cvttps_epi32(v);
+      // stochasticLanes clamps v to [lo16, hi16] and then truncates. Both ends are
+      // integers and |v| <= hi16 (1 + 2^-21) < 2^31 (params from x, grids of at most 8
+      // bits), so truncating first and clamping the integer gives the same lanes.
+      __m256i fixed = _mm256_cvttps_epi32(_mm256_fmadd_ps(x[k], mul[k], zero));
+      fixed = _mm256_min_epi32(_mm256_max_epi32(fixed, run.lo16[f]), run.hi16[f]);
       const __m256i ti = _mm256_srai_epi32(_mm256_add_epi32(fixed, detail::noiseLanes(w0, w1, k)), 16);
       t[k] = _mm256_cvtepi32_ps(ti);
       // t = 0 tested on the integer (the same lanes), off the floating-point ports.
-      on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ti, _mm256_setzero_si256()));
+      on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ti, zero_i));
     }
-    addFormat(s.sinks[f], t, on_zero, x, is_zero, scale, signal);
+    addFormat(s.sinks[f], t, on_zero, x, scale, signal);
   }
   return true;
 }

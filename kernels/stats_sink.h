@@ -58,7 +58,10 @@ struct StatsSink {
   __m256i masked_finite = _mm256_setzero_si256();  // finite lanes of masked blocks
   int64_t fast_finite = 0;                          // elements of full finite blocks
   __m256i nan = _mm256_setzero_si256();
-  __m256i zeros = _mm256_setzero_si256();
+  __m256i zeros = _mm256_setzero_si256();       // masked blocks
+  // Full finite blocks count every Q(x) = 0 as underflow, x = 0 included (x = 0 gives
+  // t = add on every grid), and their zeros here; result() takes those off.
+  __m256i fast_zeros = _mm256_setzero_si256();
   __m256i underflow = _mm256_setzero_si256();
   __m256i clipped = _mm256_setzero_si256();
   __m256 absmax = _mm256_setzero_ps();      // masked blocks
@@ -92,12 +95,15 @@ struct StatsSink {
   __attribute__((always_inline)) void lanes(const detail::Lanes& l, int k, __m256 fin, __m256 is_zero,
                                             __m256& block_signal, __m256& block_noise) {
     const __m256 x = l.x[k];
-    count(zeros, is_zero);
     // Q(x) = 0 exactly when the grid integer equals the zero point.
     const __m256 on_zero = _mm256_cmp_ps(l.t[k], l.add[k], _CMP_EQ_OQ);
-    __m256 under = _mm256_andnot_ps(is_zero, on_zero);
-    if constexpr (kMasked) under = _mm256_and_ps(under, fin);
-    count(underflow, under);
+    if constexpr (kMasked) {
+      count(zeros, is_zero);
+      count(underflow, _mm256_and_ps(_mm256_andnot_ps(is_zero, on_zero), fin));
+    } else {
+      count(fast_zeros, is_zero);
+      count(underflow, on_zero);
+    }
     if constexpr (kClipped) {
       const __m256 v = _mm256_add_ps(_mm256_mul_ps(x, l.inv[k]), l.add[k]);
       __m256 out = _mm256_or_ps(_mm256_cmp_ps(v, hi_edge, _CMP_GT_OQ), _mm256_cmp_ps(v, lo_edge, _CMP_LT_OQ));
@@ -136,8 +142,11 @@ struct StatsSink {
       if (__builtin_expect(_mm256_testz_si256(nonfinite, nonfinite), 1)) {
         fast_finite += 32;
         absmax_bits = _mm256_max_epi32(absmax_bits, top);
+        // x = +-0 where its magnitude bits are 0: an integer compare, which Zen 3 runs on
+        // any of its four vector pipes (float compares share two with the multiplies).
         for (int k = 0; k < 4; ++k)
-          lanes<false>(l, k, zero, _mm256_cmp_ps(l.x[k], zero, _CMP_EQ_OQ), block_signal, block_noise);
+          lanes<false>(l, k, zero, _mm256_castsi256_ps(_mm256_cmpeq_epi32(ax[k], _mm256_setzero_si256())),
+                       block_signal, block_noise);
         if constexpr (!kWide) {
           addBlock(signal, block_signal);
           addBlock(noise, block_noise);
@@ -184,8 +193,8 @@ struct StatsSink {
     p.finite = sumLanes(masked_finite) + fast_finite;
     p.nan = sumLanes(nan);
     p.inf = real - p.finite - p.nan;
-    p.zeros = sumLanes(zeros);
-    p.underflow = sumLanes(underflow);
+    p.zeros = sumLanes(zeros) + sumLanes(fast_zeros);
+    p.underflow = sumLanes(underflow) - sumLanes(fast_zeros);
     p.clipped = sumLanes(clipped);
     // Finite magnitudes' bits order like the floats.
     const __m256 both = _mm256_max_ps(absmax, _mm256_castsi256_ps(absmax_bits));
