@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/kernel_error.h"
@@ -128,11 +129,38 @@ __attribute__((always_inline)) inline void addFormat(Sink& sink, const __m256 (&
   Sink::addBlock(sink.noise, block_noise);
 }
 
+// Stochastic rounding of format f (>= R) on the products v = x * mul (times 2^16) of one
+// block, and its share of the block. stochasticLanes clamps v to [lo16, hi16] and then
+// truncates; both ends are integers and |v| <= hi16 (1 + 2^-21) < 2^31 (params from x,
+// grids of at most 8 bits), so truncating first and clamping the integer gives the same
+// lanes.
+template <int R, int S, bool kPerElement>
+__attribute__((always_inline)) inline void stochasticFormat(int f, const FusedRun<R, S, kPerElement>& run,
+                                                            const __m256i (&fixed_in)[4], const __m256 (&x)[4],
+                                                            const __m256 (&scale)[4], __m256i w0, __m256i w1,
+                                                            __m256d signal, Sink& sink) {
+  __m256 t[4], on_zero[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m256i fixed = _mm256_min_epi32(_mm256_max_epi32(fixed_in[k], run.lo16[f]), run.hi16[f]);
+    const __m256i ti = _mm256_srai_epi32(_mm256_add_epi32(fixed, detail::noiseLanes(w0, w1, k)), 16);
+    t[k] = _mm256_cvtepi32_ps(ti);
+    // t = 0 tested on the integer (the same lanes), off the floating-point ports.
+    on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ti, _mm256_setzero_si256()));
+  }
+  addFormat(sink, t, on_zero, x, scale, signal);
+}
+
 // The 32 elements xs[0, 32) at offset `at` of the run, with noise words w0, w1 (S > 0).
 // Returns false, having added nothing, unless all 32 are finite.
-template <int R, int S, bool kPerElement>
+// kPaired (R = S): stochastic format R + i has the scales of round-to-nearest format i
+// (a gradient's rtn and sr). Its fixed-point product x * (inv * 2^16) is then the round-
+// to-nearest product x * inv times 2^16, exactly (a power of two; below 2^-110 both
+// truncate to 0), which an integer add to the exponent makes without a multiply, and
+// its scales are those already loaded.
+template <int R, int S, bool kPaired, bool kPerElement>
 __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t at, const FusedRun<R, S, kPerElement>& run,
                                                       __m256i w0, __m256i w1, FusedSinks<R + S>& s) {
+  static_assert(!kPaired || R == S);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 zero = _mm256_setzero_ps();
   __m256 x[4];
@@ -163,32 +191,32 @@ __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t a
     }
   };
   for (int f = 0; f < R; ++f) {
-    __m256 mul[4], scale[4], t[4];
+    __m256 mul[4], scale[4], v[4], t[4], on_zero[4];
     params(f, mul, scale);
-    __m256 on_zero[4];
     for (int k = 0; k < 4; ++k) {
-      t[k] = _mm256_round_ps(_mm256_mul_ps(x[k], mul[k]), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      v[k] = _mm256_mul_ps(x[k], mul[k]);
+      t[k] = _mm256_round_ps(v[k], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       // t = +-0: its bits doubled (the sign shifted out) are 0.
       const __m256i tb = _mm256_castps_si256(t[k]);
       on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_add_epi32(tb, tb), zero_i));
     }
     addFormat(s.sinks[f], t, on_zero, x, scale, signal);
-  }
-  for (int f = R; f < R + S; ++f) {
-    __m256 mul[4], scale[4], t[4], on_zero[4];
-    params(f, mul, scale);
-    for (int k = 0; k < 4; ++k) {
-      // stochasticLanes clamps v to [lo16, hi16] and then truncates. Both ends are
-      // integers and |v| <= hi16 (1 + 2^-21) < 2^31 (params from x, grids of at most 8
-      // bits), so truncating first and clamping the integer gives the same lanes.
-      __m256i fixed = _mm256_cvttps_epi32(_mm256_fmadd_ps(x[k], mul[k], zero));
-      fixed = _mm256_min_epi32(_mm256_max_epi32(fixed, run.lo16[f]), run.hi16[f]);
-      const __m256i ti = _mm256_srai_epi32(_mm256_add_epi32(fixed, detail::noiseLanes(w0, w1, k)), 16);
-      t[k] = _mm256_cvtepi32_ps(ti);
-      // t = 0 tested on the integer (the same lanes), off the floating-point ports.
-      on_zero[k] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ti, zero_i));
+    if constexpr (kPaired) {
+      __m256i fixed[4];
+      const __m256i times_2_16 = _mm256_set1_epi32(16 << 23);  // + 16 on the exponent
+      for (int k = 0; k < 4; ++k)
+        fixed[k] = _mm256_cvttps_epi32(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(v[k]), times_2_16)));
+      stochasticFormat(R + f, run, fixed, x, scale, w0, w1, signal, s.sinks[R + f]);
     }
-    addFormat(s.sinks[f], t, on_zero, x, scale, signal);
+  }
+  if constexpr (!kPaired) {
+    for (int f = R; f < R + S; ++f) {
+      __m256 mul[4], scale[4];
+      __m256i fixed[4];
+      params(f, mul, scale);
+      for (int k = 0; k < 4; ++k) fixed[k] = _mm256_cvttps_epi32(_mm256_fmadd_ps(x[k], mul[k], zero));
+      stochasticFormat(f, run, fixed, x, scale, w0, w1, signal, s.sinks[f]);
+    }
   }
   return true;
 }
@@ -213,7 +241,7 @@ void singleFormat(const float* x, int64_t index, int64_t at, int64_t n, const Ru
 // cuts agree when the run starts at a multiple of 32; a run with both roundings that
 // does not (quantStatsWithParams() fuses the roundings only where none does) goes
 // format by format.
-template <int R, int S, bool kPerElement>
+template <int R, int S, bool kPaired, bool kPerElement>
 void fusedRun(const float* x, int64_t index, int64_t len, const RunParams (&p)[R + S], const QuantPlan* const* plans,
               detail::SrState& noise, detail::SrState* alone, FusedSinks<R + S>& s) {
   using Run = FusedRun<R, S, kPerElement>;
@@ -235,13 +263,13 @@ void fusedRun(const float* x, int64_t index, int64_t len, const RunParams (&p)[R
       w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
       w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 8));
     }
-    if (!fusedBlock<R, S, kPerElement>(x + pos, pos, run, w0, w1, s)) single(pos, 32);
+    if (!fusedBlock<R, S, kPaired, kPerElement>(x + pos, pos, run, w0, w1, s)) single(pos, 32);
   }
   if (pos < len) single(pos, len - pos);
 }
 
 // One work unit in R + S formats, each with its plan.
-template <int R, int S>
+template <int R, int S, bool kPaired = false>
 void fusedUnit(const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr, Partial* out) {
   constexpr int N = R + S;
   FusedSinks<N> s;
@@ -251,17 +279,20 @@ void fusedUnit(const QuantPlan* const* plans, int64_t unit, const float* x, SrSt
     RunParams p[N];
     for (int f = 0; f < N; ++f) p[f] = plans[f]->sameRunAs(p0, *plans[0]);
     if (per_element) {
-      fusedRun<R, S, true>(x + index, index, len, p, plans, noise, alone.data(), s);
+      fusedRun<R, S, kPaired, true>(x + index, index, len, p, plans, noise, alone.data(), s);
     } else {
-      fusedRun<R, S, false>(x + index, index, len, p, plans, noise, alone.data(), s);
+      fusedRun<R, S, kPaired, false>(x + index, index, len, p, plans, noise, alone.data(), s);
     }
   });
   for (int f = 0; f < N; ++f) out[f] = s.result(f);
 }
 
-// fusedUnit for r formats with round to nearest and s stochastic, 2 <= r + s <= kMaxFused.
-void fusedUnitAny(int r, int s, const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr,
+// fusedUnit for r formats with round to nearest and s stochastic, 2 <= r + s <= kMaxFused;
+// paired: r = s and stochastic format r + i has the scales of format i.
+void fusedUnitAny(int r, int s, bool paired, const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr,
                   Partial* out) {
+  if (paired && r == 1) return fusedUnit<1, 1, true>(plans, unit, x, sr, out);
+  if (paired && r == 2) return fusedUnit<2, 2, true>(plans, unit, x, sr, out);
   switch (r * 8 + s) {
     case 2: return fusedUnit<0, 2>(plans, unit, x, sr, out);
     case 3: return fusedUnit<0, 3>(plans, unit, x, sr, out);
@@ -278,24 +309,44 @@ void fusedUnitAny(int r, int s, const QuantPlan* const* plans, int64_t unit, con
   }
 }
 
+bool sameParams(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() &&
+         (a.data() == b.data() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// Whether every stochastic format of which[r, 2r) can be paired with a round-to-nearest
+// one of which[0, r) with the same scales (fusedBlock's kPaired); if so, puts each in
+// its partner's place (r + i for i). The stochastic formats' order is otherwise free.
+bool pairByScales(std::span<const std::span<const float>> params, int r, std::vector<size_t>& which) {
+  if (r == 0 || 2 * r != int(which.size())) return false;
+  for (int i = 0; i < r; ++i) {
+    int j = r + i;
+    while (j < 2 * r && !sameParams(params[which[i]], params[which[j]])) ++j;
+    if (j == 2 * r) return false;
+    std::swap(which[r + i], which[j]);
+  }
+  return true;
+}
+
 // The statistics of x in formats[which[0..n)] (2 <= n <= kMaxFused): formats that share
 // a pass, those with round to nearest first.
 void fusedStats(std::span<const float> x, const OperandView& view, std::span<const QuantFormat> formats,
-                std::span<const std::span<const float>> params, SrStream sr, const std::vector<size_t>& which,
+                std::span<const std::span<const float>> params, SrStream sr, std::vector<size_t> which,
                 std::vector<QuantStats>& stats) {
   const int n = int(which.size());
+  int r = 0;
+  while (r < n && formats[which[r]].rounding == Rounding::kNearest) ++r;
+  const bool paired = pairByScales(params, r, which);
   std::vector<QuantPlan> plans;
   for (size_t i : which) plans.emplace_back(view, formats[i], params[i], 0);
   std::array<const QuantPlan*, kMaxFused> plan_ptrs{};
   for (int f = 0; f < n; ++f) plan_ptrs[f] = &plans[f];
-  int r = 0;
-  while (r < n && formats[which[r]].rounding == Rounding::kNearest) ++r;
   const int64_t units = plans[0].units();
   std::vector<Partial> partials(static_cast<size_t>(units * n));
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < units; ++unit) {
     Partial* out = &partials[unit * n];
-    fusedUnitAny(r, n - r, plan_ptrs.data(), unit, x.data(), sr, out);
+    fusedUnitAny(r, n - r, paired, plan_ptrs.data(), unit, x.data(), sr, out);
     for (int f = 0; f < n; ++f) {
       if (!std::isfinite(out[f].signal) || !std::isfinite(out[f].noise)) {
         out[f] = detail::unitStatsOf(plans[f], unit, x.data(), formats[which[f]], sr, /*wide=*/true,

@@ -352,12 +352,16 @@ TEST(QuantStats, MaskedAndUnmaskedBlocksCountAlike) {
 // ragged rows and stochastic heads, NaN and Inf (single-format blocks inside a fused run),
 // overflowing float sums (the unit summed again in double), scales so small that
 // stochastic rounding prescales, formats that cannot join (asymmetric, clipping, FP8),
-// and a list longer than one pass takes. The scales of the formats, computed together,
+// a list longer than one pass takes, and stochastic formats that take the products of the
+// round-to-nearest ones with their scales. The scales of the formats, computed together,
 // equal each format's own.
 TEST(QuantStats, ManyFormatsAtOnceEqualEachAlone) {
   const std::vector<std::vector<const char*>> lists = {
       {"int8:channel:rtn", "int7:channel:rtn", "int8:channel:sr", "int7:channel:sr"},
       {"int8:channel:sr", "int8:channel:rtn"},  // a gradient operand on a VNNI CPU
+      // Stochastic formats paired with the round-to-nearest ones of their scales, listed
+      // in another order (kPaired in quant_stats_fused.cc).
+      {"int7:channel:rtn", "int8:channel:rtn", "int8:channel:sr", "int7:channel:sr"},
       {"int8:tensor:rtn", "int6:tensor:rtn", "int4:tensor:sr", "int8:tensor:sr"},
       {"int8:block32:rtn", "int7:block32:rtn", "int5:block32:rtn", "int8:block32:sr", "int7:block32:sr"},
       {"int8:channel:rtn", "int8:channel:rtn:asym", "int7:channel:rtn", "e4m3:channel:rtn", "int6:channel:rtn",

@@ -5,7 +5,7 @@
 #   per_op.txt     pgq train --profile-ops: quant_stats per profiled step of small (5
 #                  rounds) and medium (2 rounds), base and new in turn
 #   identical.txt  the profiles of small from both builds, timings left out: the int8/int7
-#                  defaults, and 17 formats (FP8, MX, NVFP4, bf16, explicit ones) with
+#                  defaults, and the 12 schemes and formats of --profile-formats below with
 #                  --profile-metrics --profile-outputs
 #   kernels.txt    quant_bench, 1 thread, 3 rounds, base and new in turn: the single-format
 #                  statistics (int8 rtn/sr, e4m3, mxfp8) and a gradient's four formats (grad4)
