@@ -13,13 +13,14 @@
 #                  width, medians of 3 repetitions in random order; base, then new
 # BASE: a Release build of the code before 60f9438 (its parent, or any commit from dffa83c to it):
 #   BASE=/path/to/base/build bash docs/results/stats_int_ops/run.sh     (~25 min)
+# OUT: where the files go (default: beside this script; stats_paired/run.sh sets it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 new=$(cd "$here/../../.." && pwd)/build
 base=${BASE:?set BASE to the base build directory}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cd "$here"
+cd "${OUT:-$here}"
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
 export OMP_NUM_THREADS=2
 dir_of() { if [ "$1" = base ]; then echo "$base"; else echo "$new"; fi; }

@@ -2,87 +2,28 @@
 # The many-format statistics pass with stochastic formats paired with the round-to-nearest
 # ones of their scales (quant_stats_fused.cc, kPaired), and the integer masks before it
 # (stats_int_ops/), against the build before both, in turn, on this machine, 2 threads
-# unless said, nothing else running:
-#   per_op.txt     pgq train --profile-ops: quant_stats per profiled step of small (5
-#                  rounds) and medium (2 rounds), base and new in turn
-#   identical.txt  the profiles of small from both builds, timings left out: the int8/int7
-#                  defaults, and the 12 schemes and formats of --profile-formats below with
-#                  --profile-metrics --profile-outputs
-#   kernels.txt    quant_bench, 1 thread, 3 rounds, base and new in turn: the single-format
-#                  statistics (int8 rtn/sr, e4m3, mxfp8) and a gradient's four formats (grad4)
-#   steps.txt      train_step_bench: f32 and profiled steps of small, medium and GPT-2's
-#                  width, medians of 3 repetitions in random order; base, then new
-# BASE: a Release build of the code before 60f9438 (its parent, or any commit from dffa83c to it);
-# new: this build, as of 33013b7:
-#   BASE=/path/to/base/build bash docs/results/stats_paired/run.sh     (~25 min)
+# unless said, nothing else running: stats_int_ops/run.sh's files (per_op.txt,
+# identical.txt, kernels.txt, steps.txt) written here, and
+#   grad4_ab.txt   quant_bench grad4 (a gradient's four formats with their scales),
+#                  1 thread, 10 rounds base and new in turn, values sorted
+# BASE: a Release build of the code before 60f9438 (its parent, or any commit from
+# dffa83c to it); new: this build, as of 33013b7:
+#   BASE=/path/to/base/build bash docs/results/stats_paired/run.sh     (~28 min)
+# (mca.txt: stats_int_ops/mca.txt's analysis of the paired loop, fusedRun<2, 2, true, false>.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 new=$(cd "$here/../../.." && pwd)/build
 base=${BASE:?set BASE to the base build directory}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$here"
-cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
-export OMP_NUM_THREADS=2
-dir_of() { if [ "$1" = base ]; then echo "$base"; else echo "$new"; fi; }
-
+OUT=$here bash "$here/../stats_int_ops/run.sh"
 {
-  echo "# $cpu"
-  echo "# pgq train --model M --steps S --profile-steps P --profile-warmup 2 --profile-ops: the profiled steps' quant_stats line"
-  for spec in "small 6 4 5" "medium 4 2 2"; do
-    read -r model steps profiled rounds <<<"$spec"
-    echo "## $model: --steps $steps --profile-steps $profiled"
-    for round in $(seq "$rounds"); do
-      for side in base new; do
-        "$(dir_of $side)/pgq" train --model "$model" --steps "$steps" --profile-steps "$profiled" --profile-warmup 2 \
-          --profile-out "$work/$side.yaml" --profile-ops --no-progress --out "$work/run_${side}_$model$round" 2>&1 |
-          sed -n '/^per-op time split of the profiled/,/^$/p' |
-          awk -v s="$side" -v r="$round" '/kernel time/{sub(/.*\(/, "("); kt=$0} /quant_stats/{printf "round %s %-4s quant_stats %s ms/step  %s\n", r, s, $2, kt}'
-      done
-    done
-  done
-} >per_op.txt
-
-{
-  echo "# the profiles of small from both builds, lines with timings (_ms) left out"
-  formats="int8,fp8,mxfp8,nvfp4,mxfp4,bf16,mxint8,moss_fp8,e4m3:channel:rtn,e5m2:tensor:sr,int4:block32:sr:asym,e2m1:block16:sr:scale=e4m3"
-  for flags in "" "--profile-formats $formats --profile-metrics --profile-outputs"; do
+  echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' '): grad4 (a gradient's four formats with their scales, quant_bench), 1 thread, GB/s per thread"
+  echo "# 10 rounds, base (a Release build of 2cfcb67) and new (33013b7) in turn, values sorted:"
+  echo "#   for i in \$(seq 10); do for b in BASE NEW; do \$b/bench/quant_bench --benchmark_filter='(act2048x1024|weight1024x1024)/grad4/threads:1' --benchmark_min_time=0.3; done; done"
+  for i in $(seq 10); do
     for side in base new; do
-      "$(dir_of $side)/pgq" train --model small --steps 4 --profile-steps 2 --profile-warmup 2 $flags \
-        --profile-out "$work/id_$side.yaml" --no-progress --out "$work/id_$side$RANDOM" >/dev/null 2>&1
+      if [ $side = base ]; then dir=$base; else dir=$new; fi
+      OMP_NUM_THREADS=1 "$dir/bench/quant_bench" --benchmark_filter='(act2048x1024|weight1024x1024)/grad4/threads:1' \
+        --benchmark_min_time=0.3 2>&1 | grep -A3 'grad4  grad4_each' | tail -2 | awk -v b=$side '{print b, $1, $3}'
     done
-    echo "## pgq train --model small --steps 4 --profile-steps 2 --profile-warmup 2 $flags"
-    if diff <(grep -v '_ms' "$work/id_base.yaml") <(grep -v '_ms' "$work/id_new.yaml") >/dev/null; then
-      echo "equal: $(grep -vc '_ms' "$work/id_new.yaml") lines"
-    else
-      echo "DIFFERENT"
-      diff <(grep -v '_ms' "$work/id_base.yaml") <(grep -v '_ms' "$work/id_new.yaml") | head -20
-    fi
-  done
-} >identical.txt
-
-{
-  echo "# $cpu"
-  echo "# quant_bench --benchmark_min_time=0.5, 1 thread, GB/s per thread"
-  for round in 1 2 3; do
-    for side in base new; do
-      echo "## round $round: $side"
-      OMP_NUM_THREADS=1 "$(dir_of $side)/bench/quant_bench" --benchmark_min_time=0.5 \
-        --benchmark_filter='(act2048x1024|weight1024x1024)/(stats_rtn|stats_sr|stats_e4m3|stats_mxfp8|grad4)/threads:1' \
-        2>/dev/null | awk '/^GB\/s per thread/{t=1} /^Emulated/{t=2} /^A gradient/{t=3} !/threads:1/{next}
-          t==1{print $1, "stats_rtn", $7, "stats_sr", $8} t==2{print $1, "stats_e4m3", $6, "stats_mxfp8", $7}
-          t==3{print $1, "grad4", $3}'
-    done
-  done
-} >kernels.txt
-
-{
-  echo "# $cpu"
-  filter='(f32Step|profiledStep)/(small|medium|gpt2_width)/threads:2'
-  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true"
-  for side in base new; do
-    echo "## $side"
-    "$(dir_of $side)/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
-      --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median|_cv'
-  done
-} >steps.txt
+  done | sort | awk '{k=$1" "$2; a[k]=a[k]" "$3} END{for(k in a) print k, a[k]}' | sort
+} >"$here/grad4_ab.txt"
