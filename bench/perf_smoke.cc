@@ -270,15 +270,16 @@ std::optional<Check> bf16Ratio() {
 int main(int argc, char** argv) {
   pgq::kernels::useSpinWaitPolicy(argv);  // as pgq runs (kernels/threads.h)
   bool with_step = !(argc > 1 && std::strcmp(argv[1], "--no-step") == 0);
-  auto optional = [](std::optional<Check> (*measure)()) {
+  // A measurement that may return no check (not measured on this machine) as a group.
+  auto asGroup = [](std::optional<Check> (*measure)()) {
     return [measure] {
       std::optional<Check> c = measure();
       return c ? std::vector<Check>{std::move(*c)} : std::vector<Check>{};
     };
   };
   std::vector<std::function<std::vector<Check>()>> groups = {[] { return std::vector<Check>{gemmRatio()}; },
-                                                             quantizeRatios, optional(threadsRatio),
-                                                             optional(bf16Ratio)};
+                                                             quantizeRatios, asGroup(threadsRatio),
+                                                             asGroup(bf16Ratio)};
   if (with_step) groups.emplace_back(stepRatios);
   std::vector<Check> checks;
   for (const auto& measure : groups) {
