@@ -219,6 +219,47 @@ TEST(Quantize, SymmetricScalesSkipNonFiniteValuesWherever) {
   }
 }
 
+// Per-column ranges are folded in chunks of columns and, where those are few, slabs of
+// rows, then combined (kernels/quantize.cc groupRanges). Views whose columns span
+// several chunks, with and without slabs, a ragged last block of rows, and NaN/Inf in
+// different slabs and chunks, against the per-row path on the transpose (the same groups
+// in the same order), and for one and two threads.
+TEST(Quantize, PerColumnRangesEqualThePerRowPathOnTheTranspose) {
+  for (const int64_t batch : {1, 2}) {
+    for (const int64_t cols : {2100, 70}) {
+      const int64_t rows = 150;
+      const OperandView view{batch, rows, cols, false}, transposed{batch, cols, rows, true};
+      std::vector<float> x = normalData(view.elements(), 5), xt(x.size());
+      auto at = [&](int64_t b, int64_t r, int64_t c) -> float& { return x[(b * rows + r) * cols + c]; };
+      at(0, 3, 7) = kNan;                   // first slab, first chunk
+      at(0, 70, cols - 10) = -kInf;         // another slab, the last chunk's tail
+      at(0, 149, cols - 50) = 40.0f;        // the last row, the largest value of its column
+      at(batch - 1, 100, cols / 2) = kInf;  // the second batch
+      at(batch - 1, 140, 5) = -30.0f;       // the ragged block of rows
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) xt[(b * cols + c) * rows + r] = at(b, r, c);
+      for (const char* text : {"int8:channel:rtn", "int8:block32:rtn", "int8:channel:rtn:asym", "int4:block32:sr:asym"}) {
+        const QuantFormat format = QuantFormat::parse(text);
+        const std::string what = fmt::format("{} over [{}, {}, {}]", text, batch, rows, cols);
+        std::vector<float> by_cols(quantParamCount(view, format)), by_rows(quantParamCount(transposed, format));
+        std::vector<float> one_thread(by_cols.size());
+        computeQuantParams(xt, transposed, format, by_rows);
+        {
+          ThreadCount two(2);
+          computeQuantParams(x, view, format, by_cols);
+        }
+        {
+          ThreadCount one(1);
+          computeQuantParams(x, view, format, one_thread);
+        }
+        EXPECT_EQ(by_cols, by_rows) << what;
+        EXPECT_EQ(one_thread, by_cols) << what;
+      }
+    }
+  }
+}
+
 TEST(Quantize, AsymmetricParamsCoverTheRangeWithAZeroPoint) {
   OperandView view{1, 1, 5, true};
   std::vector<float> x = {2.0f, 3.0f, 10.0f, 4.0f, 7.5f};  // all positive: range [0, 10]
