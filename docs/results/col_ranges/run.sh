@@ -9,8 +9,12 @@
 #   per_op.txt     pgq train --profile-ops: quant_params and quantize of medium's F+B
 #                  steps (the recipe of avx2_zen3/, FB_medium.yaml) and quant_stats of its
 #                  profiled steps, 3 rounds base and new in turn
+#   steps.txt      train_step_bench: medium's f32, F+B and profiled steps, medians of 3
+#                  repetitions in random order, with the GEMM shares; base, then new
 #   identical.txt  medium's F+B checkpoint after 3 steps and small's profile (timings left
 #                  out) from both builds
+# Not made here (their commands are in their first lines): per_op_fb.txt (3 more rounds of
+# the F+B steps alone) and perf_smoke_ab.txt (the perf smoke without its steps, in turn).
 # BASE: a Release build of the commit before the change (f188e07, which has quant_bench's
 # [2048,8192] view); new: this build:
 #   BASE=/path/to/base/build bash docs/results/col_ranges/run.sh     (~15 min)
@@ -79,3 +83,14 @@ recipe=$root/docs/results/avx2_zen3/FB_medium.yaml
     echo "DIFFERENT"
   fi
 } >identical.txt
+
+{
+  echo "# $cpu"
+  filter='(f32Step/medium|quantizedStep/medium_FB|profiledStep/medium)/threads:2'
+  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true; base, then new"
+  for side in base new; do
+    echo "## $side"
+    "$(dir_of $side)/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
+      --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median|_cv'
+  done
+} >steps.txt
