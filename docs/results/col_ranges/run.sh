@@ -14,7 +14,8 @@
 #   identical.txt  medium's F+B checkpoint after 3 steps and small's profile (timings left
 #                  out) from both builds
 # Not made here (their commands are in their first lines): per_op_fb.txt (3 more rounds of
-# the F+B steps alone) and perf_smoke_ab.txt (the perf smoke without its steps, in turn).
+# the F+B steps alone) and perf_smoke_ab.txt (the perf smoke without its steps, in turn);
+# qmatmul_split.txt by qmatmul_split.sh.
 # BASE: a Release build of the commit before the change (f188e07, which has quant_bench's
 # [2048,8192] view); new: this build:
 #   BASE=/path/to/base/build bash docs/results/col_ranges/run.sh     (~15 min)
