@@ -21,15 +21,8 @@
 #   BASE=/path/to/base/build bash docs/results/col_ranges/run.sh     (~15 min)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-new=$root/build
-base=${BASE:?set BASE to the base build directory}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$here/../ab_common.sh"
 cd "$here"
-cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
-export OMP_NUM_THREADS=2
-dir_of() { if [ "$1" = base ]; then echo "$base"; else echo "$new"; fi; }
 recipe=$root/docs/results/avx2_zen3/FB_medium.yaml
 
 {
@@ -78,20 +71,8 @@ recipe=$root/docs/results/avx2_zen3/FB_medium.yaml
     fi
   done
   echo "## pgq train --model small --steps 4 --profile-steps 2 --profile-warmup 2: the profiles, lines with _ms left out"
-  if diff <(grep -v '_ms' "$work/id_base.yaml") <(grep -v '_ms' "$work/id_new.yaml") >/dev/null; then
-    echo "equal: $(grep -vc '_ms' "$work/id_new.yaml") lines"
-  else
-    echo "DIFFERENT"
-  fi
+  profiles_equal "$work/id_base.yaml" "$work/id_new.yaml"
 } >identical.txt
 
-{
-  echo "# $cpu"
-  filter='(f32Step/medium|quantizedStep/medium_FB|profiledStep/medium)/threads:2'
-  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true; base, then new"
-  for side in base new; do
-    echo "## $side"
-    "$(dir_of $side)/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
-      --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median|_cv'
-  done
-} >steps.txt
+
+steps_ab '(f32Step/medium|quantizedStep/medium_FB|profiledStep/medium)/threads:2' >steps.txt
