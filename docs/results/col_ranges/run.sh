@@ -18,7 +18,7 @@
 # qmatmul_split.txt by qmatmul_split.sh.
 # BASE: a Release build of the commit before the change (f188e07, which has quant_bench's
 # [2048,8192] view); new: this build:
-#   BASE=/path/to/base/build bash docs/results/col_ranges/run.sh     (~15 min)
+#   BASE=/path/to/base/build bash docs/results/col_ranges/run.sh     (~25 min)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../ab_common.sh"
