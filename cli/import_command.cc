@@ -143,6 +143,32 @@ void checkOutputs(const ImportArgs& args) {
                             std::strerror(errno)));
 }
 
+std::string lossPath(const ImportArgs& args) { return (fs::path(args.grads_out) / "loss.npy").string(); }
+
+// grads/<parameter>.npy, with '/' in the name made '_' (two names that differ only
+// there are refused by the output plan).
+std::string gradientPath(const ImportArgs& args, std::string name) {
+  std::replace(name.begin(), name.end(), '/', '_');
+  return (fs::path(args.grads_out) / "grads" / (name + ".npy")).string();
+}
+
+// What the command reads (the model, its parameter list, the --inputs arrays) and the
+// outputs known before the import: the --grads-out files join once their names are
+// known and their folder is made.
+OutputPlan outputPlan(const ImportArgs& args) {
+  OutputPlan plan;
+  plan.reads(args.onnx.path);
+  plan.reads(args.onnx.path + ".params.txt");
+  std::error_code ec;
+  if (!args.inputs.empty())
+    for (const fs::directory_entry& e : fs::directory_iterator(args.inputs, ec))
+      if (e.path().extension() == ".npy") plan.reads(e.path().string());
+  if (!args.out.empty()) plan.writes("-o", args.out);
+  if (!args.profile_out.empty())
+    plan.writesWithSidecar("--profile-out", args.profile_out, profileCsvPath(args.profile_out));
+  return plan;
+}
+
 // The profile of the one step run on --inputs: every GEMM operand's statistics in the
 // formats `pgq train` would profile with the same flags.
 Profile stepProfile(const ImportedModel& m, const ImportArgs& args, const Executor& exec) {
@@ -178,9 +204,24 @@ void run(const ImportArgs& args) {
     checkProfileOptions(profile);
   }
   checkOutputs(args);
+  OutputPlan plan = outputPlan(args);
+  plan.check();
   ImportedModel m = importOnnx(args.onnx);
   std::vector<Tensor> inputs;
   if (!args.inputs.empty()) inputs = readInputs(m, args.inputs);  // before any work
+  if (!args.grads_out.empty()) {
+    // The gradients' files, now that their names are known: each its own file, none an
+    // input, before the step is run.
+    std::error_code ec;
+    fs::create_directories(fs::path(args.grads_out) / "grads", ec);
+    if (ec) throw Error(fmt::format("--grads-out {}: cannot make the folder: {}", args.grads_out, ec.message()));
+    plan.writes("--grads-out", lossPath(args));
+    for (const Node* param : m.net.params) {
+      const std::string& name = m.onnx_names.at(param->name());
+      plan.writes(fmt::format("--grads-out (the gradient of \"{}\")", name), gradientPath(args, name));
+    }
+    plan.check();
+  }
   m.net.constants = m.constants;  // their handles are found again after the pipeline too
   TrainingPipelineOptions pipeline;
   if (!args.profile_out.empty()) pipeline.profile = profileRequest(args.profile);
@@ -203,16 +244,11 @@ void run(const ImportArgs& args) {
     }
   for (size_t i = 0; i < m.inputs.size(); ++i) exec.bind(m.inputs[i].second, inputs[i]);
   exec.run();
-  std::error_code ec;
-  fs::create_directories(fs::path(args.grads_out) / "grads", ec);
-  if (ec) throw Error(fmt::format("--grads-out {}: cannot make the folder: {}", args.grads_out, ec.message()));
   const float loss = exec.outputScalar(0);
-  writeNpy((fs::path(args.grads_out) / "loss.npy").string(), {}, std::span<const float>(&loss, 1));
+  writeNpy(lossPath(args), {}, std::span<const float>(&loss, 1));
   for (size_t i = 0; i < m.net.params.size(); ++i) {
-    std::string name = m.onnx_names.at(m.net.params[i]->name());
-    std::replace(name.begin(), name.end(), '/', '_');
     auto dims = m.net.params[i]->shape().dims();
-    writeNpy((fs::path(args.grads_out) / "grads" / (name + ".npy")).string(), {dims.begin(), dims.end()},
+    writeNpy(gradientPath(args, m.onnx_names.at(m.net.params[i]->name())), {dims.begin(), dims.end()},
              exec.output<float>(i + 1));
   }
   fmt::print("loss {:.6f}; loss.npy and {} gradients in {}\n", loss, m.net.params.size(), args.grads_out);

@@ -1,6 +1,8 @@
 // `pgq recipe`: stage (ii), from a profile to a recipe with a reason per GEMM.
 #include <filesystem>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -39,6 +41,17 @@ void checkExportPath(const std::string& path) {
     throw Error(fmt::format("--export-torch {}", e.what()));
   }
   checkFileWithSidecar("--export-torch", path, filter);
+}
+
+// The text `make` returns, its errors prefixed with `flag`: an export's refusal ("recipe
+// i8:0: ...") names the flag that asked for it.
+template <typename Make>
+std::string withFlag(const char* flag, Make make) {
+  try {
+    return make();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", flag, e.what()));
+  }
 }
 
 }  // namespace
@@ -83,8 +96,22 @@ void addRecipeCommand(CLI::App& app) {
   cmd->callback([cmd] {
     std::optional<Metric> chosen;
     if (cmd->count("--metric")) chosen = metricFromName(metric, "--metric");
-    if (!export_torch.empty()) checkExportPath(export_torch);
-    if (!export_megatron.empty()) megatronFactoryPath(export_megatron);
+    // Every output, sidecars included, decided and checked before any work: none may be
+    // another or a file this command reads.
+    OutputPlan plan;
+    for (const std::string* input : {&profile, &hardware, &policy, &model}) plan.reads(*input);
+    if (!out.empty()) plan.writes("-o", out);
+    std::string torch_filter, megatron_factories;
+    if (!export_torch.empty()) {
+      checkExportPath(export_torch);
+      torch_filter = torchFilterPath(export_torch);
+      plan.writesWithSidecar("--export-torch", export_torch, torch_filter);
+    }
+    if (!export_megatron.empty()) {
+      megatron_factories = megatronFactoryPath(export_megatron);
+      plan.writesWithSidecar("--export-megatron", export_megatron, megatron_factories);
+    }
+    plan.check();
     Profile p = loadProfile(profile);
     if (!model.empty()) {
       ModelConfig m = loadModelConfig(model);
@@ -95,20 +122,27 @@ void addRecipeCommand(CLI::App& app) {
     if (chosen) pol.metric = *chosen;
     if (pol.metric) requireMetric(p, *pol.metric, profile);
     Recipe recipe = generateRecipe(scaleTokens(p, token_scale), hw, pol, profile);
-    if (out.empty()) {
-      fmt::print("{}", recipeToYaml(recipe));
-    } else {
-      writeRecipe(out, recipe);
-      fmt::print(stderr, "recipe: {}\n", out);
-    }
+    // Every text before any file: an export that refuses the recipe writes nothing.
+    std::vector<std::pair<std::string, std::string>> files;  // path, text
+    if (!out.empty()) files.emplace_back(out, recipeToYaml(recipe));
     if (!export_torch.empty()) {
-      std::string filter = writeTorchExport(export_torch, recipe);
-      fmt::print(stderr, "PyTorch export: {} and {}\n", export_torch, filter);
+      files.emplace_back(export_torch, withFlag("--export-torch", [&] { return recipeToTorchJson(recipe); }));
+      files.emplace_back(torch_filter, withFlag("--export-torch", [&] { return recipeToTorchFilter(recipe); }));
     }
     if (!export_megatron.empty()) {
-      std::string factories = writeMegatronExport(export_megatron, recipe);
-      fmt::print(stderr, "Megatron-LM export: {} and {}\n", export_megatron, factories);
+      const std::string module = std::filesystem::path(export_megatron).stem().string();
+      files.emplace_back(export_megatron, withFlag("--export-megatron", [&] {
+                           return recipeToMegatronConfig(recipe, module);
+                         }));
+      files.emplace_back(megatron_factories,
+                         withFlag("--export-megatron", [&] { return recipeToTeFactories(recipe); }));
     }
+    if (out.empty()) fmt::print("{}", recipeToYaml(recipe));
+    for (const auto& [path, text] : files) writeFileAtomically(path, text);
+    if (!out.empty()) fmt::print(stderr, "recipe: {}\n", out);
+    if (!export_torch.empty()) fmt::print(stderr, "PyTorch export: {} and {}\n", export_torch, torch_filter);
+    if (!export_megatron.empty())
+      fmt::print(stderr, "Megatron-LM export: {} and {}\n", export_megatron, megatron_factories);
     if (explain) fmt::print(out.empty() ? stderr : stdout, "{}", explainRecipe(recipe));
   });
 }

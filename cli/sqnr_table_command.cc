@@ -1,5 +1,6 @@
 // `pgq sqnr-table`: the table (and plot) a user inspects after profiling, or with
 // --scaling the table of how often FP8 scaling strategies would have clipped.
+#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "plan/sqnr_table.h"
 #include "support/quant_format.h"
 #include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq::cli {
 
@@ -51,6 +53,15 @@ void addSqnrTableCommand(CLI::App& app) {
     const QuantFormat shown = QuantFormat::parse(format);
     std::optional<QuantFormat> gradient;
     if (!gradient_format.empty()) gradient = QuantFormat::parse(gradient_format);
+    if (!plot.empty()) {  // before the table is printed: a plot that cannot be written is refused first
+      const std::string ext = std::filesystem::path(plot).extension().string();
+      if (ext != ".svg" && ext != ".png")
+        throw Error(fmt::format("--plot {}: give a .svg or .png file (the extension picks the image format)", plot));
+      OutputPlan outputs;
+      outputs.reads(profile_path);
+      outputs.writes("--plot", plot);
+      outputs.check();
+    }
     Profile profile = loadProfile(profile_path);
     if (!compare.empty()) {
       SqnrComparison c = compareSqnr(profile, compare);

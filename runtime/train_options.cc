@@ -93,8 +93,15 @@ void checkProfileOptions(const TrainOptions& o) {
   if (o.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");
   if (o.profile_steps == 0)
     throw Error(fmt::format("--profile-steps must be >= 1 to write {}, got 0", o.profile_out));
-  // Fail now, not after training, when the profile or the CSV beside it cannot be written.
+  // Fail now, not after training, when the profile or the CSV beside it cannot be
+  // written, or would replace a file the run reads (--profile-out naming the model).
   checkFileWithSidecar("--profile-out", o.profile_out, profileCsvPath(o.profile_out));
+  OutputPlan plan;
+  for (const std::string* input : {&o.model.source, &o.model.onnx, &o.corpus, &o.recipe_path, &o.hardware, &o.init_from})
+    if (!input->empty()) plan.reads(*input);
+  if (!o.model.onnx.empty()) plan.reads(o.model.onnx + ".params.txt");
+  plan.writesWithSidecar("--profile-out", o.profile_out, profileCsvPath(o.profile_out));
+  plan.check();
 }
 
 }  // namespace pgq

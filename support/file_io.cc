@@ -235,24 +235,6 @@ size_t readChunk(InputFile& file, char* dst, size_t size, uint64_t already_read)
   }
 }
 
-void checkFileWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar) {
-  namespace fs = std::filesystem;
-  for (const std::string& p : {path, sidecar}) {
-    const std::string which = p == path ? "" : fmt::format(" (written beside {})", path);
-    struct stat st;
-    if (::stat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      throw Error(fmt::format("{} {}: {}{} is {}; it and {} need regular files (or paths not taken yet)", flag, path,
-                              p, which, fileTypeName(st.st_mode), p == path ? sidecar : path));
-    fs::path dir = fs::path(p).parent_path();
-    if (dir.empty()) dir = ".";
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-      throw Error(fmt::format("{} {}: folder {} does not exist", flag, path, dir.string()));
-    if (::access(dir.c_str(), W_OK | X_OK) != 0)
-      throw Error(fmt::format("{} {}: folder {} is not writable: {}", flag, path, dir.string(), errnoText(errno)));
-  }
-}
-
 std::string readTextFile(const std::string& path, InputKind kind) {
   InputFile file = openInputFile(path, kind);
   std::string text;
@@ -433,6 +415,96 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   OutputFile out(path);
   out.write(text.data(), text.size());
   out.commit();
+}
+
+
+// ---- Planning the outputs ----
+
+void OutputPlan::reads(const std::string& path) { inputs_.push_back(path); }
+
+void OutputPlan::writes(const std::string& flag, const std::string& path) { outputs_.push_back({flag, path, ""}); }
+
+void OutputPlan::writesWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar) {
+  outputs_.push_back({flag, path, ""});
+  outputs_.push_back({flag, sidecar, path});
+}
+
+void OutputPlan::check() const {
+  struct Target {
+    const Output* output;
+    OutputTarget target;
+    struct stat st;  // of target.path, where target.exists
+  };
+  auto title = [](const Output& o) {
+    return o.beside.empty() ? fmt::format("{} {}", o.flag, o.path)
+                            : fmt::format("{} {} (written beside {})", o.flag, o.path, o.beside);
+  };
+  std::vector<Target> targets;
+  for (const Output& o : outputs_) {
+    Target t{&o, {}, {}};
+    try {
+      t.target = resolveOutput(o.path);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", o.flag, e.what()));
+    }
+    const Output* main = &o;
+    if (!o.beside.empty()) main = &outputs_[static_cast<size_t>(&o - outputs_.data()) - 1];
+    if (!o.beside.empty() && (t.target.in_place || targets.back().target.in_place))
+      throw Error(fmt::format("{} {}: is written in place (a device, a FIFO or a stream), but {} is written beside it; "
+                              "give a regular file's path",
+                              main->flag, main->path, o.path));
+    if (!t.target.in_place) {
+      fs::path dir = fs::path(t.target.path).parent_path();
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec))
+        throw Error(fmt::format("{}: folder {} does not exist", title(o), dir.string()));
+      if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        throw Error(fmt::format("{}: folder {} is not writable: {}", title(o), dir.string(), errnoText(errno)));
+      if (t.target.exists && ::stat(t.target.path.c_str(), &t.st) != 0) t.target.exists = false;
+    }
+    targets.push_back(t);
+  }
+  auto same = [](const Target& a, const Target& b) {
+    if (a.target.in_place || b.target.in_place) return false;
+    if (a.target.exists && b.target.exists) return a.st.st_dev == b.st.st_dev && a.st.st_ino == b.st.st_ino;
+    return a.target.path == b.target.path;
+  };
+  for (size_t i = 0; i < targets.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (same(targets[i], targets[j]))
+        throw Error(fmt::format("{} and {} are one file: each output needs its own path", title(*targets[j].output),
+                                title(*targets[i].output)));
+  for (const std::string& input : inputs_) {
+    struct stat st;
+    if (::stat(input.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    for (const Target& t : targets)
+      if (!t.target.in_place && t.target.exists && t.st.st_dev == st.st_dev && t.st.st_ino == st.st_ino)
+        throw Error(fmt::format("{} is {}, which this command reads: writing it would destroy it; give another path",
+                                title(*t.output), input));
+  }
+}
+
+void checkFileWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar) {
+  for (const std::string& p : {path, sidecar}) {
+    const std::string which = p == path ? "" : fmt::format(" (written beside {})", path);
+    struct stat st;
+    if (::stat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw Error(fmt::format("{} {}: {}{} is {}; it and {} need regular files (or paths not taken yet)", flag, path,
+                              p, which, fileTypeName(st.st_mode), p == path ? sidecar : path));
+    // /dev/stdout redirected to a file stats as that file, but is written in place: its
+    // sidecar would be /dev/stdout.py.
+    if (resolveOutput(p).in_place)
+      throw Error(fmt::format("{} {}: {}{} is written in place (a device, a FIFO or a stream); it and {} need regular "
+                              "files (or paths not taken yet)",
+                              flag, path, p, which, p == path ? sidecar : path));
+    fs::path dir = fs::path(p).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw Error(fmt::format("{} {}: folder {} does not exist", flag, path, dir.string()));
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      throw Error(fmt::format("{} {}: folder {} is not writable: {}", flag, path, dir.string(), errnoText(errno)));
+  }
 }
 
 }  // namespace pgq

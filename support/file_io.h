@@ -141,6 +141,35 @@ class OutputFile {
 // Throws pgq::Error starting with `flag` and the path.
 void checkFileWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar);
 
+// The files one command reads and writes, all decided before any is written. check()
+// refuses, naming the flags and paths:
+//   - an output OutputFile could not write: a folder, a missing or unwritable folder;
+//   - a file with a sidecar (X.py beside X.json) where the file is written in place (a
+//     device, a FIFO, /dev/stdout): the sidecar would land beside it, in /dev;
+//   - two outputs that end in one file (through symlinks, hard links, or a sidecar's
+//     name), or an output that is a file the command reads (`-o` naming the model).
+// Outputs written in place (a device, a FIFO, /dev/stdout) may repeat: nothing is
+// replaced there.
+class OutputPlan {
+ public:
+  // A file the command reads: no output may end in it. A path that is not there is
+  // left to the reader's own error.
+  void reads(const std::string& path);
+  // A file the command writes, named in messages by `flag` ("-o", "--export-torch").
+  void writes(const std::string& flag, const std::string& path);
+  // `path` and `sidecar`, written together (checkFileWithSidecar's rule).
+  void writesWithSidecar(const std::string& flag, const std::string& path, const std::string& sidecar);
+  void check() const;
+
+ private:
+  struct Output {
+    std::string flag, path;
+    std::string beside;  // for a sidecar: the file it goes with
+  };
+  std::vector<std::string> inputs_;
+  std::vector<Output> outputs_;
+};
+
 // Writes `text` to `path` by OutputFile's rule: atomically for a regular file (on
 // failure `path` is left as it was, with no temporary file behind), in place for a
 // device or FIFO.

@@ -2,6 +2,8 @@
 // checker (onnx::checker::check_model) knows opsets up to 17 only and refuses the ops
 // of later ones, so pgq checks the rules a malformed export breaks itself, using 1.12's
 // operator schemas for input and output counts where they still hold.
+#include <algorithm>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <unordered_set>
@@ -57,6 +59,52 @@ std::optional<Arity> arityOf(const std::string& op, int64_t opset) {
   return Arity{schema->min_input(), schema->max_input(), schema->min_output(), schema->max_output()};
 }
 
+// Attributes of ops newer than ONNX 1.12's schemas (or added to an op after opset 17),
+// with their types, from the operator changelog. The others are typed by the schemas.
+struct LaterAttribute {
+  const char* op;
+  const char* name;
+  onnx::AttributeProto::AttributeType type;
+};
+constexpr auto kInt = onnx::AttributeProto::INT, kFloat = onnx::AttributeProto::FLOAT,
+               kString = onnx::AttributeProto::STRING;
+constexpr LaterAttribute kLaterAttributes[] = {
+    {"Gelu", "approximate", kString},        {"Cast", "saturate", kInt},
+    {"Split", "num_outputs", kInt},          {"Pad", "mode", kString},
+    {"RMSNormalization", "axis", kInt},      {"RMSNormalization", "epsilon", kFloat},
+    {"RMSNormalization", "stash_type", kInt}, {"RotaryEmbedding", "interleaved", kInt},
+    {"RotaryEmbedding", "num_heads", kInt},  {"RotaryEmbedding", "rotary_embedding_dim", kInt},
+    {"Attention", "is_causal", kInt},        {"Attention", "kv_num_heads", kInt},
+    {"Attention", "q_num_heads", kInt},      {"Attention", "qk_matmul_output_mode", kInt},
+    {"Attention", "scale", kFloat},          {"Attention", "softcap", kFloat},
+    {"Attention", "softmax_precision", kInt},
+};
+// The reductions gained `noop_with_empty_axes` at 18 (ReduceSum at 13, in the schemas).
+constexpr const char* kReductions18[] = {"ReduceL1",  "ReduceL2",  "ReduceLogSum", "ReduceLogSumExp", "ReduceMax",
+                                         "ReduceMean", "ReduceMin", "ReduceProd",  "ReduceSumSquare"};
+
+// The type ONNX gives attribute `name` of `op` at `opset`, or nullopt where it has none
+// (a name the op does not have: refused by name when imported).
+std::optional<onnx::AttributeProto::AttributeType> attributeType(const std::string& op, const std::string& name,
+                                                                 int64_t opset) {
+  for (const LaterAttribute& l : kLaterAttributes)
+    if (op == l.op && name == l.name) return l.type;
+  if (name == "noop_with_empty_axes" && std::find(std::begin(kReductions18), std::end(kReductions18), op) !=
+                                            std::end(kReductions18))
+    return kInt;
+  const onnx::OpSchema* schema =
+      onnx::OpSchemaRegistry::Schema(op, static_cast<int>(std::min(opset, kLastSchemaOpset)), "");
+  if (!schema) return std::nullopt;
+  auto it = schema->attributes().find(name);
+  if (it == schema->attributes().end()) return std::nullopt;
+  return static_cast<onnx::AttributeProto::AttributeType>(it->second.type);
+}
+
+std::string typeText(int type) {
+  const std::string& name = onnx::AttributeProto::AttributeType_Name(type);
+  return name.empty() ? fmt::format("of type {}", type) : name;
+}
+
 std::string countText(int lo, int hi) {
   if (lo == hi) return fmt::format("{}", lo);
   if (hi == kMany) return fmt::format("at least {}", lo);
@@ -109,9 +157,25 @@ void Importer::checkStructure() const {
                                  countText(a->min_outputs, a->max_outputs), opset_));
       }
     }
+    checkAttributes(node);
     for (const std::string& out : node.output())
       if (!out.empty() && !defined.insert(out).second)
         fail(node, fmt::format("output \"{}\" is already defined (each value is produced once)", out));
+  }
+}
+
+// Each attribute once, of the type ONNX gives it: the readers take the field of the
+// expected type, so an axis written as a FLOAT would read as 0 (a softmax over the batch).
+void Importer::checkAttributes(const onnx::NodeProto& node) const {
+  std::unordered_set<std::string> seen;
+  for (const onnx::AttributeProto& a : node.attribute()) {
+    if (!seen.insert(a.name()).second) fail(node, fmt::format("attribute {} is given twice", a.name()));
+    if (!node.domain().empty() && node.domain() != "ai.onnx") continue;
+    std::optional<onnx::AttributeProto::AttributeType> want = attributeType(node.op_type(), a.name(), opset_);
+    if (want && a.type() != *want)
+      fail(node, fmt::format("attribute {} is {}, but ONNX defines it as {}", a.name(),
+                             a.type() == onnx::AttributeProto::UNDEFINED ? "of no type (UNDEFINED)" : typeText(a.type()),
+                             typeText(*want)));
   }
 }
 

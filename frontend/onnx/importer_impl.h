@@ -112,6 +112,8 @@ class Importer {
   // opsets, duplicate initializers or inputs, a value defined twice or read before it is
   // defined, an op with the wrong number of inputs or outputs.
   void checkStructure() const;
+  // Every attribute of `node` once, of its ONNX type (checkStructure runs it on each node).
+  void checkAttributes(const onnx::NodeProto& node) const;
   // A graph output whose declared static dims the graph does not compute.
   void checkDeclaredOutputs() const;
   void readInputs();

@@ -1007,6 +1007,63 @@ TEST_F(Cli, SidecarsAreCheckedBeforeAnythingIsWritten) {
   EXPECT_FALSE(fs::exists(dir_ / "export.json"));
 }
 
+// An output never replaces a file the command reads, nor another output; and every
+// export text is made before any file is written (issue 34's bug hunt).
+TEST_F(Cli, OutputsThatAreInputsOrEachOtherAreRefusedBeforeWork) {
+  std::string profile = (dir_ / "p.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + profile + " --out " +
+                (dir_ / "run").string())
+                .code,
+            0);
+  const std::string original = read(profile);
+  fs::create_symlink(profile, dir_ / "link.yaml");
+  const std::string recipe = "recipe --profile " + profile + " --hardware h100-sxm --policy F+B ";
+  for (const std::string& out : {profile, (dir_ / "link.yaml").string()}) {
+    Result r = pgq(recipe + "-o " + out);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("-o " + out + " is " + profile + ", which this command reads"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(read(profile), original);
+  const std::string x = (dir_ / "x").string();
+  Result filter = pgq(recipe + "-o " + x + ".py --export-torch " + x + ".json");
+  EXPECT_EQ(filter.code, 2) << filter.out;
+  EXPECT_NE(filter.out.find("-o " + x + ".py and --export-torch " + x + ".py (written beside " + x +
+                            ".json) are one file"),
+            std::string::npos)
+      << filter.out;
+  Result both = pgq(recipe + "--export-torch " + x + ".json --export-megatron " + x + ".yaml");
+  EXPECT_EQ(both.code, 2) << both.out;
+  EXPECT_NE(both.out.find("are one file"), std::string::npos) << both.out;
+  // /dev/stdout is written in place: a sidecar beside it would be /dev/stdout.py.
+  // (Redirected to a regular file, it stats as one.)
+  const std::string redirected = (dir_ / "stdout.txt").string();
+  Result stream = pgq(recipe + "--export-torch /dev/stdout > " + redirected);
+  EXPECT_EQ(stream.code, 2) << read(redirected);
+  EXPECT_NE(read(redirected).find("/dev/stdout is written in place"), std::string::npos) << read(redirected);
+  // A policy that puts int8 on an H100 has no Transformer Engine quantizer: the Megatron
+  // export refuses the recipe, and neither the recipe nor the PyTorch export asked beside
+  // it is written (a file already there keeps its content).
+  const std::string policy = write("i8.yaml", "name: i8\nforward: {quantize: true, threshold: 0}\n"
+                                              "backward: {quantize: true, threshold: 0}\nmin_speedup: 0.01\n");
+  const std::string r = write("r.yaml", "precious\n"), t = (dir_ / "t.json").string(), m = (dir_ / "m.yaml").string();
+  Result late = pgq("recipe --profile " + profile + " --hardware h100-sxm --policy " + policy + " -o " + r +
+                    " --export-torch " + t + " --export-megatron " + m);
+  EXPECT_EQ(late.code, 2) << late.out;
+  EXPECT_NE(late.out.find("--export-megatron: "), std::string::npos) << late.out;
+  EXPECT_NE(late.out.find("has no Transformer Engine quantizer"), std::string::npos) << late.out;
+  EXPECT_EQ(read(r), "precious\n");
+  for (const std::string& f : {t, (dir_ / "t.py").string(), m, (dir_ / "m.py").string()}) EXPECT_FALSE(fs::exists(f)) << f;
+  // train: the profile may not replace the model it trains.
+  fs::copy(fs::path(PGQ_SOURCE_DIR) / "tests/data/onnx_modern/llama", dir_ / "llama");
+  const std::string onnx = (dir_ / "llama/model.onnx").string();
+  Result t_out = pgq("train --model " + onnx + " --batch 2 --seq 16 --steps 1 --no-progress --profile-steps 1 " +
+                     "--profile-out " + onnx + " --out " + (dir_ / "run2").string());
+  EXPECT_EQ(t_out.code, 2) << t_out.out;
+  EXPECT_NE(t_out.out.find("--profile-out " + onnx + " is " + onnx + ", which this command reads"), std::string::npos)
+      << t_out.out;
+  EXPECT_FALSE(fs::exists(dir_ / "run2"));
+}
+
 // Issue 29, 8: a checkpoint of another model is refused before any work, in one line
 // naming the fields that differ.
 TEST_F(Cli, ACheckpointOfAnotherModelIsRefusedBeforeWorkNamingTheFields) {

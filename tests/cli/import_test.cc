@@ -275,6 +275,41 @@ TEST_F(Import, AnAttributeOutsideTheTableIsRefusedByName) {
   expectRefused(path, {path + ": node \"/mix/Softmax\" (Softmax, opset 20): attribute temperature is not supported"});
 }
 
+TEST_F(Import, AnAttributeOfTheWrongTypeOrGivenTwiceIsRefused) {
+  // A reader takes the field of the type ONNX defines: axis as FLOAT -1.0 read as INT
+  // would be 0, a softmax over the batch, silently.
+  auto softmax = [&](onnx::AttributeProto::AttributeType type) {
+    onnx::ModelProto m = atOpset(lm("Softmax"), 20);
+    onnx::NodeProto* node = m.mutable_graph()->mutable_node(1);
+    node->mutable_input()->RemoveLast();
+    onnx::AttributeProto* axis = node->add_attribute();
+    axis->set_name("axis");
+    axis->set_type(type);
+    axis->set_i(-1);
+    axis->set_f(-1.0f);
+    return m;
+  };
+  EXPECT_EQ(pgqImport(write("softmax_int.onnx", softmax(onnx::AttributeProto::INT))).code, 0);
+  std::string as_float = write("softmax_float.onnx", softmax(onnx::AttributeProto::FLOAT));
+  expectRefused(as_float, {as_float + ": node \"/mix/Softmax\" (Softmax, opset 20): attribute axis is FLOAT, but ONNX "
+                                      "defines it as INT"});
+  std::string untyped = write("softmax_untyped.onnx", softmax(onnx::AttributeProto::UNDEFINED));
+  expectRefused(untyped, {untyped + ": node \"/mix/Softmax\"", "attribute axis is of no type (UNDEFINED)"});
+  // An op newer than ONNX 1.12's schemas: its attributes are typed from the changelog.
+  onnx::ModelProto gelu = atOpset(lm("Gelu"), 20);
+  gelu.mutable_graph()->mutable_node(1)->mutable_input()->RemoveLast();
+  onnx::AttributeProto* approximate = gelu.mutable_graph()->mutable_node(1)->add_attribute();
+  approximate->set_name("approximate");
+  approximate->set_type(onnx::AttributeProto::INT);
+  std::string gelu_int = write("gelu_int.onnx", gelu);
+  expectRefused(gelu_int, {gelu_int + ": node \"/mix/Gelu\" (Gelu, opset 20): attribute approximate is INT, but ONNX "
+                                      "defines it as STRING"});
+  onnx::ModelProto twice = softmax(onnx::AttributeProto::INT);
+  *twice.mutable_graph()->mutable_node(1)->add_attribute() = twice.graph().node(1).attribute(0);
+  std::string path = write("softmax_twice.onnx", twice);
+  expectRefused(path, {path + ": node \"/mix/Softmax\" (Softmax, opset 20): attribute axis is given twice"});
+}
+
 TEST_F(Import, ANodeOfAnotherDomainIsRefused) {
   onnx::ModelProto m = atOpset(lm("Gelu"), 20);
   m.mutable_graph()->mutable_node(1)->mutable_input()->RemoveLast();
@@ -369,6 +404,40 @@ TEST_F(Import, OutputsThatCannotBeWrittenAreRefusedBeforeWork) {
                 {"--grads-out /dev/null/sub: cannot make the folder /dev/null/sub/grads: /dev/null is not a folder"});
   expectRefused(path + " -o " + (dir_ / "missing" / "g.pgq").string(), {"folder '" + (dir_ / "missing").string() + "' does not exist"});
   expectRefused(path + " -o " + dir_.string(), {"-o " + dir_.string() + ": is a folder"});
+}
+
+// An output never replaces the model or another output (issue 34's bug hunt): -o or
+// --profile-out naming the model, the profile's CSV on -o, -o inside --grads-out, and
+// two parameters whose gradient files would share a name ('/' is written '_').
+TEST_F(Import, OutputsThatAreInputsOrEachOtherAreRefused) {
+  const std::string model = write("lm.onnx", lm());
+  const std::string bytes = lm().SerializeAsString();
+  fs::create_directories(dir_ / "in");
+  const std::string tokens = writeNpy("in/tokens.npy", "<i8", {2, 4}, std::string(2 * 4 * 8, '\0'));
+  const std::string inputs = " --inputs " + (dir_ / "in").string() + " --grads-out " + (dir_ / "g").string();
+  expectRefused(model + " -o " + model, {"-o " + model + " is " + model + ", which this command reads"});
+  expectRefused(model + inputs + " --profile-out " + model, {"--profile-out " + model + " is " + model});
+  expectRefused(model + inputs + " -o " + tokens, {"-o " + tokens + " is " + tokens + ", which this command reads"});
+  const std::string csv = (dir_ / "p.csv").string();
+  expectRefused(model + inputs + " -o " + csv + " --profile-out " + (dir_ / "p.yaml").string(),
+                {"-o " + csv + " and --profile-out " + csv + " (written beside "});
+  const std::string loss = (dir_ / "g" / "loss.npy").string();
+  fs::create_directories(dir_ / "g");
+  expectRefused(model + inputs + " -o " + loss, {"-o " + loss + " and --grads-out " + loss + " are one file"});
+  std::ifstream in(model, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), {}), bytes);
+  EXPECT_FALSE(fs::exists(loss));
+  // "a/b" and "a_b" would both write grads/a_b.npy.
+  onnx::ModelProto m = lm();
+  onnx::GraphProto* g = m.mutable_graph();
+  g->mutable_initializer(0)->set_name("a/b");
+  g->mutable_initializer(1)->set_name("a_b");
+  g->mutable_node(0)->set_input(0, "a/b");
+  g->mutable_node(1)->set_input(1, "a_b");
+  const std::string twins = write("twins.onnx", m);
+  expectRefused(twins + inputs, {"--grads-out (the gradient of \"a_b\") " + (dir_ / "g/grads/a_b.npy").string(),
+                                 "--grads-out (the gradient of \"a/b\") " + (dir_ / "g/grads/a_b.npy").string(),
+                                 "are one file"});
 }
 
 // Issue 29, 15: what the ONNX standard forbids (ONNX 1.12's checker stops at opset 17).

@@ -187,5 +187,53 @@ TEST_F(FileIoTest, RemovesStaleTemporaryFilesOfDeadWriters) {
   EXPECT_EQ(names, (std::vector<std::string>{".other.yaml.tmp-" + dead, ".out.yaml.tmp-1", "out.yaml"}));
 }
 
+TEST_F(FileIoTest, AnOutputPlanRefusesAnOutputThatIsAnInputOrAnotherOutput) {
+  std::string model = write("m.onnx", "model\n");
+  fs::create_symlink("m.onnx", dir_ / "link.onnx");
+  fs::create_hard_link(model, dir_ / "hard.onnx");
+  auto refusal = [&](const std::function<void(OutputPlan&)>& add) {
+    OutputPlan plan;
+    plan.reads(model);
+    plan.reads(path("not-there.yaml"));  // left to its reader
+    add(plan);
+    return errorOf([&] { plan.check(); });
+  };
+  EXPECT_EQ(refusal([&](OutputPlan& p) { p.writes("-o", model); }),
+            "-o " + model + " is " + model + ", which this command reads: writing it would destroy it; give another path");
+  // Through a symlink and a hard link; relative paths and '..' resolve alike.
+  EXPECT_NE(refusal([&](OutputPlan& p) { p.writes("-o", path("link.onnx")); }).find("which this command reads"),
+            std::string::npos);
+  EXPECT_NE(refusal([&](OutputPlan& p) { p.writes("-o", path("hard.onnx")); }).find("which this command reads"),
+            std::string::npos);
+  // Two outputs on one path not yet taken, and a sidecar that is another output.
+  EXPECT_EQ(refusal([&](OutputPlan& p) {
+              p.writes("-o", path("r.yaml"));
+              p.writes("--export-megatron", path("sub/../r.yaml"));
+            }),
+            "-o " + path("r.yaml") + " and --export-megatron " + path("sub/../r.yaml") +
+                " are one file: each output needs its own path");
+  EXPECT_EQ(refusal([&](OutputPlan& p) {
+              p.writes("-o", path("x.py"));
+              p.writesWithSidecar("--export-torch", path("x.json"), path("x.py"));
+            }),
+            "-o " + path("x.py") + " and --export-torch " + path("x.py") + " (written beside " + path("x.json") +
+                ") are one file: each output needs its own path");
+  // A file with a sidecar cannot be written in place: /dev/stdout.py would land in /dev.
+  EXPECT_NE(refusal([&](OutputPlan& p) { p.writesWithSidecar("--export-torch", "/dev/stdout", "/dev/stdout.py"); })
+                .find("--export-torch /dev/stdout: is written in place"),
+            std::string::npos);
+  EXPECT_NE(refusal([&](OutputPlan& p) { p.writes("--plot", path("nowhere/p.svg")); }).find("does not exist"),
+            std::string::npos);
+  // Distinct outputs, and outputs written in place more than once, pass.
+  EXPECT_EQ(refusal([&](OutputPlan& p) {
+              p.writes("-o", path("r.yaml"));
+              p.writesWithSidecar("--export-torch", path("t.json"), path("t.py"));
+              p.writes("--a", "/dev/null");
+              p.writes("--b", "/dev/null");
+            }),
+            "no error");
+  EXPECT_EQ(content(model), "model\n");
+}
+
 }  // namespace
 }  // namespace pgq
