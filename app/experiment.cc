@@ -26,6 +26,7 @@
 #include "runtime/run_dir_lock.h"
 #include "runtime/run_layout.h"
 #include "support/config_file.h"
+#include "runtime/corpus.h"
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/option_ranges.h"
@@ -217,10 +218,24 @@ void Experiment::recordOptions() const {
   if (o_.hardware != ExperimentOptions{}.hardware) text += fmt::format("hardware: {}\n", o_.hardware);
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
   if (fs::exists(path)) {
-    if (readTextFile(path, InputKind::kExperimentOptions) != text)
-      throw Error(fmt::format("{} was made with other options (see experiment.yaml there); use the same options to "
-                              "resume it, or another --out",
-                              o_.out_dir));
+    const std::string recorded = readTextFile(path, InputKind::kExperimentOptions);
+    if (recorded != text) {
+      // The first line that differs says which option.
+      std::istringstream theirs(recorded), ours(text);
+      std::string a, b;
+      int line = 0;
+      for (bool more_a = true, more_b = true; more_a || more_b;) {
+        more_a = static_cast<bool>(std::getline(theirs, a));
+        more_b = static_cast<bool>(std::getline(ours, b));
+        ++line;
+        if (!more_a) a.clear();
+        if (!more_b) b.clear();
+        if (a != b) break;
+      }
+      throw Error(fmt::format("{}:{}: the experiment there was made with other options: '{}' there, '{}' now; use the "
+                              "same options to resume it, or another --out",
+                              path, line, a, b));
+    }
     return;
   }
   writeFileAtomically(path, text);
@@ -611,6 +626,16 @@ ExperimentResult Experiment::run() {
     const Checkpoint ckpt = loadCheckpoint(o_.from_checkpoint);
     checkCheckpointModel(ckpt.model_config, o_.model, o_.from_checkpoint, /*same_run=*/false);
     from_checkpoint_step_ = ckpt.step;
+  }
+  // A mistyped --corpus is refused before the results folder is made (its content is
+  // checked when the baseline reads it).
+  {
+    const std::string corpus = resolveCorpusPath(o_.corpus);
+    std::error_code ec;
+    const fs::file_status st = fs::status(corpus, ec);
+    if (!fs::is_regular_file(st) && !fs::is_directory(st))
+      throw Error(fmt::format("corpus {}: {}", corpus, fs::exists(st) ? "is neither a file nor a folder"
+                                                                      : "no such file or directory"));
   }
   // The baseline profiles, so it holds the instrumented training graph as well.
   checkTrainingMemory(o_.model, estimateTrainingMemory(o_.model, o_.eval_batches, true), availableMemoryBytes());

@@ -17,6 +17,11 @@ void addHwprobeCommand(CLI::App& app) {
   addThreadsFlag(cmd);
   addNumber(cmd, ranges::kProbeSeconds, options.seconds_per_test, "Wall time per measurement in seconds");
   cmd->callback([] {
+    if (!out.empty()) {  // before the measurements, which take seconds to a minute
+      OutputPlan plan;
+      plan.writes("-o", out);
+      plan.check();
+    }
     HardwareModel hw = probeHardware(options);
     if (!name.empty()) hw.name = name;
     std::string yaml = hardwareToYaml(hw);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -14,6 +15,7 @@
 #include "cli/profile_flags.h"
 #include "frontend/model_config.h"
 #include "runtime/mpi.h"
+#include "runtime/run_layout.h"
 #include "runtime/trainer.h"
 
 namespace pgq::cli {
@@ -130,11 +132,9 @@ void addTrainCommand(CLI::App& app) {
                   "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   static double collective_timeout = kDefaultCollectiveTimeoutS;
-  cmd->add_option("--collective-timeout", collective_timeout,
-                  "Under mpirun: seconds a collective may wait for the other ranks before the job ends naming the "
-                  "ranks that do not answer (stopped or hung); 0 waits forever (for a debugger)")
-      ->check(CLI::Range(0.0, 1e9))
-      ->capture_default_str();
+  addNumber(cmd, ranges::kCollectiveTimeout, collective_timeout,
+            "Under mpirun: seconds a collective may wait for the other ranks before the job ends naming the ranks "
+            "that do not answer (stopped or hung); 0 waits forever (for a debugger)");
   cmd->callback([] {
     TrainOptions& o = args.options;
     const auto started = std::chrono::steady_clock::now();
@@ -153,6 +153,16 @@ void addTrainCommand(CLI::App& app) {
       throw Error(fmt::format("--tensor-parallel {} needs {} processes per model: start pgq with mpirun -np {} (or "
                               "a multiple, for data parallelism)",
                               o.model.tensor_parallel, o.model.tensor_parallel, o.model.tensor_parallel));
+    // A new run in a folder whose earlier run left its metrics but no checkpoint (it was
+    // stopped before the first one) would replace those rows without a word.
+    if (!o.resume && (!job || job->worldRank() == 0)) {
+      const RunLayout layout{o.out_dir};
+      std::error_code ec;
+      if (std::filesystem::exists(layout.metrics(), ec) && !std::filesystem::exists(layout.checkpoint(), ec))
+        throw Error(fmt::format("{} holds the metrics of an earlier run (with no checkpoint to resume); move or "
+                                "delete it, or choose another --out",
+                                layout.metrics()));
+    }
     o.collectives = job.get();
     TrainResult r = train(o);
     if (r.history.empty() || (job && job->worldRank() != 0)) return;

@@ -9,6 +9,8 @@
 #include "frontend/sharding_rules.h"
 #include "support/config_file.h"
 #include "support/errors.h"
+#include "support/escape.h"
+#include "support/file_io.h"
 #include "pgq_model_presets.h"
 
 namespace pgq {
@@ -138,15 +140,17 @@ std::string yamlFloat(double v) {
 
 std::string ModelConfig::toYaml() const {
   if (imported())
-    return fmt::format("name: {}\nonnx: {}\nonnx_hash: {}\nbatch: {}\nseq_len: {}\nvocab: {}\ntrainable: \"{}\"\n"
-                       "frozen: \"{}\"\nseed: {}\n{}",
-                       name, onnx, onnx_hash, batch, seq_len, vocab, trainable, frozen, seed,
-                       sharding_rules.empty() ? std::string() : fmt::format("sharding_rules: {}\n", sharding_rules));
+    return fmt::format("name: {}\nonnx: {}\nonnx_hash: {}\nbatch: {}\nseq_len: {}\nvocab: {}\ntrainable: {}\n"
+                       "frozen: {}\nseed: {}\n{}",
+                       yamlScalar(name), yamlScalar(onnx), onnx_hash, batch, seq_len, vocab,
+                       quoted(trainable, QuoteStyle::kJson), quoted(frozen, QuoteStyle::kJson), seed,
+                       sharding_rules.empty() ? std::string()
+                                              : fmt::format("sharding_rules: {}\n", yamlScalar(sharding_rules)));
   return fmt::format(
       "name: {}\nvocab: {}\nd_model: {}\nn_layers: {}\nn_heads: {}\nd_ff: {}\nseq_len: {}\n"
       "batch: {}\nnorm: {}\nnorm_eps: {}\nactivation: {}\nposition: {}\nrope_theta: {}\nn_kv_heads: {}\n"
       "tied_embeddings: {}\ntokenizer: {}\ntokenizer_model: {}\ntensor_parallel: {}\ninit_std: {}\nseed: {}\n",
-      name, vocab, d_model, n_layers, n_heads, d_ff, seq_len, batch,
+      yamlScalar(name), vocab, d_model, n_layers, n_heads, d_ff, seq_len, batch,
       norm == NormKind::kRmsNorm ? "rmsnorm" : "layernorm", yamlFloat(norm_eps),
       activation == Activation::kGelu ? "gelu" : activation == Activation::kRelu ? "relu" : "swiglu",
       position == Position::kLearned ? "learned" : "rope", yamlFloat(rope_theta), kvHeads(),
@@ -200,7 +204,14 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
     layout(c);
     return importedConfig(c);
   }
-  if (!found) c = fromNode(ConfigNode::loadFile(spec, InputKind::kModelConfig));
+  if (!found) {
+    const std::string text = readTextFile(spec, InputKind::kModelConfig);
+    if (text.find('\0') != std::string::npos)
+      throw Error(fmt::format("{}: contains NUL bytes; expected a model config (YAML) or, named NAME.onnx, an ONNX "
+                              "model",
+                              spec));
+    c = fromNode(ConfigNode::loadString(text, spec));
+  }
   if (c.imported()) layout(c);
   else if (!overrides.sharding_rules.empty())
     throw Error(fmt::format("--sharding-rules applies to imported (ONNX) models; {} is built by pgq, which splits it "

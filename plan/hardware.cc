@@ -10,6 +10,7 @@
 
 #include "support/config_file.h"
 #include "support/errors.h"
+#include "support/escape.h"
 #include "pgq_hardware_presets.h"
 
 namespace pgq {
@@ -297,8 +298,8 @@ std::string hardwareToYaml(const HardwareModel& hw) {
     return text + "}";
   };
   std::string out = fmt::format("# pgq hardware model. Rates in GFLOP/s (int8: GOP/s) and GB/s.\n"
-                                "name: {}\nsource: \"{}\"\nthreads: {}\n",
-                                hw.name, hw.source, hw.threads);
+                                "name: {}\nsource: {}\nthreads: {}\n",
+                                yamlScalar(hw.name), quoted(hw.source, QuoteStyle::kJson), hw.threads);
   if (hw.high_precision != DType::kF32) out += fmt::format("high_precision: {}\n", dtypeName(hw.high_precision));
   out += fmt::format("formats: [{}]\n", fmt::join(hw.formats, ", "));
   if (hw.cast_once) out += "cast_once: true\n";

@@ -279,8 +279,10 @@ std::vector<std::pair<std::string, GemmDecision>> resolveRecipe(const Recipe& re
     // (A GEMM computed only to be measured, stage (i)'s output-error copy, is no GEMM of the model.)
     if (node->op() != Op::kMatMul || !live.count(node) || isMeasuredOnly(graph, *node)) continue;
     const Attrs& a = node->attrs();
-    PGQ_ASSERT(a.has(AttrKey::kLabel) && a.has(AttrKey::kDirection) && a.has(AttrKey::kRoles),
-               "resolveRecipe needs tag_metadata (matmul %{})", node->name());
+    // `pgq ir opt --passes quantize_gemms{...}` can reach here with an untagged graph.
+    if (!a.has(AttrKey::kLabel) || !a.has(AttrKey::kDirection) || !a.has(AttrKey::kRoles))
+      throw Error(fmt::format("quantize_gemms: matmul %{} has no label/direction/roles; run tag_metadata first",
+                              node->name()));
     int64_t k = 1;
     for (int64_t d : a.getInts(AttrKey::kLhsContract)) k *= node->operand(0)->shape().dim(static_cast<int>(d));
     gemms.push_back(

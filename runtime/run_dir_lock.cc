@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -52,9 +53,24 @@ RunDirLock::RunDirLock(const std::string& dir) {
   std::string path = (std::filesystem::path(dir) / kRunDirLockFile).string();
   // O_CLOEXEC: a child process (a plot renderer) must not inherit the lock and keep the
   // directory locked after pgq exits.
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    throw Error(fmt::format("{}: cannot create the lock file {}: {}", dir, path, std::strerror(errno)));
+  // O_NOFOLLOW and O_NONBLOCK: the record below truncates the file, so a symlink there
+  // (whose target would lose its content) is refused, and a FIFO cannot block the open.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    if (err == ELOOP)
+      throw Error(fmt::format("{}: the lock file {} is a symlink; pgq writes its own lock file there: remove the "
+                              "link",
+                              dir, path));
+    throw Error(fmt::format("{}: cannot create the lock file {}: {}", dir, path, std::strerror(err)));
+  }
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error(fmt::format("{}: the lock file {} is not a regular file; pgq writes its own lock file there: remove "
+                            "it",
+                            dir, path));
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     std::string holder = err == EWOULDBLOCK ? describeHolder(fd_) : "";

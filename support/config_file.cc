@@ -1,5 +1,6 @@
 #include "support/config_file.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -158,6 +159,16 @@ int64_t ConfigNode::getInt(std::string_view key, int64_t min, int64_t max) const
   else if (min != INT64_MIN) range = fmt::format(" >= {}", min);
   else if (max != INT64_MAX) range = fmt::format(" <= {}", max);
   int64_t out = 0;
+  // yaml-cpp reads 010 as octal 8 (YAML 1.1), YAML 1.2 as 10: a leading zero is refused
+  // rather than read one way silently (the command line refuses it too).
+  if (value.IsScalar()) {
+    std::string_view digits = value.Scalar();
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits.remove_prefix(1);
+    if (digits.size() > 1 && digits[0] == '0' &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      fail(key, fmt::format("'{}' has a leading zero, which YAML readers take as octal or decimal; write it without",
+                            value.Scalar()));
+  }
   if (!convert(value, out)) fail(key, fmt::format("expected an integer{}, got {}", range, scalarText(value)));
   if (out < min || out > max) fail(key, fmt::format("expected an integer{}, got {}", range, out));
   return out;

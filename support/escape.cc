@@ -1,5 +1,9 @@
 #include "support/escape.h"
 
+#include <algorithm>
+#include <array>
+#include <cctype>
+
 #include <fmt/format.h>
 
 namespace pgq {
@@ -26,6 +30,19 @@ std::string quoted(std::string_view text, QuoteStyle style) {
     }
   }
   return out + "\"";
+}
+
+std::string yamlScalar(std::string_view text) {
+  auto plainChar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '/' || c == '+';
+  };
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  constexpr std::array<std::string_view, 11> kSpecial{"null", "true", "false", "yes", "no", "on",
+                                                       "off",  "y",    "n",     "-",   "..."};
+  const bool plain = !text.empty() && text[0] != '-' && std::all_of(text.begin(), text.end(), plainChar) &&
+                     std::find(kSpecial.begin(), kSpecial.end(), lower) == kSpecial.end();
+  return plain ? std::string(text) : quoted(text, QuoteStyle::kJson);
 }
 
 }  // namespace pgq

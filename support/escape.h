@@ -21,4 +21,10 @@ enum class QuoteStyle {
 // UTF-8 stays UTF-8.
 std::string quoted(std::string_view text, QuoteStyle style);
 
+// `text` as a YAML scalar that reads back as the same string: as it is where it is a
+// plain word or path (letters, digits, '_', '.', '-', '/', '+'; not a word YAML reads as
+// null or a boolean), so that the configs pgq wrote before read the same; else in double
+// quotes with JSON's escapes, which YAML's double-quoted style shares.
+std::string yamlScalar(std::string_view text);
+
 }  // namespace pgq

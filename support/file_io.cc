@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -265,6 +267,9 @@ std::optional<int> ownDescriptor(const fs::path& p) {
   return fd;
 }
 
+// How long a write to a FIFO waits for a process to open its other end.
+constexpr std::chrono::seconds kFifoReaderWait{10};
+
 struct OutputTarget {
   std::string path;  // the regular file to replace, or the path to open in place
   bool in_place = false;
@@ -347,7 +352,20 @@ OutputFile::OutputFile(const std::string& path) : path_(path) {
       std::fflush(nullptr);
       fd_ = FileDescriptor(::fcntl(*own, F_DUPFD_CLOEXEC, 0));
     } else {
-      fd_ = FileDescriptor(::open(target_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666));
+      // O_NONBLOCK: a FIFO with no reader fails the open (ENXIO) instead of blocking it
+      // for ever; its reader gets kFifoReaderWait to appear, then the write is an error.
+      const auto give_up = std::chrono::steady_clock::now() + kFifoReaderWait;
+      for (;;) {
+        fd_ = FileDescriptor(
+            ::open(target_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666));
+        if (fd_.get() >= 0 || errno != ENXIO || std::chrono::steady_clock::now() >= give_up) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (fd_.get() < 0 && errno == ENXIO)
+        throw Error(fmt::format("{}: is a FIFO that no process reads (waited {} s); start its reader first", path_,
+                                std::chrono::duration_cast<std::chrono::seconds>(kFifoReaderWait).count()));
+      int flags = fd_.get() < 0 ? -1 : ::fcntl(fd_.get(), F_GETFL);
+      if (flags >= 0 && ::fcntl(fd_.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) fail("cannot clear O_NONBLOCK", errno);
     }
     if (fd_.get() < 0) fail("cannot open for writing", errno);
     return;

@@ -102,7 +102,8 @@ std::string byteSizeText(uint64_t bytes);
 //     socket) and anything reached through /proc/ or /sys/ (/dev/stdout and /dev/fd/N
 //     lead to /proc/self/fd/N): opened and written in place, as a shell's `>` would;
 //     one of our own descriptors (/dev/stdout) is written through directly, at its
-//     current offset.
+//     current offset. A FIFO that no process reads is an error after 10 s, not a
+//     hang.
 //   - a directory: refused.
 // Every failure throws pgq::Error naming the path and errno's text (ENOSPC on
 // /dev/full is an error). Destroying an uncommitted OutputFile removes its temporary

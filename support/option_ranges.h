@@ -99,6 +99,9 @@ inline constexpr OptionRange<int64_t> kExperimentEvalBatches{
 // Each fraction adds two recipes and each --policy one, each a fine-tuning run.
 inline constexpr int64_t kMaxExtraRecipes = 100;
 
+// Under mpirun: seconds a collective waits for the other ranks (0: for ever).
+inline constexpr OptionRange<double> kCollectiveTimeout{.name = "--collective-timeout", .min = 0, .max = 1e9};
+
 // pgq hwprobe (ProbeOptions).
 inline constexpr OptionRange<double> kProbeSeconds{.name = "--seconds", .min = 0.05, .max = 60};
 

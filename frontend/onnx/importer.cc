@@ -1,7 +1,9 @@
 #include "frontend/onnx/importer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -335,11 +337,13 @@ void Importer::chooseTrainable() {
   if (fs::exists(fs::symlink_status(list_path, ec))) {
     std::string text = readTextFile(list_path, InputKind::kModelConfig);
     size_t line_no = 0, pos = 0;
+    std::unordered_map<std::string, size_t> listed_on;  // ONNX name -> line
     while (pos < text.size()) {
       size_t end = text.find('\n', pos);
       std::string line = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
       pos = end == std::string::npos ? text.size() : end + 1;
       ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // written on Windows
       if (line.empty() || line[0] == '#') continue;
       // PARAM | ONNX_NAME<TAB>PARAM | ONNX_NAME<TAB>PARAM<TAB>transpose (scripts/export_onnx.py)
       std::vector<std::string> fields;
@@ -358,6 +362,11 @@ void Importer::chooseTrainable() {
         throw Error(fmt::format("{}:{}: \"{}\" is not a float initializer of {}", list_path, line_no, name, file_));
       if (transpose && initializers_.at(name)->dims_size() != 2)
         throw Error(fmt::format("{}:{}: \"{}\" is not 2-D, so it cannot hold a transpose", list_path, line_no, name));
+      if (fields.size() > 1 && fields[1].empty())
+        throw Error(fmt::format("{}:{}: \"{}\" has an empty PARAM after its tab", list_path, line_no, name));
+      if (auto [at, fresh] = listed_on.try_emplace(name, line_no); !fresh)
+        throw Error(fmt::format("{}:{}: \"{}\" is listed again (first on line {})", list_path, line_no, name,
+                                at->second));
       trainable_.insert(name);
       param_of_[name] = {fields.size() > 1 ? fields[1] : name, transpose};
     }
@@ -424,15 +433,38 @@ void Importer::chooseTrainable() {
   LabelPattern train_re = pattern(o_.trainable, "--trainable"), frozen_re = pattern(o_.frozen, "--frozen");
   // A pattern matches the initializer's name or the module parameter it holds
   // (constant folding renames weights to "onnx::MatMul_233").
+  // A pattern that selects nothing is a typo, not a choice: refused, as the notes above
+  // would otherwise say what trains without it.
+  std::vector<std::string> made_trainable, made_frozen;
   for (const auto& entry : initializers_) {
     const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one
     auto ref = param_of_.find(name);
     auto matches = [&](const LabelPattern& re) {
       return re.matches(name) || (ref != param_of_.end() && re.matches(ref->second.param));
     };
-    if (!o_.trainable.empty() && isFloatInit(name) && matches(train_re)) trainable_.insert(name);
-    if (!o_.frozen.empty() && matches(frozen_re)) trainable_.erase(name);
+    if (!o_.trainable.empty() && isFloatInit(name) && matches(train_re)) {
+      made_trainable.push_back(name);
+      trainable_.insert(name);
+    }
+    if (!o_.frozen.empty() && matches(frozen_re)) {
+      made_frozen.push_back(name);
+      trainable_.erase(name);
+    }
   }
+  if (!o_.trainable.empty() && made_trainable.empty())
+    throw Error(fmt::format("--trainable \"{}\" matches no float initializer of {} (a pattern matches a whole "
+                            "name, or the whole parameter name it holds); pgq import {} lists them",
+                            o_.trainable, file_, file_));
+  if (!o_.frozen.empty() && made_frozen.empty())
+    throw Error(fmt::format("--frozen \"{}\" matches no initializer of {} (a pattern matches a whole name, or "
+                            "the whole parameter name it holds); pgq import {} lists them",
+                            o_.frozen, file_, file_));
+  std::sort(made_trainable.begin(), made_trainable.end());
+  std::sort(made_frozen.begin(), made_frozen.end());
+  if (!made_trainable.empty())
+    out_.notes.push_back(fmt::format("--trainable \"{}\": trains {}", o_.trainable, fmt::join(made_trainable, ", ")));
+  if (!made_frozen.empty())
+    out_.notes.push_back(fmt::format("--frozen \"{}\": freezes {}", o_.frozen, fmt::join(made_frozen, ", ")));
   if (trainable_.empty() && !o_.forward_only)
     throw Error(fmt::format("{}: no trainable parameters (check --trainable/--frozen)", file_));
 }
@@ -797,6 +829,55 @@ void Importer::checkFinite(const std::string& initializer, It begin, It end, std
   }
 }
 
+// One initializer a node reads: a parameter (its first holder gives the value; a tied
+// copy must equal it) or a constant.
+void Importer::importInitializer(onnx::TensorProto& t, const fs::path& dir, ExternalData& external) {
+  if (trainable_.count(t.name())) {
+    auto ref = param_of_.find(t.name());
+    const std::string param = ref == param_of_.end() ? t.name() : ref->second.param;
+    const bool transpose = ref != param_of_.end() && ref->second.transpose;
+    Node*& p = param_nodes_[param];
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    if (transpose) dims = {dims[1], dims[0]};  // nameParameters checked that it is 2-D
+    if (!p) {
+      // The first initializer holding the parameter gives its value; another (a tied
+      // embedding's transposed copy) is the same parameter and is not read.
+      std::vector<float> v = floatsFromProto(t, dir, file_, &external, nullptr);
+      checkFinite(t.name(), v.begin(), v.end(), "a parameter must be finite to train");
+      if (transpose) v = transposed(v, dims[1], dims[0]);  // stored in its module's layout
+      p = b_.parameter(irName(param), {DType::kF32, Shape(dims)}, "model");
+      out_.values[p->name()] = std::move(v);
+      out_.onnx_names[p->name()] = param;
+      out_.net.params.push_back(p);
+      first_holder_[param] = t.name();
+    } else if (dimsOf(p) != dims) {
+      throw Error(fmt::format("{}: initializer \"{}\" holds parameter {} with shape {}, but it has shape {}", file_,
+                              t.name(), param, shapeText(dims), shapeText(dimsOf(p))));
+    } else {
+      // A tied copy must be the same values: two different weights named one parameter
+      // (a mistyped .params.txt) would otherwise train as one, silently.
+      std::vector<float> v = floatsFromProto(t, dir, file_, &external, nullptr);
+      if (transpose) v = transposed(v, dims[1], dims[0]);
+      const std::vector<float>& first = out_.values.at(p->name());
+      auto differ = std::mismatch(v.begin(), v.end(), first.begin(), [](float a, float b) {
+        return std::memcmp(&a, &b, sizeof a) == 0;
+      });
+      if (differ.first != v.end())
+        throw Error(fmt::format("{}: initializers \"{}\" and \"{}\" both hold parameter {}, but their values differ "
+                                "(element {}: {} and {}); only a tied parameter's equal copies may share a name",
+                                file_, first_holder_.at(param), t.name(), param, differ.first - v.begin(),
+                                *differ.second, *differ.first));
+    }
+    values_[t.name()] = transpose ? b_.transpose(p, {1, 0}) : p;
+  } else {
+    ConstTensor c = tensorFromProto(t, dir, file_, &external);
+    // -inf is a mask's value; NaN is no constant's.
+    if (c.isFloat()) checkFinite(t.name(), c.values.begin(), c.values.end(), "", /*allow_inf=*/true);
+    values_[t.name()] = std::move(c);
+  }
+  std::string().swap(*t.mutable_raw_data());  // a small one's bytes, parsed with the model
+}
+
 ImportedModel Importer::run() {
   // The model file's and each external data file's bytes are read once, by the tensor
   // that needs them; the weights are held once, as the values decoded.
@@ -823,35 +904,12 @@ ImportedModel Importer::run() {
   for (const onnx::ValueInfoProto& o : model_.graph().output()) read.insert(o.name());
   for (onnx::TensorProto& t : *model_.mutable_graph()->mutable_initializer()) {
     if (!read.count(t.name())) continue;
-    if (trainable_.count(t.name())) {
-      auto ref = param_of_.find(t.name());
-      const std::string param = ref == param_of_.end() ? t.name() : ref->second.param;
-      const bool transpose = ref != param_of_.end() && ref->second.transpose;
-      Node*& p = param_nodes_[param];
-      std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-      if (transpose) dims = {dims[1], dims[0]};  // nameParameters checked that it is 2-D
-      if (!p) {
-        // The first initializer holding the parameter gives its value; another (a tied
-        // embedding's transposed copy) is the same parameter and is not read.
-        std::vector<float> v = floatsFromProto(t, dir, file_, &external, nullptr);
-        checkFinite(t.name(), v.begin(), v.end(), "a parameter must be finite to train");
-        if (transpose) v = transposed(v, dims[1], dims[0]);  // stored in its module's layout
-        p = b_.parameter(irName(param), {DType::kF32, Shape(dims)}, "model");
-        out_.values[p->name()] = std::move(v);
-        out_.onnx_names[p->name()] = param;
-        out_.net.params.push_back(p);
-      } else if (dimsOf(p) != dims) {
-        throw Error(fmt::format("{}: initializer \"{}\" holds parameter {} with shape {}, but it has shape {}", file_,
-                                t.name(), param, shapeText(dims), shapeText(dimsOf(p))));
-      }
-      values_[t.name()] = transpose ? b_.transpose(p, {1, 0}) : p;
-    } else {
-      ConstTensor c = tensorFromProto(t, dir, file_, &external);
-      // -inf is a mask's value; NaN is no constant's.
-      if (c.isFloat()) checkFinite(t.name(), c.values.begin(), c.values.end(), "", /*allow_inf=*/true);
-      values_[t.name()] = std::move(c);
+    try {
+      importInitializer(t, dir, external);
+    } catch (const Error& e) {  // the IR builder's own checks (a shape too large) know no file or initializer
+      if (std::string_view(e.what()).starts_with(file_ + ": ")) throw;
+      throw Error(fmt::format("{}: initializer \"{}\": {}", file_, t.name(), e.what()));
     }
-    std::string().swap(*t.mutable_raw_data());  // a small one's bytes, parsed with the model
   }
   for (const onnx::NodeProto& node : model_.graph().node()) {
     try {
@@ -925,7 +983,10 @@ std::string onnxOpTableText() {
 }
 
 bool isOnnxModelPath(const std::string& spec) {
-  return spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".onnx") == 0;
+  if (spec.size() <= 5) return false;
+  std::string ext = spec.substr(spec.size() - 5);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".onnx";  // m.ONNX too
 }
 
 }  // namespace pgq

@@ -2,6 +2,7 @@
 // The ONNX importer's internals, shared by importer.cc (reading the model, choosing and
 // naming parameters, the loss) and import_ops.cc (one handler per ONNX op, listed in
 // onnx_ops.def). Not part of pgq's interface: include importer.h instead.
+#include <filesystem>
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
@@ -112,6 +113,7 @@ class Importer {
   // opsets, duplicate initializers or inputs, a value defined twice or read before it is
   // defined, an op with the wrong number of inputs or outputs.
   void checkStructure() const;
+  void importInitializer(onnx::TensorProto& t, const std::filesystem::path& dir, ExternalData& external);
   // Every attribute of `node` once, of its ONNX type (checkStructure runs it on each node).
   void checkAttributes(const onnx::NodeProto& node) const;
   // A graph output whose declared static dims the graph does not compute.
@@ -196,6 +198,7 @@ class Importer {
   std::unordered_map<std::string, ParamRef> param_of_;
   bool torch_metadata_ = false;  // the nodes carry torch.export's metadata
   std::unordered_map<std::string, Node*> param_nodes_;
+  std::unordered_map<std::string, std::string> first_holder_;  // parameter -> the initializer that gave its value
   std::unordered_map<std::string, Node*> materialized_;
   // Values computed by LogSoftmax: the scores they came from (NLL of them is a
   // cross-entropy).

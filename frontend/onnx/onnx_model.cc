@@ -216,6 +216,8 @@ std::string_view externalBytes(const TensorProto& t, const fs::path& model_dir, 
     else if (entry.key() == "length") length = number(entry.value());
   }
   if (location.empty()) ctx.fail("external data has no 'location'");
+  if (location.find('\0') != std::string::npos)  // a path stops at its first NUL: another file would be read
+    ctx.fail("external data location holds a NUL byte");
   PGQ_ASSERT(!model_dir.empty(), "{}: external data read without the model's folder", ctx.what);
   const fs::path real = realExternalFile(location, model_dir, ctx);
   // Messages name the file as the model does, beside the model.

@@ -210,6 +210,16 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"roofline --hardware h100-sxm --gemms " + write("i.csv", "m,k,n\n64,nan,64\n"), "i.csv:2: field 'k'"},
       {"roofline --hardware epyc-zen3-2c --gemms " + write("j.csv", "m,k,n\n64,64,64\n"), "runs no FP8"},
       {"roofline --hardware h100-sxm --model tiny --gemms " + write("k.csv", "m,k,n\n64,64,64\n"), "not both"},
+      // quantize_gemms on an untagged graph: an error, not an internal assertion.
+      {"ir opt --passes 'quantize_gemms{recipe=" + write("empty_recipe.yaml", "gemms: []\n") + "}' " +
+           write("untagged.pgq", "graph @g {\n  %x = input() : f32[8,16]\n  %w = parameter() : f32[16,4]\n"
+                                 "  %y = matmul(%x, %w) {lhs_contract=[1], rhs_contract=[0], label=\"up\"} : f32[8,4]\n"
+                                 "  return %y\n}\n"),
+       "quantize_gemms: matmul %y has no label/direction/roles; run tag_metadata first"},
+      {"train --model tiny --steps 1 --collective-timeout nan", "--collective-timeout: expected a finite number"},
+      {"hwprobe -o " + (dir_ / "missing" / "hw.yaml").string(), "folder " + (dir_ / "missing").string() + " does not exist"},
+      {"experiment --model tiny --corpus /nonexistent --out " + (dir_ / "exp").string(),
+       "corpus /nonexistent: no such file or directory"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);
@@ -217,6 +227,7 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
   }
+  EXPECT_FALSE(fs::exists(dir_ / "exp"));  // refused before the results folder was made
 }
 
 // pgq gpuprobe on a machine without a GPU: one line, exit 2. Its fit and its YAML are the
@@ -525,14 +536,14 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_NE(missing.out.find("was not profiled in int4:channel:rtn"), std::string::npos) << missing.out;
   Result bad_plot = pgq("sqnr-table " + profile + " --plot " + (dir_ / "x.gif").string());
   EXPECT_EQ(bad_plot.code, 2);
-  // A plot that cannot be written says why (it once said "Success").
+  EXPECT_EQ(bad_plot.out, "pgq: error: --plot " + (dir_ / "x.gif").string() +
+                              ": give a .svg or .png file (the extension picks the image format)\n");  // no table first
+  // A plot that cannot be written says why (it once said "Success"), before the table is
+  // printed.
   Result unwritable = pgq("sqnr-table " + profile + " --plot " + (dir_ / "no/such/dir/sqnr.svg").string());
   EXPECT_EQ(unwritable.code, 2);
-  EXPECT_NE(unwritable.out.find("cannot write the plot: " + (dir_ / "no/such/dir/sqnr.svg").string() +
-                                ": cannot create a temporary file in " + (dir_ / "no/such/dir").string() +
-                                ": No such file or directory"),
-            std::string::npos)
-      << unwritable.out;
+  EXPECT_EQ(unwritable.out, "pgq: error: --plot " + (dir_ / "no/such/dir/sqnr.svg").string() + ": folder " +
+                                (dir_ / "no/such/dir").string() + " does not exist\n");
   Result bad = pgq("sqnr-table " + write("bad.yaml", "version: 1\nrun: {}\n"));
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("bad.yaml"), std::string::npos) << bad.out;
@@ -942,9 +953,10 @@ TEST_F(Cli, OutputsFollowSymlinksAndWriteDevicesInPlace) {
 
 TEST_F(Cli, HwprobeWritesALoadableModel) {
   std::string out = (dir_ / "hw.yaml").string();
-  Result r = pgq("hwprobe --seconds 0.05 --name here -o " + out);
+  // A name YAML would read otherwise is written quoted, and loads back.
+  Result r = pgq("hwprobe --seconds 0.05 --name 'here: #1' -o " + out);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("name: here"), std::string::npos);
+  EXPECT_NE(r.out.find("name: \"here: #1\"\n"), std::string::npos) << r.out;
   // The model names the CPU it was probed on: CPUs of one name (AMD EPYC: Zen 3, Zen 5)
   // differ by family and model, read here from /proc/cpuinfo as well.
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -966,7 +978,7 @@ TEST_F(Cli, HwprobeWritesALoadableModel) {
             0);
   Result recipe = pgq("recipe --profile " + profile + " --hardware " + out + " --policy F");
   EXPECT_EQ(recipe.code, 0) << recipe.out;
-  EXPECT_NE(recipe.out.find("hardware: here"), std::string::npos) << recipe.out;
+  EXPECT_NE(recipe.out.find("hardware: \"here: #1\""), std::string::npos) << recipe.out;
 }
 
 // Issue 29, 10: a file written with a sidecar (the profile's CSV, the PyTorch export's
@@ -1062,6 +1074,15 @@ TEST_F(Cli, OutputsThatAreInputsOrEachOtherAreRefusedBeforeWork) {
   EXPECT_NE(t_out.out.find("--profile-out " + onnx + " is " + onnx + ", which this command reads"), std::string::npos)
       << t_out.out;
   EXPECT_FALSE(fs::exists(dir_ / "run2"));
+  // A new run does not replace the metrics of an earlier one that left no checkpoint.
+  fs::create_directories(dir_ / "stopped");
+  const std::string rows = write("stopped/metrics.csv", "step,loss\n1,5.5\n");
+  Result again = pgq("train --model tiny --steps 1 --no-progress --out " + (dir_ / "stopped").string());
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_NE(again.out.find(rows + " holds the metrics of an earlier run (with no checkpoint to resume)"),
+            std::string::npos)
+      << again.out;
+  EXPECT_EQ(read(rows), "step,loss\n1,5.5\n");
 }
 
 // Issue 29, 8: a checkpoint of another model is refused before any work, in one line

@@ -186,6 +186,60 @@ TEST_F(Import, MissingExternalDataNamesTheTensorAndTheFile) {
   expectRefused(path, {path + ": initializer 'emb': missing external data file", "emb.bin"});
 }
 
+// A location is a path, which ends at its first NUL: "emb.bin\0junk" would read emb.bin.
+TEST_F(Import, AnExternalDataLocationWithANulByteIsRefused) {
+  onnx::ModelProto m = lm();
+  TensorProto* emb = m.mutable_graph()->mutable_initializer(0);
+  emb->clear_float_data();
+  emb->set_data_location(TensorProto::EXTERNAL);
+  auto* location = emb->add_external_data();
+  location->set_key("location");
+  location->set_value(std::string("emb.bin\0junk", 12));
+  write("emb.bin", std::string(8 * 6 * 4, '\0'));
+  std::string path = write("nul.onnx", m);
+  expectRefused(path, {path + ": initializer 'emb': external data location holds a NUL byte"});
+}
+
+// The parameter list beside a model (<model>.params.txt): one line per initializer, a
+// non-empty PARAM, CRLF line ends read like LF; two initializers may name one parameter
+// only when they hold the same values (a tied copy).
+TEST_F(Import, AParameterListNamesEachInitializerOnceAndTiesOnlyEqualValues) {
+  const std::string path = write("lm.onnx", lm());
+  write("lm.onnx.params.txt", "emb\r\nhead\r\n");
+  Result crlf = pgqImport(path);
+  EXPECT_EQ(crlf.code, 0) << crlf.out;
+  write("lm.onnx.params.txt", "emb\tA\nemb\tB\n");
+  expectRefused(path, {path + ".params.txt:2: \"emb\" is listed again (first on line 1)"});
+  write("lm.onnx.params.txt", "emb\t\n");
+  expectRefused(path, {path + ".params.txt:1: \"emb\" has an empty PARAM after its tab"});
+  // head, transposed, has emb's shape [8, 6] but other values.
+  write("lm.onnx.params.txt", "emb\tE\nhead\tE\ttranspose\n");
+  expectRefused(path, {path + ": initializers \"emb\" and \"head\" both hold parameter E, but their values differ "
+                              "(element 6: 0.06 and 0.01)"});
+}
+
+// A --trainable or --frozen pattern that selects nothing is a typo, refused.
+TEST_F(Import, PatternsThatSelectNothingAreRefused) {
+  const std::string path = write("lm.onnx", lm());
+  expectRefused(path + " --trainable nomatch", {"--trainable \"nomatch\" matches no float initializer of " + path});
+  expectRefused(path + " --frozen he", {"--frozen \"he\" matches no initializer of " + path,
+                                         "a pattern matches a whole name"});
+  Result ok = pgqImport(path + " --frozen 'he.*'");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("note: --frozen \"he.*\": freezes head"), std::string::npos) << ok.out;
+}
+
+// The IR's own refusal of a shape names the file and the initializer.
+TEST_F(Import, AnInitializerShapeTooLargeNamesTheFileAndTheInitializer) {
+  onnx::ModelProto m = lm();
+  TensorProto* head = m.mutable_graph()->mutable_initializer(1);
+  head->clear_float_data();
+  head->clear_dims();
+  for (int64_t d : {int64_t{1} << 62, int64_t{1} << 62, int64_t{0}}) head->add_dims(d);
+  std::string path = write("huge.onnx", m);
+  expectRefused(path, {path + ": initializer \"head\": ", "more than 2^40 elements"});
+}
+
 TEST_F(Import, FeaturesAreNeitherALossNorLogits) {
   onnx::ModelProto m;
   m.set_ir_version(8);

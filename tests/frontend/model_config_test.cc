@@ -44,6 +44,34 @@ TEST(ModelConfig, YamlRoundTrip) {
   EXPECT_EQ(back.toYaml(), c.toYaml());
 }
 
+// A name YAML would read otherwise (a colon, a comment sign, a word meaning null) is
+// written quoted, so that --batch/--seq (which re-read the config) keep it; a plain one
+// is written as before, so that older profiles and checkpoints compare equal.
+TEST(ModelConfig, NamesThatNeedQuotesRoundTrip) {
+  for (const std::string name : {"my model: v2", "#1", "null", "[x", "a\"b\\c", "two\nlines", "-x", "gpt2-124m.v1/x"}) {
+    ModelConfig c = parseModelConfig(kValid, "m.yaml");
+    c.name = name;
+    ModelConfig back = parseModelConfig(c.toYaml(), "round-trip");
+    EXPECT_EQ(back.name, name) << c.toYaml();
+    EXPECT_EQ(back.toYaml(), c.toYaml());
+  }
+  ModelConfig plain = parseModelConfig("name: gpt2-124m\n" + kValid, "m.yaml");
+  EXPECT_EQ(plain.toYaml().substr(0, 16), "name: gpt2-124m\n");
+}
+
+// yaml-cpp reads 010 as octal 8, YAML 1.2 as decimal 10: refused either way.
+TEST(ModelConfig, AnIntegerWithALeadingZeroIsRefused) {
+  EXPECT_EQ(errorOf("d_model: 32\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 010\n"),
+            "m.yaml:6: field 'batch': '010' has a leading zero, which YAML readers take as octal or decimal; write it "
+            "without");
+  EXPECT_EQ(errorOf("d_model: 32\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: -04\n"),
+            "m.yaml:6: field 'batch': '-04' has a leading zero, which YAML readers take as octal or decimal; write it "
+            "without");
+  EXPECT_EQ(parseModelConfig("d_model: 32\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 0x10\n", "m.yaml")
+                .batch,
+            16);
+}
+
 TEST(ModelConfig, LlamaConfigRoundTrips) {
   ModelConfig c = parseModelConfig(
       "name: llama\nd_model: 64\nn_layers: 2\nn_heads: 8\nn_kv_heads: 2\nd_ff: 172\nseq_len: 32\nbatch: 2\n"

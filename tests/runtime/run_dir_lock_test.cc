@@ -1,11 +1,14 @@
 #include "runtime/run_dir_lock.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <optional>
 
@@ -58,6 +61,24 @@ TEST_F(RunDirLockTest, ASecondLockNamesTheHolderUntilItIsReleased) {
   EXPECT_EQ(errorOf([&] { RunDirLock inner(run_ + "/inner"); }), "no error");
   held.reset();
   EXPECT_EQ(errorOf([&] { RunDirLock again(run_); }), "no error");
+}
+
+// The lock's record truncates the file: a symlink there would lose its target's content,
+// and a FIFO would block the open. Both are refused.
+TEST_F(RunDirLockTest, ALockFileThatIsASymlinkOrAFifoIsRefused) {
+  const fs::path target = dir_ / "precious.txt";
+  { std::ofstream(target) << "precious\n"; }
+  fs::create_symlink(target, fs::path(run_) / ".pgq-lock");
+  EXPECT_EQ(errorOf([&] { RunDirLock lock(run_); }),
+            run_ + ": the lock file " + run_ + "/.pgq-lock is a symlink; pgq writes its own lock file there: remove the "
+                   "link");
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious\n");
+  fs::remove(fs::path(run_) / ".pgq-lock");
+  ASSERT_EQ(::mkfifo((fs::path(run_) / ".pgq-lock").c_str(), 0644), 0);
+  EXPECT_EQ(errorOf([&] { RunDirLock lock(run_); }),
+            run_ + ": the lock file " + run_ + "/.pgq-lock is not a regular file; pgq writes its own lock file there: "
+                   "remove it");
 }
 
 // The kernel drops a flock with its holder: a run killed with SIGKILL (no destructor,
