@@ -71,7 +71,12 @@ void addRecipeCommand(CLI::App& app) {
   cmd->add_option("-o,--out", out, "Recipe to write (YAML); printed to standard output when absent")
       ->check(kNonEmptyPath);
   static std::string model;
+  static ModelOverrides sizes;
   cmd->add_option("--model", model, "Check that the profile was made with this model (preset, YAML or ONNX file)");
+  cmd->add_option("--batch", sizes.batch, "With --model: its batch size (sizes a dynamic ONNX dim), as profiled")
+      ->check(CLI::Range(int64_t{1}, kMaxModelSize));
+  cmd->add_option("--seq", sizes.seq_len, "With --model: its sequence length (sizes a dynamic ONNX dim), as profiled")
+      ->check(CLI::Range(int64_t{2}, kMaxModelSize));
   addNumber(cmd, ranges::kTokenScale, token_scale,
             "The target run processes this many times the profiled run's tokens per device (e.g. 8 for batch 64 "
             "profiled at batch 8): the roofline sees GEMMs that large; SQNR stays as profiled");
@@ -96,6 +101,7 @@ void addRecipeCommand(CLI::App& app) {
   cmd->callback([cmd] {
     std::optional<Metric> chosen;
     if (cmd->count("--metric")) chosen = metricFromName(metric, "--metric");
+    if (model.empty() && (sizes.batch || sizes.seq_len)) throw Error("--batch and --seq size the --model: give it too");
     // Every output, sidecars included, decided and checked before any work: none may be
     // another or a file this command reads.
     OutputPlan plan;
@@ -114,7 +120,7 @@ void addRecipeCommand(CLI::App& app) {
     plan.check();
     Profile p = loadProfile(profile);
     if (!model.empty()) {
-      ModelConfig m = loadModelConfig(model);
+      ModelConfig m = loadModelConfig(model, sizes);
       checkProfileModel(p, m.name, m.toYaml(), m.source);
     }
     HardwareModel hw = loadHardwareModel(hardware);

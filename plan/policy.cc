@@ -111,6 +111,10 @@ PolicyRule readRule(const ConfigNode& node) {
   }
   if (r.lhs_format.has_value() != r.rhs_format.has_value())
     node.fail("lhs_format", "give both lhs_format and rhs_format, or neither");
+  if (r.lhs_format && r.lhs_format->isEmulated() != r.rhs_format->isEmulated())
+    node.fail("rhs_format", fmt::format("{} and {} mix an int8 operand with an FP8/MX one; give both operands int8 "
+                                        "formats or both FP8/MX formats",
+                                        r.lhs_format->toString(), r.rhs_format->toString()));
   r.smooth = node.getDouble("smooth", 0.0, 0.0, 1.0);
   if (r.smooth > 0 && r.action != Decision::kQuantize) node.fail("smooth", "only a quantize rule can ask for SmoothQuant");
   return r;

@@ -445,11 +445,11 @@ Profile parseProfile(const std::string& yaml_text, const std::string& source) {
   for (const std::string& f : r.formats) checkFormat(run, "formats", f);
   for (const std::string& f : r.gradient_formats) checkFormat(run, "gradient_formats", f);
   ConfigNode gemms = root.child("gemms");
+  std::unordered_set<std::string> labels;  // a search of the earlier ones made reading quadratic
   for (const ConfigNode& g : gemms.items()) {
     p.gemms.push_back(readGemm(g));
-    for (size_t i = 0; i + 1 < p.gemms.size(); ++i)
-      if (p.gemms[i].label == p.gemms.back().label)
-        g.fail("label", fmt::format("GEMM '{}' appears twice", p.gemms.back().label));
+    if (!labels.insert(p.gemms.back().label).second)
+      g.fail("label", fmt::format("GEMM '{}' appears twice", p.gemms.back().label));
   }
   if (p.gemms.empty()) gemms.failHere("expected at least one GEMM");
   std::unordered_set<std::string_view> forward;

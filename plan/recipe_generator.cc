@@ -221,8 +221,15 @@ Verdict byRule(const GemmProfile& g, const Context& ctx, const PolicyRule& rule,
   if (rule.lhs_format) {
     v.formats.lhs = *rule.lhs_format;
     v.formats.rhs = *rule.rhs_format;
-    // The only formats the generator does not fit to the hardware itself (int8 ones: an
-    // FP8, MX or bf16 pair runs emulated or as a bf16 GEMM, exactly).
+    // Formats the generator did not fit to the hardware itself: each must be of a family
+    // the hardware runs (NVFP4 is no Hopper format), and an int8 pair must run exactly
+    // (an FP8, MX or bf16 pair runs emulated or as a bf16 GEMM, exactly).
+    for (const QuantFormat& format : {v.formats.lhs, v.formats.rhs})
+      if (!ctx.hw.runsFamily(formatFamily(format)))
+        throw Error(fmt::format("policy {}, rule ({}): forces format {} ({}) on GEMM '{}', which hardware '{}' does "
+                                "not run (it runs: {})",
+                                ctx.policy.name, rule.describe(), format.toString(), formatFamily(format), g.label,
+                                ctx.hw.name, fmt::join(ctx.hw.formats, ", ")));
     if (!v.formats.lhs.isEmulated() && !ctx.hw.runsExactly(v.formats.lhs.bits, v.formats.rhs.bits))
       throw Error(fmt::format("policy {}, rule ({}): forces {} x {} on GEMM '{}', which hardware '{}' cannot run "
                               "exactly ({}; a wider pair saturates silently): narrow one of the rule's formats",
@@ -358,7 +365,9 @@ std::string reasonText(const GemmProfile& g, const Verdict& v, const Context& ct
     case Why::kRuleKeeps:
       return fmt::format("{}, policy rule ({}): {}", g.direction, v.rule->describe(), ctx.kept);
     case Why::kRuleQuantizes:
-      return fmt::format("{}, policy rule ({}): int8{}", g.direction, v.rule->describe(),
+      return fmt::format("{}, policy rule ({}): {}{}", g.direction, v.rule->describe(),
+                         v.rule->lhs_format ? fmt::format("{} x {}", v.formats.lhs.toString(), v.formats.rhs.toString())
+                                            : std::string("int8"),
                          v.rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", v.rule->smooth) : "");
     case Why::kDirectionOff:
       return fmt::format("{}, policy {} does not quantize {} GEMMs: {}", g.direction, policy.name,

@@ -336,6 +336,53 @@ rules:
   }
 }
 
+// A rule forcing a format of a family the hardware does not run (FP8 on a CPU model
+// that runs int8 only), or mixing int8 with FP8 operands, is refused; a rule's reason
+// names the formats it forced.
+TEST(RecipeGenerator, RefusesARuleForcingAFormatFamilyTheHardwareLacksOrMixedOperands) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Policy fp8 = parsePolicy(R"(name: forced
+forward: {quantize: true}
+backward: {quantize: false}
+rules:
+  - {label: "layer0/mlp/up", action: quantize, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn"}
+)",
+                           "policy.yaml");
+  try {
+    generateRecipe(testProfile(), hw, fp8, "p.yaml");
+    FAIL() << "the recipe was made";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "policy forced, rule (label ~ layer0/mlp/up): forces format e4m3:tensor:rtn (fp8) on GEMM "
+                 "'layer0/mlp/up', which hardware 'test-cpu' does not run (it runs: int8)");
+  }
+  std::string fp8_text = kHardware;
+  for (const char* rates : {"int8: 400}", "int8: 340}"}) {
+    const size_t at = fp8_text.find(rates);
+    fp8_text.replace(at, std::string(rates).size(), std::string(rates).substr(0, std::string(rates).size() - 1) + ", fp8: 300}");
+  }
+  HardwareModel with_fp8 = parseHardwareModel(fp8_text + "formats: [int8, fp8]\n", "hw");
+  Recipe r = generateRecipe(testProfile(), with_fp8, fp8, "p.yaml");
+  bool found = false;
+  for (const RecipeEntry& e : r.entries)
+    if (e.label == "layer0/mlp/up") {
+      found = true;
+      EXPECT_NE(e.reason.find("policy rule (label ~ layer0/mlp/up): e4m3:tensor:rtn x e4m3:tensor:rtn"),
+                std::string::npos)
+          << e.reason;
+    }
+  EXPECT_TRUE(found);
+  try {
+    parsePolicy("name: mixed\nforward: {quantize: true}\nbackward: {quantize: true}\nrules:\n  - {action: quantize, "
+                "lhs_format: \"e4m3:tensor:rtn\", rhs_format: \"int8:channel:rtn\"}\n",
+                "mix.yaml");
+    FAIL() << "the policy was read";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "mix.yaml:5: field 'rules[0].rhs_format': e4m3:tensor:rtn and int8:channel:rtn mix an int8 "
+                           "operand with an FP8/MX one; give both operands int8 formats or both FP8/MX formats");
+  }
+}
+
 TEST(Recipe, BadFilesNameTheLineAndField) {
   auto errorOf = [](const std::string& yaml) {
     try {
