@@ -1,13 +1,12 @@
 #include "runtime/memory_estimate.h"
 
 #include <array>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "support/errors.h"
+#include "support/file_io.h"
 
 namespace pgq {
 namespace {
@@ -80,14 +79,8 @@ MemoryEstimate estimateTrainingMemory(const ModelConfig& m, int64_t eval_batches
 }
 
 std::optional<double> availableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    std::string key, unit;
-    double kib = 0;
-    if (fields >> key >> kib >> unit && key == "MemAvailable:" && unit == "kB") return kib * 1024;
-  }
-  return std::nullopt;
+  std::optional<uint64_t> bytes = memAvailable();
+  return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
 }
 
 std::string memorySizeText(double bytes) {

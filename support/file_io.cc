@@ -78,27 +78,6 @@ const char* fileTypeName(mode_t mode) {
   throw Error(fmt::format("{}: is {}, expected a regular file", path, fileTypeName(mode)));
 }
 
-// MemAvailable from /proc/meminfo in bytes, or nothing where it cannot be read.
-std::optional<uint64_t> memAvailable() {
-  FileDescriptor fd(::open("/proc/meminfo", O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return std::nullopt;
-  InputFile file{"/proc/meminfo", std::move(fd), 0, kMiB, "1 MiB"};
-  std::string text;
-  try {
-    readRest(file, text);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-  constexpr std::string_view kKey = "MemAvailable:";
-  size_t at = text.find(kKey);
-  if (at == std::string::npos) return std::nullopt;
-  at = text.find_first_not_of(' ', at + kKey.size());
-  if (at == std::string::npos) return std::nullopt;
-  uint64_t kib = 0;
-  auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), kib);
-  if (ec != std::errc() || kib > UINT64_MAX / 1024) return std::nullopt;
-  return kib * 1024;
-}
 
 // The limit of `kind` and how messages name it.
 std::pair<uint64_t, std::string> limitOf(InputKind kind) {
@@ -156,6 +135,27 @@ void readRestInto(InputFile& file, Buffer& out) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> memAvailable() {
+  FileDescriptor fd(::open("/proc/meminfo", O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return std::nullopt;
+  InputFile file{"/proc/meminfo", std::move(fd), 0, kMiB, "1 MiB"};
+  std::string text;
+  try {
+    readRest(file, text);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  constexpr std::string_view kKey = "MemAvailable:";
+  size_t at = text.find(kKey);
+  if (at == std::string::npos) return std::nullopt;
+  at = text.find_first_not_of(' ', at + kKey.size());
+  if (at == std::string::npos) return std::nullopt;
+  uint64_t kib = 0;
+  auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), kib);
+  if (ec != std::errc() || kib > UINT64_MAX / 1024) return std::nullopt;
+  return kib * 1024;
+}
 
 FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
   if (this != &other) {

@@ -6,6 +6,7 @@
 // disk) is handled once, here. Knows nothing of the IR or oneDNN: it is support code.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,9 @@ size_t readChunk(InputFile& file, char* dst, size_t size, uint64_t already_read)
 
 // The whole content of a file of `kind` (see openInputFile and readRest).
 std::string readTextFile(const std::string& path, InputKind kind);
+
+// MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
+std::optional<uint64_t> memAvailable();
 
 // "64 MiB", "3.1 GiB", "512 bytes": a size for messages, to one decimal.
 std::string byteSizeText(uint64_t bytes);

@@ -829,6 +829,36 @@ void Importer::checkFinite(const std::string& initializer, It begin, It end, std
   }
 }
 
+// The bytes the initializers the nodes read take once decoded (parameters as floats,
+// frozen constants as 8-byte doubles), against the memory available, before any is
+// decoded: each tensor is bounded by itself (onnx_model.cc), but not their sum, and many
+// large frozen weights would otherwise end in an allocation failure naming nothing.
+void Importer::checkInitializerMemory(const std::unordered_set<std::string>& read) const {
+  uint64_t params = 0, constants = 0;
+  std::unordered_set<std::string> counted_params;
+  for (const onnx::TensorProto& t : model_.graph().initializer()) {
+    if (!read.count(t.name())) continue;
+    uint64_t count = 1;
+    for (int64_t d : t.dims()) {
+      const uint64_t u = d < 0 ? 0 : static_cast<uint64_t>(d);  // a negative dim is refused when it is read
+      count = u != 0 && count > UINT64_MAX / 16 / u ? UINT64_MAX / 16 : count * u;
+    }
+    if (!trainable_.count(t.name())) {
+      constants = std::min(UINT64_MAX / 4, constants + count * sizeof(double));
+      continue;
+    }
+    auto ref = param_of_.find(t.name());
+    if (counted_params.insert(ref == param_of_.end() ? t.name() : ref->second.param).second)
+      params = std::min(UINT64_MAX / 4, params + count * sizeof(float));
+  }
+  const std::optional<uint64_t> available = memAvailable();
+  if (available && params + constants > *available)
+    throw Error(fmt::format("{}: its initializers take {} once read ({} of parameters as floats, {} of frozen "
+                            "constants as 8-byte doubles), more than the {} of memory available now",
+                            file_, byteSizeText(params + constants), byteSizeText(params), byteSizeText(constants),
+                            byteSizeText(*available)));
+}
+
 // One initializer a node reads: a parameter (its first holder gives the value; a tied
 // copy must equal it) or a constant.
 void Importer::importInitializer(onnx::TensorProto& t, const fs::path& dir, ExternalData& external) {
@@ -902,6 +932,7 @@ ImportedModel Importer::run() {
   for (const onnx::NodeProto& node : model_.graph().node())
     for (const std::string& in : node.input()) read.insert(in);
   for (const onnx::ValueInfoProto& o : model_.graph().output()) read.insert(o.name());
+  checkInitializerMemory(read);
   for (onnx::TensorProto& t : *model_.mutable_graph()->mutable_initializer()) {
     if (!read.count(t.name())) continue;
     try {

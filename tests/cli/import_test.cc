@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +23,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
+
+#include "support/file_io.h"
 
 namespace {
 
@@ -238,6 +241,32 @@ TEST_F(Import, AnInitializerShapeTooLargeNamesTheFileAndTheInitializer) {
   for (int64_t d : {int64_t{1} << 62, int64_t{1} << 62, int64_t{0}}) head->add_dims(d);
   std::string path = write("huge.onnx", m);
   expectRefused(path, {path + ": initializer \"head\": ", "more than 2^40 elements"});
+}
+
+// Each constant is bounded by itself, their sum by the memory available: frozen
+// weights (held as 8-byte doubles) that cannot all fit are refused before any is read
+// (here their external files do not even exist).
+TEST_F(Import, InitializersThatCannotAllFitInMemoryAreRefusedBeforeAnyIsRead) {
+  std::optional<uint64_t> available = pgq::memAvailable();
+  ASSERT_TRUE(available.has_value()) << "no MemAvailable in /proc/meminfo";
+  constexpr int64_t kElements = int64_t{1} << 28;  // 2 GiB as doubles each
+  const int64_t tensors = static_cast<int64_t>(*available / (uint64_t{2} << 30)) + 2;
+  onnx::ModelProto m = lm();
+  onnx::GraphProto* g = m.mutable_graph();
+  for (int64_t k = 0; k < tensors; ++k) {
+    TensorProto* t = g->add_initializer();
+    t->set_name(fmt::format("big{}", k));
+    t->set_data_type(TensorProto::FLOAT);
+    t->add_dims(kElements);
+    t->set_data_location(TensorProto::EXTERNAL);
+    auto* location = t->add_external_data();
+    location->set_key("location");
+    location->set_value(fmt::format("big{}.bin", k));
+    addNode(g, "ReduceMax", fmt::format("/big{}/ReduceMax", k), {t->name()}, {fmt::format("big{}_max", k)});
+  }
+  std::string path = write("big.onnx", m);
+  expectRefused(path, {path + ": its initializers take ", "of frozen constants as 8-byte doubles), more than the ",
+                       "of memory available now"});
 }
 
 TEST_F(Import, FeaturesAreNeitherALossNorLogits) {
