@@ -25,8 +25,12 @@ void Importer::attentionOp(const onnx::NodeProto& node) {
     fail(node, "Q, K and V must all be 3-D [batch, seq, hidden] or all 4-D [batch, heads, seq, head size]");
   // 3-D inputs: [B, T, H*D] -> [B, H, T, D].
   auto heads = [&](Node* x, const char* attr) {
-    if (rank == 4) return x;
     const std::optional<int64_t> h = attrInt(node, attr);
+    if (rank == 4) {  // the heads are a dim; an attribute that says otherwise is a broken export
+      if (h && *h != dimsOf(x)[1])
+        fail(node, fmt::format("attribute {} = {}, but the 4-D input has {} heads", attr, *h, dimsOf(x)[1]));
+      return x;
+    }
     std::vector<int64_t> d = dimsOf(x);
     if (!h || *h <= 0 || d[2] % *h)
       fail(node, fmt::format("3-D inputs need attribute {} dividing the hidden size {}", attr, d[2]));
@@ -62,7 +66,9 @@ void Importer::attentionOp(const onnx::NodeProto& node) {
     scores = b_.scale(b_.unary(Op::kTanh, b_.scale(scores, 1 / cap)), cap);
   }
   const std::vector<int64_t> sd{B, hq, tq, tk};
-  bool causal = attrInt(node, "is_causal").value_or(0) != 0;
+  const int64_t is_causal = attrInt(node, "is_causal").value_or(0);
+  if (is_causal != 0 && is_causal != 1) fail(node, fmt::format("attribute is_causal = {} is neither 0 nor 1", is_causal));
+  bool causal = is_causal == 1;
   if (causal && tq != tk)
     fail(node, fmt::format("attribute is_causal with {} queries and {} keys (a KV cache) is not supported", tq, tk));
   if (has(node, 3)) {

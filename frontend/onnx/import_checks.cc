@@ -135,6 +135,16 @@ void Importer::checkStructure() const {
       throw Error(fmt::format("{}: two initializers are named \"{}\"", file_, t.name()));
     defined.insert(t.name());
   }
+  // Sparse initializers would be values pgq does not see (a node reading one fails below
+  // with less to go on).
+  if (g.sparse_initializer_size() > 0)
+    throw Error(fmt::format("{}: the graph has {} sparse initializers (sparse_initializer), which pgq does not read; "
+                            "export the model with dense weights",
+                            file_, g.sparse_initializer_size()));
+  std::unordered_set<std::string> outputs;
+  for (const onnx::ValueInfoProto& out : g.output())
+    if (!outputs.insert(out.name()).second)
+      throw Error(fmt::format("{}: two graph outputs are named \"{}\"", file_, out.name()));
   std::unordered_set<std::string> inputs;
   for (const onnx::ValueInfoProto& in : g.input()) {
     if (!inputs.insert(in.name()).second)

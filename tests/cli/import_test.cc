@@ -415,6 +415,20 @@ TEST_F(Import, AxesGivenAsAnAttributeWhereTheOpsetWantsAnInputAreRefused) {
                               "are input 1"});
 }
 
+TEST_F(Import, SparseInitializersAndDuplicateOutputsAreRefused) {
+  onnx::ModelProto sparse = lm();
+  onnx::SparseTensorProto* s = sparse.mutable_graph()->add_sparse_initializer();
+  s->add_dims(8);
+  s->mutable_values()->set_name("sparse_w");
+  s->mutable_values()->set_data_type(TensorProto::FLOAT);
+  std::string path = write("sparse.onnx", sparse);
+  expectRefused(path, {path + ": the graph has 1 sparse initializers (sparse_initializer), which pgq does not read"});
+  onnx::ModelProto twice = lm();
+  *twice.mutable_graph()->add_output() = twice.graph().output(0);
+  path = write("twice.onnx", twice);
+  expectRefused(path, {path + ": two graph outputs are named \"logits\""});
+}
+
 TEST_F(Import, AnEmbeddingReadOnlyThroughGatherTrainsByDefault) {
   // No parameter list and no exporter metadata: the untied embedding (read only by the
   // token lookup) and the head both train.

@@ -288,6 +288,28 @@ TEST_F(OnnxOpGradients, AttentionThreeDimensional) {
   check(c, to3d(attentionReference(q, k, v, 1 / std::sqrt(4.0), 0, true, nullptr)));
 }
 
+// Attribute values a broken export could hold are refused, not read approximately: an
+// is_causal other than 0 or 1, head counts that contradict 4-D inputs.
+TEST_F(OnnxOpGradients, AttentionRefusesAttributesThatContradictItsInputs) {
+  auto refusal = [&](std::vector<std::pair<std::string, double>> attributes) {
+    OneNode c;
+    c.floats["q"] = asStored(randomTensor({1, 2, 3, 4}, 11));
+    c.floats["k"] = asStored(randomTensor({1, 2, 3, 4}, 12));
+    c.floats["v"] = asStored(randomTensor({1, 2, 3, 4}, 13));
+    c.trained = {"q", "k", "v"};
+    c.node = makeNode("Attention", {"q", "k", "v"}, attributes);
+    OnnxImportOptions o;
+    o.path = writeModel(c, dir_ / fmt::format("refused_{}.onnx", ++models_));
+    o.forward_only = true;
+    o.trainable = "q|k|v";
+    return test::errorOf([&] { importOnnx(o); });
+  };
+  EXPECT_NE(refusal({{"is_causal", 2}}).find("attribute is_causal = 2 is neither 0 nor 1"), std::string::npos);
+  EXPECT_NE(refusal({{"q_num_heads", -4}}).find("attribute q_num_heads = -4, but the 4-D input has 2 heads"),
+            std::string::npos);
+  EXPECT_EQ(refusal({{"q_num_heads", 2}, {"kv_num_heads", 2}, {"is_causal", 1}}), "no error");
+}
+
 // ONNX RotaryEmbedding (the spec's reference): on [B, T, H, D] (4-D inputs are
 // [B, H, T, D]), the first r = rotary_embedding_dim channels turn by the angle whose cos
 // and sin the caches give for the token's position; pairs are (i, i + r/2), or
