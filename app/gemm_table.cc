@@ -41,7 +41,9 @@ std::vector<std::array<int64_t, 4>> parseGemmShapes(const std::string& text, con
   while (start < text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
-    std::string_view line = trimmed(std::string_view(text).substr(start, end - start));
+    std::string_view line = std::string_view(text).substr(start, end - start);
+    if (start == 0 && line.starts_with("\xEF\xBB\xBF")) line.remove_prefix(3);  // a UTF-8 BOM (spreadsheets write one)
+    line = trimmed(line);
     start = end + 1;
     ++line_no;
     if (line.empty() || line.front() == '#') continue;
@@ -49,8 +51,11 @@ std::vector<std::array<int64_t, 4>> parseGemmShapes(const std::string& text, con
     if (header.empty()) {
       header = f;
       for (size_t i = 0; i < 4; ++i) {
-        auto it = std::find(header.begin(), header.end(), std::string_view("bmkn").substr(i, 1));
+        const std::string_view name = std::string_view("bmkn").substr(i, 1);
+        auto it = std::find(header.begin(), header.end(), name);
         if (it != header.end()) column[i] = static_cast<size_t>(it - header.begin());
+        if (it != header.end() && std::find(it + 1, header.end(), name) != header.end())
+          throw Error(fmt::format("{}:{}: field '{}': the header names it twice, got '{}'", path, line_no, name, line));
       }
       for (size_t i = 1; i < 4; ++i)
         if (!column[i])

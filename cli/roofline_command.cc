@@ -32,10 +32,22 @@ void addRooflineCommand(CLI::App& app) {
                   "Instead of a model: a CSV with columns m,k,n (optionally b) whose GEMMs to estimate on a GPU "
                   "hardware model; prints bf16_us, fp8_us (operands already FP8), a_cast_us, b_cast_us per row")
       ->check(kNonEmptyPath);
-  cmd->callback([] {
-    HardwareModel hw = loadHardwareModel(hardware);
+  cmd->callback([cmd] {
+    if (gemms.empty() && model.spec.empty())
+      throw Error("give --model (a preset, model YAML or ONNX file) or --gemms (a CSV of GEMM shapes)");
     if (!gemms.empty()) {
       if (!model.spec.empty()) throw Error("--gemms estimates the GEMMs of a CSV file: give it or --model, not both");
+      // The CSV's rows are the shapes: the flags that shape or judge a model's GEMMs
+      // would be ignored silently.
+      for (const char* flag : {"--batch", "--seq", "--tensor-parallel", "--sharding-rules", "--trainable", "--frozen",
+                               "--precision", "--min-speedup"})
+        if (cmd->count(flag))
+          throw Error(fmt::format("{} applies to --model; --gemms estimates the CSV's shapes as they are (bf16 and "
+                                  "FP8 times per row)",
+                                  flag));
+    }
+    HardwareModel hw = loadHardwareModel(hardware);
+    if (!gemms.empty()) {
       fmt::print("{}", gemmEstimatesCsv(hw, readGemmShapes(gemms)));
       return;
     }

@@ -127,9 +127,11 @@ void addTrainCommand(CLI::App& app) {
   addNumber(cmd, ranges::kProfileAmaxHistory, o.profile_amax_history,
             "Amax history length H of the delayed scaling the profile measures (Transformer Engine's "
             "amax_history_len)");
-  cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)");
+  cmd->add_option("--recipe", o.recipe_path, "Stage (iii): run the GEMMs this recipe chooses in int8 (pgq recipe writes one)")
+      ->check(kNonEmptyPath);  // '' (an unset shell variable) is not the flag left out
   cmd->add_option("--hardware", o.hardware,
-                  "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates");
+                  "Hardware model (preset or YAML) the recipe's formats must run exactly on; annotates roofline estimates")
+      ->check(kNonEmptyPath);
   cmd->add_flag("!--no-progress", o.progress, "Do not draw the progress bar");
   static double collective_timeout = kDefaultCollectiveTimeoutS;
   addNumber(cmd, ranges::kCollectiveTimeout, collective_timeout,

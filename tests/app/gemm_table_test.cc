@@ -40,6 +40,9 @@ TEST(GemmTable, BadInputNamesFileLineAndField) {
   EXPECT_NE(errorOf("m,k,n\n1,2\n").find("g.csv:2: expected 3 fields as the header has, got 2"), std::string::npos);
   EXPECT_NE(errorOf("m,k,n\n").find("lists no GEMM"), std::string::npos);
   EXPECT_NE(errorOf("").find("no header line"), std::string::npos);
+  EXPECT_EQ(errorOf("m,m,k,n\n1,2,3,4\n"), "g.csv:1: field 'm': the header names it twice, got 'm,m,k,n'");
+  // A spreadsheet's UTF-8 byte order mark is not part of the first column's name.
+  EXPECT_EQ(errorOf("\xEF\xBB\xBFm,k,n\n1,2,3\n"), "no error");
 }
 
 TEST(GemmTable, PrintsTheRecipeGeneratorsNumbers) {

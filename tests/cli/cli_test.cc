@@ -210,6 +210,9 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"roofline --hardware h100-sxm --gemms " + write("i.csv", "m,k,n\n64,nan,64\n"), "i.csv:2: field 'k'"},
       {"roofline --hardware epyc-zen3-2c --gemms " + write("j.csv", "m,k,n\n64,64,64\n"), "runs no FP8"},
       {"roofline --hardware h100-sxm --model tiny --gemms " + write("k.csv", "m,k,n\n64,64,64\n"), "not both"},
+      {"roofline --hardware h100-sxm --tensor-parallel 2 --gemms " + write("l.csv", "m,k,n\n64,64,64\n"),
+       "--tensor-parallel applies to --model; --gemms estimates the CSV's shapes as they are"},
+      {"roofline --hardware h100-sxm", "give --model (a preset, model YAML or ONNX file) or --gemms"},
       // quantize_gemms on an untagged graph: an error, not an internal assertion.
       {"ir opt --passes 'quantize_gemms{recipe=" + write("empty_recipe.yaml", "gemms: []\n") + "}' " +
            write("untagged.pgq", "graph @g {\n  %x = input() : f32[8,16]\n  %w = parameter() : f32[16,4]\n"
@@ -1122,7 +1125,9 @@ TEST_F(Cli, ACheckpointOfAnotherModelIsRefusedBeforeWorkNamingTheFields) {
 TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
   for (const std::string& args : {std::string("train --model tiny --steps 2 --out ''"),
                                   std::string("hwprobe --seconds 0.05 -o ''"),
-                                  std::string("experiment --out ''")}) {
+                                  std::string("experiment --out ''"),
+                                  std::string("train --model tiny --steps 2 --recipe ''"),
+                                  std::string("train --model tiny --steps 2 --hardware ''")}) {
     Result r = pgq(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find("an empty path; give a path or leave the flag out"), std::string::npos) << r.out;
