@@ -78,7 +78,6 @@ const char* fileTypeName(mode_t mode) {
   throw Error(fmt::format("{}: is {}, expected a regular file", path, fileTypeName(mode)));
 }
 
-
 // The limit of `kind` and how messages name it.
 std::pair<uint64_t, std::string> limitOf(InputKind kind) {
   KindInfo info = kindInfo(kind);
@@ -434,7 +433,6 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   out.write(text.data(), text.size());
   out.commit();
 }
-
 
 // ---- Planning the outputs ----
 

@@ -65,6 +65,14 @@ class Cli : public ::testing::Test {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
+  // A profile of the tiny model (2 steps, 1 profiled) at dir_/NAME, its run in dir_/NAME.run.
+  std::string tinyProfile(const std::string& name) {
+    const std::string profile = (dir_ / name).string();
+    Result r = pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + profile + " --out " +
+                   profile + ".run");
+    EXPECT_EQ(r.code, 0) << r.out;
+    return profile;
+  }
   fs::path dir_;
 };
 
@@ -1025,11 +1033,7 @@ TEST_F(Cli, SidecarsAreCheckedBeforeAnythingIsWritten) {
 // An output never replaces a file the command reads, nor another output; and every
 // export text is made before any file is written (issue 34's bug hunt).
 TEST_F(Cli, OutputsThatAreInputsOrEachOtherAreRefusedBeforeWork) {
-  std::string profile = (dir_ / "p.yaml").string();
-  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --profile-steps 1 --profile-out " + profile + " --out " +
-                (dir_ / "run").string())
-                .code,
-            0);
+  const std::string profile = tinyProfile("p.yaml");
   const std::string original = read(profile);
   fs::create_symlink(profile, dir_ / "link.yaml");
   const std::string recipe = "recipe --profile " + profile + " --hardware h100-sxm --policy F+B ";

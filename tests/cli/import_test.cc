@@ -177,14 +177,18 @@ TEST_F(Import, ADynamicDimensionNeedsItsSize) {
   EXPECT_EQ(pgqImport(path + " --batch 2").code, 0);
 }
 
+// Moves `t`'s values to external data at `location` (its bytes are the caller's to write).
+void setExternal(TensorProto* t, const std::string& location) {
+  t->clear_float_data();
+  t->set_data_location(TensorProto::EXTERNAL);
+  auto* entry = t->add_external_data();
+  entry->set_key("location");
+  entry->set_value(location);
+}
+
 TEST_F(Import, MissingExternalDataNamesTheTensorAndTheFile) {
   onnx::ModelProto m = lm();
-  TensorProto* emb = m.mutable_graph()->mutable_initializer(0);
-  emb->clear_float_data();
-  emb->set_data_location(TensorProto::EXTERNAL);
-  auto* location = emb->add_external_data();
-  location->set_key("location");
-  location->set_value("emb.bin");
+  setExternal(m.mutable_graph()->mutable_initializer(0), "emb.bin");
   std::string path = write("external.onnx", m);
   expectRefused(path, {path + ": initializer 'emb': missing external data file", "emb.bin"});
 }
@@ -192,12 +196,7 @@ TEST_F(Import, MissingExternalDataNamesTheTensorAndTheFile) {
 // A location is a path, which ends at its first NUL: "emb.bin\0junk" would read emb.bin.
 TEST_F(Import, AnExternalDataLocationWithANulByteIsRefused) {
   onnx::ModelProto m = lm();
-  TensorProto* emb = m.mutable_graph()->mutable_initializer(0);
-  emb->clear_float_data();
-  emb->set_data_location(TensorProto::EXTERNAL);
-  auto* location = emb->add_external_data();
-  location->set_key("location");
-  location->set_value(std::string("emb.bin\0junk", 12));
+  setExternal(m.mutable_graph()->mutable_initializer(0), std::string("emb.bin\0junk", 12));
   write("emb.bin", std::string(8 * 6 * 4, '\0'));
   std::string path = write("nul.onnx", m);
   expectRefused(path, {path + ": initializer 'emb': external data location holds a NUL byte"});
@@ -258,10 +257,7 @@ TEST_F(Import, InitializersThatCannotAllFitInMemoryAreRefusedBeforeAnyIsRead) {
     t->set_name(fmt::format("big{}", k));
     t->set_data_type(TensorProto::FLOAT);
     t->add_dims(kElements);
-    t->set_data_location(TensorProto::EXTERNAL);
-    auto* location = t->add_external_data();
-    location->set_key("location");
-    location->set_value(fmt::format("big{}.bin", k));
+    setExternal(t, fmt::format("big{}.bin", k));
     addNode(g, "ReduceMax", fmt::format("/big{}/ReduceMax", k), {t->name()}, {fmt::format("big{}_max", k)});
   }
   std::string path = write("big.onnx", m);

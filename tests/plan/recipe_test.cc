@@ -315,6 +315,16 @@ TEST(Recipe, FormatsTheHardwareCannotRunExactlyAreRefused) {
       << errorOf(all, no_vnni);
 }
 
+// generateRecipe's refusal of `policy` on `hw`, or "the recipe was made".
+std::string generationError(const HardwareModel& hw, const Policy& policy) {
+  try {
+    generateRecipe(testProfile(), hw, policy, "p.yaml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "the recipe was made";
+}
+
 // The generator fits its own formats to the hardware; a policy rule can force others.
 TEST(RecipeGenerator, RefusesARuleForcingFormatsTheHardwareCannotRun) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
@@ -325,15 +335,10 @@ rules:
   - {label: "layer0/mlp/up", action: quantize, lhs_format: "int8:channel:rtn", rhs_format: "int8:channel:rtn"}
 )",
                          "policy.yaml");
-  try {
-    generateRecipe(testProfile(), hw, p, "p.yaml");
-    FAIL() << "the recipe was made";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "policy forced, rule (label ~ layer0/mlp/up): forces int8:channel:rtn x int8:channel:rtn on GEMM "
-                 "'layer0/mlp/up', which hardware 'test-cpu' cannot run exactly (no VNNI: exact up to 8 x 7 bits; a "
-                 "wider pair saturates silently): narrow one of the rule's formats");
-  }
+  EXPECT_EQ(generationError(hw, p),
+            "policy forced, rule (label ~ layer0/mlp/up): forces int8:channel:rtn x int8:channel:rtn on GEMM "
+            "'layer0/mlp/up', which hardware 'test-cpu' cannot run exactly (no VNNI: exact up to 8 x 7 bits; a "
+            "wider pair saturates silently): narrow one of the rule's formats");
 }
 
 // A rule forcing a format of a family the hardware does not run (FP8 on a CPU model
@@ -348,14 +353,9 @@ rules:
   - {label: "layer0/mlp/up", action: quantize, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn"}
 )",
                            "policy.yaml");
-  try {
-    generateRecipe(testProfile(), hw, fp8, "p.yaml");
-    FAIL() << "the recipe was made";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "policy forced, rule (label ~ layer0/mlp/up): forces format e4m3:tensor:rtn (fp8) on GEMM "
-                 "'layer0/mlp/up', which hardware 'test-cpu' does not run (it runs: int8)");
-  }
+  EXPECT_EQ(generationError(hw, fp8),
+            "policy forced, rule (label ~ layer0/mlp/up): forces format e4m3:tensor:rtn (fp8) on GEMM "
+            "'layer0/mlp/up', which hardware 'test-cpu' does not run (it runs: int8)");
   std::string fp8_text = kHardware;
   for (const char* rates : {"int8: 400}", "int8: 340}"}) {
     const size_t at = fp8_text.find(rates);
