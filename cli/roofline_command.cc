@@ -22,9 +22,9 @@ void addRooflineCommand(CLI::App& app) {
   cmd->add_option("--hardware", hardware,
                   "Hardware model: a preset or a YAML file; an `interconnect` entry costs the collectives")
       ->required();
-  cmd->add_option("--precision", precision, "The high-precision GEMM dtype: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  cmd->add_option("--precision", precision,
+                  "The high-precision GEMM dtype: f32 or bf16 (default: the hardware model's high_precision)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--min-speedup", min_speedup, "Estimated int8 speedup a GEMM needs to run in int8")
       ->check(CLI::Range(0.01, 100.0))
       ->capture_default_str();
@@ -51,8 +51,10 @@ void addRooflineCommand(CLI::App& app) {
       fmt::print("{}", gemmEstimatesCsv(hw, readGemmShapes(gemms)));
       return;
     }
-    RooflineReport r = analyzeRoofline(loadModel(model), hw, precision == "bf16" ? Precision::kBf16 : Precision::kF32,
-                                       min_speedup);
+    // Without --precision, the hardware's own high precision (bf16 on a GPU), as pgq
+    // recipe keeps its GEMMs.
+    const bool bf16 = cmd->count("--precision") ? precision == "bf16" : hw.high_precision == DType::kBF16;
+    RooflineReport r = analyzeRoofline(loadModel(model), hw, bf16 ? Precision::kBf16 : Precision::kF32, min_speedup);
     fmt::print("{}", rooflineText(r));
   });
 }

@@ -33,8 +33,12 @@ std::vector<SqnrRow> sqnrRows(const Profile& profile, const QuantFormat& format,
       if (!f) {
         std::vector<std::string> have;
         for (const FormatStats& s : o.formats) have.push_back(s.format.toString());
-        throw Error(fmt::format("{} {} was not profiled in {} (it has: {})", g.label, o.sideName(),
-                                formats[side].toString(), fmt::join(have, ", ")));
+        const bool by_gradient_format = o.role == OperandRole::kGradient && gradient_format;
+        throw Error(fmt::format("{}: {} {} was not profiled in {}, which {} asks for (it has: {}); profile with pgq "
+                                "train --profile-formats to add it",
+                                profile_path.empty() ? profile.source : profile_path, g.label, o.sideName(),
+                                formats[side].toString(), by_gradient_format ? "--gradient-format" : "--format",
+                                fmt::join(have, ", ")));
       }
       (side == 0 ? row.lhs : row.rhs) = {*o.role, f->sqnr_mean};
     }

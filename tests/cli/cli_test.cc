@@ -241,6 +241,19 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
   EXPECT_FALSE(fs::exists(dir_ / "exp"));  // refused before the results folder was made
 }
 
+// pgq roofline keeps GEMMs in the hardware's own high precision unless told otherwise,
+// as pgq recipe does: bf16 on a GPU, f32 on a CPU.
+TEST_F(Cli, RooflineDefaultsToTheHardwaresHighPrecision) {
+  for (const auto& [args, heading] :
+       {std::pair<std::string, std::string>{"--hardware h100-sxm", "on h100-sxm (bf16 GEMMs;"},
+        {"--hardware h100-sxm --precision f32", "on h100-sxm (f32 GEMMs;"},
+        {"--hardware epyc-zen3-2c", "on epyc-zen3-2c (f32 GEMMs;"}}) {
+    Result r = pgq("roofline --model tiny " + args);
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(heading), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
 // pgq gpuprobe on a machine without a GPU: one line, exit 2. Its fit and its YAML are the
 // same code given recorded measurements (the H200's), and pgq loads what it wrote.
 TEST_F(Cli, GpuprobeRefusesWithoutAGpuAndFitsRecordedTimes) {
@@ -544,7 +557,10 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_EQ(json.out.substr(0, 30), "{\"format\": \"int8:channel:rtn\",");
   Result missing = pgq("sqnr-table --format int4:channel:rtn " + profile);
   EXPECT_EQ(missing.code, 2);
-  EXPECT_NE(missing.out.find("was not profiled in int4:channel:rtn"), std::string::npos) << missing.out;
+  EXPECT_NE(missing.out.find(profile + ": layer0/attn/q lhs was not profiled in int4:channel:rtn, which --format asks "
+                             "for"),
+            std::string::npos)
+      << missing.out;
   Result bad_plot = pgq("sqnr-table " + profile + " --plot " + (dir_ / "x.gif").string());
   EXPECT_EQ(bad_plot.code, 2);
   EXPECT_EQ(bad_plot.out, "pgq: error: --plot " + (dir_ / "x.gif").string() +
