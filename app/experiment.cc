@@ -147,6 +147,12 @@ class Experiment {
 
 void Experiment::validate() const {
   using namespace ranges;
+  // Its training runs are one process each (it would fail at the baseline, after making
+  // its folder).
+  if (o_.model.tensor_parallel > 1)
+    throw Error(fmt::format("model {}: tensor_parallel is {}, but pgq experiment trains in one process; split the "
+                            "model with mpirun and pgq train --tensor-parallel (pgq roofline estimates it on paper)",
+                            o_.model.source.empty() ? o_.model.name : o_.model.source, o_.model.tensor_parallel));
   if (o_.from_checkpoint.empty()) {
     kBaselineSteps.check(o_.baseline_steps);
     kExperimentProfileSteps.check(o_.profile_steps, o_.baseline_steps);

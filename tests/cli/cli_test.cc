@@ -231,6 +231,8 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"hwprobe -o " + (dir_ / "missing" / "hw.yaml").string(), "folder " + (dir_ / "missing").string() + " does not exist"},
       {"experiment --model tiny --corpus /nonexistent --out " + (dir_ / "exp").string(),
        "corpus /nonexistent: no such file or directory"},
+      {"experiment --model tiny --tensor-parallel 2 --out " + (dir_ / "exp").string(),
+       "tensor_parallel is 2, but pgq experiment trains in one process"},
   };
   for (const Case& c : cases) {
     Result r = pgq(c.args);
