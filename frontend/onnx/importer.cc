@@ -423,6 +423,17 @@ void Importer::chooseTrainable() {
                                          folded.size(), fmt::join(folded, ", ")));
     }
   }
+  applyTrainablePatterns();
+}
+
+// --trainable and --frozen over what chooseTrainable decided: a pattern matches an
+// initializer's name or the module parameter it holds (constant folding renames weights
+// to "onnx::MatMul_233").
+void Importer::applyTrainablePatterns() {
+  auto isFloatInit = [&](const std::string& name) {
+    auto it = initializers_.find(name);
+    return it != initializers_.end() && isFloatType(it->second->data_type());
+  };
   auto pattern = [&](const std::string& text, const char* flag) {
     try {
       return LabelPattern(text);
@@ -431,10 +442,8 @@ void Importer::chooseTrainable() {
     }
   };
   LabelPattern train_re = pattern(o_.trainable, "--trainable"), frozen_re = pattern(o_.frozen, "--frozen");
-  // A pattern matches the initializer's name or the module parameter it holds
-  // (constant folding renames weights to "onnx::MatMul_233").
-  // A pattern that selects nothing is a typo, not a choice: refused, as the notes above
-  // would otherwise say what trains without it.
+  // A pattern that selects nothing is a typo, not a choice: refused, as the notes would
+  // otherwise say what trains without it.
   std::vector<std::string> made_trainable, made_frozen;
   for (const auto& entry : initializers_) {
     const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one

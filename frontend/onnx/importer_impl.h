@@ -113,6 +113,7 @@ class Importer {
   // opsets, duplicate initializers or inputs, a value defined twice or read before it is
   // defined, an op with the wrong number of inputs or outputs.
   void checkStructure() const;
+  void applyTrainablePatterns();
   void checkInitializerMemory(const std::unordered_set<std::string>& read) const;
   void importInitializer(onnx::TensorProto& t, const std::filesystem::path& dir, ExternalData& external);
   // Every attribute of `node` once, of its ONNX type (checkStructure runs it on each node).
