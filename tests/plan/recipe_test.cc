@@ -1,5 +1,6 @@
 #include <functional>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ir/parser.h"
@@ -325,17 +326,19 @@ std::string generationError(const HardwareModel& hw, const Policy& policy) {
   return "the recipe was made";
 }
 
+// A policy named "forced" whose one rule forces `lhs` x `rhs` on layer0/mlp/up.
+Policy forcing(const std::string& lhs, const std::string& rhs) {
+  return parsePolicy(fmt::format("name: forced\nforward: {{quantize: true}}\nbackward: {{quantize: false}}\nrules:\n"
+                                 "  - {{label: \"layer0/mlp/up\", action: quantize, lhs_format: \"{}\", rhs_format: "
+                                 "\"{}\"}}\n",
+                                 lhs, rhs),
+                     "policy.yaml");
+}
+
 // The generator fits its own formats to the hardware; a policy rule can force others.
 TEST(RecipeGenerator, RefusesARuleForcingFormatsTheHardwareCannotRun) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
-  Policy p = parsePolicy(R"(name: forced
-forward: {quantize: true}
-backward: {quantize: false}
-rules:
-  - {label: "layer0/mlp/up", action: quantize, lhs_format: "int8:channel:rtn", rhs_format: "int8:channel:rtn"}
-)",
-                         "policy.yaml");
-  EXPECT_EQ(generationError(hw, p),
+  EXPECT_EQ(generationError(hw, forcing("int8:channel:rtn", "int8:channel:rtn")),
             "policy forced, rule (label ~ layer0/mlp/up): forces int8:channel:rtn x int8:channel:rtn on GEMM "
             "'layer0/mlp/up', which hardware 'test-cpu' cannot run exactly (no VNNI: exact up to 8 x 7 bits; a "
             "wider pair saturates silently): narrow one of the rule's formats");
@@ -346,13 +349,7 @@ rules:
 // names the formats it forced.
 TEST(RecipeGenerator, RefusesARuleForcingAFormatFamilyTheHardwareLacksOrMixedOperands) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
-  Policy fp8 = parsePolicy(R"(name: forced
-forward: {quantize: true}
-backward: {quantize: false}
-rules:
-  - {label: "layer0/mlp/up", action: quantize, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn"}
-)",
-                           "policy.yaml");
+  const Policy fp8 = forcing("e4m3:tensor:rtn", "e4m3:tensor:rtn");
   EXPECT_EQ(generationError(hw, fp8),
             "policy forced, rule (label ~ layer0/mlp/up): forces format e4m3:tensor:rtn (fp8) on GEMM "
             "'layer0/mlp/up', which hardware 'test-cpu' does not run (it runs: int8)");
