@@ -322,13 +322,6 @@ void Importer::chooseTrainable() {
   for (const onnx::NodeProto& n : g.node())
     for (const std::string& o : n.output()) producer[o] = &n;
 
-  auto isFloatInit = [&](const std::string& name) {
-    auto it = initializers_.find(name);
-    return it != initializers_.end() && (it->second->data_type() == onnx::TensorProto::FLOAT ||
-                                         it->second->data_type() == onnx::TensorProto::DOUBLE ||
-                                         it->second->data_type() == onnx::TensorProto::FLOAT16 ||
-                                         it->second->data_type() == onnx::TensorProto::BFLOAT16);
-  };
 
   std::string list_path = o_.path + ".params.txt";
   // Present means read: a FIFO, a directory or a device there is refused (readTextFile
@@ -358,7 +351,7 @@ void Importer::chooseTrainable() {
         throw Error(fmt::format("{}:{}: expected PARAM, ONNX_NAME<TAB>PARAM or ONNX_NAME<TAB>PARAM<TAB>transpose",
                                 list_path, line_no));
       const std::string& name = fields[0];
-      if (!isFloatInit(name))
+      if (!isFloatInitializer(name))
         throw Error(fmt::format("{}:{}: \"{}\" is not a float initializer of {}", list_path, line_no, name, file_));
       if (transpose && initializers_.at(name)->dims_size() != 2)
         throw Error(fmt::format("{}:{}: \"{}\" is not 2-D, so it cannot hold a transpose", list_path, line_no, name));
@@ -376,7 +369,7 @@ void Importer::chooseTrainable() {
     for (const auto& [name, node] : values_)
       if (std::holds_alternative<Node*>(node)) act.insert(name);
     std::function<void(const std::string&, int)> mark = [&](const std::string& name, int depth) {
-      if (isFloatInit(name)) {
+      if (isFloatInitializer(name)) {
         trainable_.insert(name);
         return;
       }
@@ -426,14 +419,15 @@ void Importer::chooseTrainable() {
   applyTrainablePatterns();
 }
 
+bool Importer::isFloatInitializer(const std::string& name) const {
+  auto it = initializers_.find(name);
+  return it != initializers_.end() && isFloatType(it->second->data_type());
+}
+
 // --trainable and --frozen over what chooseTrainable decided: a pattern matches an
 // initializer's name or the module parameter it holds (constant folding renames weights
 // to "onnx::MatMul_233").
 void Importer::applyTrainablePatterns() {
-  auto isFloatInit = [&](const std::string& name) {
-    auto it = initializers_.find(name);
-    return it != initializers_.end() && isFloatType(it->second->data_type());
-  };
   auto pattern = [&](const std::string& text, const char* flag) {
     try {
       return LabelPattern(text);
@@ -451,7 +445,7 @@ void Importer::applyTrainablePatterns() {
     auto matches = [&](const LabelPattern& re) {
       return re.matches(name) || (ref != param_of_.end() && re.matches(ref->second.param));
     };
-    if (!o_.trainable.empty() && isFloatInit(name) && matches(train_re)) {
+    if (!o_.trainable.empty() && isFloatInitializer(name) && matches(train_re)) {
       made_trainable.push_back(name);
       trainable_.insert(name);
     }

@@ -113,6 +113,7 @@ class Importer {
   // opsets, duplicate initializers or inputs, a value defined twice or read before it is
   // defined, an op with the wrong number of inputs or outputs.
   void checkStructure() const;
+  bool isFloatInitializer(const std::string& name) const;
   void applyTrainablePatterns();
   void checkInitializerMemory(const std::unordered_set<std::string>& read) const;
   void importInitializer(onnx::TensorProto& t, const std::filesystem::path& dir, ExternalData& external);
