@@ -202,6 +202,10 @@ void run(const ImportArgs& args) {
     profile.profile_out = args.profile_out;
     validateTrainOptions(profile);
     checkProfileOptions(profile);
+  } else if (const char* orphan = profileFlagSet(args.profile)) {
+    throw Error(fmt::format("{} says what the profile records: give --profile-out FILE (with --inputs and "
+                            "--grads-out) too",
+                            orphan));
   }
   checkOutputs(args);
   OutputPlan plan = outputPlan(args);

@@ -77,11 +77,14 @@ void addSqnrTableCommand(CLI::App& app) {
       return;
     }
     std::vector<SqnrRow> rows = sqnrRows(profile, shown, gradient, sort_by, profile_path);
+    // The title says both formats when the backward rows' gradient operands differ.
+    const std::string title =
+        gradient ? fmt::format("{}, gradient operands in {}", format, gradient_format) : format;
     if (csv) fmt::print("{}", sqnrTableCsv(rows));
-    else if (json) fmt::print("{}", sqnrTableJson(rows, format));
-    else fmt::print("{}", sqnrTableMarkdown(rows, format));
+    else if (json) fmt::print("{}", sqnrTableJson(rows, format, gradient ? gradient_format : ""));
+    else fmt::print("{}", sqnrTableMarkdown(rows, title));
     if (!plot.empty()) {
-      writeSqnrPlot(rows, format, plot);
+      writeSqnrPlot(rows, title, plot);
       fmt::print(stderr, "plot: {}\n", plot);
     }
   });

@@ -151,10 +151,15 @@ void addTrainCommand(CLI::App& app) {
     std::unique_ptr<Collectives> job;
     if (launchedByMpirun())
       job = makeMpiCollectives(static_cast<int>(o.model.tensor_parallel), INT_MAX, collective_timeout);
-    else if (o.model.tensor_parallel > 1)
-      throw Error(fmt::format("--tensor-parallel {} needs {} processes per model: start pgq with mpirun -np {} (or "
-                              "a multiple, for data parallelism)",
-                              o.model.tensor_parallel, o.model.tensor_parallel, o.model.tensor_parallel));
+    else if (o.model.tensor_parallel > 1) {
+      const int64_t t = o.model.tensor_parallel;
+      const std::string start = fmt::format("start pgq with mpirun -np {} (or a multiple, for data parallelism)", t);
+      if (args.model.overrides.tensor_parallel > 0)
+        throw Error(fmt::format("--tensor-parallel {} needs {} processes per model: {}", t, t, start));
+      throw Error(fmt::format("model {}: field 'tensor_parallel' is {}, which needs {} processes per model: {}, or "
+                              "give --tensor-parallel 1",
+                              args.model.spec, t, t, start));
+    }
     // A new run in a folder whose earlier run left its metrics but no checkpoint (it was
     // stopped before the first one) would replace those rows without a word.
     if (!o.resume && (!job || job->worldRank() == 0)) {

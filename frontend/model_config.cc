@@ -235,7 +235,21 @@ ModelConfig loadModelConfig(const std::string& spec, const ModelOverrides& overr
     if (overrides.batch) c.batch = overrides.batch;
     if (overrides.seq_len) c.seq_len = overrides.seq_len;
     if (overrides.tensor_parallel) c.tensor_parallel = overrides.tensor_parallel;
-    c = parseModelConfig(c.toYaml(), fmt::format("{} with --batch/--seq/--tensor-parallel", source));
+    std::string given;
+    for (auto [flag, value] : {std::pair{"--batch", overrides.batch}, std::pair{"--seq", overrides.seq_len},
+                               std::pair{"--tensor-parallel", overrides.tensor_parallel}})
+      if (value) given += fmt::format("{}{} {}", given.empty() ? "" : " ", flag, value);
+    const std::string label = fmt::format("{} with {}", source, given);
+    try {
+      c = parseModelConfig(c.toYaml(), label);
+    } catch (const Error& e) {
+      // The line numbers are the rewritten text's, not the file's: say the flags instead.
+      std::string_view what = e.what();
+      if (!what.starts_with(label)) throw;
+      what.remove_prefix(label.size());
+      const size_t colon = what.find(": ");
+      throw Error(fmt::format("{}: {}", label, what.substr(colon == std::string_view::npos ? 0 : colon + 2)));
+    }
     c.source = source;
   }
   return c;

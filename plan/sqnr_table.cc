@@ -125,7 +125,8 @@ std::string sqnrTableCsv(const std::vector<SqnrRow>& rows) {
   return out;
 }
 
-std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format) {
+std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format,
+                          const std::string& gradient_format) {
   // Each row's metrics beyond SQNR as an object, every metric the table shows (null in a
   // row without its statistics); absent when the profile has none.
   const std::vector<Metric> shown = metricsShown(rows);
@@ -139,7 +140,10 @@ std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& f
     }
     return o + "}";
   };
-  std::string out = fmt::format("{{\"format\": {}, \"rows\": [", jsonString(format));
+  std::string out = fmt::format("{{\"format\": {}, {}\"rows\": [", jsonString(format),
+                                gradient_format.empty()
+                                    ? std::string()
+                                    : fmt::format("\"gradient_format\": {}, ", jsonString(gradient_format)));
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
     auto input = [](const SqnrInput& in) {

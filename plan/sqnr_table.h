@@ -68,9 +68,14 @@ SqnrComparison compareSqnr(const Profile& profile, const std::vector<std::string
 std::string sqnrComparisonMarkdown(const SqnrComparison& c, size_t top);
 std::string sqnrComparisonCsv(const SqnrComparison& c);
 
+// `format`: the title's format ("int8:channel:rtn", or with a gradient format
+// "int8:channel:rtn, gradient operands in int8:channel:sr").
 std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::string& format);
 std::string sqnrTableCsv(const std::vector<SqnrRow>& rows);
-std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format);
+// `gradient_format`: the gradient operands' format where it differs from `format` (a
+// "gradient_format" field), else empty.
+std::string sqnrTableJson(const std::vector<SqnrRow>& rows, const std::string& format,
+                          const std::string& gradient_format = "");
 
 // The scaling table (`pgq sqnr-table --scaling`): one row per GEMM operand, how often
 // delayed scaling and predicted weight scales would have clipped it (ScalingStats).

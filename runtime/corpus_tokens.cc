@@ -173,6 +173,12 @@ std::string tokenCacheDirectory() {
     return value && value[0] == '/' ? value : nullptr;
   };
   if (const char* dir = absolute("PGQ_CACHE_DIR")) return dir;
+  // pgq's own variable set to a relative path is a mistake, not a request for the default
+  // (XDG's rule for its own variables); empty counts as unset.
+  if (const char* dir = std::getenv("PGQ_CACHE_DIR"); dir && dir[0] != '\0')
+    throw Error(fmt::format("PGQ_CACHE_DIR={}: expected an absolute path (the cache must not depend on the folder pgq "
+                            "is started in)",
+                            dir));
   if (const char* xdg = absolute("XDG_CACHE_HOME")) return (fs::path(xdg) / "pgq").string();
   if (const char* home = absolute("HOME")) return (fs::path(home) / ".cache" / "pgq").string();
   throw Error("tokenizer cache: none of PGQ_CACHE_DIR, XDG_CACHE_HOME and HOME is set to an absolute path; set "

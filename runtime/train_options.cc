@@ -78,16 +78,24 @@ void checkSessionOptions(const TrainOptions& o) {
   if (!o.model.imported()) checkEstimatedMemory(o);
 }
 
+const char* profileFlagSet(const TrainOptions& o) {
+  const TrainOptions defaults;
+  return !o.profile.candidates.empty()                                         ? "--profile-formats"
+         : o.profile.metrics                                                   ? "--profile-metrics"
+         : o.profile.outputs                                                   ? "--profile-outputs"
+         : o.profile.bits != defaults.profile.bits                             ? "--profile-bits"
+         : o.profile.granularity.text() != defaults.profile.granularity.text() ? "--profile-granularity"
+         : o.profile_amax_history != defaults.profile_amax_history             ? "--profile-amax-history"
+         : o.profile_warmup != defaults.profile_warmup                         ? "--profile-warmup"
+                                                                               : nullptr;
+}
+
 void checkProfileOptions(const TrainOptions& o) {
   if (o.profile_steps == 0) {
     // The flags that say what a profile records mean nothing without one.
-    const char* orphan = !o.profile.candidates.empty() ? "--profile-formats"
-                         : o.profile.metrics            ? "--profile-metrics"
-                         : o.profile.outputs            ? "--profile-outputs"
-                                                     : nullptr;
-    if (orphan) throw Error(fmt::format("{} says what a profile records: give --profile-steps N and --profile-out FILE "
-                                        "too",
-                                        orphan));
+    if (const char* orphan = profileFlagSet(o))
+      throw Error(fmt::format("{} says what a profile records: give --profile-steps N and --profile-out FILE too",
+                              orphan));
   }
   if (o.profile_steps == 0 && o.profile_out.empty()) return;
   if (o.profile_out.empty()) throw Error("--profile-steps needs --profile-out FILE");

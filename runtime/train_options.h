@@ -100,6 +100,10 @@ void checkSessionOptions(const TrainOptions& options);
 // what this machine has available.
 void checkEstimatedMemory(const TrainOptions& options);
 
+// The first flag of stage (i) whose value differs from its default (one that says what
+// a profile records, or --profile-warmup), or nullptr.
+const char* profileFlagSet(const TrainOptions& options);
+
 // The stage (i) flags: a granularity pgq knows, --profile-steps with --profile-out, no
 // flag saying what a profile records without a profile, and a profile (and the CSV
 // beside it) that can be written.

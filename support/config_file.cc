@@ -63,6 +63,22 @@ void ConfigNode::requireMap() const {
   if (!node_.IsMap()) failHere("expected a mapping of 'key: value' lines");
 }
 
+bool ConfigNode::optional(std::string_view key) const {
+  // `vocab:` with nothing after it is YAML's null: taken as absent, it would give the
+  // default without a word where the user meant to write a value.
+  if (!node_.IsMap()) return false;
+  const YAML::Node value = node_[std::string(key)];
+  if (!value.IsDefined() || !value.IsNull()) return value.IsDefined();
+  for (const auto& entry : node_) {
+    if (!entry.first.IsScalar() || entry.first.Scalar() != key || !entry.second.IsNull()) continue;
+    // The key's line: an empty value's mark is where the next token starts.
+    const int line = lineOf(entry.first);
+    throw Error(fmt::format("{}{}: field '{}': has no value; give one, or remove the line for the default", file_,
+                            line ? fmt::format(":{}", line) : "", fieldPath(key)));
+  }
+  return has(key);
+}
+
 bool ConfigNode::has(std::string_view key) const {
   return node_.IsMap() && node_[std::string(key)].IsDefined() && !node_[std::string(key)].IsNull();
 }
@@ -179,8 +195,9 @@ double ConfigNode::getDouble(std::string_view key, double min, double max) const
   double out = 0;
   if (!convert(value, out) || !std::isfinite(out))
     fail(key, fmt::format("expected a number{}, got {}", describeRange(min, max), scalarText(value)));
-  if (out < min || out > max)
-    fail(key, fmt::format("expected a number{}, got {}", describeRange(min, max), out));
+  // Out of range: both bounds, the +-1e300 that stand for "none" included (a field >= 1
+  // still stops at 1e300).
+  if (out < min || out > max) fail(key, fmt::format("expected a number in [{}, {}], got {}", min, max, out));
   return out;
 }
 
@@ -210,24 +227,24 @@ std::string ConfigNode::getEnum(std::string_view key, std::span<const std::strin
 }
 
 int64_t ConfigNode::getInt(std::string_view key, int64_t fallback, int64_t min, int64_t max) const {
-  return has(key) ? getInt(key, min, max) : fallback;
+  return optional(key) ? getInt(key, min, max) : fallback;
 }
 
 double ConfigNode::getDouble(std::string_view key, double fallback, double min, double max) const {
-  return has(key) ? getDouble(key, min, max) : fallback;
+  return optional(key) ? getDouble(key, min, max) : fallback;
 }
 
 bool ConfigNode::getBool(std::string_view key, bool fallback) const {
-  return has(key) ? getBool(key) : fallback;
+  return optional(key) ? getBool(key) : fallback;
 }
 
 std::string ConfigNode::getString(std::string_view key, const std::string& fallback) const {
-  return has(key) ? getString(key) : fallback;
+  return optional(key) ? getString(key) : fallback;
 }
 
 std::string ConfigNode::getEnum(std::string_view key, std::initializer_list<std::string_view> choices,
                                 std::string_view fallback) const {
-  return has(key) ? getEnum(key, choices) : std::string(fallback);
+  return optional(key) ? getEnum(key, choices) : std::string(fallback);
 }
 
 std::string ConfigNode::asString() const {

@@ -47,7 +47,8 @@ class ConfigNode {
   std::string getString(std::string_view key) const;
   std::string getEnum(std::string_view key, std::initializer_list<std::string_view> choices) const;
   std::string getEnum(std::string_view key, std::span<const std::string_view> choices) const;
-  // Optional fields: the fallback when the key is absent (still validated when present).
+  // Optional fields: the fallback when the key is absent (still validated when present;
+  // a key with no value, YAML null, is refused).
   int64_t getInt(std::string_view key, int64_t fallback, int64_t min, int64_t max) const;
   double getDouble(std::string_view key, double fallback, double min, double max) const;
   bool getBool(std::string_view key, bool fallback) const;
@@ -65,6 +66,8 @@ class ConfigNode {
 
  private:
   YAML::Node at(std::string_view key) const;
+  // Whether an optional field is given; one given with no value is refused.
+  bool optional(std::string_view key) const;
   std::string fieldPath(std::string_view key) const;
   int lineOf(const YAML::Node& node) const;
 

@@ -195,6 +195,8 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
   std::string binary = write("bin.pgq", std::string("\x7f\x45\x4c\x46\x00\x01", 6));
   std::string empty = write("empty.pgq", "");
   std::string bad_model = write("m.yaml", "d_model: 32\nn_layers: 2\nn_heads: 3\nd_ff: 8\nseq_len: 8\nbatch: 1\n");
+  std::string tp_model =
+      write("tp.yaml", "d_model: 32\nn_layers: 1\nn_heads: 2\nd_ff: 64\nseq_len: 8\nbatch: 1\ntensor_parallel: 2\n");
   std::vector<Case> cases = {
       {"ir print " + bad_ir, "bad.pgq:3:8: unknown op 'nope'"},
       {"ir print " + binary, "bin.pgq:1:1: unexpected byte 0x7f"},
@@ -209,6 +211,9 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"train --precision f16", "f16"},
       {"train --model tiny --tensor-parallel 2 --steps 1 --out " + (dir_ / "tp").string(),
        "--tensor-parallel 2 needs 2 processes per model: start pgq with mpirun -np 2"},
+      {"train --model " + tp_model + " --steps 1 --out " + (dir_ / "tp").string(),
+       "model " + tp_model + ": field 'tensor_parallel' is 2, which needs 2 processes per model: start pgq with "
+       "mpirun -np 2"},
       {"train --model tiny --tensor-parallel 4 --steps 1", "field 'tensor_parallel': must divide n_heads = 2"},
       {"roofline --model tiny --tensor-parallel 3 --hardware epyc-zen3-2c", "field 'tensor_parallel'"},
       {"roofline --model tiny --hardware nosuch", "neither a preset"},
@@ -557,6 +562,16 @@ TEST_F(Cli, ProfileThenSqnrTable) {
   EXPECT_EQ(csv.out.substr(0, 11), "rank,label,");
   Result json = pgq("sqnr-table --json --format int8:channel:rtn " + profile);
   EXPECT_EQ(json.out.substr(0, 30), "{\"format\": \"int8:channel:rtn\",");
+  // A gradient format is said in the title and the JSON (session 15: the title named --format only).
+  Result grad = pgq("sqnr-table --gradient-format int8:channel:sr " + profile);
+  ASSERT_EQ(grad.code, 0) << grad.out;
+  EXPECT_EQ(grad.out.substr(0, 79),
+            "SQNR of GEMM inputs in int8:channel:rtn, gradient operands in int8:channel:sr (")
+      << grad.out;
+  Result grad_json = pgq("sqnr-table --json --gradient-format int8:channel:sr " + profile);
+  EXPECT_EQ(grad_json.out.substr(0, 75),
+            "{\"format\": \"int8:channel:rtn\", \"gradient_format\": \"int8:channel:sr\", \"rows\"")
+      << grad_json.out;
   Result missing = pgq("sqnr-table --format int4:channel:rtn " + profile);
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.out.find(profile + ": layer0/attn/q lhs was not profiled in int4:channel:rtn, which --format asks "
@@ -1154,14 +1169,23 @@ TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
     EXPECT_EQ(r.code, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find("an empty path; give a path or leave the flag out"), std::string::npos) << r.out;
   }
-  for (const char* flag : {"--profile-formats fp8", "--profile-metrics", "--profile-outputs"}) {
+  // Session 15: the flags with defaults (bits, scales, amax history, warmup) were ignored.
+  for (const char* flag : {"--profile-formats fp8", "--profile-metrics", "--profile-outputs", "--profile-bits 6",
+                           "--profile-granularity tensor", "--profile-amax-history 4", "--profile-warmup 1"}) {
     Result r = pgq(std::string("train --model tiny --steps 2 --no-progress --out ") + (dir_ / "orphan").string() + " " +
                    flag);
     EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
     EXPECT_NE(r.out.find("says what a profile records: give --profile-steps N and --profile-out FILE too"),
               std::string::npos)
         << r.out;
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    EXPECT_EQ(r.out.find("error: " + name + " says"), 5u) << flag << ": the message names it first: " << r.out;
   }
+  // pgq import profiles only with --profile-out.
+  Result r = pgq("import " + std::string(PGQ_SOURCE_DIR) + "/tests/data/onnx_modern/llama/model.onnx --profile-bits 4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--profile-bits says what the profile records: give --profile-out FILE"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

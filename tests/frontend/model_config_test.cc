@@ -72,6 +72,42 @@ TEST(ModelConfig, AnIntegerWithALeadingZeroIsRefused) {
             16);
 }
 
+// Session 15: `vocab:` with no value is YAML null; it gave the default vocabulary silently.
+TEST(ModelConfig, AFieldWithNoValueIsRefused) {
+  const std::string base = "d_model: 32\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 2\n";
+  EXPECT_EQ(errorOf(base + "vocab:\n"), "m.yaml:7: field 'vocab': has no value; give one, or remove the line for the "
+                                         "default");
+  EXPECT_EQ(errorOf(base + "rope_theta: ~\n"),
+            "m.yaml:7: field 'rope_theta': has no value; give one, or remove the line for the default");
+  EXPECT_EQ(errorOf(base + "name:\n"), "m.yaml:7: field 'name': has no value; give one, or remove the line for the "
+                                        "default");
+  EXPECT_EQ(parseModelConfig(base, "m.yaml").vocab, 256);
+}
+
+// The sizes given on the command line are checked as the file's own, and the error names
+// the flags, not a line of the rewritten text.
+TEST(ModelConfig, AnOverrideErrorNamesTheFlags) {
+  try {
+    ModelOverrides seq;
+    seq.seq_len = 1048576;
+    loadModelConfig("small", seq);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "<preset small> with --seq 1048576: field 'batch': batch x seq_len = 16777216 "
+                                     "tokens is more than 1048576");
+  }
+  try {
+    ModelOverrides sizes;
+    sizes.batch = 3;
+    sizes.tensor_parallel = 4;
+    loadModelConfig("tiny", sizes);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "<preset tiny> with --batch 3 --tensor-parallel 4: field 'tensor_parallel': "
+                                     "must divide n_heads = 2 and d_ff = 64, got 4");
+  }
+}
+
 TEST(ModelConfig, LlamaConfigRoundTrips) {
   ModelConfig c = parseModelConfig(
       "name: llama\nd_model: 64\nn_layers: 2\nn_heads: 8\nn_kv_heads: 2\nd_ff: 172\nseq_len: 32\nbatch: 2\n"

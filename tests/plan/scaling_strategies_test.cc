@@ -249,6 +249,9 @@ TEST(ScalingRecord, BadValuesAreRejectedNamingTheField) {
        "field 'gemms[0].operands[0].scaling.delayed_clip_fraction': expected a number in [0, 1], got 1.5"},
       {"delayed_worst_ratio: 1.25", "delayed_worst_ratio: 0.5",
        "field 'gemms[0].operands[0].scaling.delayed_worst_ratio'"},
+      // The upper bound that stands for "none" is named too (session 15).
+      {"delayed_worst_ratio: 1.25", "delayed_worst_ratio: 1.7e308",
+       "field 'gemms[0].operands[0].scaling.delayed_worst_ratio': expected a number in [1, 1e+300], got 1.7e+308"},
       {"delayed_worst_ratio: 1.25", "delayed_worst_ratio: .nan",
        "field 'gemms[0].operands[0].scaling.delayed_worst_ratio'"},
       {"predicted_clip_fraction: 0.333333333", "predicted_clip_fraction: -0.1",

@@ -171,6 +171,12 @@ TEST_F(CorpusTokensTest, CacheDirectoryComesFromTheEnvironment) {
   ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
   ::setenv("HOME", "/home/someone", 1);
   EXPECT_EQ(tokenCacheDirectory(), "/tmp/pgq-cache");
+  ::setenv("PGQ_CACHE_DIR", "cache", 1);  // pgq's own variable: refused, not ignored (session 15)
+  EXPECT_EQ(errorOf([] { tokenCacheDirectory(); }),
+            "PGQ_CACHE_DIR=cache: expected an absolute path (the cache must not depend on the folder pgq is started "
+            "in)");
+  ::setenv("PGQ_CACHE_DIR", "", 1);
+  EXPECT_EQ(tokenCacheDirectory(), "/tmp/xdg/pgq");
   ::unsetenv("PGQ_CACHE_DIR");
   EXPECT_EQ(tokenCacheDirectory(), "/tmp/xdg/pgq");
   ::setenv("XDG_CACHE_HOME", "relative", 1);  // ignored, as XDG says
