@@ -125,6 +125,10 @@ class Experiment {
     return o_.scheme == Scheme::kInt8 ? fmt::format("int{}:{}", o_.bits, o_.granularity.text())
                                      : std::string(nameOf(o_.scheme));
   }
+  // What the recipes quantize to, for table headings: "int8", "int4" or "fp8".
+  std::string quantizedIn() const {
+    return o_.scheme == Scheme::kInt8 ? fmt::format("int{}", o_.bits) : std::string(nameOf(o_.scheme));
+  }
   void phase(const std::string& what, int64_t steps);
   // The ETA from the first fine-tuning run's steps: the profiled steps' estimate is the
   // instrumented graph's (several times slower with --profile-metrics).
@@ -407,8 +411,8 @@ RunSummary Experiment::trainRun(const std::string& dir, const std::string& name,
   s.adversarial = adversarial;
   if (!recipe.empty()) {
     Recipe r = loadRecipe(recipe);
-    s.fwd_int8 = r.summary.fwd_int8;
-    s.bwd_int8 = r.summary.bwd_int8;
+    s.fwd_quantized = r.summary.fwd_quantized;
+    s.bwd_quantized = r.summary.bwd_quantized;
     s.fwd_total = r.summary.fwd_total;
     s.bwd_total = r.summary.bwd_total;
   }
@@ -471,7 +475,7 @@ void Experiment::search(const Profile& profile, const HardwareModel& hw) {
   double tf = bisect(fwd, 20.0, [&](double t) { return trial(t, tb); });
   RunSummary best = trial(tf, tb);
   trials.insert(trials.begin(), base);
-  writeSearchReport(o_.out_dir, trials, best, o_.loss_budget);
+  writeSearchReport(o_.out_dir, trials, best, o_.loss_budget, quantizedIn());
 }
 
 Policy Experiment::directionPolicy() const {
@@ -571,7 +575,7 @@ std::string Experiment::orderings(const Profile& profile, const HardwareModel& h
     for (const std::string& c : candidates) {
       auto [path, r] = recipeFor("solo " + c, {c});
       RunSummary s = finetune("solo " + c, "solo " + c, path, o_.pareto_steps);
-      Solo solo{c, s.mean_loss - f32.mean_loss, r.summary.est_gemm_ms - r.summary.est_gemm_int8_ms, 0};
+      Solo solo{c, s.mean_loss - f32.mean_loss, r.summary.est_gemm_ms - r.summary.est_gemm_quantized_ms, 0};
       solo.ratio = solo.delta / std::max(solo.saved_ms, 1e-9);
       solos.push_back(solo);
     }
@@ -714,6 +718,7 @@ ExperimentResult Experiment::runRecipes() {
                        : schemeFormats(o_.scheme, Rounding::kNearest, Rounding::kNearest).operand;
   const Metric metric = o_.metric.value_or(defaultMetric(profile()));
   in.metric = metric == Metric::kSqnr ? "SQNR" : std::string(nameOf(metric));
+  in.quantized_in = quantizedIn();
   in.runs = runs;
   ExperimentResult result = writeExperimentReport(in);
   if (const std::string busy = timingCheck(in.runs, *in.f32_again); !busy.empty())

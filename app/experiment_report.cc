@@ -110,16 +110,17 @@ void writeRunSummary(const std::string& path, const RunSummary& s) {
   writeFileAtomically(
       path, fmt::format("# A finished run of a pgq experiment (from its metrics.csv).\nname: \"{}\"\npolicy: \"{}\"\n"
                         "recipe: \"{}\"\nfirst_step: {}\nlast_step: {}\nstep_ms: {:.6g}\nstep_spread: {:.4g}\n"
-                        "mean_loss: {:.9g}\nfinal_val_loss: {:.9g}\nfwd_int8: {}\nfwd_total: {}\nbwd_int8: {}\n"
+                        "mean_loss: {:.9g}\nfinal_val_loss: {:.9g}\nfwd_quantized: {}\nfwd_total: {}\nbwd_quantized: {}\n"
                         "bwd_total: {}\n",
                         s.name, s.policy, s.recipe, s.first_step, s.last_step, s.step_ms, s.step_spread, s.mean_loss,
-                        s.final_val_loss, s.fwd_int8, s.fwd_total, s.bwd_int8, s.bwd_total));
+                        s.final_val_loss, s.fwd_quantized, s.fwd_total, s.bwd_quantized, s.bwd_total));
 }
 
 RunSummary loadRunSummary(const std::string& path) {
   ConfigNode n = ConfigNode::loadFile(path, InputKind::kRunSummary);
   n.allowOnly({"name", "policy", "recipe", "first_step", "last_step", "step_ms", "step_spread", "mean_loss",
-               "final_val_loss", "fwd_int8", "fwd_total", "bwd_int8", "bwd_total"});
+               "final_val_loss", "fwd_quantized", "fwd_total", "bwd_quantized", "bwd_total",
+               "fwd_int8", "bwd_int8"});  // the counts' names before session 15
   RunSummary s;
   s.name = n.getString("name");
   s.policy = n.getString("policy");
@@ -130,9 +131,9 @@ RunSummary loadRunSummary(const std::string& path) {
   s.step_spread = n.getDouble("step_spread", 0.0, 0.0, 1e6);
   s.mean_loss = n.getDouble("mean_loss", 0.0, 1e6);
   s.final_val_loss = n.getDouble("final_val_loss", 0.0, 1e6);
-  s.fwd_int8 = static_cast<int>(n.getInt("fwd_int8", 0));
+  s.fwd_quantized = static_cast<int>(n.getInt(n.renamed("fwd_quantized", "fwd_int8"), 0));
   s.fwd_total = static_cast<int>(n.getInt("fwd_total", 0));
-  s.bwd_int8 = static_cast<int>(n.getInt("bwd_int8", 0));
+  s.bwd_quantized = static_cast<int>(n.getInt(n.renamed("bwd_quantized", "bwd_int8"), 0));
   s.bwd_total = static_cast<int>(n.getInt("bwd_total", 0));
   return s;
 }
@@ -168,20 +169,21 @@ std::string timingCheck(const std::vector<RunSummary>& runs, const RunSummary& f
 namespace {
 
 // Table I: one row per run, the f32 continuation first.
-std::pair<std::string, std::string> tableOne(const std::vector<RunSummary>& runs) {
+std::pair<std::string, std::string> tableOne(const std::vector<RunSummary>& runs, const std::string& quantized_in) {
   const RunSummary& base = runs.front();
-  std::string md =
-      "| recipe | fwd GEMMs int8 | bwd GEMMs int8 | step ms | speedup | mean loss (last half) | vs f32 | val loss |\n"
-      "|---|---|---|---|---|---|---|---|\n";
-  std::string csv = "recipe,fwd_int8,fwd_total,bwd_int8,bwd_total,step_ms,speedup,mean_loss,delta,val_loss\n";
+  std::string md = fmt::format(
+      "| recipe | fwd GEMMs {0} | bwd GEMMs {0} | step ms | speedup | mean loss (last half) | vs f32 | val loss |\n"
+      "|---|---|---|---|---|---|---|---|\n",
+      quantized_in);
+  std::string csv = "recipe,fwd_quantized,fwd_total,bwd_quantized,bwd_total,step_ms,speedup,mean_loss,delta,val_loss\n";
   for (const RunSummary& r : runs) {
     double speedup = base.step_ms / r.step_ms, delta = r.mean_loss / base.mean_loss - 1;
     md += fmt::format("| {}{} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {:.4f} |\n", r.name,
-                      r.adversarial ? " (adversarial)" : "", r.fwd_int8,
-                      r.fwd_total, r.bwd_int8, r.bwd_total, r.step_ms, speedup, r.mean_loss,
+                      r.adversarial ? " (adversarial)" : "", r.fwd_quantized,
+                      r.fwd_total, r.bwd_quantized, r.bwd_total, r.step_ms, speedup, r.mean_loss,
                       &r == &base ? std::string("baseline") : percent(delta), r.final_val_loss);
-    csv += fmt::format("\"{}\",{},{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f}\n", r.name, r.fwd_int8, r.fwd_total,
-                       r.bwd_int8, r.bwd_total, r.step_ms, speedup, r.mean_loss, delta, r.final_val_loss);
+    csv += fmt::format("\"{}\",{},{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f}\n", r.name, r.fwd_quantized, r.fwd_total,
+                       r.bwd_quantized, r.bwd_total, r.step_ms, speedup, r.mean_loss, delta, r.final_val_loss);
   }
   return {md, csv};
 }
@@ -243,7 +245,7 @@ void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& ru
     if (ends || r.name.starts_with(all + "<")) adversarial.emplace_back(base.step_ms / r.step_ms, &r);
   }
   auto rows = [&](std::vector<std::pair<double, const RunSummary*>> v) {
-    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second->bwd_int8 < b.second->bwd_int8; });
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second->bwd_quantized < b.second->bwd_quantized; });
     std::string out;
     for (auto& [speedup, r] : v) out += fmt::format("{:.4f} {:.6f} \"{}\"\n", speedup, r->mean_loss, r->name);
     return out;
@@ -277,7 +279,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
     runs.front().bwd_total = runs[1].bwd_total;
   }
   fs::path dir(in.out_dir);
-  auto [md, csv] = tableOne(runs);
+  auto [md, csv] = tableOne(runs, in.quantized_in);
   const std::string busy = in.f32_again ? timingCheck(runs, *in.f32_again) : "";
   if (!busy.empty()) md += fmt::format("\nTimings: {}.\n", busy);
   writeFileAtomically((dir / "table.md").string(), md);
@@ -310,9 +312,9 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   findings += fmt::format(
       "\n\n### Is the {0} ordering informative?\n\n"
       "Each fraction quantizes the same number of backward GEMMs, chosen by highest {0} (`>`) or lowest (`<`){1}:\n\n"
-      "| backward GEMMs in int8 | highest {0} first: loss vs f32 | lowest {0} first: loss vs f32 | gap |\n"
+      "| backward GEMMs in {2} | highest {0} first: loss vs f32 | lowest {0} first: loss vs f32 | gap |\n"
       "|---|---|---|---|\n",
-      in.metric, in.metric == "SQNR" ? "" : " (docs/METRICS.md)");
+      in.metric, in.metric == "SQNR" ? "" : " (docs/METRICS.md)", in.quantized_in);
   std::vector<const RunSummary*> high, low;
   for (const RunSummary& r : runs) {
     if (r.name.starts_with("F+B_SR>") || r.name.starts_with("F+B>")) high.push_back(&r);
@@ -320,7 +322,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   }
   for (size_t i = 0; i < std::min(high.size(), low.size()); ++i) {
     double dh = high[i]->mean_loss / base.mean_loss - 1, dl = low[i]->mean_loss / base.mean_loss - 1;
-    findings += fmt::format("| {} and {} of {} | {} (`{}`) | {} (`{}`) | {} |\n", high[i]->bwd_int8, low[i]->bwd_int8,
+    findings += fmt::format("| {} and {} of {} | {} (`{}`) | {} (`{}`) | {} |\n", high[i]->bwd_quantized, low[i]->bwd_quantized,
                             high[i]->bwd_total, percent(dh), high[i]->name, percent(dl), low[i]->name, percent(dl - dh));
   }
   findings += "\n### Speed and loss\n\n";
@@ -385,21 +387,21 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
 }
 
 void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>& trials, const RunSummary& best,
-                       double loss_budget) {
+                       double loss_budget, const std::string& quantized_in) {
   const RunSummary& base = trials.front();
   std::string md = fmt::format(
-      "# pgq threshold search\n\nLoss budget: {:.2f}% over the f32 trial's mean loss ({:.4f}). Each trial fine-tunes "
+      "# pgq threshold search\n\nLoss budget: {0:.2f}% over the f32 trial's mean loss ({1:.4f}). Each trial fine-tunes "
       "from the baseline checkpoint; the backward threshold is bisected first (forward fixed at the prior 20), then "
-      "the forward one.\n\n| trial | fwd int8 | bwd int8 | step ms | speedup | mean loss | vs f32 | within budget |\n"
+      "the forward one.\n\n| trial | fwd {2} | bwd {2} | step ms | speedup | mean loss | vs f32 | within budget |\n"
       "|---|---|---|---|---|---|---|---|\n",
-      100 * loss_budget, base.mean_loss);
-  std::string csv = "trial,fwd_int8,bwd_int8,step_ms,speedup,mean_loss,delta,within_budget\n";
+      100 * loss_budget, base.mean_loss, quantized_in);
+  std::string csv = "trial,fwd_quantized,bwd_quantized,step_ms,speedup,mean_loss,delta,within_budget\n";
   for (const RunSummary& t : trials) {
     double delta = t.mean_loss / base.mean_loss - 1;
-    md += fmt::format("| {} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {} |\n", t.policy, t.fwd_int8, t.fwd_total,
-                      t.bwd_int8, t.bwd_total, t.step_ms, base.step_ms / t.step_ms, t.mean_loss, percent(delta),
+    md += fmt::format("| {} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {} |\n", t.policy, t.fwd_quantized, t.fwd_total,
+                      t.bwd_quantized, t.bwd_total, t.step_ms, base.step_ms / t.step_ms, t.mean_loss, percent(delta),
                       &t == &base ? "baseline" : t.within_budget ? "yes" : "no");
-    csv += fmt::format("\"{}\",{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", t.policy, t.fwd_int8, t.bwd_int8, t.step_ms,
+    csv += fmt::format("\"{}\",{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", t.policy, t.fwd_quantized, t.bwd_quantized, t.step_ms,
                        base.step_ms / t.step_ms, t.mean_loss, delta, t.within_budget ? 1 : 0);
   }
   md += fmt::format("\nResult: `{}` ({}), {:.2f}x faster than f32, loss {}. Its recipe is `recipes/{}.yaml`.\n",

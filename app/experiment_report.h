@@ -36,7 +36,7 @@ struct RunSummary {
   double step_spread = 0;
   double mean_loss = 0;  // mean training loss over the last half of the run
   double final_val_loss = 0;
-  int fwd_int8 = 0, fwd_total = 0, bwd_int8 = 0, bwd_total = 0;
+  int fwd_quantized = 0, fwd_total = 0, bwd_quantized = 0, bwd_total = 0;
   bool within_budget = false;  // search trials
   // A policy with an inverted threshold (F+B_SR<t): it quantizes the lowest-SQNR GEMMs
   // to check that the metric is informative, so the report never recommends it.
@@ -66,6 +66,8 @@ struct ReportInputs {
   // What the thresholded recipes (F+B_SR>t, <t) compared: "SQNR" or a metric's name
   // (plan/gemm_metric.h).
   std::string metric = "SQNR";
+  // What the recipes quantize to, for the tables' headings ("int8", "int4", "fp8").
+  std::string quantized_in = "int8";
   std::vector<RunSummary> runs;  // f32 first
   // The f32 step timed again after every fine-tune (timingCheck).
   std::optional<RunSummary> f32_again;
@@ -82,6 +84,6 @@ std::string timingCheck(const std::vector<RunSummary>& runs, const RunSummary& f
 
 ExperimentResult writeExperimentReport(const ReportInputs& in);
 void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>& trials, const RunSummary& best,
-                       double loss_budget);
+                       double loss_budget, const std::string& quantized_in = "int8");
 
 }  // namespace pgq

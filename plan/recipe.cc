@@ -20,11 +20,11 @@
 namespace pgq {
 
 double RecipeSummary::estimatedStepSpeedup() const {
-  if (est_gemm_int8_ms <= 0) return 1.0;
-  if (measured_step_ms <= 0) return est_gemm_ms / est_gemm_int8_ms;
+  if (est_gemm_quantized_ms <= 0) return 1.0;
+  if (measured_step_ms <= 0) return est_gemm_ms / est_gemm_quantized_ms;
   // The non-GEMM part of the step does not change.
   double other = std::max(0.0, measured_step_ms - est_gemm_ms);
-  return measured_step_ms / (other + est_gemm_int8_ms);
+  return measured_step_ms / (other + est_gemm_quantized_ms);
 }
 
 namespace {
@@ -56,10 +56,10 @@ std::string recipeToYaml(const Recipe& r) {
   out << YAML::Key << "profile" << YAML::Value << r.profile;
   const RecipeSummary& s = r.summary;
   out << YAML::Key << "summary" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "fwd_int8" << YAML::Value << fmt::format("{}/{}", s.fwd_int8, s.fwd_total);
-  out << YAML::Key << "bwd_int8" << YAML::Value << fmt::format("{}/{}", s.bwd_int8, s.bwd_total);
+  out << YAML::Key << "fwd_quantized" << YAML::Value << fmt::format("{}/{}", s.fwd_quantized, s.fwd_total);
+  out << YAML::Key << "bwd_quantized" << YAML::Value << fmt::format("{}/{}", s.bwd_quantized, s.bwd_total);
   out << YAML::Key << "est_gemm_ms" << YAML::Value << s.est_gemm_ms;
-  out << YAML::Key << "est_gemm_int8_ms" << YAML::Value << s.est_gemm_int8_ms;
+  out << YAML::Key << "est_gemm_quantized_ms" << YAML::Value << s.est_gemm_quantized_ms;
   out << YAML::Key << "measured_step_ms" << YAML::Value << s.measured_step_ms;
   out << YAML::Key << "est_step_speedup" << YAML::Value << s.estimatedStepSpeedup();
   out << YAML::EndMap;
@@ -191,13 +191,18 @@ Recipe parseRecipe(const std::string& yaml_text, const std::string& source) {
   r.profile = root.getString("profile", "");
   if (root.has("summary")) {
     ConfigNode s = root.child("summary");
-    s.allowOnly({"fwd_int8", "bwd_int8", "est_gemm_ms", "est_gemm_int8_ms", "measured_step_ms", "est_step_speedup"});
+    // Recipes before session 15 named the quantized counts "int8" whatever the format.
+    s.allowOnly({"fwd_quantized", "bwd_quantized", "est_gemm_ms", "est_gemm_quantized_ms", "measured_step_ms",
+                 "est_step_speedup", "fwd_int8", "bwd_int8", "est_gemm_int8_ms"});
     r.summary.est_gemm_ms = s.getDouble("est_gemm_ms", 0.0, 0.0, 1e12);
-    r.summary.est_gemm_int8_ms = s.getDouble("est_gemm_int8_ms", 0.0, 0.0, 1e12);
+    r.summary.est_gemm_quantized_ms =
+        s.getDouble(s.renamed("est_gemm_quantized_ms", "est_gemm_int8_ms"), 0.0, 0.0, 1e12);
     r.summary.measured_step_ms = s.getDouble("measured_step_ms", 0.0, 0.0, 1e12);
     // "quantized/total" counts.
-    for (auto [key, quantized, total] : {std::tuple{"fwd_int8", &r.summary.fwd_int8, &r.summary.fwd_total},
-                                         std::tuple{"bwd_int8", &r.summary.bwd_int8, &r.summary.bwd_total}}) {
+    for (auto [name, quantized, total] :
+         {std::tuple{s.renamed("fwd_quantized", "fwd_int8"), &r.summary.fwd_quantized, &r.summary.fwd_total},
+          std::tuple{s.renamed("bwd_quantized", "bwd_int8"), &r.summary.bwd_quantized, &r.summary.bwd_total}}) {
+      const std::string_view key = name;
       if (!s.has(key)) continue;
       std::string text = s.getString(key);
       if (std::sscanf(text.c_str(), "%d/%d", quantized, total) != 2 || *quantized < 0 || *quantized > *total)

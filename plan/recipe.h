@@ -83,9 +83,9 @@ struct RecipeEntry {
 };
 
 struct RecipeSummary {
-  int fwd_total = 0, fwd_int8 = 0, bwd_total = 0, bwd_int8 = 0;
+  int fwd_total = 0, fwd_quantized = 0, bwd_total = 0, bwd_quantized = 0;
   double est_gemm_ms = 0;        // roofline estimate of all GEMMs in high precision
-  double est_gemm_int8_ms = 0;   // ... with this recipe
+  double est_gemm_quantized_ms = 0;   // ... with this recipe
   double measured_step_ms = 0;   // the profiled run's plain step time (0 when unknown)
   double estimatedStepSpeedup() const;
 };

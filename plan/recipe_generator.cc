@@ -523,9 +523,9 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
     RecipeEntry e = entryOf(g, v, ctx);
     const bool forward = !isBackward(g.direction), int8 = e.decision == Decision::kQuantize;
     (forward ? sum.fwd_total : sum.bwd_total) += 1;
-    if (int8) (forward ? sum.fwd_int8 : sum.bwd_int8) += 1;
+    if (int8) (forward ? sum.fwd_quantized : sum.bwd_quantized) += 1;
     sum.est_gemm_ms += v.estimate.high_precision_us / 1e3;
-    sum.est_gemm_int8_ms += (int8 ? v.estimate.int8Us() : v.estimate.high_precision_us) / 1e3;
+    sum.est_gemm_quantized_ms += (int8 ? v.estimate.int8Us() : v.estimate.high_precision_us) / 1e3;
     recipe.entries.push_back(std::move(e));
   }
   // A model fitted to measured GEMMs says when it is asked about shapes far from them.
@@ -615,8 +615,8 @@ std::string explainRecipe(const Recipe& r) {
       emulated = emulated || (e.lhs_format.isEmulated() && e.lhs_format.element != Element::kBf16);
     }
   std::string in = families.size() == 1 ? fmt::format("in {}", families.begin()->first) : "quantized";
-  out += fmt::format("  forward GEMMs:  {:>3} of {:>3} {}\n", s.fwd_int8, s.fwd_total, in);
-  out += fmt::format("  backward GEMMs: {:>3} of {:>3} {}\n", s.bwd_int8, s.bwd_total, in);
+  out += fmt::format("  forward GEMMs:  {:>3} of {:>3} {}\n", s.fwd_quantized, s.fwd_total, in);
+  out += fmt::format("  backward GEMMs: {:>3} of {:>3} {}\n", s.bwd_quantized, s.bwd_total, in);
   if (families.size() > 1)
     for (const auto& [family, n] : families) out += fmt::format("    {:<8} {:>3} GEMMs\n", family, n);
   for (const std::string& note : r.notes) out += fmt::format("  note: {}\n", note);
@@ -659,8 +659,8 @@ std::string explainRecipe(const Recipe& r) {
     out += "\n";
   }
   out += perGemmEstimates(r);
-  out += fmt::format("  estimated GEMM time on {}: {:.1f} ms -> {:.1f} ms ({:.2f}x)\n", r.hardware, s.est_gemm_ms, s.est_gemm_int8_ms,
-                     s.est_gemm_ms / std::max(s.est_gemm_int8_ms, 1e-9));
+  out += fmt::format("  estimated GEMM time on {}: {:.1f} ms -> {:.1f} ms ({:.2f}x)\n", r.hardware, s.est_gemm_ms, s.est_gemm_quantized_ms,
+                     s.est_gemm_ms / std::max(s.est_gemm_quantized_ms, 1e-9));
   if (s.measured_step_ms > 0)
     out += fmt::format("  estimated step time: {:.1f} ms -> {:.1f} ms ({:.2f}x; non-GEMM time from the profiled run)\n",
                        s.measured_step_ms, s.measured_step_ms / s.estimatedStepSpeedup(), s.estimatedStepSpeedup());

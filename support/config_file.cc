@@ -247,6 +247,13 @@ std::string ConfigNode::getEnum(std::string_view key, std::initializer_list<std:
   return optional(key) ? getEnum(key, choices) : std::string(fallback);
 }
 
+std::string_view ConfigNode::renamed(std::string_view key, std::string_view old_key) const {
+  if (!node_.IsMap() || !node_[std::string(old_key)].IsDefined()) return key;
+  if (node_[std::string(key)].IsDefined())
+    fail(old_key, fmt::format("is the old name of '{}'; give one of them", fieldPath(key)));
+  return old_key;
+}
+
 std::string ConfigNode::asString() const {
   if (!node_.IsScalar()) failHere(fmt::format("expected a string, got {}", scalarText(node_)));
   return node_.Scalar();

@@ -56,6 +56,10 @@ class ConfigNode {
   std::string getEnum(std::string_view key, std::initializer_list<std::string_view> choices,
                       std::string_view fallback) const;
 
+  // The name a field is given under: `key`, or `old_key` (its name in files written
+  // before a rename) when only that is present. Both present is refused.
+  std::string_view renamed(std::string_view key, std::string_view old_key) const;
+
   // This node itself as a scalar.
   std::string asString() const;
   int64_t asInt() const;

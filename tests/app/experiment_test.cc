@@ -1,5 +1,6 @@
 #include <csignal>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -153,6 +154,30 @@ TEST_F(ExperimentTest, ShowsTheSqnrOfTheFormatItQuantizesTo) {
   // The recipes quantize to the same format.
   std::string recipe = read(out / "recipes" / "F+B.yaml");
   EXPECT_NE(recipe.find("int4:tensor"), std::string::npos);
+  // Table I counts the GEMMs in that format (session 15: its heading said int8).
+  const std::string table = read(out / "table.md");
+  EXPECT_EQ(table.find("| recipe | fwd GEMMs int4 | bwd GEMMs int4 |"), 0u) << table;
+  EXPECT_EQ(read(out / "table.csv").find("recipe,fwd_quantized,fwd_total,bwd_quantized,bwd_total,"), 0u);
+}
+
+// Run summaries written before the counts were renamed (fwd_int8) still load.
+TEST(ExperimentFiles, ARunSummaryWithTheOldCountNamesLoads) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("pgq_summary_{}", ::getpid());
+  fs::create_directories(dir);
+  const std::string path = (dir / "result.yaml").string();
+  {
+    std::ofstream f(path);
+    f << "name: \"F\"\npolicy: \"F\"\nrecipe: \"r.yaml\"\nfirst_step: 1\nlast_step: 9\nstep_ms: 10\nmean_loss: 2.5\n"
+         "final_val_loss: 2.6\nfwd_int8: 5\nfwd_total: 7\nbwd_int8: 3\nbwd_total: 14\n";
+  }
+  const RunSummary s = loadRunSummary(path);
+  EXPECT_EQ(s.fwd_quantized, 5);
+  EXPECT_EQ(s.bwd_quantized, 3);
+  writeRunSummary(path, s);
+  const RunSummary again = loadRunSummary(path);
+  EXPECT_EQ(again.fwd_quantized, 5);
+  EXPECT_EQ(again.bwd_total, 14);
+  fs::remove_all(dir);
 }
 
 TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
