@@ -191,9 +191,22 @@ void Importer::checkAttributes(const onnx::NodeProto& node) const {
 
 void Importer::checkDeclaredOutputs() const {
   for (const onnx::ValueInfoProto& o : model_.graph().output()) {
-    if (!o.type().tensor_type().has_shape()) continue;
     auto it = values_.find(o.name());
     if (it == values_.end()) continue;  // not computed: the caller says so where it matters
+    // The element type, by kind: pgq computes every float type in f32 (a float16 or
+    // bfloat16 export trains in f32), but an integer output that computes floats, or the
+    // reverse, is a model pgq reads differently from its exporter.
+    const int32_t declared_type = o.type().tensor_type().elem_type();
+    if (declared_type != onnx::TensorProto::UNDEFINED) {
+      const bool computed_float = std::holds_alternative<Node*>(it->second)
+                                      ? isFloat(std::get<Node*>(it->second)->dtype())
+                                      : std::get<ConstTensor>(it->second).isFloat();
+      if (isOnnxFloatType(declared_type) != computed_float)
+        throw Error(fmt::format("{}: output \"{}\" is declared {}, but the graph computes {}", file_, o.name(),
+                                onnx::TensorProto_DataType_Name(declared_type),
+                                computed_float ? "floats" : "integers"));
+    }
+    if (!o.type().tensor_type().has_shape()) continue;
     const std::vector<int64_t> got = std::holds_alternative<Node*>(it->second)
                                          ? dimsOf(std::get<Node*>(it->second))
                                          : std::get<ConstTensor>(it->second).dims;

@@ -167,11 +167,6 @@ std::pair<std::string, std::string> splitNodeName(const std::string& name) {
   return {s.substr(0, slash), s.substr(slash + 1)};
 }
 
-bool isFloatType(int32_t t) {
-  return t == onnx::TensorProto::FLOAT || t == onnx::TensorProto::DOUBLE || t == onnx::TensorProto::FLOAT16 ||
-         t == onnx::TensorProto::BFLOAT16;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- the importer
@@ -273,7 +268,7 @@ void Importer::nameParameters() {
     torch_metadata_ = true;
     for (int i = 0; i < n.input_size(); ++i) {
       auto it = initializers_.find(n.input(i));
-      if (it == initializers_.end() || !isFloatType(it->second->data_type())) continue;
+      if (it == initializers_.end() || !isOnnxFloatType(it->second->data_type())) continue;
       const std::string& init = n.input(i);
       const std::string direct = torchPlaceholderName(init);
       if (std::find(info.param_args.begin(), info.param_args.end(), direct) != info.param_args.end()) {
@@ -421,7 +416,7 @@ void Importer::chooseTrainable() {
 
 bool Importer::isFloatInitializer(const std::string& name) const {
   auto it = initializers_.find(name);
-  return it != initializers_.end() && isFloatType(it->second->data_type());
+  return it != initializers_.end() && isOnnxFloatType(it->second->data_type());
 }
 
 // --trainable and --frozen over what chooseTrainable decided: a pattern matches an

@@ -590,10 +590,12 @@ int64_t ConstTensor::numElements() const { return static_cast<int64_t>(values.si
 
 bool ConstTensor::isInteger() const { return !isFloat() && elementSize(dtype) != 0; }
 
-bool ConstTensor::isFloat() const {
+bool isOnnxFloatType(int32_t dtype) {
   return dtype == TensorProto::FLOAT || dtype == TensorProto::DOUBLE || dtype == TensorProto::FLOAT16 ||
          dtype == TensorProto::BFLOAT16;
 }
+
+bool ConstTensor::isFloat() const { return isOnnxFloatType(dtype); }
 
 std::vector<int64_t> ConstTensor::ints() const {
   std::vector<int64_t> out;

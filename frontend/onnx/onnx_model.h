@@ -37,6 +37,10 @@ inline constexpr uint64_t kInlineWeightBytes = uint64_t{64} << 10;
 // Throws pgq::Error (naming `model_file` when given) when there is none.
 int64_t defaultOpset(const onnx::ModelProto& model, const std::string& model_file = "");
 
+// FLOAT, DOUBLE, FLOAT16 and BFLOAT16: the onnx::TensorProto_DataType values pgq
+// computes in float32.
+bool isOnnxFloatType(int32_t dtype);
+
 // A tensor of constant values: an initializer, a Constant node's value or a folded
 // computation. Every element is held as a double: floats exactly, integers exactly up
 // to 2^53 in magnitude. INT64_MAX and INT64_MIN, which exporters use for "to the end"
@@ -49,7 +53,7 @@ struct ConstTensor {
 
   int64_t numElements() const;
   bool isInteger() const;  // INT8..INT64, UINT8..UINT64 and BOOL
-  bool isFloat() const;    // FLOAT, DOUBLE, FLOAT16 and BFLOAT16
+  bool isFloat() const;    // isOnnxFloatType(dtype)
   // The values as integers; throws pgq::Error when one is not integral.
   std::vector<int64_t> ints() const;
   std::vector<float> floats() const;

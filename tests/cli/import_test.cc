@@ -573,6 +573,17 @@ TEST_F(Import, FilesTheStandardForbidsAreRefused) {
     expectRefused(path, {path + ": output \"logits\" is declared [2, 4, 9], but the graph computes [2, 4, 8]"});
   }
   {
+    // Session 15: a declared element type of the other kind was accepted; a float of
+    // another width is what pgq computes in f32.
+    onnx::ModelProto m = lm();
+    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+    std::string path = write("declared_type.onnx", m);
+    expectRefused(path, {path + ": output \"logits\" is declared INT64, but the graph computes floats"});
+    m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT16);
+    Result half = pgqImport(write("declared_half.onnx", m));
+    EXPECT_EQ(half.code, 0) << half.out;
+  }
+  {
     onnx::ModelProto m = lm();
     m.mutable_graph()->mutable_node(1)->set_input(0, "later");
     std::string path = write("order.onnx", m);
