@@ -185,8 +185,8 @@ void Experiment::validate() const {
                             "--no-profile-metrics",
                             nameOf(o_.metric.value_or(Metric::kSqnr))));
   if (orderings) {
-    if (o_.random_orderings < 1 || o_.random_orderings > 100)
-      throw Error(fmt::format("--random-orderings must be in [1, 100], got {}", o_.random_orderings));
+    kRandomOrderings.check(o_.random_orderings);
+    kParetoSteps.check(o_.pareto_steps);
     if (o_.pareto_steps != 0 && (o_.pareto_steps < 2 || o_.pareto_steps > o_.finetune_steps))
       throw Error(fmt::format("--pareto-steps must be 0 (no Pareto estimate) or in [2, --finetune-steps = {}], got {}",
                               o_.finetune_steps, o_.pareto_steps));

@@ -33,15 +33,16 @@ void addOrderingsFlags(CLI::App* cmd, ExperimentOptions& o, bool& orderings) {
   cmd->add_option("--points", points,
                   fmt::format("--orderings: comma-separated fractions of the candidates to cut at (default {}); "
                               "all of them is always a point",
-                              fmt::join(o.ordering_points, ",")));
+                              fmt::join(o.ordering_points, ",")))
+      ->check(kNonEmptyList);
   cmd->add_option("--ordering-metrics", ordering_metrics,
-                  "--orderings: comma-separated metrics to order by (default: every one the profile gives)");
-  cmd->add_option("--random-orderings", o.random_orderings, "--orderings: how many random orderings (>= 1)")
-      ->capture_default_str();
-  cmd->add_option("--pareto-steps", o.pareto_steps,
-                  "--orderings: steps of the short run that quantizes each candidate alone, for the Pareto estimate "
-                  "(0: no estimate; costs candidates + 1 runs of this length)")
-      ->capture_default_str();
+                  "--orderings: comma-separated metrics to order by (default: every one the profile gives)")
+      ->check(kNonEmptyList);
+  addNumber(cmd, ranges::kRandomOrderings, o.random_orderings, "--orderings: how many random orderings");
+  addNumber(cmd, ranges::kParetoSteps, o.pareto_steps,
+            "--orderings: steps of the short run that quantizes each candidate alone, for the Pareto estimate "
+            "(0: no estimate; else at least 2 and at most --finetune-steps; costs candidates + 1 runs of this "
+            "length)");
 }
 
 // The --orderings flags into `o`, refused without --orderings.
@@ -54,8 +55,6 @@ void finishOrderingsOptions(CLI::App* cmd, ExperimentOptions& o, bool orderings)
                      cmd->count("--pareto-steps") || cmd->count("--ordering-direction")))
     throw Error("--points, --ordering-metrics, --random-orderings, --pareto-steps and --ordering-direction only "
                 "apply with --orderings");
-  if (orderings && o.random_orderings <= 0)
-    throw Error(fmt::format("--random-orderings must be >= 1, got {}", o.random_orderings));
   if (!points.empty()) {
     o.ordering_points.clear();
     std::stringstream in(points);
@@ -99,7 +98,8 @@ void addExperimentCommand(CLI::App& app) {
   cmd->add_option("--fractions", fractions,
                   fmt::format("Comma-separated fractions of backward GEMMs for the SQNR and adversarial recipes, each "
                               "in {} (default {})",
-                              ranges::kFraction.text(), fmt::join(o.fractions, ",")));
+                              ranges::kFraction.text(), fmt::join(o.fractions, ",")))
+      ->check(kNonEmptyList);
   cmd->add_option("--policy", o.extra_policies, "Also run these policies (names or YAML files); repeatable");
   addNumber(cmd, ranges::kBits, o.bits, "Bits of the int8 formats of every recipe (7-bit side added where needed)");
   cmd->add_option("--backward-rounding", o.backward_rounding,

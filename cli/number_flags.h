@@ -40,6 +40,12 @@ CLI::Option* addNumber(CLI::App* cmd, const OptionRange<T>& range, V& value, con
       ->type_name(std::is_floating_point_v<T> ? "FLOAT" : "INT");
 }
 
+// For a comma-separated list: an empty argument is refused, not taken as the flag left
+// out (which gives the default list) nor as an empty list.
+inline const CLI::Validator kNonEmptyList(
+    [](std::string& text) { return text.empty() ? std::string("an empty list; give items or leave the flag out") : ""; },
+    "LIST");
+
 // A flag with no default value: `description` says what leaving it out means.
 template <typename V, typename T>
 CLI::Option* addNumber(CLI::App* cmd, const OptionRange<T>& range, std::optional<V>& value,

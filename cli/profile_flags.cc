@@ -56,6 +56,7 @@ void addProfileFormatFlags(CLI::App* cmd, ProfileAsk& ask, const std::string& wh
          },
          fmt::format("{} these format schemes ({}) or formats (e4m3:channel:rtn), comma-separated", when,
                      fmt::join(kFormatSchemes, ", ")))
+      ->check(kNonEmptyList)
       ->delimiter(',');
 }
 

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/depthguard.h>
 
 #include "support/errors.h"
 #include "support/file_io.h"
@@ -31,6 +32,11 @@ ConfigNode ConfigNode::loadString(const std::string& text, const std::string& na
     YAML::Node node = YAML::Load(text);
     if (!node.IsDefined() || node.IsNull()) throw Error(fmt::format("{}: is empty", name));
     return ConfigNode(node, name, "");
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp says only "bad file" here.
+    throw Error(fmt::format("{}:{}:{}: nested too deeply for the YAML parser (its limit is 2000 levels of its own, a "
+                            "few hundred of the file's); pgq's files nest a few levels",
+                            name, e.mark.line + 1, e.mark.column + 1));
   } catch (const YAML::Exception& e) {
     throw Error(fmt::format("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1,
                             e.mark.column + 1, e.msg));

@@ -87,6 +87,9 @@ inline constexpr OptionRange<int64_t> kTrialSteps{.name = "--trial-steps", .min 
 inline constexpr OptionRange<int64_t> kBits{.name = "--bits", .min = 2, .max = 8};
 inline constexpr OptionRange<double> kFraction{
     .name = "--fractions", .min = 0, .max = 1, .min_open = true, .max_open = true};
+inline constexpr OptionRange<int64_t> kRandomOrderings{.name = "--random-orderings", .min = 1, .max = 100};
+// 0: no Pareto estimate; else at least 2 and at most --finetune-steps (checked with it).
+inline constexpr OptionRange<int64_t> kParetoSteps{.name = "--pareto-steps", .min = 0, .max = kMaxSteps};
 inline constexpr OptionRange<double> kOrderingPoint{
     .name = "--points", .min = 0, .max = 1, .min_open = true, .max_open = true};
 // The roofline's tokens per device relative to the profiled run's (pgq recipe and pgq

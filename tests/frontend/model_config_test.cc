@@ -72,6 +72,12 @@ TEST(ModelConfig, AnIntegerWithALeadingZeroIsRefused) {
             16);
 }
 
+// yaml-cpp's "bad file" for a file nested past its recursion limit says what is wrong.
+TEST(ModelConfig, DeepNestingSaysSo) {
+  EXPECT_EQ(errorOf(std::string(100000, '[') + std::string(100000, ']')).substr(0, 49),
+            "m.yaml:1:1: nested too deeply for the YAML parser");
+}
+
 // Session 15: `vocab:` with no value is YAML null; it gave the default vocabulary silently.
 TEST(ModelConfig, AFieldWithNoValueIsRefused) {
   const std::string base = "d_model: 32\nn_layers: 2\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 2\n";
