@@ -214,7 +214,8 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
     spdlog::warn("continuing with {} threads; the checkpoint was written with {}: results can differ in the last "
                  "bits from an uninterrupted run",
                  omp_get_max_threads(), ckpt.threads);
-  if (planned && *planned != o_.steps)
+  // Not for a run the next check refuses (a checkpoint at or past --steps).
+  if (planned && *planned != o_.steps && start_step_ < o_.steps)
     spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes from here on",
                  *planned, o_.steps);
   return ordered;

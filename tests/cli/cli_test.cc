@@ -1164,6 +1164,18 @@ TEST_F(Cli, ACheckpointOfAnotherModelIsRefusedBeforeWorkNamingTheFields) {
   EXPECT_EQ(short_baseline.code, 0) << short_baseline.out;
 }
 
+// A resume that is refused says only why (session 15: it first warned that the schedule
+// changes, for a run that then did not start).
+TEST_F(Cli, AResumePastTheStepsIsRefusedWithoutAWarning) {
+  const std::string out = (dir_ / "run").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --out " + out).code, 0);
+  Result r = pgq("train --model tiny --steps 1 --resume --no-progress --out " + out);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("the checkpoint is already at step 2; ask for more --steps than that"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("planned for"), std::string::npos) << r.out;
+}
+
 // Issue 29, minor: an empty output path is refused, not taken as the flag left out; the
 // flags that say what a profile records need a profile.
 TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
