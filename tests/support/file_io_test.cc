@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -152,6 +153,28 @@ TEST_F(FileIoTest, WritesThroughAFifoWithAReader) {
   struct stat st;
   ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));  // still a FIFO, not a file renamed over it
+}
+
+// A FIFO whose reader starts late gets the output; one that never gets a reader is an
+// error after the wait (10 s) instead of a hang.
+TEST_F(FileIoTest, AFifoWaitsForItsReaderThenGivesUp) {
+  std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::string received;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::ifstream in(fifo, std::ios::binary);
+    received.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  writeFileAtomically(fifo, "late reader\n");
+  late.join();
+  EXPECT_EQ(received, "late reader\n");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(errorOf([&] { writeFileAtomically(fifo, "nobody\n"); }),
+            fifo + ": is a FIFO that no process reads (waited 10 s); start its reader first");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 10.0);
+  EXPECT_LT(waited, 60.0);
 }
 
 TEST_F(FileIoTest, AFullDeviceIsAnError) {
