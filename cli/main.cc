@@ -66,12 +66,19 @@ void setDefaultThreadCount() {
   omp_set_num_threads(pgq::kernels::defaultThreadCount(local != nullptr ? std::atoi(local) : 1));
 }
 
-// Prints `message` (a full line without its newline) and returns `code`. Under mpirun a
+// Prints `message` (a full line without its newline; the middle of a very long one left
+// out) and returns `code`. Under mpirun a
 // failing rank ends the whole job, as the others may wait for it in a collective. When
 // every rank fails alike, one message is enough: rank 0 prints and aborts at once, and
 // the others, whom that abort usually kills within 2 s, print only if still alive, with
 // their rank.
-int fail(int code, const std::string& message) {
+int fail(int code, std::string message) {
+  // An error that echoes a huge value (a 100 KB --passes) keeps its start, which names
+  // the flag or file, and its end, which says what was expected.
+  constexpr size_t kHead = 2048, kTail = 1024;
+  if (message.size() > kHead + kTail + 64)
+    message = fmt::format("{} [... {} characters left out ...] {}", message.substr(0, kHead),
+                          message.size() - kHead - kTail, message.substr(message.size() - kTail));
   if (!pgq::mpiActive()) {
     fmt::print(stderr, "{}\n", message);
     return code;

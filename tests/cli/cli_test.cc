@@ -166,6 +166,14 @@ TEST_F(Cli, OptRefusesBadPassOptionsWithOneLine) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.passes << "\n" << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << c.passes << "\n" << r.out;
   }
+  // A huge value is not echoed whole (session 15: 100 KB of it were): the line keeps its
+  // start and end.
+  Result huge = pgq("ir opt --passes " + std::string(100000, 'x') + " " + mlp);
+  EXPECT_EQ(huge.code, 2);
+  EXPECT_LT(huge.out.size(), 4000u) << huge.out.size();
+  EXPECT_EQ(huge.out.rfind("pgq: error: unknown pass 'xxx", 0), 0u) << huge.out.substr(0, 200);
+  EXPECT_NE(huge.out.find(" characters left out ...] "), std::string::npos);
+  EXPECT_EQ(std::count(huge.out.begin(), huge.out.end(), '\n'), 1);
 }
 
 // `pgq ir model --compile` prints the graph as `pgq train` compiles it.
