@@ -27,21 +27,16 @@ bool isQuantized(const RecipeEntry& e) { return lowPrecisionForTrainers(e); }
 // (frontend/onnx/importer.cc): a tied `x @ wte.weight.T`, no nn.Linear.
 constexpr std::string_view kLogitsLabel = "get_logits";
 
-// The recipe's file for messages, or its name when it was generated in memory.
-std::string whereFrom(const Recipe& recipe) {
-  return recipe.source.empty() ? fmt::format("recipe {}", recipe.name) : recipe.source;
-}
-
 // The entry's GEMM as generation recorded it; the export needs it.
 const EntryGemm& gemmOf(const Recipe& recipe, const RecipeEntry& e) {
   if (e.label.empty())
-    throw Error(fmt::format("{}:{}: entry `match: {}`: the PyTorch export needs one `label:` entry per GEMM, as pgq "
+    throw Error(fmt::format("{}: entry `match: {}`: the PyTorch export needs one `label:` entry per GEMM, as pgq "
                             "recipe writes them",
-                            whereFrom(recipe), e.line, e.match.text()));
+                            entryLocation(recipe, e.line), e.match.text()));
   if (!e.gemm)
-    throw Error(fmt::format("{}:{}: GEMM '{}': the PyTorch export needs a recipe generated from a profile (pgq recipe "
+    throw Error(fmt::format("{}: GEMM '{}': the PyTorch export needs a recipe generated from a profile (pgq recipe "
                             "--export-torch), which knows each GEMM's direction and forward GEMM",
-                            whereFrom(recipe), e.line, e.label));
+                            entryLocation(recipe, e.line), e.label));
   return *e.gemm;
 }
 
@@ -93,7 +88,7 @@ ModuleGrouping groupByModule(const Recipe& recipe) {
     if (!fresh)
       throw Error(fmt::format("{}: GEMMs '{}' and '{}' both belong to module '{}': the PyTorch export needs one "
                               "forward GEMM per module",
-                              whereFrom(recipe), seen->second, g.forward->label, m.path));
+                              entryLocation(recipe, 0), seen->second, g.forward->label, m.path));
     in_modules.insert(m.forward);
     for (const RecipeEntry* e : {m.dgrad, m.wgrad})
       if (e) in_modules.insert(e);
@@ -175,6 +170,11 @@ std::pair<std::vector<std::string>, std::vector<std::string>> splitModules(const
 
 }  // namespace
 
+std::string entryLocation(const Recipe& recipe, int line) {
+  if (recipe.source.empty()) return fmt::format("recipe {} (from profile {})", recipe.name, recipe.profile);
+  return line > 0 ? fmt::format("{}:{}", recipe.source, line) : recipe.source;
+}
+
 bool lowPrecisionForTrainers(const RecipeEntry& e) {
   return e.decision == Decision::kQuantize && formatFamily(e.lhs_format) != FormatFamily::kBf16;
 }
@@ -243,10 +243,22 @@ std::string recipeToTorchFilter(const Recipe& recipe) {
       const FormatFamily lhs = formatFamily(m.forward->lhs_format), rhs = formatFamily(m.forward->rhs_format);
       families.emplace(familyText(*m.forward), lhs == rhs ? std::optional(lhs) : std::nullopt);
     }
+  // TE's FP8 format: HYBRID (E5M2 gradients) unless every quantized gradient is E4M3.
+  bool e5m2_gradient = false, fp8_gradient = false;
+  for (const RecipeEntry& e : recipe.entries)
+    if (e.gemm && isQuantized(e) && formatFamily(e.lhs_format) == FormatFamily::kFp8)
+      for (int side = 0; side < 2; ++side)
+        if (e.gemm->roles[side] == OperandRole::kGradient) {
+          fp8_gradient = true;
+          e5m2_gradient |= (side == 0 ? e.lhs_format : e.rhs_format).element == Element::kE5M2;
+        }
+  const std::string fp8_format = !fp8_gradient || e5m2_gradient ? "HYBRID" : "E4M3";
+  const std::string fp8_hint = fmt::format("DelayedScaling(fp8_format=Format.{}) or Float8CurrentScaling(fp8_format="
+                                           "Format.{}); torchao's float8 training",
+                                           fp8_format, fp8_format);
   std::string hints;
   for (const auto& [text, family] : families) {
-    std::string_view hint = family == FormatFamily::kFp8 ? "DelayedScaling(fp8_format=Format.HYBRID) or "
-                                                           "Float8CurrentScaling; torchao's float8 training"
+    std::string_view hint = family == FormatFamily::kFp8 ? std::string_view(fp8_hint)
                             : family == FormatFamily::kMxfp8 ? "MXFP8BlockScaling"
                             : family == FormatFamily::kNvfp4
                                 ? "NVFP4BlockScaling (pgq recipe --export-megatron writes per-tensor factories)"
@@ -268,7 +280,7 @@ std::string recipeToTorchFilter(const Recipe& recipe) {
       "#     import transformer_engine.pytorch as te\n"
       "#     from transformer_engine.common.recipe import DelayedScaling, Format\n"
       "#     linear = te.Linear if path in PGQ_QUANTIZE else torch.nn.Linear  # path: the module's fqn\n"
-      "#     with te.fp8_autocast(enabled=True, fp8_recipe=DelayedScaling(fp8_format=Format.HYBRID)):\n"
+      "#     with te.fp8_autocast(enabled=True, fp8_recipe=DelayedScaling(fp8_format=Format.{})):\n"
       "#         loss = model(inputs)\n"
       "# Both libraries quantize a Linear's forward, dgrad and wgrad GEMMs together; PGQ_FORMATS\n"
       "# shows where the recipe decided them apart.\n"
@@ -282,6 +294,7 @@ std::string recipeToTorchFilter(const Recipe& recipe) {
       "# high precision, None when the recipe has no such GEMM.\n"
       "PGQ_FORMATS = {{\n",
       jsonString(recipe.name), jsonString(recipe.model), jsonString(recipe.hardware), jsonString(recipe.policy),
+      fp8_format,
       hints.empty() ? std::string()
                     : "# Format families of the quantized modules, and their Transformer Engine recipe:\n" + hints,
       pythonSet(quantize), pythonSet(keep));

@@ -42,6 +42,11 @@ namespace pgq {
 // no scope, so its name is missing from the path.
 std::string torchModulePath(std::string_view label);
 
+// Where an export error points: the recipe file and the entry's line ("r.yaml:12"), or,
+// for a recipe generated in memory and not read from a file, "recipe NAME (from profile
+// P)".
+std::string entryLocation(const Recipe& recipe, int line);
+
 // Whether the training libraries run entry `e` in low precision: a quantized GEMM,
 // except bf16 (a CPU recipe's third choice), which PyTorch runs unconverted under
 // autocast. Both exports (this one and trainer_export.h) keep what this says no to.

@@ -41,16 +41,12 @@ struct ModuleSpecs {
   }
 };
 
-std::string whereFrom(const Recipe& recipe) {
-  return recipe.source.empty() ? fmt::format("recipe {}", recipe.name) : recipe.source;
-}
-
 TensorSpec specOf(const Recipe& recipe, const RecipeEntry& e, const QuantFormat& f, std::string_view field) {
   const FormatFamily family = formatFamily(f);
   if (family != FormatFamily::kNvfp4 && family != FormatFamily::kMxfp8 && family != FormatFamily::kFp8)
-    throw Error(fmt::format("{}:{}: GEMM '{}' field '{}': format {} (family {}) has no Transformer Engine quantizer "
+    throw Error(fmt::format("{}: GEMM '{}' field '{}': format {} (family {}) has no Transformer Engine quantizer "
                             "(TE quantizes to fp8, mxfp8 and nvfp4): keep the GEMM or choose another scheme",
-                            whereFrom(recipe), e.line, e.label, field, f.toString(), family));
+                            entryLocation(recipe, e.line), e.label, field, f.toString(), family));
   // TE's FP8 quantizers have no stochastic rounding: an FP8 gradient in SR exports as
   // round to nearest (NVFP4's quantizer has it).
   return {family, f.element, f.hadamard, f.block2d, family == FormatFamily::kNvfp4 && f.rounding == Rounding::kStochastic};
@@ -67,6 +63,25 @@ const QuantFormat& sideFormat(const RecipeEntry& e, bool weight, bool gradient) 
 
 bool quantized(const RecipeEntry* e) { return e && lowPrecisionForTrainers(*e); }
 
+// One tensor as a GEMM reads it, for comparing its uses: TE quantizes each tensor of a
+// module once (input: fprop and wgrad; weight: fprop and dgrad; grad_output: dgrad and
+// wgrad), so the GEMMs that read it must agree on its format. The transform is compared
+// apart: TE applies it to the weight gradient's copies only.
+struct TensorUse {
+  const RecipeEntry* gemm;
+  TensorSpec spec;
+};
+
+TensorUse useOf(const Recipe& recipe, const RecipeEntry& e, bool weight, bool gradient, std::string_view field) {
+  TensorSpec spec = specOf(recipe, e, sideFormat(e, weight, gradient), field);
+  spec.rht = false;
+  return {&e, spec};
+}
+
+std::string specText(const TensorSpec& t) {
+  return fmt::format("{} {}{}{}", t.family, elementName(t.element), t.two_d ? " 2-D" : "", t.sr ? " sr" : "");
+}
+
 ModuleSpecs specsOf(const Recipe& recipe, const ModuleGemms& m) {
   ModuleSpecs s;
   s.labels = {m.forward->label};
@@ -78,15 +93,38 @@ ModuleSpecs specsOf(const Recipe& recipe, const ModuleGemms& m) {
                                     m.forward->label));
     return s;
   }
+  // TE transforms (random Hadamard) the weight gradient's operands only, as
+  // NVFP4BlockScaling does; a transform elsewhere has no TE equivalent.
+  for (const RecipeEntry* e : {m.forward, dgrad ? m.dgrad : nullptr})
+    if (e && (e->lhs_format.hadamard || e->rhs_format.hadamard))
+      throw Error(fmt::format("{}: GEMM '{}': the random Hadamard transform on a {} GEMM; Transformer Engine "
+                              "applies it only to weight-gradient GEMMs (NVFP4BlockScaling's wgrad): make the recipe "
+                              "with a policy's `hadamard: bwd_wgrad`",
+                              entryLocation(recipe, e->line), e->label, nameOf(e->gemm->direction)));
   const RecipeEntry& f = *m.forward;
-  s.input = specOf(recipe, f, sideFormat(f, false, false), "lhs_format/rhs_format (input)");
-  s.weight = specOf(recipe, f, sideFormat(f, true, false), "lhs_format/rhs_format (weight)");
-  // The transform of the weight-gradient GEMM's operands belongs to the input's and the
-  // gradient's columnwise copies.
+  // Each tensor's uses: the first is what the export writes, the others must agree.
+  std::vector<std::pair<const char*, std::vector<TensorUse>>> tensors = {
+      {"input", {useOf(recipe, f, false, false, "lhs_format/rhs_format (input)")}},
+      {"weight", {useOf(recipe, f, true, false, "lhs_format/rhs_format (weight)")}},
+      {"grad_output", {}}};
+  if (wgrad) tensors[0].second.push_back(useOf(recipe, *m.wgrad, false, false, "lhs_format/rhs_format (input)"));
+  if (dgrad) tensors[1].second.push_back(useOf(recipe, *m.dgrad, true, false, "lhs_format/rhs_format (weight)"));
+  for (const RecipeEntry* e : {dgrad ? m.dgrad : nullptr, wgrad ? m.wgrad : nullptr})
+    if (e) tensors[2].second.push_back(useOf(recipe, *e, false, true, "lhs_format/rhs_format (grad_output)"));
+  for (const auto& [tensor, uses] : tensors)
+    for (const TensorUse& use : uses)
+      if (!(use.spec == uses.front().spec)) {
+        s.notes.push_back(fmt::format("{}: the recipe reads {} as {} in {} but as {} in {}; Transformer Engine "
+                                      "quantizes a tensor once per module: kept in bf16",
+                                      m.forward->label, tensor, specText(uses.front().spec), uses.front().gemm->label,
+                                      specText(use.spec), use.gemm->label));
+        return s;
+      }
+  s.input = tensors[0].second.front().spec;
+  s.weight = tensors[1].second.front().spec;
   if (wgrad) s.input->rht = sideFormat(*m.wgrad, false, false).hadamard;
-  if (dgrad || wgrad) {
-    const RecipeEntry& b = dgrad ? *m.dgrad : *m.wgrad;
-    s.grad_output = specOf(recipe, b, sideFormat(b, false, true), "lhs_format/rhs_format (grad_output)");
+  if (!tensors[2].second.empty()) {
+    s.grad_output = tensors[2].second.front().spec;
     s.grad_output->rht = wgrad && sideFormat(*m.wgrad, false, true).hadamard;
   }
   if (dgrad != wgrad || (!dgrad && (m.dgrad || m.wgrad)))
@@ -107,11 +145,11 @@ std::vector<ModuleSpecs> megatronModules(const Recipe& recipe) {
   for (const ModuleGemms& m : grouping.modules) {
     const std::string name = megatronModuleName(m.path);
     if (name.empty())
-      throw Error(fmt::format("{}:{}: GEMM '{}' (module {}): Megatron-LM's GPT has no such module (it names "
+      throw Error(fmt::format("{}: GEMM '{}' (module {}): Megatron-LM's GPT has no such module (it names "
                               "decoder.layers.N.self_attention.linear_qkv / linear_proj and mlp.linear_fc1 / "
                               "linear_fc2); --export-megatron needs a recipe for a model pgq built (a preset or a "
                               "model YAML), not an imported one",
-                              whereFrom(recipe), m.forward->line, m.forward->label, m.path));
+                              entryLocation(recipe, m.forward->line), m.forward->label, m.path));
     ModuleSpecs s = specsOf(recipe, m);
     s.name = name;
     auto [it, fresh] = index.try_emplace(name, out.size());
@@ -205,6 +243,16 @@ std::string recipeToMegatronConfig(const Recipe& recipe, std::string_view factor
                         "    training_recipe: {}\n";
   std::set<std::string> written;  // config names
   std::string matchers = "matchers:\n", notes;
+  // Scaling the per-module configs cannot say (Megatron: "Delayed scaling not in scope
+  // of te per-module quantization config").
+  int delayed = 0, predicted = 0;
+  for (const RecipeEntry& e : recipe.entries)
+    if (lowPrecisionForTrainers(e)) delayed += e.amax_history > 0, predicted += e.predict_weight_scale;
+  if (delayed || predicted)
+    notes += fmt::format("#   {} GEMMs with delayed scaling and {} with predicted weight scales export as current "
+                         "scaling (each tensor's scale from its own amax at each step): Megatron's per-module "
+                         "configs have no delayed scaling\n",
+                         delayed, predicted);
   for (size_t i = 0; i < modules.size(); ++i) {
     const ModuleSpecs& s = modules[i];
     for (const std::string& n : s.notes) notes += fmt::format("#   {}\n", n);
@@ -250,12 +298,13 @@ std::string recipeToTeFactories(const Recipe& recipe) {
                          pythonSpec(s.grad_output));
     factories += fmt::format("pgq_factory_{} = _factory_for({})\n", i, jsonString(s.name));
   }
-  return fmt::format(R"PY("""Transformer Engine quantizer factories for pgq recipe {} (model {}, hardware {}, policy {}).
+  return fmt::format(R"PY("""Transformer Engine quantizer factories for a pgq recipe (PGQ_RECIPE below).
 
 Written by `pgq recipe --export-megatron`. TE's CustomRecipe(qfactory=f) calls f(role) for each
 tensor a module quantizes: role.tensor_type is "input", "weight" or "grad_output" (TE's
-QuantizerRole; older TE passes "<scope>:<tensor>" strings). f returns a quantizer, or None
-to keep that tensor in high precision. PGQ_TENSOR_FORMATS maps each Megatron module and
+QuantizerRole), or role is a string, "linear_input", "linear_weight", "linear_grad_output"
+(TE 2.9's first CustomRecipe API). f returns a quantizer, or None to keep that tensor in
+high precision (pgq never quantizes a module's output or grad_input). PGQ_TENSOR_FORMATS maps each Megatron module and
 tensor role to the format pgq chose for that operand: input and weight are the forward
 GEMM's operands, grad_output the backward GEMMs' gradient; rht (random Hadamard transform)
 and sr (stochastic rounding) are per tensor, as TE's NVFP4Quantizer takes them.
@@ -264,14 +313,21 @@ quantization_recipes_base.py (nvfp4_quantizer_factory, mxfp8_quantizer_factory,
 current_scaling_quantizer_factory).
 """
 
+PGQ_RECIPE = {{"name": {}, "model": {}, "hardware": {}, "policy": {}}}
+
 PGQ_TENSOR_FORMATS = {{
 {}}}
 
 
 def _tensor_type(role):
-    if isinstance(role, str):
-        return role.rsplit(":", 1)[-1]
-    return getattr(role, "tensor_type", "")
+    name = role if isinstance(role, str) else getattr(role, "tensor_type", None)
+    if isinstance(name, str):
+        name = name.rsplit(":", 1)[-1]
+        if name.startswith("linear_"):
+            name = name[len("linear_"):]
+        if name in ("input", "weight", "grad_output", "output", "grad_input"):
+            return name
+    raise ValueError("pgq quantizer factory: a tensor role it does not know: %r" % (role,))
 
 
 def _quantizer(spec):
@@ -330,7 +386,8 @@ def pgq_custom_recipe(module):
 
     return CustomRecipe(qfactory=_factory_for(module))
 )PY",
-                     recipe.name, recipe.model, recipe.hardware, recipe.policy, table, factories);
+                     jsonString(recipe.name), jsonString(recipe.model), jsonString(recipe.hardware),
+                     jsonString(recipe.policy), table, factories);
 }
 
 std::string megatronFactoryPath(const std::string& yaml_path) {

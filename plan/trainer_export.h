@@ -13,14 +13,19 @@
 //    name (`decoder.layers.3.self_attention.linear_qkv`).
 //  - Transformer Engine CustomRecipe quantizer factories (Python): `CustomRecipe(qfactory=f)`
 //    calls f(role) for each tensor a module quantizes, role.tensor_type one of input,
-//    weight, grad_output (TE's QuantizerRole; older TE passes "<scope>:<tensor>"
-//    strings); f returns a quantizer, or None for high precision. The file maps each
+//    weight, grad_output (TE's QuantizerRole; TE 2.9's first API passes the strings
+//    "linear_input", "linear_weight", "linear_grad_output"); f returns a quantizer, or
+//    None for high precision, and raises on a role it does not know. The file maps each
 //    module and tensor role to the format pgq chose for that operand, so a decision
 //    that differs between the forward and the backward GEMMs survives where the roles
 //    can say it: `input` and `weight` are the forward GEMM's operands, `grad_output` the
-//    backward GEMMs' gradient; a random Hadamard transform and stochastic rounding are
-//    per tensor (TE applies the transform to the columnwise copies that the weight
-//    gradient reads).
+//    backward GEMMs' gradient. TE quantizes each tensor once per module (input for fprop
+//    and wgrad, weight for fprop and dgrad, grad_output for dgrad and wgrad): where the
+//    recipe reads one tensor in two formats, the module is kept in bf16 with a note.
+//    Stochastic rounding is per tensor; the random Hadamard transform is TE's on the
+//    columnwise copies the weight gradient reads, so a recipe transforming a forward or
+//    dgrad GEMM is refused. Delayed scaling and predicted weight scales export as current
+//    scaling, with a note (Megatron's per-module configs have no delayed scaling).
 //
 // Megatron names modules after its GPT layer (linear_qkv fuses pgq's q, k and v GEMMs,
 // linear_fc1 the gate and up GEMMs of SwiGLU), so the export needs a model pgq built:

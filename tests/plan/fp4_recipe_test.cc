@@ -62,8 +62,13 @@ Profile fp4Profile() {
       gemm("layer0/mlp/up:wgrad", D::kBwdWgrad, {1, 4096, 8192, 16384}, R::kActivation, R::kGradient, 40),
       // The logits: kept by the policy's rule.
       gemm("get_logits", D::kFwd, {1, 8192, 4096, 50304}, R::kActivation, R::kWeight, 60),
+      // An imported model's untied head (Hugging Face's lm_head), and its weight gradient.
+      gemm("lm_head", D::kFwd, {1, 8192, 4096, 50304}, R::kActivation, R::kWeight, 60),
+      gemm("lm_head:wgrad", D::kBwdWgrad, {1, 4096, 8192, 50304}, R::kActivation, R::kGradient, 40),
   };
   p.gemms[3].grad_of.clear();
+  p.gemms[4].grad_of.clear();
+  p.gemms[5].grad_of = "lm_head";
   return p;
 }
 
@@ -121,6 +126,9 @@ TEST(Fp4Recipe, ChoosesPerGemmAndDirectionAndExplainsEveryDecision) {
   EXPECT_EQ(wgrad.lhs_format.toString(), "e2m1:block16:rtn:scale=e4m3:rht");
   EXPECT_EQ(wgrad.rhs_format.toString(), "e2m1:block16:sr:scale=e4m3:rht");  // SR on the gradient
   EXPECT_EQ(entry(r, "get_logits").decision, Decision::kKeep);
+  // Session 15: the rule named only the tied head; an untied one was quantized to NVFP4.
+  EXPECT_EQ(entry(r, "lm_head").decision, Decision::kKeep) << entry(r, "lm_head").reason;
+  EXPECT_EQ(entry(r, "lm_head:wgrad").decision, Decision::kKeep) << entry(r, "lm_head:wgrad").reason;
   const std::string text = explainRecipe(r);
   for (const RecipeEntry& e : r.entries) EXPECT_NE(text.find(e.label), std::string::npos) << e.label << "\n" << text;
   EXPECT_NE(dgrad.reason.find("nvfp4"), std::string::npos) << dgrad.reason;  // why NVFP4 did not take it

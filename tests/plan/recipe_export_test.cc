@@ -290,6 +290,19 @@ TEST(RecipeToTorchFilter, DefinesTheSetsAndTorchaosFilter) {
   EXPECT_NE(py.find("#   int8: no Transformer Engine"), std::string::npos) << py;
   // Batched GEMMs are not modules.
   EXPECT_EQ(py.find("\"blocks.0.attn\""), std::string::npos) << py;
+  // TE's FP8 format follows the gradients: HYBRID with E5M2 ones, E4M3 when every one is
+  // E4M3 (session 15: it said HYBRID for an fp8_e4m3 recipe).
+  EXPECT_NE(py.find("DelayedScaling(fp8_format=Format.HYBRID)):\n"), std::string::npos) << py;
+  Recipe e4m3 = gpt2Recipe();
+  for (RecipeEntry& e : e4m3.entries)
+    for (QuantFormat* f : {&e.lhs_format, &e.rhs_format})
+      if (f->element == Element::kE5M2) *f = QuantFormat::parse("e4m3:tensor:rtn");
+  const std::string py_e4m3 = recipeToTorchFilter(e4m3);
+  EXPECT_NE(py_e4m3.find("#   fp8: DelayedScaling(fp8_format=Format.E4M3) or Float8CurrentScaling(fp8_format=Format.E4M3)"),
+            std::string::npos)
+      << py_e4m3;
+  EXPECT_NE(py_e4m3.find("DelayedScaling(fp8_format=Format.E4M3)):\n"), std::string::npos) << py_e4m3;
+  EXPECT_EQ(py_e4m3.find("HYBRID"), std::string::npos) << py_e4m3;
 }
 
 TEST(WriteTorchExport, WritesTheJsonAndTheFilterBesideIt) {

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -194,12 +196,80 @@ TEST(MegatronExport, RefusesModelsWithoutMegatronsModulesAndFormatsTeLacks) {
     recipeToMegatronConfig(imported, "m");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("r.yaml:0: GEMM 'blocks.0/attn/qkv'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("r.yaml: GEMM 'blocks.0/attn/qkv'"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("Megatron-LM's GPT has no such module"), std::string::npos) << e.what();
   }
   Recipe int8 = gptRecipe();
   int8.entries.front().lhs_format = QuantFormat::parse("int8:channel:rtn");
   EXPECT_THROW(recipeToMegatronConfig(int8, "m"), Error);
+}
+
+// TE quantizes each tensor of a module once: a recipe that reads one in two formats
+// (NVFP4 in the forward GEMM, MXFP8 where a backward threshold fell back) keeps the
+// module in bf16 and says why, rather than exporting the format pgq rejected there.
+TEST(MegatronExport, ATensorReadInTwoFormatsKeepsItsModule) {
+  Recipe r = gptRecipe();
+  for (RecipeEntry& e : r.entries)
+    if (e.label == "layer0/mlp/up:wgrad") {
+      e.lhs_format = QuantFormat::parse("e4m3:block32:rtn:scale=e8m0");
+      e.rhs_format = QuantFormat::parse("e4m3:block32:rtn:scale=e8m0");
+    }
+  const std::string text = recipeToMegatronConfig(r, "te_precision");
+  checkMegatronSchema(YAML::Load(text));
+  EXPECT_NE(text.find("layer0/mlp/up: the recipe reads input as nvfp4 e2m1 in layer0/mlp/up but as mxfp8 e4m3 in "
+                      "layer0/mlp/up:wgrad; Transformer Engine quantizes a tensor once per module: kept in bf16"),
+            std::string::npos)
+      << text;
+  for (const auto& m : YAML::Load(text)["matchers"])
+    if (m.second["pattern"].as<std::string>() == "decoder.layers.0.mlp.linear_fc1")
+      EXPECT_EQ(m.second["config"].as<std::string>(), "bf16") << text;
+  EXPECT_NE(recipeToTeFactories(r).find("\"decoder.layers.0.mlp.linear_fc1\": {  # layer0/mlp/up\n        \"input\": None,"),
+            std::string::npos);
+}
+
+// TE transforms only the weight gradient's operands: a transform on a forward or dgrad
+// GEMM has no equivalent (it was dropped, or put on the weight's dgrad copy alone).
+TEST(MegatronExport, RefusesATransformOutsideTheWeightGradient) {
+  for (const char* gemm : {"layer0/mlp/up", "layer0/mlp/up:dgrad"}) {
+    Recipe r = gptRecipe();
+    r.profile = "p.yaml";
+    for (RecipeEntry& e : r.entries)
+      if (e.label == gemm) {
+        e.lhs_format.hadamard = e.rhs_format.hadamard = true;
+      }
+    try {
+      recipeToMegatronConfig(r, "te_precision");
+      ADD_FAILURE() << gemm << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("recipe nvfp4 (from profile p.yaml): GEMM '{}': the random "
+                                                       "Hadamard transform on a ",
+                                                       gemm)),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("`hadamard: bwd_wgrad`"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Delayed scaling has no per-module config in Megatron: it exports as current scaling,
+// with a note.
+TEST(MegatronExport, DelayedScalingIsSaidToExportAsCurrentScaling) {
+  Recipe r;
+  r.name = r.policy = "fp8-delayed";
+  r.model = "tiny";
+  r.hardware = "h100-sxm";
+  for (auto [suffix, dir, lhs, rhs] :
+       {std::tuple{"", GemmDirection::kFwd, "e4m3:tensor:rtn", "e4m3:tensor:rtn"},
+        std::tuple{":dgrad", GemmDirection::kBwdDgrad, "e5m2:tensor:rtn", "e4m3:tensor:rtn"},
+        std::tuple{":wgrad", GemmDirection::kBwdWgrad, "e4m3:tensor:rtn", "e5m2:tensor:rtn"}}) {
+    r.entries.push_back(entry(std::string("layer0/mlp/up") + suffix, dir, *suffix ? "layer0/mlp/up" : "", lhs, rhs));
+    r.entries.back().amax_history = 16;
+  }
+  const std::string text = recipeToMegatronConfig(r, "te_precision");
+  EXPECT_NE(text.find("#   3 GEMMs with delayed scaling and 0 with predicted weight scales export as current scaling"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fp8_quantization_recipe: \"tensorwise\""), std::string::npos) << text;
 }
 
 // The factories compile, and with Transformer Engine's classes stubbed (the names and
@@ -224,7 +294,9 @@ TEST(TeFactoryExport, CompilesAndMapsModuleAndRoleToFormat) {
         "two_d=with_2d_quantization, sr=stochastic_rounding)\n");
   write("transformer_engine/common/recipe.py", "class CustomRecipe:\n    def __init__(self, qfactory):\n"
                                                "        self.qfactory = qfactory\n");
-  write("te_precision.py", recipeToTeFactories(gptRecipe()));
+  Recipe recipe = gptRecipe();
+  recipe.name = "fp8 \"\"\" \\N x";  // would end the docstring, or be a bad escape in it
+  write("te_precision.py", recipeToTeFactories(recipe));
   write("check.py", R"PY(
 import te_precision as t
 from types import SimpleNamespace as Role
@@ -233,6 +305,17 @@ f = t.pgq_custom_recipe(qkv).qfactory
 assert f(Role(module_type="linear", tensor_type="weight", name="qkv")).kw == dict(dtype="e2m1", rht=False, two_d=True, sr=False)
 assert f(Role(module_type="linear", tensor_type="input", name="qkv")).kw == dict(dtype="e2m1", rht=True, two_d=False, sr=False)
 assert f("linear:grad_output").kw == dict(dtype="e2m1", rht=True, two_d=False, sr=True)
+# TE 2.9's string roles (session 15: they were all taken as high precision).
+assert f("linear_input").kw == dict(dtype="e2m1", rht=True, two_d=False, sr=False)
+assert f("linear_weight").kw["two_d"] is True
+assert f("linear_grad_output").kw["sr"] is True
+assert f("linear_output") is None and f("linear_grad_input") is None
+try:
+    f("attention_q")
+    raise SystemExit("an unknown role was accepted")
+except ValueError as e:
+    assert "attention_q" in str(e)
+assert t.PGQ_RECIPE["name"] == 'fp8 """ \\N x'
 down = t._factory_for("decoder.layers.0.mlp.linear_fc2")
 assert down(Role(tensor_type="grad_output")) is None
 assert down(Role(tensor_type="input")).kw["rht"] is False
@@ -245,7 +328,7 @@ print("ok")
   const int rc = std::system(cmd.c_str());
   std::ifstream out(dir / "out.txt");
   const std::string output((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(rc, 0) << output << "\n" << recipeToTeFactories(gptRecipe());
+  EXPECT_EQ(rc, 0) << output << "\n" << recipeToTeFactories(recipe);
   fs::remove_all(dir);
 }
 
