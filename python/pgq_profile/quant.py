@@ -95,7 +95,9 @@ class TensorSums:
             los.append(c.min())
             nonzeros.append(torch.count_nonzero(c))
             norms.append(torch.linalg.vector_norm(c))
-        self.absmax = torch.maximum(torch.stack(his).max(), -torch.stack(los).min()).double()
+        # abs(): a tensor of zeros that are -0.0 (a Hadamard sign flip, 0 * a negative
+        # gradient) would give absmax -0.0, and the e4m3 scale 448 * 6 / -0 = -inf.
+        self.absmax = torch.maximum(torch.stack(his).max(), -torch.stack(los).min()).abs().double()
         self.signal = (torch.stack(norms).double() ** 2).sum()
         self.zeros = self.count - torch.stack(nonzeros).sum().double()
 
@@ -274,8 +276,8 @@ def _emulated_scales(absmax, tensor_absmax, fmt):
         # each block's decode scale s_b = e4m3(G / 6 * S) (rounded to nearest, ties to
         # even, saturating), the group's scale s_b / S; a block whose s_b is 0 (an
         # all-zero block, or s_b underflowing E4M3) gets FLT_MIN.
-        group = absmax.double()
-        tensor = torch.maximum(tensor_absmax.double(), group)
+        group = absmax.double().abs()  # magnitudes: a -0.0 here would give -inf below
+        tensor = torch.maximum(tensor_absmax.double().abs(), group)
         encode = torch.clamp(448.0 * emax_value / tensor, max=FLT_MAX).float().double()
         block = _round_e4m3((group / emax_value * encode).float())
         scale = torch.clamp(block.double() / encode, min=FLT_MIN).float()

@@ -257,6 +257,22 @@ def main():
     if tied != "wte.weight":
         failures.append("the tied lm_head weight is named {}, not wte.weight".format(tied))
 
+    # All-zero operands in NVFP4 (LoRA's zero-initialized B, a loss scaled by 0): their
+    # zeros can be -0.0 (a Hadamard sign flip, 0 times a negative gradient), which once
+    # gave the e4m3 scale 448 * 6 / -0 = -inf, NaN statistics and no profile.
+    model = fresh()
+    with torch.no_grad():
+        model.blocks[0].down.weight.zero_()
+    try:
+        with pgq_profile.collect(model, formats=["nvfp4"], steps=2, out=out):
+            for ids in data[:2]:
+                (model(ids) * 0.0).backward()
+        with open(out) as f:
+            zero = {g["label"]: g for g in yaml.load(f, Loader=LOADER)["gemms"]}
+        print("ok   {:<52} {} GEMMs".format("all-zero operands in nvfp4 (a zero weight, a zero loss)", len(zero)))
+    except pgq_profile.ProfileError as e:
+        failures.append("all-zero operands in nvfp4: {}".format(e))
+
     for f in failures:
         print("FAIL " + f)
     print("{} failures".format(len(failures)) if failures else "OK")
