@@ -198,6 +198,17 @@ class Collector:
         for key, value in (("metrics", metrics), ("outputs", outputs)):
             if not isinstance(value, bool):
                 raise ProfileError("pgq_profile: {} must be True or False, got {!r}".format(key, value))
+        # Checked here, not when a backward hook or the writer first meets them.
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 63:
+            raise ProfileError("pgq_profile: seed must be an integer in [0, 2^63), got {!r}".format(seed))
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ProfileError("pgq_profile: name must be a non-empty string, got {!r}".format(name))
+        if optimizer is not None and not isinstance(getattr(optimizer, "param_groups", None), list):
+            raise ProfileError("pgq_profile: optimizer must be a torch.optim.Optimizer (its param_groups and state "
+                               "bound the weights' next scales), got {!r}".format(optimizer))
+        if formats is None or not isinstance(formats, (str, list, tuple)):
+            raise ProfileError("pgq_profile: formats must be a list of format schemes or formats (or a comma-"
+                               "separated string), got {!r}".format(formats))
         if isinstance(formats, str):
             formats = [f for f in formats.split(",") if f]
         try:
@@ -210,14 +221,13 @@ class Collector:
         if not isinstance(out, (str, os.PathLike)) or not str(out):
             raise ProfileError("pgq_profile: out must be a file path, got {!r}".format(out))
         out = os.fspath(out)
-        folder = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(folder):
-            raise ProfileError("pgq_profile: out {}: folder '{}' does not exist; create it first".format(out, folder))
-        if os.path.isdir(out):
-            raise ProfileError("pgq_profile: out {}: is a folder; give a file such as {}".format(
-                out, os.path.join(out, "profile.yaml")))
-        if not os.access(folder, os.W_OK):
-            raise ProfileError("pgq_profile: out {}: cannot write in folder '{}'".format(out, folder))
+        # The profile and the CSV beside it, before any step runs.
+        for what, path in (("out", out), ("the CSV beside out", profile_file.csv_path(out))):
+            problem = profile_file.output_problem(path)
+            if problem:
+                raise ProfileError("pgq_profile: {} {}: {}".format(what, path, problem))
+        if os.path.realpath(out) == os.path.realpath(profile_file.csv_path(out)):
+            raise ProfileError("pgq_profile: out {} and the CSV beside it are one file".format(out))
         self.model, self.steps, self.out, self.warmup = model, steps, out, warmup
         self.name = name or type(model).__name__
         self.amax_history, self.optimizer, self.seed = amax_history, optimizer, seed
@@ -245,6 +255,12 @@ class Collector:
         if self._sharding and tensor_parallel == 1:
             raise ProfileError("pgq_profile: sharding says how layers split over tensor_parallel devices; give "
                                "tensor_parallel > 1 too")
+        if tensor_parallel > 1:
+            import torch.distributed as dist
+            if not (dist.is_available() and dist.is_initialized()):
+                raise ProfileError("pgq_profile: tensor_parallel {} needs torch.distributed initialized (the "
+                                   "processes of each model replica); without it every GEMM is one device's "
+                                   "whole".format(tensor_parallel))
         self._weight_names = {id(p): n for n, p in inner.named_parameters()}
         self._gemms = {}          # label -> _Gemm, in the order of first appearance
         self._step = None

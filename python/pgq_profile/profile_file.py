@@ -3,6 +3,7 @@ record and the CSV beside it, written from the collector's aggregated statistics
 the scaling strategies of plan/scaling_strategies.cc."""
 import math
 import os
+import stat
 import re
 import tempfile
 
@@ -80,12 +81,30 @@ def _number(v):
 _PLAIN = re.compile(r"[A-Za-z0-9_./+-]([A-Za-z0-9_./:+#@ -]*[A-Za-z0-9_./+#@-])?\Z")
 
 
+def _quoted(s):
+    """s as a YAML double-quoted scalar: backslash, quote and every character YAML would
+    read as a line break or that is no printable (C0, DEL, C1, U+2028/9, BOM) escaped."""
+    out = []
+    for ch in s:
+        o = ord(ch)
+        if ch in "\\\"":
+            out.append("\\" + ch)
+        elif o < 0x20 or 0x7F <= o < 0xA0:
+            out.append("\\x{:02x}".format(o))
+        elif o in (0x2028, 0x2029, 0xFEFF):
+            out.append("\\u{:04x}".format(o))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def _string(s):
-    """A YAML scalar for s: plain when unambiguous, else double-quoted."""
-    if _PLAIN.match(s) and ": " not in s and not s.endswith(":") and not re.fullmatch(
+    """A YAML scalar for s: plain when unambiguous, else double-quoted (" #" would start a
+    comment in a plain one)."""
+    if _PLAIN.match(s) and ": " not in s and " #" not in s and not s.endswith(":") and not re.fullmatch(
             r"[-+]?[0-9.eE+-]+|true|false|null|yes|no|on|off|~", s, re.I):
         return s
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return _quoted(s)
 
 
 def _flow(values, convert=_number):
@@ -195,13 +214,47 @@ def csv_path(path):
     return out + ".csv" if out == path else out
 
 
+def output_problem(path):
+    """Why `path` cannot take a profile (or its CSV), or None. A symlink is followed (its
+    target is replaced, the link kept); anything but a regular file there is refused, as
+    pgq refuses a sidecar beside a file written in place: a FIFO, a device or a socket
+    would be replaced by a regular file, and a folder cannot be."""
+    target = os.path.realpath(path)
+    if not os.path.isdir(os.path.dirname(target)):
+        return "folder '{}' does not exist; create it first".format(os.path.dirname(target))
+    if os.path.lexists(target):
+        st = os.stat(target)
+        if stat.S_ISDIR(st.st_mode):
+            return "is a folder; give a file such as {}".format(os.path.join(path, "profile.yaml"))
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if (
+                stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "a socket"
+            return "is {}; the collector writes a regular file (and a .csv beside it)".format(kind)
+    if not os.access(os.path.dirname(target), os.W_OK):
+        return "cannot write in folder '{}'".format(os.path.dirname(target))
+    return None
+
+
 def write_atomically(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
+    """Replaces the regular file at `path` (a symlink's target, the link kept) by `text`:
+    a temporary file beside it, renamed over it, with the mode the file had (a new one
+    gets 0666 less the umask, as open() would give it)."""
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
+    if os.path.exists(target):
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=".pgq_profile.", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(tmp, path)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -57,6 +57,15 @@ class NoLinear(nn.Module):
         return (x * self.w).sum()
 
 
+class OddNames(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d = nn.ModuleDict({"a #b": nn.Linear(8, 8), "c\rd": nn.Linear(8, 4)})
+
+    def forward(self, x):
+        return self.d["c\rd"](self.d["a #b"](x)).pow(2).mean()
+
+
 def python_half(work):
     out = os.path.join(work, "p.yaml")
     m = Mlp()
@@ -84,6 +93,45 @@ def python_half(work):
                  lambda: pgq_profile.collect(m, steps=1, out=os.path.join(work, "nowhere", "p.yaml")))
     expect_error("out is a folder", pgq_profile.ProfileError, r"is a folder",
                  lambda: pgq_profile.collect(m, steps=1, out=work))
+    # Session 15: checked before the steps, not in a backward hook or the writer.
+    for key, value, pattern in (("seed", -1, r"seed must be an integer in \[0, 2\^63\)"),
+                                ("seed", "abc", r"seed must be an integer"),
+                                ("seed", 2 ** 70, r"seed must be an integer"),
+                                ("name", b"x", r"name must be a non-empty string"),
+                                ("optimizer", "adam", r"optimizer must be a torch\.optim\.Optimizer"),
+                                ("formats", None, r"formats must be a list"),
+                                ("tensor_parallel", 2, r"tensor_parallel 2 needs torch\.distributed initialized")):
+        expect_error("{} = {!r}".format(key, value), pgq_profile.ProfileError, pattern,
+                     lambda: pgq_profile.collect(m, steps=1, out=out, **{key: value}))
+    # Outputs: a FIFO or a device is refused (it would be replaced by a regular file), as
+    # is a folder where the CSV goes; a symlink's target is written and the link kept.
+    fifo = os.path.join(work, "fifo.yaml")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    expect_error("out is a FIFO", pgq_profile.ProfileError, r"is a FIFO; the collector writes a regular file",
+                 lambda: pgq_profile.collect(m, steps=1, out=fifo))
+    expect_error("out is a device", pgq_profile.ProfileError, r"is a device",
+                 lambda: pgq_profile.collect(m, steps=1, out="/dev/null"))
+    os.makedirs(os.path.join(work, "csvdir.csv"), exist_ok=True)
+    expect_error("a folder where the CSV goes", pgq_profile.ProfileError, r"the CSV beside out .*csvdir\.csv: is a folder",
+                 lambda: pgq_profile.collect(m, steps=1, out=os.path.join(work, "csvdir.yaml")))
+    target, link = os.path.join(work, "target.yaml"), os.path.join(work, "link.yaml")
+    for p in (target, link):
+        if os.path.lexists(p):
+            os.unlink(p)
+    with open(target, "w") as f:
+        f.write("old\n")
+    os.chmod(target, 0o644)
+    os.symlink("target.yaml", link)
+    with pgq_profile.collect(m, steps=1, out=link):
+        m(x).backward()
+    with open(target) as f:
+        written = f.read()
+    if not os.path.islink(link) or "gemm_count:" not in written or (os.stat(target).st_mode & 0o777) != 0o644:
+        failures.append("a symlinked out: link kept {}, target written {}, mode {:o}".format(
+            os.path.islink(link), "gemm_count:" in written, os.stat(target).st_mode & 0o777))
+    else:
+        print("ok   {:<44} target written, link kept, mode 644".format("out is a symlink"))
     expect_error("sharding without tensor_parallel", pgq_profile.ProfileError, r"give tensor_parallel > 1",
                  lambda: pgq_profile.collect(m, steps=1, out=out, sharding={"up": "column"}))
     expect_error("an unknown sharding", pgq_profile.ProfileError, r"expected column, row or replicated",
@@ -165,6 +213,18 @@ def pgq_half(pgq, work, good, with_metrics):
             print("ok   {:<44} {}".format(name, message[:150]))
 
     run("good", text, None)
+    # Module names YAML would read otherwise (" #" starts a comment, "\r" a line break)
+    # are quoted: pgq reads every label back (session 15: "a #b" read as "a", and the
+    # forward, dgrad and wgrad records collided).
+    odd = OddNames()
+    names = os.path.join(work, "names.yaml")
+    with pgq_profile.collect(odd, steps=1, out=names):
+        odd(torch.randn(3, 8)).backward()
+    r = subprocess.run([pgq, "sqnr-table", "--csv", names], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0 or "a #b:wgrad" not in r.stdout:
+        failures.append("odd module names: pgq sqnr-table exit {}: {}".format(r.returncode, r.stdout[-300:]))
+    else:
+        print("ok   {:<44} read back by pgq".format("module names with ' #' and CR"))
     newer = text.replace("pgq_version: \"pgq_profile/{}".format(pgq_profile.COLLECTOR_VERSION),
                          "pgq_version: \"pgq_profile/{}".format(pgq_profile.COLLECTOR_VERSION + 1))
     run("newer_collector", newer, r":\d+: field 'run\.pgq_version': written by pgq_profile collector version 2; "
