@@ -125,6 +125,7 @@ class _Step:
         self.number = number
         self.rows = {}       # (label, side) -> row tensor
         self.pending = 0     # backward hooks registered and not yet run
+        self.waiting = set()  # labels of the modules whose output's gradient has not come
         self.backward = False
         self.closed = False
         self.calls = {}      # module path -> forward calls this step
@@ -267,6 +268,8 @@ class Collector:
         self._forwards = 0        # grad-enabled forwards of the model so far
         self._committed = 0
         self._dropped = 0
+        self._gradless = set()    # modules whose output got no gradient in some profiled step
+        self._second_backward = False
         self._handles = []
         self._noises = {}
         self._precision = "f32"
@@ -350,6 +353,17 @@ class Collector:
             return
         self._step = None
         step.closed = True
+        if step.backward and step.waiting:
+            # The backward ran, but these modules' outputs got no gradient (an output the
+            # loss does not read: BERT's pooler, an unused head): the step counts, and their
+            # backward GEMMs are left out of the profile (_finish).
+            for label in step.waiting:
+                self._gradless.add(label)
+                for side in ("lhs", "rhs", "out"):
+                    for gemm in (label + ":dgrad", label + ":wgrad"):
+                        step.rows.pop((gemm, side), None)
+            step.pending -= len(step.waiting)
+            step.waiting.clear()
         if step.pending or not step.backward:
             self._dropped += 1
             warnings.warn("pgq_profile: step {} of {} had no complete backward (each forward of the model must be "
@@ -570,12 +584,22 @@ class Collector:
             if not late:
                 self._stats(step, label + ":wgrad", "rhs", x_key, x, x2, True)
         step.pending += 1
+        step.waiting.add(label)
         held = (x, x2) if late and wgrad else (None, None)
 
         def on_grad(grad, step=step, label=label, n_out=n_out, dgrad=dgrad, wgrad=wgrad, weight=weight, held=held):
             if step.closed:
                 return None
             step.backward = True
+            if label not in step.waiting:
+                # A second backward through the same forward (backward(retain_graph=True),
+                # then another loss): the first gradient's statistics stay.
+                if not self._second_backward:
+                    self._second_backward = True
+                    warnings.warn("pgq_profile: a second backward through one forward of {} (retain_graph=True): "
+                                  "only the first backward's gradients are profiled".format(self.name))
+                return None
+            step.waiting.discard(label)
             step.pending -= 1
             with torch.no_grad():
                 g = grad.detach().reshape(-1, n_out)
@@ -771,6 +795,10 @@ class Collector:
         if self._committed < self.steps:
             warnings.warn("pgq_profile: {} of the {} requested steps were profiled".format(self._committed, self.steps))
         gemms = list(self._gemms.values())
+        if self._gradless:
+            warnings.warn("pgq_profile: the outputs of {} got no gradient in a profiled step (the loss does not read "
+                          "them): their backward GEMMs are not in the profile".format(", ".join(sorted(self._gradless))))
+            gemms = [g for g in gemms if g.grad_of not in self._gradless]
         sinks = list(self._sinks.values())
         # One tensor per operand, per GEMM's output errors and per embedding's gradient:
         # [steps, fields], read from the device once.
