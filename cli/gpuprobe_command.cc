@@ -1,9 +1,12 @@
 // `pgq gpuprobe`: measure this machine's GPU into a hardware model (app/gpuprobe.h).
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "app/gpuprobe.h"
 #include "cli/commands.h"
 #include "cli/number_flags.h"
+#include "support/errors.h"
 #include "support/file_io.h"
 
 namespace pgq::cli {
@@ -23,6 +26,26 @@ void addGpuprobeCommand(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--keep", options.keep, "Folder to keep the measurements in (CSV)")->check(kNonEmptyPath);
   cmd->callback([] {
+    // Every output before any measuring or fitting (a GPU's measurements take minutes):
+    // -o may not be one of the measurements it is fitted from, and --keep must be a folder
+    // (or one to make) and means nothing with --from.
+    if (!options.from.empty() && !options.keep.empty())
+      throw Error(fmt::format("--keep {} keeps new measurements; --from {} fits recorded ones: give one of them",
+                              options.keep, options.from));
+    if (!options.keep.empty()) {
+      std::error_code ec;
+      if (std::filesystem::exists(options.keep, ec) && !std::filesystem::is_directory(options.keep, ec))
+        throw Error(fmt::format("--keep {}: is not a folder; give a folder (made when missing) for the CSVs",
+                                options.keep));
+    }
+    if (!out.empty()) {
+      OutputPlan plan;
+      if (!options.from.empty())
+        for (const char* file : {"gemm.csv", "cast2.csv", "attn.csv", "env.json"})
+          plan.reads((std::filesystem::path(options.from) / file).string());
+      plan.writes("-o", out);
+      plan.check();
+    }
     std::string yaml = probeGpu(options);
     if (out.empty()) {
       fmt::print("{}", yaml);

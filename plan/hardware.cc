@@ -120,6 +120,12 @@ std::vector<MeasuredGemm> measuredGemms(const ConfigNode& list) {
     // 0: not measured (batched GEMMs have no FP8 kernel to time).
     row.fp8_us = item.getDouble("fp8_us", 0.0, 0.0, 1e9);
     if (row.fp8_us > 0 && row.fp8_us < 1e-6) item.fail("fp8_us", "expected 0 (not measured) or a time > 0 us");
+    // A shape timed twice is a table pasted together (and would count twice in the fit's
+    // check below).
+    for (const MeasuredGemm& earlier : rows)
+      if (earlier.shape == row.shape)
+        item.failHere(fmt::format("shape [{}] is listed again (measured_gemms[{}])", fmt::join(row.shape, ", "),
+                                  &earlier - rows.data()));
     rows.push_back(row);
   }
   if (rows.empty()) list.failHere("lists no GEMM");

@@ -75,39 +75,100 @@ def attention_us(b, h, t, dh, direction, p):
 
 
 # ---------------------------------------------------------------- reading measurements
-def read_gemms(path, model_of=None):
-    rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if r.get("error"):
+class MeasurementError(Exception):
+    """A measurement file pgq cannot fit, as FILE:LINE: field 'NAME': what is wrong."""
+
+
+def _rows(path):
+    """The data rows of CSV file `path` as (line, {column: text}); a row whose field
+    count differs from the header's (a file cut short) is refused."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            raise MeasurementError("%s:1: empty file; expected a header line" % path)
+        for fields in reader:
+            if not fields:
                 continue
-            shape = tuple(int(r[x]) for x in ("b", "m", "k", "n"))
-            row = {"shape": shape, "bf16": float(r["bf16_us"]),
-                   "fp8": float(r["fp8_fast_us"]) if r.get("fp8_fast_us") else None,
-                   "model": (model_of or {}).get(shape, "probe")}
-            rows.append(row)
+            if len(fields) != len(header):
+                raise MeasurementError("%s:%d: %d fields, the header has %d (a row cut short?)" % (
+                    path, reader.line_num, len(fields), len(header)))
+            yield reader.line_num, dict(zip(header, fields))
+
+
+def _value(path, line, row, field, kind=float, optional=False):
+    """Field `field` of `row`: a finite number > 0 (an integer for kind=int); None when
+    optional and empty."""
+    if field not in row:
+        raise MeasurementError("%s:1: no column '%s'" % (path, field))
+    text = row[field].strip()
+    if optional and not text:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise MeasurementError("%s:%d: field '%s': expected a positive %s, got %r" % (
+            path, line, field, "integer" if kind is int else "number", text))
+    return value
+
+
+def read_gemms(path, model_of=None):
+    rows, lines = [], {}
+    for line, r in _rows(path):
+        if r.get("error"):
+            continue
+        shape = tuple(_value(path, line, r, x, int) for x in ("b", "m", "k", "n"))
+        if shape in lines:
+            raise MeasurementError("%s:%d: shape %s is measured again (first on line %d)" % (
+                path, line, list(shape), lines[shape]))
+        lines[shape] = line
+        rows.append({"shape": shape, "bf16": _value(path, line, r, "bf16_us"),
+                     "fp8": _value(path, line, r, "fp8_fast_us", optional=True) if "fp8_fast_us" in r else None,
+                     "model": (model_of or {}).get(shape, "probe")})
     return rows
 
 
 def read_casts(path, model_of_operand=None):
     rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if r.get("error") or not r.get("delayed_us"):
-                continue
-            shape = (int(r["rows"]), int(r["cols"]))
-            rows.append({"shape": shape, "elements": shape[0] * shape[1], "cast": float(r["delayed_us"]),
-                         "copy": float(r["copy_us"]), "models": (model_of_operand or {}).get(shape, {"probe"})})
+    for line, r in _rows(path):
+        if r.get("error") or not r.get("delayed_us"):
+            continue
+        shape = (_value(path, line, r, "rows", int), _value(path, line, r, "cols", int))
+        rows.append({"shape": shape, "elements": shape[0] * shape[1], "cast": _value(path, line, r, "delayed_us"),
+                     "copy": _value(path, line, r, "copy_us"), "models": (model_of_operand or {}).get(shape, {"probe"})})
+    if len({c["elements"] for c in rows}) < 2:
+        raise MeasurementError("%s: casts of at least two sizes are needed to fit bandwidth and launch time, got %d" % (
+            path, len({c["elements"] for c in rows})))
     return rows
 
 
 def read_attention(path):
     rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            rows.append({"case": r["case"], "bhtd": tuple(int(r[x]) for x in ("B", "H", "T", "Dh")),
-                         "fwd": float(r["sdpa_fwd_us"]), "bwd": float(r["sdpa_fwd_bwd_us"]) - float(r["sdpa_fwd_us"])})
+    for line, r in _rows(path):
+        fwd, both = _value(path, line, r, "sdpa_fwd_us"), _value(path, line, r, "sdpa_fwd_bwd_us")
+        if both <= fwd:
+            raise MeasurementError("%s:%d: field 'sdpa_fwd_bwd_us': %r is not above sdpa_fwd_us %r" % (
+                path, line, both, fwd))
+        rows.append({"case": r.get("case", ""), "bhtd": tuple(_value(path, line, r, x, int) for x in ("B", "H", "T", "Dh")),
+                     "fwd": fwd, "bwd": both - fwd})
     return rows
+
+
+def read_env(path):
+    """env.json: an object; `sms` (the GPU's multiprocessors) an integer in [1, 1024]."""
+    try:
+        with open(path) as f:
+            env = json.load(f)
+    except ValueError as e:
+        raise MeasurementError("%s: not JSON: %s" % (path, e))
+    if not isinstance(env, dict):
+        raise MeasurementError("%s: expected a JSON object, got %s" % (path, type(env).__name__))
+    sms = env.get("sms", 132)
+    if isinstance(sms, bool) or not isinstance(sms, int) or not 1 <= sms <= 1024:
+        raise MeasurementError("%s: field 'sms': expected an integer in [1, 1024], got %r" % (path, sms))
+    return env
 
 
 # The attention cases of gpu_cast.py, by model (shapes.json's names).
@@ -256,8 +317,10 @@ def hardware_yaml(p, name, source, peaks, gemm_rows=None, comment="", mxfp8_rate
     mx_rate = ", mxfp8: %.10g" % mxfp8_rate if mxfp8_rate else ""
     lines = [comment.rstrip("\n")] if comment else []
     lines += [
-        "name: %s" % name,
-        'source: "%s"' % source,
+        # Double-quoted, escaped (a JSON string is a YAML one): a name such as "a: b" or with
+        # a newline would otherwise change the file's fields.
+        "name: %s" % json.dumps(name),
+        "source: %s" % json.dumps(source),
         "threads: 1",
         "high_precision: bf16",
         "formats: [int8, fp8%s]" % (", mxfp8" if mxfp8_rate else ""),
@@ -344,7 +407,7 @@ def load_dir(directory, shapes_path):
     attn_path = os.path.join(directory, "attn.csv")
     attention = read_attention(attn_path) if os.path.exists(attn_path) else []
     env_path = os.path.join(directory, "env.json")
-    env = json.load(open(env_path)) if os.path.exists(env_path) else {}
+    env = read_env(env_path) if os.path.exists(env_path) else {}
     return gemms, casts, attention, env
 
 

@@ -211,7 +211,10 @@ def fit_and_write(folder, out, name):
     for needed in ("gemm.csv", "cast2.csv", "env.json"):
         if not os.path.exists(os.path.join(folder, needed)):
             refuse("%s: no %s (expected gemm.csv, cast2.csv, env.json and optionally attn.csv)" % (folder, needed))
-    gemms, casts, attention, env = gpu_model.load_dir(folder, None)
+    try:
+        gemms, casts, attention, env = gpu_model.load_dir(folder, None)
+    except gpu_model.MeasurementError as e:
+        refuse(str(e))
     if not any(g["fp8"] for g in gemms):
         refuse("%s/gemm.csv: no FP8 times (fp8_fast_us): pgq's GPU model needs them" % folder)
     bad = [g for g in gemms if not (g["bf16"] > 0 and (g["fp8"] is None or g["fp8"] > 0))]

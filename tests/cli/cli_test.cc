@@ -297,6 +297,45 @@ TEST_F(Cli, GpuprobeRefusesWithoutAGpuAndFitsRecordedTimes) {
           (dir_ / "empty").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("no gemm.csv"), std::string::npos) << r.out;
+  // Session 15: outputs are checked before the fit (a GPU's measuring takes minutes), -o
+  // may not replace a measurement it fits, and --name is quoted in the YAML.
+  fs::copy(fs::path(PGQ_SOURCE_DIR) / "tests/data/gpu/h200", dir_ / "h200");
+  const std::string gemm = (dir_ / "h200" / "gemm.csv").string(), before = read(gemm);
+  r = pgq("gpuprobe --python /usr/bin/python3 --from " + (dir_ / "h200").string() + " -o " + gemm);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("-o " + gemm + " is " + gemm + ", which this command reads"), std::string::npos) << r.out;
+  EXPECT_EQ(read(gemm), before);
+  for (const auto& [flags, message] :
+       {std::pair{"-o " + (dir_ / "nowhere" / "x.yaml").string(), std::string("does not exist")},
+        std::pair{"--keep " + write("keep_is_a_file", "x"), std::string("is not a folder")}}) {
+    r = pgq("gpuprobe --python /nonexistent/python3 " + flags);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << flags << ": " << r.out;  // not Python's error: before it
+  }
+  r = pgq("gpuprobe --python /usr/bin/python3 --from " + (dir_ / "h200").string() + " --keep " + (dir_ / "k").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("give one of them"), std::string::npos) << r.out;
+  r = pgq("gpuprobe --python /usr/bin/python3 --from " + (dir_ / "h200").string() + " --name 'h200: mine # 2' -o " +
+          (dir_ / "named.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(read((dir_ / "named.yaml").string()).find("name: \"h200: mine # 2\"\n"), std::string::npos)
+      << read((dir_ / "named.yaml").string()).substr(0, 400);
+  r = pgq("roofline --hardware " + (dir_ / "named.yaml").string() + " --gemms " + csv);
+  EXPECT_EQ(r.code, 0) << r.out;
+  // A measurement cut short names its file and line (it was fitted as "no FP8 time"),
+  // and a huge sms is refused (the fit searched for hours).
+  std::string cut = before.substr(0, before.rfind(',', before.rfind(',', before.size() - 2) - 1));
+  std::ofstream(gemm) << cut << "\n";
+  r = pgq("gpuprobe --python /usr/bin/python3 --from " + (dir_ / "h200").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("gemm.csv:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fields, the header has 8 (a row cut short?)"), std::string::npos) << r.out;
+  std::ofstream(gemm) << before;
+  std::ofstream(dir_ / "h200" / "env.json") << "{\"sms\": 1000000}";
+  r = pgq("gpuprobe --python /usr/bin/python3 --from " + (dir_ / "h200").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("env.json: field 'sms': expected an integer in [1, 1024], got 1000000"), std::string::npos)
+      << r.out;
 }
 
 // Every numeric flag is checked before any work: a bad value exits 2 with one line that

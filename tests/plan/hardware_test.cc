@@ -176,6 +176,12 @@ TEST(Hardware, BadGpuFieldsNameTheField) {
   EXPECT_NE(negative.find("probe.yaml:18: field 'measured_gemms[0].bf16_us'"), std::string::npos) << negative;
   EXPECT_NE(error(gpuReplaced("k: 32768, ", "")).find("field 'measured_gemms[0].k': is missing"), std::string::npos);
   EXPECT_NE(error(gpuReplaced("n: 768,", "n: 7.5,")).find("measured_gemms[0].n"), std::string::npos);
+  // Session 15: a repeated shape was accepted.
+  EXPECT_NE(error(gpuReplaced("  - {b: 1, m: 8192, k: 4096, n: 11008", "  - {b: 1, m: 768, k: 32768, n: 768"))
+                .find("probe.yaml:19: field 'measured_gemms[1]': shape [1, 768, 32768, 768] is listed again "
+                      "(measured_gemms[0])"),
+            std::string::npos)
+      << error(gpuReplaced("  - {b: 1, m: 8192, k: 4096, n: 11008", "  - {b: 1, m: 768, k: 32768, n: 768"));
   EXPECT_NE(error(gpuReplaced("tile_us: 0.97, ", "")).find("field 'gemm_model.bf16.tile_us'"), std::string::npos);
   EXPECT_NE(error(gpuReplaced("split_k_sms: 120", "split_k_sms: 200")).find("gemm_model.bf16.split_k_sms"),
             std::string::npos);
