@@ -262,6 +262,7 @@ def fit(gemms, casts, attention, sms, peak_bf16_gflops):
                   "launch_us": round(math.exp(x[2]), 2), "max_split_k": splits, "split_k_sms": split_sms}
     for direction in ("fwd", "bwd"):
         key = "attn_%s_eff" % direction
+        p["attn_fitted"] = bool(attention)
         if not attention:
             p[key] = 0.5
             continue
@@ -356,7 +357,9 @@ def hardware_yaml(p, name, source, peaks, gemm_rows=None, comment="", mxfp8_rate
             fmt, f["max_split_k"], f["split_k_sms"], f["tile_us"], f["launch_us"]))
     lines += [
         "# Causal attention as one flash-attention kernel each way, not six batched GEMMs: the",
-        "# fraction of the bf16 peak its score blocks run at (fitted to PyTorch SDPA, attn.csv).",
+        "# fraction of the bf16 peak its score blocks run at (%s)." % (
+            "fitted to PyTorch SDPA, attn.csv" if p.get("attn_fitted", True) else
+            "not measured: no attn.csv; 0.5 each way, assumed"),
         "attention: {fused: true, fwd_efficiency: %g, bwd_efficiency: %g}" % (p["attn_fwd_eff"], p["attn_bwd_eff"]),
     ]
     if gemm_rows:

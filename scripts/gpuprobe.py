@@ -20,6 +20,7 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -45,7 +46,9 @@ def refuse(message):
 
 def peaks_of(gpu_name, gemms):
     for key, peaks in KNOWN_PEAKS.items():
-        if key in gpu_name:
+        # The whole name, not a variant of it: "H200" is no "H200 NVL" (lower clocks and
+        # peaks), "B200" no "GB200"; a variant the table lacks takes the measured rates.
+        if re.search(r"(?<![A-Za-z0-9])%s(?![A-Za-z0-9]| NVL| PCIe)" % re.escape(key), gpu_name):
             return dict(peaks), "datasheet (dense)"
     # Unknown: the best measured rates at the 70% of peak large GEMMs reach.
     best = {f: max(2.0 * math.prod(g["shape"]) / g[f] / 1e3 for g in gemms if g[f]) for f in ("bf16", "fp8")}
@@ -238,8 +241,7 @@ def fit_and_write(folder, out, name):
     text = gpu_model.hardware_yaml(p, name, source, peaks, gemms, comment, mxfp8_rate)
     with open(out, "w") as f:
         f.write(text)
-    print("fitted %d GEMMs: median error bf16 %.1f%%, fp8 %.1f%%; wrote %s" % (
-        len(gemms), 100 * e["all_bf16"], 100 * e["all_fp8"], out))
+    print("fitted %d GEMMs: median error bf16 %.1f%%, fp8 %.1f%%" % (len(gemms), 100 * e["all_bf16"], 100 * e["all_fp8"]))
 
 
 def main(argv):
