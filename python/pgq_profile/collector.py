@@ -170,6 +170,17 @@ def _sum_squares(t):
     return (torch.stack(norms).double() ** 2).sum()
 
 
+def _tensors(value):
+    """The tensors in a model's output (tensors, sequences, mappings)."""
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
 def _grad_fns(value, into):
     """The grad_fn of every tensor in a model's output (tensors, sequences, mappings)."""
     if torch.is_tensor(value):
@@ -292,8 +303,8 @@ class Collector:
         for path, module, out_in in self._linears:
             self._handles.append(module.register_forward_hook(
                 lambda m, i, o, path=path, out_in=out_in: self._on_linear(path, m, out_in, i, o)))
+        self._handles.append(self.model.register_forward_hook(self._on_model_output))
         if self.metrics:
-            self._handles.append(self.model.register_forward_hook(self._on_model_output))
             for path, module in self._embeddings:
                 self._handles.append(module.register_forward_hook(
                     lambda m, i, o, path=path: self._on_embedding(path, m, i, o)))
@@ -681,8 +692,15 @@ class Collector:
 
     def _on_model_output(self, module, inputs, output):
         step = self._step
-        if step is not None and step.graph is not None and not step.closed and torch.is_grad_enabled():
+        if step is None or step.closed or not torch.is_grad_enabled():
+            return
+        if step.graph is not None:
             _grad_fns(output, step.graph["outputs"])
+        # The backward started from an output: a step whose Linear layers need no gradient
+        # (frozen weights, an input without one: BitFit) has its backward all the same.
+        for t in _tensors(output):
+            if t.requires_grad:
+                t.register_hook(lambda grad, step=step: setattr(step, "backward", True))
 
     def _reach_of(self, graph):
         """For each GEMM, the parameter gradients (sinks) its result flows into, from the

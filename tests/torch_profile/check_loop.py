@@ -298,6 +298,21 @@ def main():
     else:
         print("ok   {:<52} 6 GEMMs, the second backward said".format("two backwards through one forward"))
 
+    # No Linear needs a gradient (BitFit: a frozen weight, its input without one): the
+    # backward still ran, so the step counts (session 15: "no complete training step").
+    torch.manual_seed(0)
+    bitfit = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
+    bitfit[0].weight.requires_grad_(False)
+    with pgq_profile.collect(bitfit, steps=2, out=out, **OPTIONS):
+        for _ in range(2):
+            bitfit(torch.randn(4, 8)).pow(2).mean().backward()
+    with open(out) as f:
+        got = sorted(g["label"] for g in yaml.load(f, Loader=LOADER)["gemms"])
+    if got != ["0"]:
+        failures.append("no Linear needing a gradient: GEMMs {}".format(got))
+    else:
+        print("ok   {:<52} the forward GEMM".format("no Linear needing a gradient (BitFit)"))
+
     # All-zero operands in NVFP4 (LoRA's zero-initialized B, a loss scaled by 0): their
     # zeros can be -0.0 (a Hadamard sign flip, 0 times a negative gradient), which once
     # gave the e4m3 scale 448 * 6 / -0 = -inf, NaN statistics and no profile.
