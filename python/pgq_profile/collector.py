@@ -1016,6 +1016,11 @@ class Collector:
                     norms = False
         total_elements = sum(elements.values())
         total_squares = sum(squares.values()) if norms else 0.0
+        if total_elements == 0:
+            # No hooked weight gets a gradient (BitFit): no share of them to reach.
+            warnings.warn("pgq_profile: no profiled weight of {} gets a gradient: the profile has no reach or "
+                          "gradient_reach".format(self.name))
+            return
         for rec in records:
             bits = reach.get(rec["label"])
             if bits is None:
