@@ -156,6 +156,82 @@ def same(name, ours, ref, rename=lambda label: label, reach=True):
     print("ok   {:<52} {} GEMMs, largest difference {:.2g}".format(name, len(ours), worst))
 
 
+def unusual_steps(out, fresh, data):
+    """Steps that are not one forward and one backward through every Linear: an output
+    without gradient, two backwards, no Linear needing a gradient, all-zero operands."""
+    # An output the loss does not read (BERT's pooler) gets no gradient: its backward
+    # GEMMs are left out, the steps count (session 15: every step was dropped). A second
+    # backward through one forward (retain_graph=True) keeps the first's statistics.
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.pooler = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.body(x)
+            return h, self.pooler(h[:, 0])
+    torch.manual_seed(0)
+    pooled, caught = Pooled(), []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pgq_profile.collect(pooled, steps=2, out=out, **OPTIONS):
+            for _ in range(2):
+                h, _ = pooled(torch.randn(4, 3, 8, requires_grad=True))
+                h.pow(2).mean().backward()
+    with open(out) as f:
+        got = sorted(g["label"] for g in yaml.load(f, Loader=LOADER)["gemms"])
+    if got != ["body", "body:dgrad", "body:wgrad", "pooler"] or not any("pooler" in str(w.message) for w in caught):
+        failures.append("an output without gradient: GEMMs {}, warnings {}".format(got, [str(w.message) for w in caught]))
+    else:
+        print("ok   {:<52} pooler forward only".format("an output the loss does not read"))
+    torch.manual_seed(0)
+    twice = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pgq_profile.collect(twice, steps=2, out=out, **OPTIONS):
+            for _ in range(2):
+                y = twice(torch.randn(5, 8, requires_grad=True))
+                y.pow(2).mean().backward(retain_graph=True)
+                y.sum().backward()
+    with open(out) as f:
+        got = len(yaml.load(f, Loader=LOADER)["gemms"])
+    if got != 6 or not any("second backward" in str(w.message) for w in caught):
+        failures.append("two backwards per forward: {} GEMMs, warnings {}".format(got, [str(w.message) for w in caught]))
+    else:
+        print("ok   {:<52} 6 GEMMs, the second backward said".format("two backwards through one forward"))
+
+    # No Linear needs a gradient (BitFit: a frozen weight, its input without one): the
+    # backward still ran, so the step counts (session 15: "no complete training step").
+    torch.manual_seed(0)
+    bitfit = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
+    bitfit[0].weight.requires_grad_(False)
+    with pgq_profile.collect(bitfit, steps=2, out=out, **OPTIONS):
+        for _ in range(2):
+            bitfit(torch.randn(4, 8)).pow(2).mean().backward()
+    with open(out) as f:
+        got = sorted(g["label"] for g in yaml.load(f, Loader=LOADER)["gemms"])
+    if got != ["0"]:
+        failures.append("no Linear needing a gradient: GEMMs {}".format(got))
+    else:
+        print("ok   {:<52} the forward GEMM".format("no Linear needing a gradient (BitFit)"))
+
+    # All-zero operands in NVFP4 (LoRA's zero-initialized B, a loss scaled by 0): their
+    # zeros can be -0.0 (a Hadamard sign flip, 0 times a negative gradient), which once
+    # gave the e4m3 scale 448 * 6 / -0 = -inf, NaN statistics and no profile.
+    model = fresh()
+    with torch.no_grad():
+        model.blocks[0].down.weight.zero_()
+    try:
+        with pgq_profile.collect(model, formats=["nvfp4"], steps=2, out=out):
+            for ids in data[:2]:
+                (model(ids) * 0.0).backward()
+        with open(out) as f:
+            zero = {g["label"]: g for g in yaml.load(f, Loader=LOADER)["gemms"]}
+        print("ok   {:<52} {} GEMMs".format("all-zero operands in nvfp4 (a zero weight, a zero loss)", len(zero)))
+    except pgq_profile.ProfileError as e:
+        failures.append("all-zero operands in nvfp4: {}".format(e))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", required=True)
@@ -257,77 +333,7 @@ def main():
     if tied != "wte.weight":
         failures.append("the tied lm_head weight is named {}, not wte.weight".format(tied))
 
-    # An output the loss does not read (BERT's pooler) gets no gradient: its backward
-    # GEMMs are left out, the steps count (session 15: every step was dropped). A second
-    # backward through one forward (retain_graph=True) keeps the first's statistics.
-    class Pooled(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body, self.pooler = nn.Linear(8, 8), nn.Linear(8, 8)
-
-        def forward(self, x):
-            h = self.body(x)
-            return h, self.pooler(h[:, 0])
-    torch.manual_seed(0)
-    pooled, caught = Pooled(), []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pgq_profile.collect(pooled, steps=2, out=out, **OPTIONS):
-            for _ in range(2):
-                h, _ = pooled(torch.randn(4, 3, 8, requires_grad=True))
-                h.pow(2).mean().backward()
-    with open(out) as f:
-        got = sorted(g["label"] for g in yaml.load(f, Loader=LOADER)["gemms"])
-    if got != ["body", "body:dgrad", "body:wgrad", "pooler"] or not any("pooler" in str(w.message) for w in caught):
-        failures.append("an output without gradient: GEMMs {}, warnings {}".format(got, [str(w.message) for w in caught]))
-    else:
-        print("ok   {:<52} pooler forward only".format("an output the loss does not read"))
-    torch.manual_seed(0)
-    twice = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with pgq_profile.collect(twice, steps=2, out=out, **OPTIONS):
-            for _ in range(2):
-                y = twice(torch.randn(5, 8, requires_grad=True))
-                y.pow(2).mean().backward(retain_graph=True)
-                y.sum().backward()
-    with open(out) as f:
-        got = len(yaml.load(f, Loader=LOADER)["gemms"])
-    if got != 6 or not any("second backward" in str(w.message) for w in caught):
-        failures.append("two backwards per forward: {} GEMMs, warnings {}".format(got, [str(w.message) for w in caught]))
-    else:
-        print("ok   {:<52} 6 GEMMs, the second backward said".format("two backwards through one forward"))
-
-    # No Linear needs a gradient (BitFit: a frozen weight, its input without one): the
-    # backward still ran, so the step counts (session 15: "no complete training step").
-    torch.manual_seed(0)
-    bitfit = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
-    bitfit[0].weight.requires_grad_(False)
-    with pgq_profile.collect(bitfit, steps=2, out=out, **OPTIONS):
-        for _ in range(2):
-            bitfit(torch.randn(4, 8)).pow(2).mean().backward()
-    with open(out) as f:
-        got = sorted(g["label"] for g in yaml.load(f, Loader=LOADER)["gemms"])
-    if got != ["0"]:
-        failures.append("no Linear needing a gradient: GEMMs {}".format(got))
-    else:
-        print("ok   {:<52} the forward GEMM".format("no Linear needing a gradient (BitFit)"))
-
-    # All-zero operands in NVFP4 (LoRA's zero-initialized B, a loss scaled by 0): their
-    # zeros can be -0.0 (a Hadamard sign flip, 0 times a negative gradient), which once
-    # gave the e4m3 scale 448 * 6 / -0 = -inf, NaN statistics and no profile.
-    model = fresh()
-    with torch.no_grad():
-        model.blocks[0].down.weight.zero_()
-    try:
-        with pgq_profile.collect(model, formats=["nvfp4"], steps=2, out=out):
-            for ids in data[:2]:
-                (model(ids) * 0.0).backward()
-        with open(out) as f:
-            zero = {g["label"]: g for g in yaml.load(f, Loader=LOADER)["gemms"]}
-        print("ok   {:<52} {} GEMMs".format("all-zero operands in nvfp4 (a zero weight, a zero loss)", len(zero)))
-    except pgq_profile.ProfileError as e:
-        failures.append("all-zero operands in nvfp4: {}".format(e))
+    unusual_steps(out, fresh, data)
 
     for f in failures:
         print("FAIL " + f)
