@@ -183,15 +183,7 @@ def _tensors(value):
 
 def _grad_fns(value, into):
     """The grad_fn of every tensor in a model's output (tensors, sequences, mappings)."""
-    if torch.is_tensor(value):
-        if value.grad_fn is not None:
-            into.append(value.grad_fn)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _grad_fns(v, into)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _grad_fns(v, into)
+    into.extend(t.grad_fn for t in _tensors(value) if t.grad_fn is not None)
     return into
 
 
