@@ -17,6 +17,7 @@
 #include "runtime/run_layout.h"
 #include "support/config_file.h"
 #include "support/errors.h"
+#include "support/escape.h"
 #include "support/file_io.h"
 
 namespace pgq {
@@ -182,7 +183,7 @@ std::pair<std::string, std::string> tableOne(const std::vector<RunSummary>& runs
                       r.adversarial ? " (adversarial)" : "", r.fwd_quantized,
                       r.fwd_total, r.bwd_quantized, r.bwd_total, r.step_ms, speedup, r.mean_loss,
                       &r == &base ? std::string("baseline") : percent(delta), r.final_val_loss);
-    csv += fmt::format("\"{}\",{},{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f}\n", r.name, r.fwd_quantized, r.fwd_total,
+    csv += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f}\n", csvField(r.name), r.fwd_quantized, r.fwd_total,
                        r.bwd_quantized, r.bwd_total, r.step_ms, speedup, r.mean_loss, delta, r.final_val_loss);
   }
   return {md, csv};
@@ -401,7 +402,7 @@ void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>
     md += fmt::format("| {} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {} |\n", t.policy, t.fwd_quantized, t.fwd_total,
                       t.bwd_quantized, t.bwd_total, t.step_ms, base.step_ms / t.step_ms, t.mean_loss, percent(delta),
                       &t == &base ? "baseline" : t.within_budget ? "yes" : "no");
-    csv += fmt::format("\"{}\",{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", t.policy, t.fwd_quantized, t.bwd_quantized, t.step_ms,
+    csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", csvField(t.policy), t.fwd_quantized, t.bwd_quantized, t.step_ms,
                        base.step_ms / t.step_ms, t.mean_loss, delta, t.within_budget ? 1 : 0);
   }
   md += fmt::format("\nResult: `{}` ({}), {:.2f}x faster than f32, loss {}. Its recipe is `recipes/{}.yaml`.\n",

@@ -11,6 +11,7 @@
 
 #include "app/plot.h"
 #include "support/errors.h"
+#include "support/escape.h"
 #include "support/file_io.h"
 
 namespace pgq {
@@ -125,8 +126,8 @@ void writeOrderingsReport(const OrderingsReport& r) {
     for (const CurvePoint& p : c.points) {
       md += fmt::format("| {} | {}/{} | {:.3f}x | {:.1f} | {:.4f} | {:+.2f}% | {:.4f} | {} |\n", c.name, p.count,
                         r.candidates, p.est_speedup, p.step_ms, p.mean_loss, p.delta_pct, p.val_loss, p.run);
-      csv += fmt::format("{},{},{:.6g},{},{:.6g},{:.6g},{:.9g},{:.6g},{:.9g},{}\n", c.name, kindName(c.kind), c.area,
-                         p.count, p.est_speedup, p.step_ms, p.mean_loss, p.delta_pct, p.val_loss, p.run);
+      csv += fmt::format("{},{},{:.6g},{},{:.6g},{:.6g},{:.9g},{:.6g},{:.9g},{}\n", csvField(c.name), kindName(c.kind),
+                         c.area, p.count, p.est_speedup, p.step_ms, p.mean_loss, p.delta_pct, p.val_loss, csvField(p.run));
     }
   // The random orderings' mean curve at each count.
   if (!random_areas.empty()) {

@@ -14,6 +14,7 @@
 
 #include "support/config_file.h"
 #include "support/errors.h"
+#include "support/escape.h"
 #include "support/file_io.h"
 
 namespace pgq {
@@ -383,8 +384,8 @@ std::string profileToCsv(const Profile& profile) {
                               s->predicted ? fmt::format("{:.9g}", s->predicted->clip_fraction) : "");
       for (const FormatStats& f : o.formats)
         csv += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{},{},{},{:.9g},{:.9g},{:.9g},{},{:.9g},{:.9g},{:.9g},{:.4f},{:.9g},{:.9g},{}\n",
-                           g.label, g.direction, g.layer, g.gemm_shape[0], g.gemm_shape[1], g.gemm_shape[2],
-                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.sideName(), o.roleName(), o.tensor,
+                           csvField(g.label), g.direction, g.layer, g.gemm_shape[0], g.gemm_shape[1], g.gemm_shape[2],
+                           g.gemm_shape[3], g.flops, g.bytes, g.intensity(), o.sideName(), o.roleName(), csvField(o.tensor),
                            o.absmax, o.rms, o.zero_fraction, f.format.toString(), f.sqnr_mean, f.sqnr_min, f.sqnr_max,
                            10.0 * std::log10(std::max(f.sqnr_min, 1e-30)), f.underflow_fraction,
                            f.clipped_fraction, scaling);

@@ -10,6 +10,7 @@
 
 #include "support/quant_scheme.h"
 #include "support/errors.h"
+#include "support/escape.h"
 #include "support/json_text.h"
 
 namespace pgq {
@@ -112,7 +113,7 @@ std::string sqnrTableCsv(const std::vector<SqnrRow>& rows) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const SqnrRow& r = rows[i];
     out += fmt::format("{},{},{},{},{},{},{},{},{},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g},{:.6g},{:.6g},{:.9g}", i + 1,
-                       r.label, r.direction, r.lhs.role, r.rhs.role, r.gemm_shape[0], r.gemm_shape[1], r.gemm_shape[2],
+                       csvField(r.label), r.direction, r.lhs.role, r.rhs.role, r.gemm_shape[0], r.gemm_shape[1], r.gemm_shape[2],
                        r.gemm_shape[3], r.intensity, r.lhs.sqnr, r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(),
                        r.rhs.ln1p(), r.minSqnr());
     for (Metric m : allMetrics()) {
@@ -257,7 +258,7 @@ std::string sqnrComparisonCsv(const SqnrComparison& c) {
   for (const std::string& column : c.columns) out += fmt::format(",{0}_format,{0}_sqnr,{0}_rank", column);
   out += ",max_rank_shift\n";
   for (const CompareRow& r : c.rows) {
-    out += fmt::format("{},{},{},{}", r.label, r.side, r.role, r.direction);
+    out += fmt::format("{},{},{},{}", csvField(r.label), r.side, r.role, r.direction);
     for (size_t k = 0; k < r.sqnr.size(); ++k)
       out += fmt::format(",{},{:.9g},{}", r.formats[k].toString(), r.sqnr[k], r.rank[k]);
     out += fmt::format(",{}\n", r.maxRankShift());
@@ -316,7 +317,7 @@ std::string scalingTableCsv(const std::vector<ScalingRow>& rows) {
     if (const std::optional<PredictedScaling>& p = s.predicted)
       predicted = fmt::format("{:.9g},{:.9g},{:.9g},{:.9g},{:.9g}", p->clip_fraction, p->worst_ratio, p->overestimate,
                               p->rigorous_clip_fraction, p->rigorous_overestimate);
-    out += fmt::format("{},{},{},{},{},{},{},{:.9g},{:.9g},{}\n", i + 1, r.label, r.direction, r.side, r.role, s.steps,
+    out += fmt::format("{},{},{},{},{},{},{},{:.9g},{:.9g},{}\n", i + 1, csvField(r.label), r.direction, r.side, r.role, s.steps,
                        s.delayed_history, s.delayed_clip_fraction, s.delayed_worst_ratio, predicted);
   }
   return out;

@@ -45,4 +45,14 @@ std::string yamlScalar(std::string_view text) {
   return plain ? std::string(text) : quoted(text, QuoteStyle::kJson);
 }
 
+std::string csvField(std::string_view text) {
+  if (text.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace pgq

@@ -1,6 +1,6 @@
 #pragma once
-// The one string escaper of the text pgq writes by hand: the IR text form and JSON
-// (support/json_text.h). Both escape `"`, `\`, newline and tab alike; they differ in the
+// The one string escaper of the text pgq writes by hand: the IR text form, JSON
+// (support/json_text.h), YAML scalars and CSV fields. Both escape `"`, `\`, newline and tab alike; they differ in the
 // other control characters, each written as the reader of its text expects.
 #include <string>
 #include <string_view>
@@ -26,5 +26,10 @@ std::string quoted(std::string_view text, QuoteStyle style);
 // null or a boolean), so that the configs pgq wrote before read the same; else in double
 // quotes with JSON's escapes, which YAML's double-quoted style shares.
 std::string yamlScalar(std::string_view text);
+
+// `text` as one CSV field (RFC 4180): as it is unless it holds a comma, a double quote,
+// a newline or a carriage return, else in double quotes with each `"` doubled. Labels
+// come from the user's module paths and ONNX node names, which may hold any of them.
+std::string csvField(std::string_view text);
 
 }  // namespace pgq

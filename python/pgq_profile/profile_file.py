@@ -181,6 +181,15 @@ def profile_yaml(run, gemms):
     return "\n".join(out) + "\n"
 
 
+def _csv_field(text):
+    """TEXT as one CSV field, as pgq writes it (support/escape.h csvField, RFC 4180): as it
+    is unless it holds a comma, a double quote or a line break, else quoted with each `"`
+    doubled. Module paths (ModuleDict keys) may hold any of them."""
+    if not any(c in text for c in ',"\n\r'):
+        return text
+    return '"' + text.replace('"', '""') + '"'
+
+
 def profile_csv(gemms):
     """The CSV pgq writes beside a profile (plan/profile.cc profileToCsv)."""
     rows = ["label,direction,layer,batch,m,k,n,flops,bytes,intensity,side,role,tensor,absmax,rms,zero_fraction,"
@@ -198,8 +207,8 @@ def profile_csv(gemms):
                                                     if "predicted_clip_fraction" in s else "")
             for f in o["formats"]:
                 rows.append(",".join([
-                    g["label"], g["direction"], str(g["layer"]), str(b), str(m), str(k), str(n), str(g["flops"]),
-                    str(g["bytes"]), "{:.6g}".format(intensity), o["side"], o["role"], o["tensor"],
+                    _csv_field(g["label"]), g["direction"], str(g["layer"]), str(b), str(m), str(k), str(n), str(g["flops"]),
+                    str(g["bytes"]), "{:.6g}".format(intensity), o["side"], o["role"], _csv_field(o["tensor"]),
                     "{:.9g}".format(o["absmax"]), "{:.9g}".format(o["rms"]), "{:.9g}".format(o["zero_fraction"]),
                     f["format"], "{:.9g}".format(f["sqnr_mean"]), "{:.9g}".format(f["sqnr_min"]),
                     "{:.9g}".format(f["sqnr_max"]), "{:.4f}".format(10 * math.log10(max(f["sqnr_min"], 1e-30))),

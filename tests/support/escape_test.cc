@@ -20,5 +20,19 @@ TEST(Quoted, EachStyleEscapesControlCharactersForItsReader) {
   EXPECT_EQ(quoted(controls, QuoteStyle::kIrText), "\"\\x0d\\x08\\x0c\\x01\\x1f\"");
 }
 
+// A CSV field is quoted only where a reader would split it otherwise, with RFC 4180's
+// doubled quotes: module paths such as ModuleDict keys and ONNX node names may hold
+// commas, quotes and newlines.
+TEST(CsvField, QuotesOnlyWhatAReaderWouldSplit) {
+  EXPECT_EQ(csvField("model.layers.0.self_attn.q_proj:dgrad"), "model.layers.0.self_attn.q_proj:dgrad");
+  EXPECT_EQ(csvField("e4m3:block32:rtn:scale=e8m0"), "e4m3:block32:rtn:scale=e8m0");
+  EXPECT_EQ(csvField(""), "");
+  EXPECT_EQ(csvField("heads.a,b"), "\"heads.a,b\"");
+  EXPECT_EQ(csvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(csvField("a\nb"), "\"a\nb\"");
+  EXPECT_EQ(csvField("a\rb"), "\"a\rb\"");
+  EXPECT_EQ(csvField("tab\tand \\ stay"), "tab\tand \\ stay");
+}
+
 }  // namespace
 }  // namespace pgq

@@ -7,6 +7,8 @@ and `pgq recipe` refuses a malformed collector profile naming the file, line and
 Usage: check_bad_input.py --work DIR [--pgq build/pgq]   (without --pgq: the Python half)
 """
 import argparse
+import csv
+import io
 import os
 import re
 import subprocess
@@ -60,10 +62,10 @@ class NoLinear(nn.Module):
 class OddNames(nn.Module):
     def __init__(self):
         super().__init__()
-        self.d = nn.ModuleDict({"a #b": nn.Linear(8, 8), "c\rd": nn.Linear(8, 4)})
+        self.d = nn.ModuleDict({"a #b": nn.Linear(8, 8), "c\rd": nn.Linear(8, 8), 'e,"f': nn.Linear(8, 4)})
 
     def forward(self, x):
-        return self.d["c\rd"](self.d["a #b"](x)).pow(2).mean()
+        return self.d['e,"f'](self.d["c\rd"](self.d["a #b"](x))).pow(2).mean()
 
 
 def python_half(work):
@@ -225,6 +227,26 @@ def pgq_half(pgq, work, good, with_metrics):
         failures.append("odd module names: pgq sqnr-table exit {}: {}".format(r.returncode, r.stdout[-300:]))
     else:
         print("ok   {:<44} read back by pgq".format("module names with ' #' and CR"))
+    # Both CSVs, the collector's beside the profile and pgq's table, quote a label with a
+    # comma or a quote (session 16: 'e,"f' split into two columns), so a CSV reader gets
+    # every label back whole and every row has the header's width.
+    # (The first layer's input needs no gradient: it has no dgrad.)
+    wanted = {"d." + n + suffix for n in ("a #b", "c\rd", 'e,"f') for suffix in ("", ":dgrad", ":wgrad")}
+    wanted.remove("d.a #b:dgrad")
+    # Bytes, so that the CR inside a quoted label reaches the reader as it is.
+    table = subprocess.run([pgq, "sqnr-table", "--csv", names], stdout=subprocess.PIPE, check=True).stdout
+    with open(pgq_profile.profile_file.csv_path(names), newline="") as f:
+        collector_rows = list(csv.reader(f))
+    for what, rows in (("the collector's CSV", collector_rows),
+                       ("pgq sqnr-table --csv", list(csv.reader(io.StringIO(table.decode(), newline=""))))):
+        column = rows[0].index("label")
+        labels = {row[column] for row in rows[1:]}
+        widths = {len(row) for row in rows}
+        if labels != wanted or len(widths) != 1:
+            failures.append("{}: labels {} (expected {}), row widths {}".format(what, sorted(labels), sorted(wanted),
+                                                                               sorted(widths)))
+        else:
+            print("ok   {:<44} {} rows, labels whole".format(what, len(rows) - 1))
     newer = text.replace("pgq_version: \"pgq_profile/{}".format(pgq_profile.COLLECTOR_VERSION),
                          "pgq_version: \"pgq_profile/{}".format(pgq_profile.COLLECTOR_VERSION + 1))
     run("newer_collector", newer, r":\d+: field 'run\.pgq_version': written by pgq_profile collector version 2; "
