@@ -13,7 +13,7 @@ import torch
 
 from . import formats as formats_mod
 from . import profile_file
-from .quant import FORMAT_FIELDS, SQNR_CAP, TENSOR_FIELDS, Noise, TensorSums, format_row
+from .quant import FORMAT_FIELDS, SQNR_CAP, TENSOR_FIELDS, Noise, TensorSums, format_row, sum_squares
 
 # The version of the profiles this collector writes (pgq refuses newer ones: plan/profile.h
 # kCollectorVersion). Raise it when the meaning of a field changes.
@@ -160,16 +160,6 @@ def _exact_matmuls():
         torch.set_float32_matmul_precision(before)
 
 
-def _sum_squares(t):
-    """The sum of squares of t's elements (0-d float64): norms of chunks that stay in the
-    cache, in float, their squares summed in double (as pgq sums per block); no double
-    copy of the tensor."""
-    flat = t.reshape(-1)
-    step = 1 << 18 if t.device.type == "cpu" else 1 << 24
-    norms = [torch.linalg.vector_norm(flat[a:a + step]) for a in range(0, flat.numel(), step)]
-    return (torch.stack(norms).double() ** 2).sum()
-
-
 def _tensors(value):
     """The tensors in a model's output (tensors, sequences, mappings)."""
     if torch.is_tensor(value):
@@ -242,6 +232,13 @@ class Collector:
             inner = inner.module
         inner = getattr(inner, "_orig_mod", inner)
         self._linears = linear_modules(inner)
+        # nn.Linear(32, 0) has no multiply-add to measure (and pgq's profiles refuse a zero
+        # dim): left out, said once.
+        empty = [path for path, module, _ in self._linears if module.weight.numel() == 0]
+        if empty:
+            warnings.warn("pgq_profile: {} {} an empty weight: no GEMM to profile, left out".format(
+                ", ".join(p or type(inner).__name__ for p in empty), "has" if len(empty) == 1 else "have"))
+            self._linears = [e for e in self._linears if e[1].weight.numel() > 0]
         self._embeddings = [(path, m) for path, m in inner.named_modules() if isinstance(m, torch.nn.Embedding)]
         self._inner = inner
         if not self._linears:
@@ -454,10 +451,10 @@ class Collector:
         """[sqnr, mean_square, mse] per product (a function computing it) against reference
         (kernels/reduce.cc errorStats), concatenated; each product is overwritten."""
         n = float(reference.numel())
-        signal = _sum_squares(reference) / n
+        signal = sum_squares(reference) / n
         rows = []
         for product in products:
-            noise = _sum_squares(product().sub_(reference)) / n
+            noise = sum_squares(product().sub_(reference)) / n
             sqnr = torch.where(noise > 0, torch.clamp(signal / torch.clamp(noise, min=1e-300), max=SQNR_CAP),
                                torch.full_like(noise, SQNR_CAP))
             rows.append(torch.stack([sqnr, signal, noise]))
@@ -509,7 +506,7 @@ class Collector:
             return
         x = inputs[0]
         weight = module.weight
-        if not torch.is_tensor(x) or x.numel() == 0 or not torch.is_tensor(output):
+        if not torch.is_tensor(x) or x.numel() == 0 or weight.numel() == 0 or not torch.is_tensor(output):
             return
         label = self._call_label(step, path)
         if label is None:
@@ -677,7 +674,7 @@ class Collector:
                 return None
             with torch.no_grad():
                 dw = torch.ops.aten.embedding_dense_backward(grad.detach().float(), ids, rows, padding, scale)
-                square = _sum_squares(dw) / dw.numel()
+                square = sum_squares(dw) / dw.numel()
                 step.sink_rows[label] = square.reshape(1)
             return None
         output.register_hook(on_grad)

@@ -74,6 +74,40 @@ class Noise:
         return torch.cat(parts)
 
 
+def _inverse(absmax):
+    """1 / absmax (0-d float32) kept where a float holds it and its multiples by values up
+    to absmax: x * _inverse(absmax(x)) is in [-1, 1], or [-34, 34] beyond 1e37."""
+    return torch.reciprocal(torch.clamp(absmax, min=1e-30, max=1e37))
+
+
+def _chunk_squares(c, buf):
+    """(min, max, sum of (c / absmax)^2 in float, 1 / absmax) of a chunk c of a flat
+    tensor, through buf (float32, at least c's size)."""
+    lo, hi = torch.aminmax(c)
+    inverse = _inverse(torch.maximum(hi, -lo))
+    scaled = torch.mul(c, inverse, out=buf[:c.numel()])
+    return lo, hi, torch.dot(scaled, scaled), inverse
+
+
+def _undo(squares, inverses):
+    """The sum in double of each chunk's squares with its division by absmax undone."""
+    return (torch.stack(squares).double() / torch.stack(inverses).double() ** 2).sum()
+
+
+def sum_squares(t):
+    """The sum of squares of t's elements (0-d float64), as TensorSums sums them; no double
+    copy of the tensor, no float overflow."""
+    flat = t.reshape(-1)
+    step = _chunk_elements(t.device)
+    buf = torch.empty(min(step, flat.numel()), dtype=torch.float32, device=t.device)
+    squares, inverses = [], []
+    for a in range(0, flat.numel(), step):
+        _, _, square, inverse = _chunk_squares(flat[a:a + step], buf)
+        squares.append(square)
+        inverses.append(inverse)
+    return _undo(squares, inverses)
+
+
 class TensorSums:
     """The format-independent sums of one operand (0-d float64 tensors on its device).
 
@@ -82,23 +116,31 @@ class TensorSums:
     statistics say nothing a recipe can use), so these sums assume finite values and
     turn NaN or Inf when there are others: the collector checks that after the steps,
     without stopping the device on every tensor. Squares are summed per chunk in float
-    and the chunks in double, as pgq sums per block."""
+    and the chunks in double, as pgq sums per block; each chunk is first divided by its
+    absmax (and a format's errors by the tensor's, `inverse`), so that no finite value
+    overflows a float square (|x| above ~1e19, or a chunk's sum above float's 3.4e38:
+    an rms of 3.6e16 did) and small ones do not underflow (pgq redoes such blocks in
+    double). The division is undone in double."""
 
     def __init__(self, x):
         flat = x.reshape(-1)
         self.count = flat.numel()
         step = _chunk_elements(x.device)
-        his, los, nonzeros, norms = [], [], [], []
+        his, los, nonzeros, squares, inverses = [], [], [], [], []
+        buf = torch.empty(min(step, self.count), dtype=torch.float32, device=x.device)
         for a in range(0, self.count, step):
             c = flat[a:a + step]
-            his.append(c.max())
-            los.append(c.min())
+            lo, hi, square, inverse = _chunk_squares(c, buf)
+            his.append(hi)
+            los.append(lo)
             nonzeros.append(torch.count_nonzero(c))
-            norms.append(torch.linalg.vector_norm(c))
+            squares.append(square)
+            inverses.append(inverse)
         # abs(): a tensor of zeros that are -0.0 (a Hadamard sign flip, 0 * a negative
         # gradient) would give absmax -0.0, and the e4m3 scale 448 * 6 / -0 = -inf.
         self.absmax = torch.maximum(torch.stack(his).max(), -torch.stack(los).min()).abs().double()
-        self.signal = (torch.stack(norms).double() ** 2).sum()
+        self.inverse = _inverse(self.absmax.float())
+        self.signal = _undo(squares, inverses)
         self.zeros = self.count - torch.stack(nonzeros).sum().double()
 
     def row(self):
@@ -312,12 +354,13 @@ class _Sink:
     columns, per column contracting along its rows; in double, as
     kernels/quant_stats.cc coherentErrorMeanSquare)."""
 
-    def __init__(self, bias):
+    def __init__(self, bias, inverse):
         self.noise, self.nonzero, self.clipped = [], [], []
         self.bias = [] if bias else None
+        self.inverse = inverse  # the errors are at most ~absmax: squared as error * inverse
 
     def result(self, sums, pad, count_clipped, shape, contract_rows):
-        noise = (torch.stack(self.noise).double() ** 2).sum()
+        noise = torch.stack(self.noise).double().sum() / self.inverse.double() ** 2
         n = float(sums.count)
         # Q(x) = 0 for the zeros, the padding and the underflow.
         underflow = (n + pad - torch.stack(self.nonzero).sum().double() - pad - sums.zeros) / n
@@ -340,16 +383,16 @@ class _Sink:
         if keep is not None:
             keep.copy_(q)
         q -= c
-        self.noise.append(torch.linalg.vector_norm(q))
-        if self.bias is None:
-            return
-        if per_tensor:
-            # One group: the chunk is whole rows of x.
-            q = q.reshape(-1, columns)
-            self.bias.append(q.sum(dim=0 if contract_rows else 1, dtype=torch.float64))
-            return
-        s = q.sum(dim=1, dtype=torch.float64)  # [groups, G2]: each group's error along its length
-        self.bias.append(s.reshape(-1, columns).sum(dim=0) if contract_rows else s.reshape(-1))
+        if self.bias is not None:
+            if per_tensor:
+                # One group: the chunk is whole rows of x.
+                self.bias.append(q.reshape(-1, columns).sum(dim=0 if contract_rows else 1, dtype=torch.float64))
+            else:
+                s = q.sum(dim=1, dtype=torch.float64)  # [groups, G2]: each group's error along its length
+                self.bias.append(s.reshape(-1, columns).sum(dim=0) if contract_rows else s.reshape(-1))
+        q = q.reshape(-1)
+        q *= self.inverse
+        self.noise.append(torch.dot(q, q))
 
 
 def _int_chunk(c, scale, zero, fmt, count_clipped, noise, bufs, sink):
@@ -545,7 +588,7 @@ def format_row(x2d, contract_rows, fmt, sums, noise, bias=False, keep=False, ste
     buffers = [torch.empty(biggest, dtype=dtype, device=g.device)
                for dtype in (torch.float32, torch.int32, torch.int32)]
     kept = torch.empty(g.shape, dtype=torch.float32, device=g.device) if keep else None
-    sink = _Sink(bias)
+    sink = _Sink(bias, sums.inverse)
     for c, rows, where in chunks:
         bufs = [b[:c.numel()].view(c.shape) for b in buffers]
         if params is not None:

@@ -28,6 +28,28 @@ FORMATS = ["int8:channel:rtn", "int8:channel:sr", "int4:tensor:rtn", "e4m3:tenso
            "e2m1:block16x16:rtn:scale=e4m3:rht", "e4m3:tensor:rtn:rht"]
 
 
+def scale_invariance(x, contract_rows, fmt, text, where):
+    """Every format's grid is relative to the operand's scales, so x times a power of two
+    has the same SQNR and bias-aware SQNR, and its MSE times that power squared: checked
+    at 2^60 (values to ~5e18: their squares, and a chunk's sum of them, overflow float;
+    the collector refused such operands as NaN, session 16) and 2^-70 (squares below
+    float's smallest normal). The same stochastic-rounding bits for each."""
+    failures = []
+    base = quant.format_row(x, contract_rows, fmt, quant.TensorSums(x), quant.Noise(torch.device("cpu"), 0),
+                            bias=True, step=3).tolist()
+    for power in (60, -70):
+        y = x * 2.0 ** power
+        row = quant.format_row(y, contract_rows, fmt, quant.TensorSums(y), quant.Noise(torch.device("cpu"), 0),
+                               bias=True, step=3).tolist()
+        want = {"sqnr": base[0], "mse": base[1] * 4.0 ** power, "bias_sqnr": base[4]}
+        got = {"sqnr": row[0], "mse": row[1], "bias_sqnr": row[4]}
+        for key in want:
+            d = abs(got[key] - want[key]) / max(abs(want[key]), 1e-300)
+            if not d <= 1e-6:
+                failures.append("{} times 2^{}: {} {}, {} at scale 1".format(where, power, key, got[key], want[key]))
+    return failures
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -64,6 +86,7 @@ def main():
                                                                                        want[key]))
             checked += 1
             print("ok   {:<48} sqnr {:10.4g}  bias-aware {:10.4g}".format(where, sqnr, bias))
+            failures += scale_invariance(x, contract_rows, fmt, text, where)
     for f in failures:
         print("FAIL " + f)
     print("{} formats x orientations: {}".format(checked, "{} failures".format(len(failures)) if failures else "OK"))
