@@ -117,7 +117,7 @@ QuantStats quantStatsWithParams(std::span<const float> x, const OperandView& vie
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < plan.units(); ++unit) {
     Partial p = detail::unitStatsOf(plan, unit, x.data(), format, sr, /*wide=*/false, count_clipped);
-    if (!std::isfinite(p.signal) || !std::isfinite(p.noise)) {
+    if (detail::needsWideSums(p)) {
       p = detail::unitStatsOf(plan, unit, x.data(), format, sr, /*wide=*/true, count_clipped);
     }
     partials[unit] = p;

@@ -348,7 +348,7 @@ void fusedStats(std::span<const float> x, const OperandView& view, std::span<con
     Partial* out = &partials[unit * n];
     fusedUnitAny(r, n - r, paired, plan_ptrs.data(), unit, x.data(), sr, out);
     for (int f = 0; f < n; ++f) {
-      if (!std::isfinite(out[f].signal) || !std::isfinite(out[f].noise)) {
+      if (detail::needsWideSums(out[f])) {
         out[f] = detail::unitStatsOf(plans[f], unit, x.data(), formats[which[f]], sr, /*wide=*/true,
                                      /*count_clipped=*/false);
       }

@@ -258,6 +258,35 @@ TEST(QuantStats, HugeValuesDoNotOverflowTheSums) {
   }
 }
 
+// Squares of |x| < ~1e-19 are subnormal floats (and below ~1e-23, zero): the sums of a
+// unit that small are taken in double, so the statistics are those of the same data at a
+// normal scale, for every kind of format, alone and in the many-format pass.
+TEST(QuantStats, TinyValuesDoNotUnderflowTheSums) {
+  OperandView view{1, 16, 300, true};
+  std::vector<float> x = qtest::normalData(view.elements(), 6);
+  const float scale = std::ldexp(1.0f, -70);
+  std::vector<float> tiny = x;
+  for (float& v : tiny) v *= scale;
+  const std::vector<const char*> texts = {"int8:channel:rtn", "int8:channel:sr", "int4:tensor:rtn:asym",
+                                          "e4m3:tensor:rtn", "bf16:tensor:rtn", "e4m3:block32:rtn:scale=e8m0"};
+  std::vector<QuantFormat> formats;
+  std::vector<std::vector<float>> buffers;
+  for (const char* text : texts) {
+    formats.push_back(QuantFormat::parse(text));
+    buffers.emplace_back(quantParamCount(view, formats.back()));
+  }
+  computeQuantParams(tiny, view, formats, std::vector<std::span<float>>(buffers.begin(), buffers.end()), {});
+  const std::vector<std::span<const float>> params(buffers.begin(), buffers.end());
+  const std::vector<QuantStats> many = quantStatsWithParams(tiny, view, formats, params, {}, true);
+  for (size_t f = 0; f < formats.size(); ++f) {
+    QuantStats normal = quantStats(x, view, formats[f]);
+    for (const QuantStats& small : {quantStats(tiny, view, formats[f]), many[f]}) {
+      EXPECT_NEAR(small.sqnr / normal.sqnr, 1.0, 1e-6) << texts[f];
+      EXPECT_NEAR(small.mean_square / (normal.mean_square * double(scale) * scale), 1.0, 1e-6) << texts[f];
+    }
+  }
+}
+
 TEST(QuantStats, UnderflowAndClippedFractions) {
   OperandView view{1, 1, 1000, true};
   std::vector<float> x(1000, 1e-3f);
