@@ -29,6 +29,7 @@
 #include "runtime/corpus.h"
 #include "support/errors.h"
 #include "support/file_io.h"
+#include "support/hash.h"
 #include "support/option_ranges.h"
 
 namespace pgq {
@@ -94,6 +95,8 @@ class Experiment {
   RunSummary finetune(const std::string& name, const std::string& policy, const std::string& recipe, int64_t steps,
                       bool adversarial = false);
   // The same run in folder `dir` (finetune's: runs/<slug>).
+  void checkFinishedRun(const std::string& dir, const RunSummary& s, const std::string& recipe_hash,
+                        const std::string& start, int64_t last_step) const;
   RunSummary trainRun(const std::string& dir, const std::string& name, const std::string& policy,
                       const std::string& recipe, int64_t steps, bool adversarial);
   // The f32 step timed again after every fine-tune (timing/f32): a machine that got
@@ -168,6 +171,11 @@ void Experiment::validate() const {
   kExperimentEvalBatches.check(o_.eval_batches);
   kBits.check(o_.bits);
   kLossBudget.check(o_.loss_budget);
+  // A trial runs inside the fine-tuning schedule (it ran --finetune-steps and said more).
+  if (o_.protocol == ExperimentProtocol::kSearch && o_.trial_steps > o_.finetune_steps)
+    throw Error(fmt::format("--trial-steps {} is more than --finetune-steps {}: a search trial is a shortened "
+                            "fine-tune; give at most {} or raise --finetune-steps",
+                            o_.trial_steps, o_.finetune_steps, o_.finetune_steps));
   validateOptimizerConfig(o_.optimizer);
   for (double f : o_.fractions) kFraction.check(f);
   // Bounded so that the steps of all recipes together stay far inside int64.
@@ -226,8 +234,15 @@ void Experiment::recordOptions() const {
   if (o_.scheme != Scheme::kInt8) text += fmt::format("scheme: {}\n", o_.scheme);
   if (o_.token_scale != 1.0) text += fmt::format("token_scale: {}\n", o_.token_scale);
   if (o_.hardware != ExperimentOptions{}.hardware) text += fmt::format("hardware: {}\n", o_.hardware);
+  // The file, not only its path: a checkpoint replaced at the same path is another baseline.
+  if (!o_.from_checkpoint.empty())
+    text += fmt::format("baseline_checkpoint: \"{}\"\n", checkpointIdentity(o_.from_checkpoint));
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
-  if (fs::exists(path)) {
+  // A folder where nothing was done yet (a first attempt refused, e.g. a --seq longer
+  // than the corpus) takes the new options.
+  const fs::path out(o_.out_dir);
+  const bool started = fs::exists(out / "baseline") || fs::exists(out / "profile.yaml") || fs::exists(out / "runs");
+  if (fs::exists(path) && started) {
     const std::string recorded = readTextFile(path, InputKind::kExperimentOptions);
     if (recorded != text) {
       // The first line that differs says which option.
@@ -307,9 +322,13 @@ void Experiment::baseline() {
     int64_t at = t.resume ? loadCheckpoint(RunLayout{t.out_dir}.checkpoint()).step : 0;
     t.stop_after = o_.baseline_steps - at;
     t.profile_warmup = o_.baseline_steps - o_.profile_steps;
+    if (t.resume && at >= o_.baseline_steps)
+      // The trainer saves its last checkpoint, then the profile: killed in between.
+      throw Error(fmt::format("{}: the baseline finished but its profile {} was not written (interrupted, or "
+                              "removed since); remove {} to redo the baseline",
+                              dir, profile, dir));
     if (t.resume && at > t.profile_warmup) {
-      // Interrupted inside the profile window: the profile steps are redone from the
-      // checkpoint before them, which the next rule keeps.
+      // Interrupted inside the profile window: the profile needs its steps from before it.
       throw Error(fmt::format("{}: the baseline stopped inside its profile window; remove {} to redo it", dir, dir));
     }
   } else {
@@ -385,30 +404,56 @@ RunSummary Experiment::retimeBaseline() {
                   std::min(o_.finetune_steps, kRetimeSteps), false);
 }
 
+// A finished run is reused only if it is this run: the same recipe text, the same last
+// step, the same starting checkpoint (experiment.yaml holds the rest). An edited --policy
+// or --hardware file, another --trial-steps, --pareto-steps or --ordering-direction, or a
+// replaced --from-checkpoint gives a run of the same name that is another run.
+void Experiment::checkFinishedRun(const std::string& dir, const RunSummary& s, const std::string& recipe_hash,
+                                  const std::string& start, int64_t last_step) const {
+  std::string why;
+  if (s.last_step != last_step)
+    why = fmt::format("it trained to step {}, this experiment asks for step {}", s.last_step, last_step);
+  else if (!s.recipe_hash.empty() && s.recipe_hash != recipe_hash)
+    why = fmt::format("its recipe differed from {} (a policy, hardware or option changed since)", s.recipe);
+  else if (!s.start.empty() && s.start != start)
+    why = fmt::format("it started from another checkpoint than {}", baseline_checkpoint_);
+  if (!why.empty())
+    throw Error(fmt::format("{}: a finished run of another experiment: {}; remove {} to redo it, or use another --out",
+                            (fs::path(dir) / "result.yaml").string(), why, dir));
+}
+
 RunSummary Experiment::trainRun(const std::string& dir, const std::string& name, const std::string& policy,
                                 const std::string& recipe, int64_t steps, bool adversarial) {
   std::string result = (fs::path(dir) / "result.yaml").string();
+  const std::string recipe_hash =
+      recipe.empty() ? "" : fmt::format("{:016x}", fnv1a64(readTextFile(recipe, InputKind::kRecipe)));
+  const std::string start = checkpointIdentity(baseline_checkpoint_);
+  // Every run plans the baseline's schedule; a search trial or a Pareto run stops early.
+  const int64_t planned = baseline_step_ + o_.finetune_steps;
+  const int64_t target = baseline_step_ + std::min(steps, o_.finetune_steps);
   if (fs::exists(result)) {
-    phase(fmt::format("fine-tune {}: already done", name), steps);
     RunSummary s = loadRunSummary(result);
+    checkFinishedRun(dir, s, recipe_hash, start, target);
+    phase(fmt::format("fine-tune {}: already done", name), steps);
     s.adversarial = adversarial;
     noteStepTime(s);
     return s;
   }
   TrainOptions t = trainOptions(dir);
-  t.steps = baseline_step_ + o_.finetune_steps;
+  t.steps = planned;
   t.optimizer.warmup = scheduleWarmup(t.steps);
-  t.stop_after = 0;
-  if (steps < o_.finetune_steps) t.stop_after = steps;  // a search trial
   if (!t.resume) t.init_from = baseline_checkpoint_;
   t.recipe_path = recipe;
   phase(fmt::format("fine-tune {}", name), steps);
-  // A run that finished training but not its summary (interrupted in between) only
-  // needs the summary.
-  int64_t target = t.stop_after > 0 ? baseline_step_ + t.stop_after : t.steps;
-  if (!t.resume || loadCheckpoint(RunLayout{t.out_dir}.checkpoint()).step < target) train(t);
+  // stop_after counts from the step a resumed run continues at. A run that finished
+  // training but not its summary (interrupted in between) only needs the summary.
+  const int64_t at = t.resume ? loadCheckpoint(RunLayout{t.out_dir}.checkpoint()).step : baseline_step_;
+  t.stop_after = target < planned ? target - at : 0;
+  if (at < target) train(t);
   RunSummary s = summarizeRun(name, policy, recipe, readMetrics(RunLayout{dir}.metrics()));
   s.adversarial = adversarial;
+  s.recipe_hash = recipe_hash;
+  s.start = start;
   if (!recipe.empty()) {
     Recipe r = loadRecipe(recipe);
     s.fwd_quantized = r.summary.fwd_quantized;

@@ -109,19 +109,22 @@ RunSummary summarizeRun(const std::string& name, const std::string& policy, cons
 
 void writeRunSummary(const std::string& path, const RunSummary& s) {
   writeFileAtomically(
-      path, fmt::format("# A finished run of a pgq experiment (from its metrics.csv).\nname: \"{}\"\npolicy: \"{}\"\n"
-                        "recipe: \"{}\"\nfirst_step: {}\nlast_step: {}\nstep_ms: {:.6g}\nstep_spread: {:.4g}\n"
+      path, fmt::format("# A finished run of a pgq experiment (from its metrics.csv).\nname: {}\npolicy: {}\n"
+                        "recipe: {}\nfirst_step: {}\nlast_step: {}\nstep_ms: {:.6g}\nstep_spread: {:.4g}\n"
                         "mean_loss: {:.9g}\nfinal_val_loss: {:.9g}\nfwd_quantized: {}\nfwd_total: {}\nbwd_quantized: {}\n"
-                        "bwd_total: {}\n",
-                        s.name, s.policy, s.recipe, s.first_step, s.last_step, s.step_ms, s.step_spread, s.mean_loss,
-                        s.final_val_loss, s.fwd_quantized, s.fwd_total, s.bwd_quantized, s.bwd_total));
+                        "bwd_total: {}\nrecipe_hash: \"{}\"\nstart: \"{}\"\n",
+                        quoted(s.name, QuoteStyle::kJson), quoted(s.policy, QuoteStyle::kJson),
+                        quoted(s.recipe, QuoteStyle::kJson), s.first_step, s.last_step, s.step_ms, s.step_spread, s.mean_loss,
+                        s.final_val_loss, s.fwd_quantized, s.fwd_total, s.bwd_quantized, s.bwd_total, s.recipe_hash,
+                        s.start));
 }
 
 RunSummary loadRunSummary(const std::string& path) {
   ConfigNode n = ConfigNode::loadFile(path, InputKind::kRunSummary);
   n.allowOnly({"name", "policy", "recipe", "first_step", "last_step", "step_ms", "step_spread", "mean_loss",
                "final_val_loss", "fwd_quantized", "fwd_total", "bwd_quantized", "bwd_total",
-               "fwd_int8", "bwd_int8"});  // the counts' names before session 15
+               "fwd_int8", "bwd_int8",  // the counts' names before session 15
+               "recipe_hash", "start"});
   RunSummary s;
   s.name = n.getString("name");
   s.policy = n.getString("policy");
@@ -136,6 +139,8 @@ RunSummary loadRunSummary(const std::string& path) {
   s.fwd_total = static_cast<int>(n.getInt("fwd_total", 0));
   s.bwd_quantized = static_cast<int>(n.getInt(n.renamed("bwd_quantized", "bwd_int8"), 0));
   s.bwd_total = static_cast<int>(n.getInt("bwd_total", 0));
+  s.recipe_hash = n.getString("recipe_hash", "");
+  s.start = n.getString("start", "");
   return s;
 }
 

@@ -41,6 +41,11 @@ struct RunSummary {
   // A policy with an inverted threshold (F+B_SR<t): it quantizes the lowest-SQNR GEMMs
   // to check that the metric is informative, so the report never recommends it.
   bool adversarial = false;
+  // What a finished run started from, so that a resumed experiment reuses it only for the
+  // same run: a hash of its recipe's text (empty for f32) and checkpointIdentity() of the
+  // checkpoint it started from. Empty in summaries written before session 16.
+  std::string recipe_hash;
+  std::string start;
 };
 
 // A file-name-safe form of a run name: "F+B_SR>1.5" -> "F+B_SR_gt_1.5".

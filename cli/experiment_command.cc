@@ -138,7 +138,8 @@ void addExperimentCommand(CLI::App& app) {
   addNumber(cmd, ranges::kLossBudget, loss_budget,
             "--search (required there): allowed loss increase over f32, e.g. 0.01 for 1%");
   addNumber(cmd, ranges::kTrialSteps, trial_steps,
-            fmt::format("--search: fine-tuning steps per trial (default {})", o.trial_steps));
+            fmt::format("--search: fine-tuning steps per trial, at most --finetune-steps (default {}, or "
+                        "--finetune-steps if fewer)", o.trial_steps));
   static std::string metric;
   static bool no_profile_metrics = false;
   cmd->add_option("--metric", metric,
@@ -165,7 +166,8 @@ void addExperimentCommand(CLI::App& app) {
       throw Error("--from-checkpoint and --baseline-steps conflict: the checkpoint is the baseline");
     o.baseline_steps = baseline_steps.value_or(paper ? 400 : full ? 1000 : 200);
     o.finetune_steps = finetune_steps.value_or(paper ? 80 : full ? 300 : 60);
-    if (trial_steps) o.trial_steps = *trial_steps;
+    // A trial is a shortened fine-tune: the default never asks for more.
+    o.trial_steps = trial_steps.value_or(std::min(o.trial_steps, o.finetune_steps));
     o.optimizer.warmup = std::min<int64_t>(100, std::max<int64_t>(1, o.baseline_steps / 5));
     if (search && orderings) throw Error("--orderings and --search conflict: each chooses its own runs");
     o.protocol = search      ? ExperimentProtocol::kSearch

@@ -378,6 +378,16 @@ void saveCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
   }
 }
 
+std::string checkpointIdentity(const std::string& path) {
+  FileReader file(path);
+  const uint64_t size = file.size();
+  std::array<uint8_t, kTrailerBytes> trailer{};
+  if (size < kHeaderBytes + kTrailerBytes)
+    throw Error(fmt::format("checkpoint {} is truncated: the file has {} bytes", path, size));
+  file.readAt(size - kTrailerBytes, trailer.data(), trailer.size());
+  return fmt::format("{}:{:08x}", size, loadLe<uint32_t>(trailer.data()));
+}
+
 Checkpoint loadCheckpoint(const std::string& path) {
   FileReader file(path);
   uint64_t size = file.size();

@@ -67,6 +67,12 @@ void checkCheckpointMatches(const Checkpoint& checkpoint,
                             const std::vector<std::pair<std::string, TensorType>>& expected,
                             const std::string& path);
 
+// What tells one checkpoint file from another without reading it whole: its size and the
+// CRC-32 of its content stored at its end ("<bytes>:<crc hex>"), for the runs that start
+// from it to notice that it was replaced. Throws pgq::Error if the file cannot be read;
+// loadCheckpoint() verifies it.
+std::string checkpointIdentity(const std::string& path);
+
 // CRC-32 (the zlib/PNG polynomial, reflected, 0xEDB88320), continuing from `crc`:
 // crc32(b, n2, crc32(a, n1)) is the CRC of a followed by b.
 uint32_t crc32(const void* data, size_t size, uint32_t crc = 0);

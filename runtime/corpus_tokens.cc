@@ -90,7 +90,7 @@ void checkTokensFit(TokenSpan train, TokenSpan val, const Corpus& corpus, int64_
 }
 
 uint64_t hashOf(std::string_view text) {
-  return fnv1a64(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  return fnv1a64(text);
 }
 
 void reportDiscarded(const std::string& path, const std::string& problem) {

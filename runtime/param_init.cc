@@ -58,7 +58,7 @@ void initParameter(const Node& param, uint64_t seed, Tensor& tensor, const Param
                             param.name(), init));
   // Box-Muller on two 32-bit uniforms per pair of values; the stream of each parameter
   // is keyed by its name, so adding a parameter does not change the others.
-  uint64_t stream = fnv1a64(reinterpret_cast<const uint8_t*>(param.name().data()), param.name().size());
+  uint64_t stream = fnv1a64(param.name());
   kernels::PhiloxKey key = {uint32_t(seed), uint32_t(seed >> 32)};
   constexpr double kTwoPi = 6.283185307179586;
   for (int64_t i = 0; i < n; i += 4) {

@@ -261,7 +261,7 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
 // before any work; all ranks refuse together, with the same message.
 void TrainLoop::checkRanksAgree() const {
   auto hash = [](const std::string& text) {
-    return fnv1a64(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    return fnv1a64(text);
   };
   const std::vector<std::string> fields{PGQ_VERSION_STRING, fmt::format("{:016x}", hash(o_.model.toYaml())),
                                         fmt::format("{:016x}", hash(recipe_text_)),

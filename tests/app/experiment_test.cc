@@ -299,6 +299,99 @@ TEST_F(ExperimentTest, NeverRecommendsAnAdversarialRecipe) {
   EXPECT_NE(read(fs::path(o.out_dir) / "table.md").find("| " + adversarial + " (adversarial) |"), std::string::npos);
 }
 
+// A finished run is reused only for the same run (session 16: an edited --policy file,
+// another --trial-steps and a replaced --from-checkpoint each reused the old results under
+// the same name, and a report mixed them).
+TEST_F(ExperimentTest, AFinishedRunOfAnotherRecipeIsNotReused) {
+  ExperimentOptions o = options();
+  const fs::path policy = dir_ / "mine.yaml";
+  std::ofstream(policy) << "name: mine\nforward: {quantize: false}\nbackward: {quantize: false}\n";
+  o.extra_policies = {policy.string()};
+  runExperiment(o);
+  const std::map<std::string, fs::file_time_type> before = stamps(o.out_dir);
+  runExperiment(o);  // the same options: every run reused
+  std::map<std::string, fs::file_time_type> after = stamps(o.out_dir);
+  for (const auto& [file, time] : before)
+    if (file.starts_with("runs/")) EXPECT_EQ(after.at(file), time) << file;
+  std::ofstream(policy) << "name: mine\nforward: {quantize: true}\nbackward: {quantize: true}\n";
+  try {
+    runExperiment(o);
+    ADD_FAILURE() << "a run of the old policy was reused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs/mine/result.yaml: a finished run of another experiment: its recipe "
+                                         "differed from"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A search trial resumed from its checkpoint stops at the trial's step (it counted
+// --trial-steps again from the resumed step), and trials of another --trial-steps are
+// not reused.
+TEST_F(ExperimentTest, SearchTrialsStopAtTheirStepWhenResumedOrLengthened) {
+  ExperimentOptions o = options();
+  o.protocol = ExperimentProtocol::kSearch;
+  o.loss_budget = 0.5;
+  o.trial_steps = 3;
+  runExperiment(o);
+  const fs::path f32 = fs::path(o.out_dir) / "runs" / "trial_f32";
+  EXPECT_EQ(loadRunSummary((f32 / "result.yaml").string()).last_step, 43);
+  // As if killed after the checkpoint at step 43 of a 6-step trial.
+  fs::remove(f32 / "result.yaml");
+  o.trial_steps = 6;
+  try {
+    runExperiment(o);
+    ADD_FAILURE() << "trials of 3 steps were reused as trials of 6";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("it trained to step 43, this experiment asks for step 46"),
+              std::string::npos)
+        << e.what();
+  }
+  const RunSummary resumed = loadRunSummary((f32 / "result.yaml").string());
+  EXPECT_EQ(resumed.first_step, 41);
+  EXPECT_EQ(resumed.last_step, 46);
+  o.trial_steps = 13;  // more than --finetune-steps: refused before any work
+  EXPECT_THROW(runExperiment(o), Error);
+}
+
+// A checkpoint replaced at the --from-checkpoint path is another baseline.
+TEST_F(ExperimentTest, AReplacedStartingCheckpointIsAnotherExperiment) {
+  ExperimentOptions first = options();
+  first.finetune_steps = 4;
+  first.fractions = {};
+  runExperiment(first);
+  const fs::path checkpoint = dir_ / "start.pgqckpt";
+  fs::copy_file(fs::path(first.out_dir) / "baseline" / "checkpoint.pgqckpt", checkpoint);
+  ExperimentOptions o = first;
+  o.out_dir = (dir_ / "from").string();
+  o.from_checkpoint = checkpoint.string();
+  runExperiment(o);
+  runExperiment(o);  // the same file: reused
+  // Another checkpoint of the same model at the same path.
+  fs::copy_file(fs::path(first.out_dir) / "runs" / "f32" / "checkpoint.pgqckpt", checkpoint,
+                fs::copy_options::overwrite_existing);
+  try {
+    runExperiment(o);
+    ADD_FAILURE() << "results from the replaced checkpoint were reused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("experiment.yaml"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("baseline_checkpoint"), std::string::npos) << e.what();
+  }
+}
+
+// A first attempt refused before any work leaves a folder the corrected options may use.
+TEST_F(ExperimentTest, AFolderWhereNothingWasDoneTakesNewOptions) {
+  ExperimentOptions o = options();
+  o.finetune_steps = 4;
+  o.fractions = {};
+  std::error_code ec;
+  fs::create_directories(o.out_dir);
+  std::ofstream(fs::path(o.out_dir) / "experiment.yaml") << "# pgq experiment: the options its results depend on\n"
+                                                             "model: |\n  name: other\n";
+  runExperiment(o);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "REPORT.md"));
+}
+
 TEST_F(ExperimentTest, SearchReportsEveryTrial) {
   ExperimentOptions o = options();
   o.protocol = ExperimentProtocol::kSearch;
