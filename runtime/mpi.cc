@@ -60,6 +60,16 @@ class MpiCollectives final : public Collectives {
                               tensor_parallel, world_size_, world_size_));
     // A private copy of the world, so pgq's messages never match another library's.
     MPI_Comm_dup(MPI_COMM_WORLD, &world_);
+    // A rank with a timeout calls an arrival barrier before each collective and one
+    // without does not: ranks started with different --collective-timeout would call
+    // different collectives and hang. Agreed here with a plain collective, before any
+    // timed one; every rank sees the same range and refuses together.
+    double range[2] = {timeout_s_, -timeout_s_};
+    MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_DOUBLE, MPI_MIN, world_);
+    if (range[0] != -range[1])
+      throw Error(fmt::format("--collective-timeout differs between the ranks of this job (from {} s to {} s): give "
+                              "every rank the same",
+                              range[0], -range[1]));
     // Rank r is tensor-parallel index r % T of replica r / T (runtime/collectives.h);
     // the key r keeps that order inside each group.
     MPI_Comm_split(world_, world_rank_ / tensor_parallel, world_rank_, &tp_);

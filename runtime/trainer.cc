@@ -3,10 +3,12 @@
 #include <omp.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <variant>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -146,6 +148,7 @@ class TrainLoop {
   void resume();
   void saveCheckpointAt(int64_t step);
   void checkRanksAgree() const;
+  void checkRanksReadTheSameData() const;
   // Rank 0's part of loadFrom: the checkpoint's whole tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> readCheckpoint(const std::string& path, bool same_run);
   void finishLoadChecks(const std::string& path, bool same_run);
@@ -256,23 +259,51 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
   last_checkpoint_step_ = step;
 }
 
-// Every rank of a job must train the same thing: the same pgq, model config and recipe
-// (the files may differ between machines). Each compares its fingerprint with rank 0's
-// before any work; all ranks refuse together, with the same message.
+// Every rank of a job must train the same thing and call the same collectives in the
+// same order: the same pgq, model config (an imported model's sharding rules by content)
+// and recipe (the files may differ between machines), schedule, optimizer, evaluation,
+// checkpoints, profile and data-parallel buckets. A rank started with another --warmup
+// trained another model in silence; another --eval-every or --profile-steps called other
+// collectives (MPI_ERR_TRUNCATE, or a hang until --collective-timeout). Each rank
+// compares its fields with rank 0's before any work; all ranks refuse together, naming
+// every field that differs.
 void TrainLoop::checkRanksAgree() const {
-  auto hash = [](const std::string& text) {
-    return fnv1a64(text);
+  auto hash = [](const std::string& text) { return fmt::format("{:016x}", fnv1a64(text)); };
+  std::string candidates;
+  for (const ProfileCandidate& c : o_.profile.candidates)
+    candidates += std::holds_alternative<Scheme>(c) ? fmt::format("{},", std::get<Scheme>(c))
+                                                      : std::get<QuantFormat>(c).toString() + ",";
+  const OptimizerConfig& opt = o_.optimizer;
+  const char* bucket = std::getenv("PGQ_DP_BUCKET_MB");
+  const std::vector<std::pair<std::string, std::string>> fields{
+      {"pgq version", PGQ_VERSION_STRING},
+      {"model config", hash(o_.model.toYaml())},
+      {"sharding rules", o_.model.sharding_rules.empty()
+                             ? std::string()
+                             : hash(readTextFile(o_.model.sharding_rules, InputKind::kShardingRules))},
+      {"recipe", hash(recipe_text_)},
+      {"--steps/--stop-after", fmt::format("{} {}", o_.steps, o_.stop_after)},
+      {"--precision", precisionName(o_.precision)},
+      {"optimizer (--lr/--warmup/--weight-decay/--grad-clip/...)",
+       fmt::format("{} {} {} {} {} {} {} {}", opt.lr, opt.min_lr_ratio, opt.warmup, opt.weight_decay, opt.beta1,
+                   opt.beta2, opt.eps, opt.grad_clip)},
+      {"--eval-every/--eval-batches", fmt::format("{} {}", o_.eval_every, o_.eval_batches)},
+      {"--checkpoint-every/--resume/--init-from",
+       fmt::format("{} {} {}", o_.checkpoint_every, o_.resume, o_.init_from.empty() ? "" : "init")},
+      {"profile (--profile-*)",
+       fmt::format("{} {} {} {} {} {} {} {} {}", o_.profile_steps, o_.profile_warmup, o_.profile_out.empty(),
+                   o_.profile.bits, o_.profile.granularity.text(), candidates, o_.profile.outputs, o_.profile.metrics,
+                   o_.profile_amax_history)},
+      {"PGQ_DP_BUCKET_MB", bucket ? bucket : "(unset)"},
   };
-  const std::vector<std::string> fields{PGQ_VERSION_STRING, fmt::format("{:016x}", hash(o_.model.toYaml())),
-                                        fmt::format("{:016x}", hash(recipe_text_)),
-                                        fmt::format("{} {} {}", o_.steps, o_.optimizer.lr, precisionName(o_.precision))};
-  const std::vector<std::string> names{"pgq version", "model config", "recipe", "--steps/--lr/--precision"};
-  std::vector<std::string> all = o_.collectives->allGatherStrings(fmt::format("{}", fmt::join(fields, "\n")));
-  auto split = [](const std::string& text) {
+  std::string mine;
+  for (const auto& [name, value] : fields) mine += value + "\n";
+  const std::vector<std::string> all = o_.collectives->allGatherStrings(mine);
+  auto split = [&](const std::string& text) {
     std::vector<std::string> out;
     std::istringstream lines(text);
     for (std::string line; std::getline(lines, line);) out.push_back(line);
-    out.resize(4);
+    out.resize(fields.size());
     return out;
   };
   const std::vector<std::string> first = split(all[0]);
@@ -280,12 +311,28 @@ void TrainLoop::checkRanksAgree() const {
     if (all[r] == all[0]) continue;
     const std::vector<std::string> theirs = split(all[r]);
     std::vector<std::string> differ;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (theirs[i] != first[i]) differ.push_back(names[i]);
-    throw Error(fmt::format("rank {} was started with a different {} than rank 0 (compared by hash); every rank "
-                            "of a job needs the same pgq build, model config and recipe",
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (theirs[i] != first[i]) differ.push_back(fields[i].first);
+    throw Error(fmt::format("rank {} was started with a different {} than rank 0; every rank of a job needs the "
+                            "same pgq build, model, recipe and training flags",
                             r, differ.empty() ? std::string("setup") : fmt::format("{}", fmt::join(differ, ", "))));
   }
+}
+
+// The corpus and tokenizer each rank read (by content: one path may hold other bytes on
+// another machine): a rank that trained on another text averaged its gradients into the
+// others' in silence. After the session is built (its collectives do not depend on the
+// data), before the first step.
+void TrainLoop::checkRanksReadTheSameData() const {
+  const std::string mine = fmt::format(
+      "{:016x} {:016x}", session_->corpus().fingerprint,
+      o_.model.tokenizer == TokenizerKind::kSentencePiece ? session_->corpusTokens().tokenizerHash() : uint64_t{0});
+  const std::vector<std::string> all = o_.collectives->allGatherStrings(mine);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw Error(fmt::format("rank {} read another corpus or tokenizer than rank 0 (by content: corpus {}, "
+                              "fingerprints {} there and {} on rank 0); every rank of a job needs the same bytes",
+                              r, o_.corpus, all[r], all[0]));
 }
 
 TrainResult TrainLoop::run() {
@@ -314,6 +361,7 @@ TrainResult TrainLoop::run() {
   if (o_.resume && !o_.init_from.empty())
     throw Error("--resume continues this run, --init-from starts a new one from another run: give one of them");
   session_ = std::make_unique<TrainingSession>(o_);
+  if (worldSize() > 1) checkRanksReadTheSameData();
   if (o_.resume) resume();
   else if (!o_.init_from.empty()) loadFrom(o_.init_from, false);
 

@@ -39,6 +39,42 @@ $out"
 
 expect_refusal "different model configs" 2 "rank 1 was started with a different model config" \
   sh -c "exec '$pgq' train --model tiny --steps 2 --seed \$((1 + OMPI_COMM_WORLD_RANK)) --out '$tmp/mismatch' --no-progress"
+# Flags that change the training or the job's collectives, given to one rank only: each
+# trained another model in silence (--warmup, --corpus) or called other collectives
+# (MPI_ERR_TRUNCATE, or a hang until the timeout).
+r1='$((OMPI_COMM_WORLD_RANK))'
+expect_refusal "a different --warmup on rank 1" 2 "rank 1 was started with a different optimizer" \
+  sh -c "exec '$pgq' train --model tiny --steps 2 --warmup \$((1 + $r1)) --out '$tmp/warmup' --no-progress"
+expect_refusal "a different --eval-every on rank 1" 2 "rank 1 was started with a different --eval-every" \
+  sh -c "exec '$pgq' train --model tiny --steps 2 --eval-every \$((1 + $r1)) --out '$tmp/eval' --no-progress"
+expect_refusal "a different bucket size on rank 1" 2 "rank 1 was started with a different PGQ_DP_BUCKET_MB" \
+  sh -c "PGQ_DP_BUCKET_MB=\$((1 + $r1)) exec '$pgq' train --model tiny --steps 2 --out '$tmp/bucket1' --no-progress"
+expect_refusal "a different --collective-timeout on rank 1" 2 "collective-timeout differs between the ranks" \
+  sh -c "exec '$pgq' train --model tiny --steps 2 --collective-timeout \$((10 * $r1)) --out '$tmp/timeout' --no-progress"
+head -c 20000 /usr/share/games/fortunes/fortunes >"$tmp/corpus0.txt"
+head -c 20000 /usr/share/games/fortunes/literature >"$tmp/corpus1.txt"
+expect_refusal "another corpus on rank 1" 2 "rank 1 read another corpus or tokenizer than rank 0" \
+  sh -c "exec '$pgq' train --model tiny --steps 2 --corpus '$tmp/corpus'\$(($r1)).txt --out '$tmp/corpus' --no-progress"
+# An imported model whose external weights differ on rank 1's machine: rank 0's frozen
+# weights and buffers are broadcast like its parameters, so the job trains what rank 0
+# alone trains (it trained a mix of the two models in silence).
+onnx=$(dirname "$0")/../data/onnx_modern/llama_variants
+for side in a b; do
+  mkdir -p "$tmp/$side"
+  cp "$onnx/model_dynamic.onnx" "$onnx/dyn.onnx.data" "$tmp/$side/"
+done
+/usr/bin/python3 -c "import sys, numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32); (a * 1.5).astype(np.float32).tofile(sys.argv[1])" "$tmp/b/dyn.onnx.data"
+onnx_args=(train --model model_dynamic.onnx --batch 2 --seq 16 --frozen 'lm_head.*' --steps 3 --eval-every 0 --no-progress)
+"${mpi[@]}" -np 1 -wdir "$tmp/a" "$pgq" "${onnx_args[@]}" --out "$tmp/mixed" : \
+  -np 1 -wdir "$tmp/b" "$pgq" "${onnx_args[@]}" --out "$tmp/mixed" >"$tmp/mixed.log" 2>&1 ||
+  fail "two ranks with other external data: $(cat "$tmp/mixed.log")"
+(cd "$tmp/a" && "$pgq" "${onnx_args[@]}" --out "$tmp/alone" >"$tmp/alone.log" 2>&1) || fail "$(cat "$tmp/alone.log")"
+mixed=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/mixed/metrics.csv")
+alone=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/alone/metrics.csv")
+[ -n "$mixed" ] && [ "$mixed" = "$alone" ] || fail "step 3's loss: $mixed with rank 1's other weights, $alone alone"
+echo "ok: rank 1 with other frozen weights: step 3's loss $mixed, as rank 0's model alone"
+
 expect_refusal "tensor parallel not dividing the ranks" 3 "does not divide the 3 ranks" \
   "$pgq" train --model tiny --steps 2 --tensor-parallel 2 --out "$tmp/ranks" --no-progress
 expect_refusal "tensor parallel not dividing the heads" 4 "tensor_parallel.*must divide n_heads" \
