@@ -25,7 +25,9 @@ class ScratchDir {
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
+  ~ScratchDir() { remove(); }
+  // Removes the folder now (before a process ends by a signal, which runs no destructor).
+  void remove() const {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

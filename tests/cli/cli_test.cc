@@ -338,6 +338,28 @@ TEST_F(Cli, GpuprobeRefusesWithoutAGpuAndFitsRecordedTimes) {
       << r.out;
 }
 
+// SIGTERM to pgq gpuprobe (a job scheduler's, a `kill`) reaches only pgq: it left the
+// measuring Python process running on the GPU and its scratch folder behind (session 15).
+// Now the signal is passed on, the child waited for, the folder removed, and pgq ends by
+// the signal.
+TEST_F(Cli, GpuprobeStoppedBySigtermStopsItsPythonAndRemovesItsScratchFolder) {
+  const fs::path pid = dir_ / "child.pid", script = dir_ / "script.path";
+  const std::string fake = write("fake_python", "#!/bin/sh\necho \"$1\" > " + script.string() + "\necho $$ > " +
+                                                    pid.string() + "\nexec sleep 60\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  Result r = shell("(" + kPgq + " gpuprobe --python " + fake + " -o " + (dir_ / "hw.yaml").string() +
+                   " & job=$!; for i in $(seq 200); do [ -s " + pid.string() + " ] && break; sleep 0.05; done; "
+                   "kill -TERM $job; wait $job; echo \"rc=$?\") 2>&1");
+  EXPECT_NE(r.out.find("rc=143"), std::string::npos) << r.out;  // 128 + SIGTERM
+  const std::string child = read(pid).substr(0, read(pid).find('\n'));
+  ASSERT_FALSE(child.empty()) << r.out;
+  EXPECT_FALSE(fs::exists("/proc/" + child)) << "the probe's process " << child << " is still running";
+  const fs::path folder = fs::path(read(script).substr(0, read(script).find('\n'))).parent_path();
+  EXPECT_TRUE(folder.string().starts_with("/tmp/pgq-gpuprobe-")) << folder;
+  EXPECT_FALSE(fs::exists(folder)) << folder;
+  EXPECT_FALSE(fs::exists(dir_ / "hw.yaml"));
+}
+
 // Every numeric flag is checked before any work: a bad value exits 2 with one line that
 // names the flag, and leaves no output behind.
 TEST_F(Cli, BadNumbersExitTwoNamingTheFlagBeforeAnyWork) {
