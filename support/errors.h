@@ -11,9 +11,25 @@
 
 namespace pgq {
 
+// A message echoes what a user gave (a field of a file, a flag's value): a NUL there
+// ended what() at it (the rest of the message was lost), and other control characters
+// (ESC) would act on the terminal. They are written as \xNN; newlines and tabs stay.
+inline std::string printableMessage(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(printableMessage(message)) {}
 };
 
 class InternalError : public std::logic_error {

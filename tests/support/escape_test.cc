@@ -1,4 +1,5 @@
 #include "support/escape.h"
+#include "support/errors.h"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +33,14 @@ TEST(CsvField, QuotesOnlyWhatAReaderWouldSplit) {
   EXPECT_EQ(csvField("a\nb"), "\"a\nb\"");
   EXPECT_EQ(csvField("a\rb"), "\"a\rb\"");
   EXPECT_EQ(csvField("tab\tand \\ stay"), "tab\tand \\ stay");
+}
+
+// An error message echoing a user's bytes keeps everything after a NUL (what() ended
+// there: "got '32" for "32\x0068") and shows control characters instead of sending them
+// to the terminal.
+TEST(ErrorMessage, ControlCharactersArePrintedNotPassedOn) {
+  const Error e(std::string("field 'k': got '32") + '\0' + "68'\n\tnext line, \x1b[31mred\x7f");
+  EXPECT_EQ(std::string(e.what()), "field 'k': got '32\\x0068'\n\tnext line, \\x1b[31mred\\x7f");
 }
 
 }  // namespace
