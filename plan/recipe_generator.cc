@@ -125,6 +125,19 @@ int blockMismatch(const GemmProfile& g, const Choice& c) {
   return 0;
 }
 
+// GPU tensor cores run FP8, MX and FP4 GEMMs only on operands whose rows are 16-byte
+// aligned: cuBLASLt's FP8 kernels and torch._scaled_mm need K and N multiples of 16
+// (Transformer Engine asserts it before an FP8 GEMM). The first of K and N (this GEMM's
+// contracting and output-column dims on its device) that is not, or 0 when both are or
+// the formats are not such (int8 on a CPU, bf16).
+int64_t alignmentMismatch(const GemmProfile& g, const Choice& c) {
+  auto tensorCore = [](const QuantFormat& f) { return f.isEmulated() && f.element != Element::kBf16; };
+  if (g.device_shape.size() != 4 || !(tensorCore(c.lhs) || tensorCore(c.rhs))) return 0;
+  for (int64_t dim : {g.device_shape[2], g.device_shape[3]})
+    if (dim % 16 != 0) return dim;
+  return 0;
+}
+
 // What every GEMM's decision reads: generateRecipe's inputs and what it derives from
 // them once.
 struct Context {
@@ -185,7 +198,7 @@ enum class Why {
 
 // Why one of the policy's schemes did not take a GEMM.
 struct SchemeMiss {
-  enum class Kind { kBlock, kNotFaster, kFailed };
+  enum class Kind { kBlock, kAlignment, kNotFaster, kFailed };
   Scheme scheme = Scheme::kInt8;
   Kind kind = Kind::kBlock;
   int block = 0;        // kBlock: the MX block that does not divide K
@@ -250,6 +263,11 @@ Verdict byScheme(const GemmProfile& g, const Context& ctx, Verdict v) {
     if (int block = blockMismatch(g, c)) {
       miss.kind = SchemeMiss::Kind::kBlock;
       miss.block = block;
+      v.misses.push_back(miss);
+      continue;
+    }
+    if (alignmentMismatch(g, c) != 0) {
+      miss.kind = SchemeMiss::Kind::kAlignment;
       v.misses.push_back(miss);
       continue;
     }
@@ -340,6 +358,9 @@ std::string missesText(const GemmProfile& g, const Context& ctx, const std::vect
   auto text = [&](const SchemeMiss& m) {
     switch (m.kind) {
       case SchemeMiss::Kind::kBlock: return fmt::format("{}: block {} does not divide K = {}", m.scheme, m.block, k);
+      case SchemeMiss::Kind::kAlignment:
+        return fmt::format("{}: K = {} and N = {} must be multiples of 16 for the tensor cores' {} GEMM", m.scheme, k,
+                           g.device_shape[3], m.scheme);
       case SchemeMiss::Kind::kNotFaster:
         return fmt::format("{}: est. {:.2f}x < {:.2f}x", m.scheme, m.speedup, ctx.policy.min_speedup);
       case SchemeMiss::Kind::kFailed:
@@ -568,6 +589,7 @@ std::string perGemmEstimates(const Recipe& r) {
 // per scheme ("int8: ...; bf16: ..."), each named with its scheme where they differ.
 std::string keptCategory(const std::string& reason) {
   const std::pair<const char*, const char*> kMarkers[] = {{"does not divide", "MX block does not divide K"},
+                                                          {"multiples of 16", "K or N not a multiple of 16"},
                                                           {"min SQNR", "failed the SQNR threshold"},
                                                           {"not worth it", "roofline: not faster quantized"},
                                                           {"x < ", "roofline: not faster quantized"},

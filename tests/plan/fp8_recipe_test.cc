@@ -134,6 +134,28 @@ TEST(GpuRecipe, ChoosesAmongBf16Fp8AndMxfp8PerGemm) {
   EXPECT_EQ(recipeToYaml(parseRecipe(again, "r.yaml")), again);
 }
 
+// FP8 and MX tensor-core GEMMs need K and N multiples of 16 (cuBLASLt, torch._scaled_mm;
+// Transformer Engine asserts it): such a GEMM stays in bf16, naming the dims, where
+// pgq's roofline had given an FP8 estimate for a GEMM the trainer cannot run (session 15's
+// note). An aligned GEMM of the same size is still quantized.
+TEST(GpuRecipe, KeepsGemmsWhoseDimsTheTensorCoresCannotTake) {
+  Profile p = gpuProfile();
+  using R = OperandRole;
+  p.gemms = {gemm("aligned", GemmDirection::kFwd, {1, 8192, 4096, 8192}, R::kActivation, 900, 1500, R::kWeight, 1000,
+                  1600),
+             gemm("vocab", GemmDirection::kFwd, {1, 8192, 4096, 50257}, R::kActivation, 900, 1500, R::kWeight, 1000,
+                  1600)};
+  for (const char* hw : {"h100-sxm", "b200"}) {
+    SCOPED_TRACE(hw);
+    Recipe r = generateRecipe(p, loadHardwareModel(hw), loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/gpu-auto.yaml"),
+                              "p.yaml");
+    EXPECT_EQ(entry(r, "aligned").decision, Decision::kQuantize);
+    EXPECT_EQ(entry(r, "vocab").decision, Decision::kKeep);
+    EXPECT_NE(entry(r, "vocab").reason.find("fp8: K = 4096 and N = 50257 must be multiples of 16"), std::string::npos)
+        << entry(r, "vocab").reason;
+  }
+}
+
 // --explain lists every GEMM's estimate as the decision used it: on a GPU model, the
 // bf16 GEMM, the FP8 GEMM alone and the operands' casts of the measured-shape model
 // (estimateGpuGemm, which tests/plan/gpu_model_test.cc holds to the H100's tables).
