@@ -87,6 +87,7 @@ class Experiment {
   void baseline();
   int64_t scheduleWarmup(int64_t steps) const;
   int64_t from_checkpoint_step_ = 0;  // the step of --from-checkpoint's checkpoint
+  uint64_t corpus_fingerprint_ = 0;   // the corpus's bytes (runtime/corpus.h)
   // The profile of phase 1, checked to be of this experiment's model.
   Profile profile() const;
   // Phase 2: the recipes to compare.
@@ -237,6 +238,8 @@ void Experiment::recordOptions() const {
   // The file, not only its path: a checkpoint replaced at the same path is another baseline.
   if (!o_.from_checkpoint.empty())
     text += fmt::format("baseline_checkpoint: \"{}\"\n", checkpointIdentity(o_.from_checkpoint));
+  const std::string fingerprint = fmt::format("corpus_fingerprint: {:016x}\n", corpus_fingerprint_);
+  text += fingerprint;
   std::string path = (fs::path(o_.out_dir) / "experiment.yaml").string();
   // A folder where nothing was done yet (a first attempt refused, e.g. a --seq longer
   // than the corpus) takes the new options.
@@ -244,6 +247,8 @@ void Experiment::recordOptions() const {
   const bool started = fs::exists(out / "baseline") || fs::exists(out / "profile.yaml") || fs::exists(out / "runs");
   if (fs::exists(path) && started) {
     const std::string recorded = readTextFile(path, InputKind::kExperimentOptions);
+    // A folder made before session 16 has no corpus_fingerprint: its corpus is not checked.
+    if (recorded.find("\ncorpus_fingerprint: ") == std::string::npos) text.erase(text.size() - fingerprint.size());
     if (recorded != text) {
       // The first line that differs says which option.
       std::istringstream theirs(recorded), ours(text);
@@ -691,6 +696,9 @@ ExperimentResult Experiment::run() {
     if (!fs::is_regular_file(st) && !fs::is_directory(st))
       throw Error(fmt::format("corpus {}: {}", corpus, fs::exists(st) ? "is neither a file nor a folder"
                                                                       : "no such file or directory"));
+    // Its content, which experiment.yaml records: a corpus edited since the runs were
+    // made is another experiment.
+    corpus_fingerprint_ = loadCorpus(o_.corpus).fingerprint;
   }
   // The baseline profiles, so it holds the instrumented training graph as well.
   checkTrainingMemory(o_.model, estimateTrainingMemory(o_.model, o_.eval_batches, true), availableMemoryBytes());

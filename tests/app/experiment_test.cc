@@ -379,6 +379,31 @@ TEST_F(ExperimentTest, AReplacedStartingCheckpointIsAnotherExperiment) {
   }
 }
 
+// A corpus edited after the runs were made is another experiment (its numbers were
+// reported again as the new corpus's); a folder from before the fingerprint was recorded
+// still resumes.
+TEST_F(ExperimentTest, AnEditedCorpusIsAnotherExperiment) {
+  ExperimentOptions o = options();
+  o.finetune_steps = 4;
+  o.fractions = {};
+  o.corpus = (dir_ / "corpus.txt").string();
+  fs::copy_file("/usr/share/games/fortunes/fortunes", o.corpus);
+  runExperiment(o);
+  const fs::path recorded = fs::path(o.out_dir) / "experiment.yaml";
+  std::string text = read(recorded);
+  const size_t line = text.find("corpus_fingerprint: ");
+  ASSERT_NE(line, std::string::npos) << text;
+  std::ofstream(o.corpus, std::ios::app) << "One more fortune, added after the experiment.\n";
+  try {
+    runExperiment(o);
+    ADD_FAILURE() << "the old corpus's runs were reused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'corpus_fingerprint: "), std::string::npos) << e.what();
+  }
+  std::ofstream(recorded, std::ios::trunc) << text.erase(line, text.find('\n', line) + 1 - line);
+  runExperiment(o);  // no fingerprint recorded: resumes as before
+}
+
 // A first attempt refused before any work leaves a folder the corrected options may use.
 TEST_F(ExperimentTest, AFolderWhereNothingWasDoneTakesNewOptions) {
   ExperimentOptions o = options();
