@@ -180,6 +180,12 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
   finishLoadChecks(path, same_run);
 }
 
+// The optimizer's flags, as a checkpoint records them (AdamW's betas and eps are fixed).
+std::string optimizerFlags(const OptimizerConfig& o) {
+  return fmt::format("--lr {} --warmup {} --min-lr-ratio {} --weight-decay {} --grad-clip {}", o.lr, o.warmup,
+                     o.min_lr_ratio, o.weight_decay, o.grad_clip);
+}
+
 std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std::string& path, bool same_run) {
   Checkpoint ckpt = loadCheckpoint(path);
   std::optional<int64_t> planned = checkRunFields(ckpt, o_, path, same_run);
@@ -221,6 +227,13 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
   if (planned && *planned != o_.steps && start_step_ < o_.steps)
     spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes from here on",
                  *planned, o_.steps);
+  // Resuming with another --lr or --weight-decay may be meant (as with --steps), but not
+  // in silence (it was).
+  auto optimizer = ckpt.info.find("optimizer");
+  if (same_run && optimizer != ckpt.info.end() && optimizer->second != optimizerFlags(o_.optimizer) &&
+      start_step_ < o_.steps)
+    spdlog::warn("the run was trained with {}, now {}: the optimizer changes from here on", optimizer->second,
+                 optimizerFlags(o_.optimizer));
   return ordered;
 }
 
@@ -253,6 +266,7 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
     ckpt.info["tokenizer_hash"] = fmt::format("{:016x}", session_->corpusTokens().tokenizerHash());
   ckpt.info["precision"] = precisionName(o_.precision);
   ckpt.info["planned_steps"] = std::to_string(o_.steps);
+  ckpt.info["optimizer"] = optimizerFlags(o_.optimizer);
   ckpt.recipe = recipe_text_;
   ckpt.tensors = session_->state();  // every rank: split tensors are gathered
   if (lead_) saveCheckpoint(checkpoint_path_, ckpt);

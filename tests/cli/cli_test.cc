@@ -526,6 +526,14 @@ TEST_F(Cli, TrainTinyEndToEnd) {
   Result resumed = pgq("train --model tiny --steps 40 --no-progress --resume --out " + out);
   EXPECT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("to step 40"), std::string::npos) << resumed.out;
+  // Another --lr on resume is allowed, as another --steps is, but said (it was silent).
+  // The warmup is the schedule's: --steps 40 gave 40, given here so that only --lr moves.
+  resumed = pgq("train --model tiny --steps 50 --warmup 40 --lr 0.002 --no-progress --resume --out " + out);
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("the run was trained with --lr 0.001 --warmup 40 --min-lr-ratio 0.1 --weight-decay 0.1 "
+                             "--grad-clip 1, now --lr 0.002 --warmup 40"),
+            std::string::npos)
+      << resumed.out;
 }
 
 // A subword model end to end: pgq trains a SentencePiece vocabulary on the corpus's
