@@ -48,8 +48,8 @@ void addOrderingsFlags(CLI::App* cmd, ExperimentOptions& o, bool& orderings) {
 // The --orderings flags into `o`, refused without --orderings.
 void finishOrderingsOptions(CLI::App* cmd, ExperimentOptions& o, bool orderings) {
   if (!ordering_metrics.empty()) {
-    std::stringstream in(ordering_metrics);
-    for (std::string m; std::getline(in, m, ',');) o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));
+    for (const std::string& m : listItems("--ordering-metrics", ordering_metrics))
+      o.ordering_metrics.push_back(metricFromName(m, "--ordering-metrics"));
   }
   if (!orderings && (!points.empty() || !ordering_metrics.empty() || cmd->count("--random-orderings") ||
                      cmd->count("--pareto-steps") || cmd->count("--ordering-direction")))
@@ -57,8 +57,8 @@ void finishOrderingsOptions(CLI::App* cmd, ExperimentOptions& o, bool orderings)
                 "apply with --orderings");
   if (!points.empty()) {
     o.ordering_points.clear();
-    std::stringstream in(points);
-    for (std::string f; std::getline(in, f, ',');) o.ordering_points.push_back(parseNumber(ranges::kOrderingPoint, f));
+    for (const std::string& f : listItems("--points", points))
+      o.ordering_points.push_back(parseNumber(ranges::kOrderingPoint, f));
   }
 }
 
@@ -183,8 +183,8 @@ void addExperimentCommand(CLI::App& app) {
     }
     if (!fractions.empty()) {
       o.fractions.clear();
-      std::stringstream in(fractions);
-      for (std::string f; std::getline(in, f, ',');) o.fractions.push_back(parseNumber(ranges::kFraction, f));
+      for (const std::string& f : listItems("--fractions", fractions))
+        o.fractions.push_back(parseNumber(ranges::kFraction, f));
     }
     if (!metric.empty()) o.metric = metricFromName(metric, "--metric");
     o.profile_metrics = !no_profile_metrics;

@@ -6,11 +6,14 @@
 // library checks the same ranges again for callers that do not go through the CLI.
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 #include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "support/errors.h"
 #include "support/option_ranges.h"
 
 namespace pgq::cli {
@@ -45,6 +48,22 @@ CLI::Option* addNumber(CLI::App* cmd, const OptionRange<T>& range, V& value, con
 inline const CLI::Validator kNonEmptyList(
     [](std::string& text) { return text.empty() ? std::string("an empty list; give items or leave the flag out") : ""; },
     "LIST");
+
+// The items of a comma-separated list flag. An empty item ("int8,,fp8", "0.5,") is
+// refused: CLI11's own splitting dropped it, and std::getline a trailing one.
+inline std::vector<std::string> listItems(std::string_view flag, const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (items.back().empty())
+      throw pgq::Error(fmt::format("{}: item {} of '{}' is empty; give items separated by single commas", flag,
+                              items.size(), text));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
 
 // A flag with no default value: `description` says what leaving it out means.
 template <typename V, typename T>

@@ -42,11 +42,11 @@ void addProfileFormatFlags(CLI::App* cmd, ProfileAsk& ask, const std::string& wh
          fmt::format("{} this scale granularity: tensor, channel or block<N>; default {}", when,
                      ask.granularity.text()))
       ->type_name("TEXT");
-  cmd->add_option_function<std::vector<std::string>>(
+  cmd->add_option_function<std::string>(
          "--profile-formats",
-         [&ask](const std::vector<std::string>& items) {
+         [&ask](const std::string& text) {
            ask.candidates.clear();
-           for (const std::string& item : items) {
+           for (const std::string& item : listItems("--profile-formats", text)) {
              try {
                ask.candidates.push_back(parseProfileCandidate(item));
              } catch (const Error& e) {
@@ -57,7 +57,7 @@ void addProfileFormatFlags(CLI::App* cmd, ProfileAsk& ask, const std::string& wh
          fmt::format("{} these format schemes ({}) or formats (e4m3:channel:rtn), comma-separated", when,
                      fmt::join(kFormatSchemes, ", ")))
       ->check(kNonEmptyList)
-      ->delimiter(',');
+      ->type_name("LIST");
 }
 
 }  // namespace pgq::cli

@@ -7,6 +7,7 @@
 
 #include "app/sqnr_plot.h"
 #include "cli/commands.h"
+#include "cli/number_flags.h"
 #include "plan/profile.h"
 #include "plan/gemm_metric.h"
 #include "plan/sqnr_table.h"
@@ -20,7 +21,7 @@ void addSqnrTableCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("sqnr-table", "Show the SQNR of every GEMM input of a profile, lowest first");
   static std::string profile_path, format = "int8:channel:rtn", plot;
   static bool csv = false, json = false, scaling = false;
-  static std::vector<std::string> compare;
+  static std::string compare;
   static size_t top = 15;
   cmd->add_option("PROFILE", profile_path, "Profile written by pgq train --profile-out")->required();
   cmd->add_option("--format", format, "Quantization format to show (one the profile measured)")->capture_default_str();
@@ -35,7 +36,7 @@ void addSqnrTableCommand(CLI::App& app) {
   cmd->add_option("--compare", compare,
                   "Compare formats side by side: schemes (int8, fp8, fp8_e4m3, mxfp8, mxint8, moss_fp8) or formats, "
                   "comma-separated; shows ranks and rank shifts")
-      ->delimiter(',')
+      ->check(kNonEmptyList)
       ->excludes(plot_option)
       ->excludes(scaling_flag);
   static std::string gradient_format, sort = "sqnr";
@@ -64,7 +65,7 @@ void addSqnrTableCommand(CLI::App& app) {
     }
     Profile profile = loadProfile(profile_path);
     if (!compare.empty()) {
-      SqnrComparison c = compareSqnr(profile, compare);
+      SqnrComparison c = compareSqnr(profile, listItems("--compare", compare));
       if (json) throw Error("--compare prints markdown or --csv, not --json");
       fmt::print("{}", csv ? sqnrComparisonCsv(c) : sqnrComparisonMarkdown(c, top));
       return;

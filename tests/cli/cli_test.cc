@@ -954,6 +954,13 @@ TEST_F(Cli, StageTwoBadInputs) {
       {"experiment --model tiny --fractions '' --out " + (dir_ / "e").string(),
        "--fractions: an empty list; give items or leave the flag out"},
       {"experiment --model tiny --orderings --points 0.5,1 --out " + (dir_ / "e").string(), "--points"},
+      // Session 16: CLI11 dropped the empty item of a list, std::getline a trailing one.
+      {"experiment --model tiny --fractions 0.5, --out " + (dir_ / "e").string(),
+       "--fractions: item 2 of '0.5,' is empty"},
+      {"train --model tiny --steps 2 --profile-steps 1 --profile-out " + (dir_ / "p.yaml").string() +
+           " --profile-formats int8,,fp8 --out " + (dir_ / "pf").string(),
+       "--profile-formats: item 2 of 'int8,,fp8' is empty"},
+      {"sqnr-table " + profile + " --compare ,int8", "--compare: item 1 of ',int8' is empty"},
       {"experiment --model tiny --random-orderings 3 --out " + (dir_ / "e").string(), "only apply with --orderings"},
       {"experiment --model tiny --orderings --search --loss-budget 0.1 --out " + (dir_ / "e").string(),
        "--orderings and --search conflict"},
