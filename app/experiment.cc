@@ -185,7 +185,18 @@ void Experiment::validate() const {
                             o_.fractions.size() + o_.extra_policies.size(), kMaxExtraRecipes));
   if (o_.backward_rounding != "sr" && o_.backward_rounding != "rtn")
     throw Error(fmt::format("--backward-rounding must be sr or rtn, got '{}'", o_.backward_rounding));
-  for (const std::string& p : o_.extra_policies) loadPolicy(p);  // unknown names fail now
+  // Unknown names fail now, and names whose runs would share a folder with the standard
+  // recipes' or each other's (makeRecipes checks the thresholded ones too).
+  std::map<std::string, std::string> slugs = {{runSlug(kF32), kF32}};
+  for (const char* standard : {"F", "F+B", "F+B_SR"}) slugs.emplace(runSlug(standard), standard);
+  for (const std::string& p : o_.extra_policies) {
+    const std::string name = loadPolicy(p).name;
+    const auto [at, fresh] = slugs.emplace(runSlug(name), name);
+    if (!fresh)
+      throw Error(fmt::format("--policy {}: its name '{}' and the policy '{}' would share the run folder runs/{}; "
+                              "rename it",
+                              p, name, at->second, at->first));
+  }
   kTokenScale.check(o_.token_scale);
   const bool orderings = o_.protocol == ExperimentProtocol::kOrderings;
   if (((o_.metric && *o_.metric != Metric::kSqnr) || orderings || !o_.ordering_metrics.empty()) &&
@@ -389,8 +400,14 @@ std::vector<RecipeRun> Experiment::makeRecipes() {
   for (const std::string& p : o_.extra_policies) policies.push_back(p);
   fs::create_directories(fs::path(o_.out_dir) / "recipes");
   std::vector<RecipeRun> out;
+  std::map<std::string, std::string> slugs;  // run folder -> the policy that has it
   for (const std::string& p : policies) {
     Policy pol = policy(p);
+    // Names that differ only in ' ', '/' or ':' would share a run folder.
+    const auto [at, fresh] = slugs.emplace(runSlug(pol.name), pol.name);
+    if (!fresh)
+      throw Error(fmt::format("policies '{}' and '{}' would share the run folder runs/{}; rename one", at->second,
+                              pol.name, at->first));
     Recipe recipe = generateRecipe(profile, hw, pol, "../profile.yaml");
     std::string path = (fs::path(o_.out_dir) / "recipes" / (runSlug(pol.name) + ".yaml")).string();
     writeRecipe(path, recipe);

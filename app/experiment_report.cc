@@ -78,6 +78,9 @@ std::string runSlug(const std::string& name) {
     else if (c == ' ' || c == '/' || c == ':') out += '_';
     else out += c;
   }
+  // A policy named "." or ".." would put its run in runs/ itself or in the experiment's
+  // folder.
+  if (out.find_first_not_of('.') == std::string::npos) out.insert(0, "_");
   return out;
 }
 

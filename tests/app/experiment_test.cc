@@ -194,6 +194,27 @@ TEST_F(ExperimentTest, RefusesOtherOptionsInTheSameFolderAndBadValues) {
   bad.out_dir = (dir_ / "bad").string();
   bad.extra_policies = {"F+Z"};
   EXPECT_THROW(runExperiment(bad), Error);
+  // Policies whose runs would share a folder (session 16: the second reused the first's
+  // run), and names that would put a run outside runs/.
+  for (const std::string& name : {std::string("F"), std::string("a b"), std::string("..")}) {
+    SCOPED_TRACE(name);
+    bad = options();
+    bad.out_dir = (dir_ / "bad").string();
+    std::ofstream(dir_ / "p1.yaml") << "name: \"a:b\"\nforward: {quantize: true}\nbackward: {quantize: false}\n";
+    std::ofstream(dir_ / "p2.yaml") << "name: \"" << name << "\"\nforward: {quantize: false}\nbackward: {quantize: false}\n";
+    bad.extra_policies = {(dir_ / "p1.yaml").string(), (dir_ / "p2.yaml").string()};
+    if (name == "..") {
+      EXPECT_EQ(runSlug(name), "_..");
+      continue;
+    }
+    try {
+      runExperiment(bad);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("would share the run folder runs/"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(bad.out_dir));
+  }
   bad = options();
   bad.out_dir = (dir_ / "bad").string();
   bad.protocol = ExperimentProtocol::kSearch;
