@@ -229,7 +229,7 @@ void lossCurves(const std::string& out_dir, const std::vector<RunSummary>& runs)
     std::string file = fmt::format("run{}.dat", i);
     data.emplace_back(file, rows);
     // gnuplot cycles 8 colours; runs past the eighth are told apart by dashes.
-    std::string style = fmt::format("with lines lw {} dt {} title \"{}\"", i ? 1.5 : 3, i / 8 + 1, runs[i].name);
+    std::string style = fmt::format("with lines lw {} dt {} title {}", i ? 1.5 : 3, i / 8 + 1, gnuplotText(runs[i].name));
     top += fmt::format("{}'{}' using 1:2 {}", i ? ", " : "", file, style);
     bottom += fmt::format("{}'{}' using 1:3 {}", i ? ", " : "", file, style);
   }
@@ -256,12 +256,12 @@ void speedupVsLoss(const std::string& out_dir, const std::vector<RunSummary>& ru
   auto rows = [&](std::vector<std::pair<double, const RunSummary*>> v) {
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.second->bwd_quantized < b.second->bwd_quantized; });
     std::string out;
-    for (auto& [speedup, r] : v) out += fmt::format("{:.4f} {:.6f} \"{}\"\n", speedup, r->mean_loss, r->name);
+    for (auto& [speedup, r] : v) out += fmt::format("{:.4f} {:.6f} {}\n", speedup, r->mean_loss, gnuplotDatum(r->name));
     return out;
   };
   std::string others;
   for (const RunSummary& r : runs)
-    if (r.name == "f32" || (sr && r.name == "F+B")) others += fmt::format("{:.4f} {:.6f} \"{}\"\n", base.step_ms / r.step_ms, r.mean_loss, r.name);
+    if (r.name == "f32" || (sr && r.name == "F+B")) others += fmt::format("{:.4f} {:.6f} {}\n", base.step_ms / r.step_ms, r.mean_loss, gnuplotDatum(r.name));
   std::string script = fmt::format(
       "set title \"Speedup vs loss: backward GEMMs chosen by {2} vs adversarially (f32 loss {1:.4f})\"\n"
       "set xlabel \"step speedup over f32\"\nset ylabel \"mean training loss, last half of fine-tuning\"\nset grid\n"

@@ -218,8 +218,8 @@ void writeOrderingsReport(const OrderingsReport& r) {
     else if (c.kind == OrderingKind::kAdversarial)
       style = fmt::format("linespoints lw 2 dt 2 lc rgb '#d62728' pt 6 title 'adversarial ({:.3f})'", c.area);
     else
-      style = fmt::format("linespoints lw 2 lc rgb '{}' pt 5 title '{} ({:.3f})'", colours[colour++ % 7], c.name,
-                          c.area);
+      style = fmt::format("linespoints lw 2 lc rgb '{}' pt 5 title {}", colours[colour++ % 7],
+                          gnuplotText(fmt::format("{} ({:.3f})", c.name, c.area)));
     plots += fmt::format("{}'{}' using 1:2 with {}", plots.empty() ? "plot " : ", \\\n     ", file, style);
   }
   if (!random_areas.empty()) {
@@ -228,10 +228,11 @@ void writeOrderingsReport(const OrderingsReport& r) {
                          random_areas.size(), random.mean);
   }
   std::string script = fmt::format(
-      "set title '{} candidates, {}: loss vs speed by ordering (area in brackets)'\n"
-      "set xlabel '{}'\nset ylabel 'loss increase over f32 (%)'\nset grid\n"
+      "set title {}\n"
+      "set xlabel {}\nset ylabel 'loss increase over f32 (%)'\nset grid\n"
       "set key top left\n{}\n",
-      r.direction, r.setting, axisName(r), plots);
+      gnuplotText(fmt::format("{} candidates, {}: loss vs speed by ordering (area in brackets)", r.direction, r.setting)),
+      gnuplotText(axisName(r)), plots);
   fs::create_directories(r.out_dir);
   writeFileAtomically((fs::path(r.out_dir) / "orderings.md").string(), md);
   writeFileAtomically((fs::path(r.out_dir) / "orderings.csv").string(), csv);

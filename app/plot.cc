@@ -16,6 +16,26 @@
 
 namespace pgq {
 
+std::string gnuplotText(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') out += "''";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else out += c;
+  }
+  return out + "'";
+}
+
+std::string gnuplotDatum(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '\'';
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
 void renderPlot(const std::string& script, const std::vector<std::pair<std::string, std::string>>& data,
                 const std::string& output, int width, int height) {
   namespace fs = std::filesystem;

@@ -4,10 +4,20 @@
 // and sets no terminal or output; renderPlot picks the terminal from the output's
 // extension (.svg or .png) and writes the image atomically.
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace pgq {
+
+// `text` (a run, policy, label or hardware name: a user's) as a gnuplot string literal in
+// a script: single-quoted, where gnuplot expands nothing, with each ' doubled and control
+// characters as spaces. In double quotes, a policy named `x" . system("...") . "` ran
+// that command when the experiment drew its plots.
+std::string gnuplotText(std::string_view text);
+// `text` as a quoted field of a data file: double-quoted, with " and control characters
+// as ' and spaces (a data file has no escapes).
+std::string gnuplotDatum(std::string_view text);
 
 // `data` holds (file name, content) pairs the script refers to by name; they are
 // written to a scratch directory that is the script's working directory. Throws

@@ -20,13 +20,13 @@ void writeSqnrPlot(const std::vector<SqnrRow>& rows, const std::string& format, 
       ++rank;
       for (const SqnrInput* in : {&r.lhs, &r.rhs})
         for (int k = 0; k < 3; ++k)
-          if (in->role == roles[k]) files[k] += fmt::format("{} {:.6g} \"{}\"\n", rank, in->ln1p(), r.label);
+          if (in->role == roles[k]) files[k] += fmt::format("{} {:.6g} {}\n", rank, in->ln1p(), gnuplotDatum(r.label));
     }
     for (int k = 0; k < 3; ++k) data.emplace_back(fmt::format("{}_{}.dat", panel, roles[k]), files[k] + "\n");
     ++index;
   }
   std::string script = fmt::format(R"gp(
-set multiplot layout 1,2 title "ln(1+SQNR) of GEMM inputs, {} (GEMMs ordered by their lower input SQNR)"
+set multiplot layout 1,2 title {}
 set ylabel "ln(1 + SQNR)"
 set grid ytics
 set key bottom right box opaque
@@ -41,7 +41,8 @@ plot 'bwd_weight.dat' using 1:2 with points pt 5 ps 0.8 lc rgb '#1f77b4' title '
      'bwd_gradient.dat' using 1:2 with points pt 9 ps 0.9 lc rgb '#d62728' title 'gradient'
 unset multiplot
 )gp",
-                                    format);
+                                    gnuplotText(fmt::format(
+                                        "ln(1+SQNR) of GEMM inputs, {} (GEMMs ordered by their lower input SQNR)", format)));
   renderPlot(script, data, output, 1200, 500);
 }
 

@@ -400,6 +400,21 @@ TEST_F(ExperimentTest, AReplacedStartingCheckpointIsAnotherExperiment) {
   }
 }
 
+// A run's name is a user's text (a policy's `name:`): in the plots' gnuplot script it was
+// a double-quoted string, where `x" . system("touch F") . "z` ran the command (session 16).
+TEST_F(ExperimentTest, PolicyNamesDoNotRunInThePlotScripts) {
+  ExperimentOptions o = options();
+  o.finetune_steps = 4;
+  o.fractions = {};
+  const fs::path touched = dir_ / "PWNED";
+  std::ofstream(dir_ / "evil.yaml") << "name: 'x\" . system(\"touch " << touched.string()
+                                    << "\") . \"z'\nforward: {quantize: true}\nbackward: {quantize: false}\n";
+  o.extra_policies = {(dir_ / "evil.yaml").string()};
+  runExperiment(o);
+  EXPECT_TRUE(fs::exists(fs::path(o.out_dir) / "loss_curves.png"));
+  EXPECT_FALSE(fs::exists(touched));
+}
+
 // A corpus edited after the runs were made is another experiment (its numbers were
 // reported again as the new corpus's); a folder from before the fingerprint was recorded
 // still resumes.
