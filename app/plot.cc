@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "support/child_process.h"
 #include "support/errors.h"
 #include "support/scratch_dir.h"
 #include "support/file_io.h"
@@ -53,17 +54,19 @@ void renderPlot(const std::string& script, const std::vector<std::pair<std::stri
   writeFileAtomically((dir / "plot.gp").string(),
                       fmt::format("set terminal {}\nset termoption noenhanced\nset output '{}'\n{}\nunset output\n",
                                   terminal, image.string(), script));
-  std::string cmd = fmt::format("cd '{}' && gnuplot plot.gp 2>&1", dir.string());
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) throw Error(fmt::format("{}: cannot run gnuplot: {}", output, std::strerror(errno)));
-  std::string messages;
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) messages.append(buf, n);
-  int status = ::pclose(pipe);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) == 127)
+  // A plot takes gnuplot well under a second; one that has not finished in a minute hangs.
+  const ChildEnd end =
+      runChild({.args = {"gnuplot", "plot.gp"}, .cwd = dir.string(), .stderr_file = "", .timeout_s = 60});
+  if (end.signal != 0) {
+    scratch.remove();
+    endBySignal(end.signal);
+  }
+  if (end.spawn_error == ENOENT)
     throw Error("gnuplot is not installed (Debian package gnuplot-nox; scripts/setup.sh installs it)");
-  if (WEXITSTATUS(status) != 0 || !fs::exists(image))
-    throw Error(fmt::format("gnuplot failed to draw {}:\n{}", output, messages));
+  if (end.spawn_error != 0) throw Error(fmt::format("{}: cannot run gnuplot: {}", output, std::strerror(end.spawn_error)));
+  if (end.timed_out) throw Error(fmt::format("gnuplot did not finish drawing {} in 60 s; it was stopped", output));
+  if (!WIFEXITED(end.status) || WEXITSTATUS(end.status) != 0 || !fs::exists(image))
+    throw Error(fmt::format("gnuplot failed to draw {}:\n{}", output, end.output));
   // The image is copied (the scratch directory may be on another file system) by the
   // rule every output follows; its errors name the real errno.
   try {

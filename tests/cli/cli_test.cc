@@ -360,6 +360,38 @@ TEST_F(Cli, GpuprobeStoppedBySigtermStopsItsPythonAndRemovesItsScratchFolder) {
   EXPECT_FALSE(fs::exists(dir_ / "hw.yaml"));
 }
 
+// gnuplot ran under popen: a SIGTERM to pgq left it running and /tmp/pgq-plot-* behind,
+// and everything it wrote was kept in memory (a spewing gnuplot grew pgq past 1.8 GB).
+// Fake gnuplots first in PATH stand for both.
+TEST_F(Cli, PlotsPassStopSignalsToGnuplotAndKeepOnlyTheEndOfItsOutput) {
+  const std::string profile = tinyProfile("plot.yaml");
+  const fs::path bin = dir_ / "bin", where = dir_ / "gnuplot.cwd", pid = dir_ / "gnuplot.pid";
+  fs::create_directories(bin);
+  std::ofstream(bin / "gnuplot") << "#!/bin/sh\npwd > " << where.string() << "\necho $$ > " << pid.string()
+                                 << "\nexec sleep 60\n";
+  fs::permissions(bin / "gnuplot", fs::perms::owner_all);
+  Result r = shell("(PATH=" + bin.string() + ":$PATH " + kPgq + " sqnr-table " + profile + " --plot " +
+                   (dir_ / "p.svg").string() + " >/dev/null & job=$!; for i in $(seq 200); do [ -s " + pid.string() +
+                   " ] && break; sleep 0.05; done; kill -TERM $job; wait $job; echo \"rc=$?\") 2>&1");
+  EXPECT_NE(r.out.find("rc=143"), std::string::npos) << r.out;
+  const std::string child = read(pid).substr(0, read(pid).find('\n'));
+  ASSERT_FALSE(child.empty()) << r.out;
+  EXPECT_FALSE(fs::exists("/proc/" + child)) << "gnuplot " << child << " is still running";
+  const std::string folder = read(where).substr(0, read(where).find('\n'));
+  EXPECT_TRUE(folder.starts_with("/tmp/pgq-plot-")) << folder;
+  EXPECT_FALSE(fs::exists(folder)) << folder;
+  // 400 MB of output, then a failure: pgq says so with the end of it, in bounded memory.
+  std::ofstream(bin / "gnuplot", std::ios::trunc) << "#!/bin/sh\nhead -c 400000000 /dev/zero | tr '\\000' A\n"
+                                                  << "echo; echo 'the last line'; exit 1\n";
+  r = shell("PATH=" + bin.string() + ":$PATH /usr/bin/time -f 'peak %M KB' " + kPgq + " sqnr-table " + profile +
+            " --plot " + (dir_ / "p.svg").string() + " 2>&1 >/dev/null | tail -c 300");
+  EXPECT_NE(r.out.find("the last line"), std::string::npos) << r.out;
+  const size_t peak = r.out.find("peak ");
+  ASSERT_NE(peak, std::string::npos) << r.out;
+  EXPECT_LT(std::stol(r.out.substr(peak + 5)), 200 * 1024) << r.out;  // KB
+  EXPECT_FALSE(fs::exists(dir_ / "p.svg"));
+}
+
 // Every numeric flag is checked before any work: a bad value exits 2 with one line that
 // names the flag, and leaves no output behind.
 TEST_F(Cli, BadNumbersExitTwoNamingTheFlagBeforeAnyWork) {
