@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 #include <cstdio>
+#include <system_error>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -98,9 +99,13 @@ int fail(int code, std::string message) {
 // and errno says why (a failed flush keeps the data, so a failure earlier in the run
 // fails again here). std::cout writes through stdout (sync_with_stdio). Returns the
 // exit code.
+// The errno of a print that failed during the command (run() records it).
+int stdout_errno = 0;
+
 int closeStandardOutput(int code) {
   int err = 0;
   if (std::fflush(stdout) != 0) err = errno;
+  if (err == 0) err = stdout_errno;
   bool failed = std::ferror(stdout) != 0 || !std::cout.flush();
   if (std::fclose(stdout) != 0 && err == 0) err = errno;
   // EBADF with nothing written: standard output was closed (`pgq ... >&-`) and unused.
@@ -129,6 +134,12 @@ int run(CLI::App& app, int argc, char** argv) {
   } catch (const pgq::InternalError& e) {
     return fail(kExitInternal, fmt::format("pgq: internal error (please report): {}", e.what()));
   } catch (const std::exception& e) {
+    // A print to a full or broken standard output (output past stdio's buffer, fmt's
+    // system_error): closeStandardOutput says so once, with the errno, as for short output.
+    if (std::ferror(stdout)) {
+      if (const auto* system = dynamic_cast<const std::system_error*>(&e)) stdout_errno = system->code().value();
+      return kExitUsage;
+    }
     return fail(kExitInternal, fmt::format("pgq: error: {}", e.what()));
   }
   return 0;
