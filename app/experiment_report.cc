@@ -342,9 +342,13 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
                             base.step_ms, in.f32_again->step_ms);
   // Only real recipes are candidates: an adversarial one that happens to be fast and
   // close in loss says something about the metric, not a recipe to use.
+  // A recipe that quantizes no GEMM is the f32 step again: its "speedup" is timing noise.
   const RunSummary* fastest_ok = nullptr;
+  bool any_quantized = false;
   for (const RunSummary& r : runs) {
     if (&r == &base || r.adversarial) continue;
+    if (r.fwd_quantized + r.bwd_quantized == 0) continue;
+    any_quantized = true;
     double speedup = base.step_ms / r.step_ms, delta = r.mean_loss / base.mean_loss - 1;
     if (delta <= 0.01 && (!fastest_ok || speedup > base.step_ms / fastest_ok->step_ms)) fastest_ok = &r;
   }
@@ -352,6 +356,10 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
     findings += fmt::format("The fastest recipe within 1% of the f32 loss is `{}`: {:.2f}x faster per step, loss {}.\n",
                             fastest_ok->name, base.step_ms / fastest_ok->step_ms,
                             percent(fastest_ok->mean_loss / base.mean_loss - 1));
+  else if (!any_quantized)
+    findings += fmt::format("No recipe quantizes any GEMM here (on {} the roofline or the thresholds kept every "
+                            "GEMM in high precision), so there is nothing to recommend.\n",
+                            in.hardware);
   else
     findings += "No recipe stayed within 1% of the f32 loss.\n";
   std::string checks;

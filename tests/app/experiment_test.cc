@@ -318,6 +318,18 @@ TEST_F(ExperimentTest, NeverRecommendsAnAdversarialRecipe) {
             std::string::npos)
       << report;
   EXPECT_NE(read(fs::path(o.out_dir) / "table.md").find("| " + adversarial + " (adversarial) |"), std::string::npos);
+  // Recipes that quantize nothing are the f32 step again: one that times faster is not
+  // recommended (session 16: "F: 1.12x faster" with 0 GEMMs in int8, on timing noise).
+  for (const auto& e : fs::directory_iterator(runs)) {
+    const std::string path = (e.path() / "result.yaml").string();
+    RunSummary s = loadRunSummary(path);
+    s.fwd_quantized = s.bwd_quantized = 0;
+    writeRunSummary(path, s);
+  }
+  runExperiment(o);
+  report = read(fs::path(o.out_dir) / "REPORT.md");
+  EXPECT_EQ(report.find("The fastest recipe"), std::string::npos) << report;
+  EXPECT_NE(report.find("No recipe quantizes any GEMM here"), std::string::npos) << report;
 }
 
 // A finished run is reused only for the same run (session 16: an edited --policy file,
