@@ -29,7 +29,9 @@ void addHwprobeCommand(CLI::App& app) {
       fmt::print("{}", yaml);
     } else {
       writeFileAtomically(out, yaml);
-      fmt::print("{}hardware model: {}\n", yaml, out);
+      // Where it went, on stderr: -o /dev/stdout has the model alone on standard output
+      // (printing it again there made a file with every field twice).
+      fmt::print(stderr, "hardware model: {}\n", out);
     }
   });
 }

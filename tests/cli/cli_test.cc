@@ -1054,6 +1054,16 @@ TEST_F(Cli, FifosDevicesDirectoriesAndHugeFilesAreRefused) {
   }
 }
 
+// hwprobe -o /dev/stdout writes the model there once (it printed it again after, with
+// the path: a file with every field twice that roofline refused).
+TEST_F(Cli, HwprobeToStandardOutputWritesALoadableModel) {
+  const std::string hw = (dir_ / "hw.txt").string();
+  Result r = shell(kPgq + " hwprobe --threads 1 --seconds 0.05 -o /dev/stdout > " + hw + " 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = pgq("roofline --model tiny --hardware " + hw);
+  EXPECT_EQ(r.code, 0) << r.out << "\n" << read(hw);
+}
+
 TEST_F(Cli, LostStandardOutputIsAnError) {
   // stderr to the pipe, stdout to a device that takes nothing.
   // The sqnr-table of a profile is past stdio's buffer: the print itself fails (it gave
