@@ -1135,6 +1135,8 @@ TEST_F(Cli, HwprobeWritesALoadableModel) {
   // A name YAML would read otherwise is written quoted, and loads back.
   Result r = pgq("hwprobe --seconds 0.05 --name 'here: #1' -o " + out);
   ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "hardware model: " + out + "\n");
+  r.out = read(out);
   EXPECT_NE(r.out.find("name: \"here: #1\"\n"), std::string::npos) << r.out;
   // The model names the CPU it was probed on: CPUs of one name (AMD EPYC: Zen 3, Zen 5)
   // differ by family and model, read here from /proc/cpuinfo as well.
