@@ -187,7 +187,7 @@ std::pair<std::string, std::string> tableOne(const std::vector<RunSummary>& runs
   std::string csv = "recipe,fwd_quantized,fwd_total,bwd_quantized,bwd_total,step_ms,speedup,mean_loss,delta,val_loss\n";
   for (const RunSummary& r : runs) {
     double speedup = base.step_ms / r.step_ms, delta = r.mean_loss / base.mean_loss - 1;
-    md += fmt::format("| {}{} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {:.4f} |\n", r.name,
+    md += fmt::format("| {}{} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {:.4f} |\n", markdownCell(r.name),
                       r.adversarial ? " (adversarial)" : "", r.fwd_quantized,
                       r.fwd_total, r.bwd_quantized, r.bwd_total, r.step_ms, speedup, r.mean_loss,
                       &r == &base ? std::string("baseline") : percent(delta), r.final_val_loss);
@@ -415,7 +415,7 @@ void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>
   std::string csv = "trial,fwd_quantized,bwd_quantized,step_ms,speedup,mean_loss,delta,within_budget\n";
   for (const RunSummary& t : trials) {
     double delta = t.mean_loss / base.mean_loss - 1;
-    md += fmt::format("| {} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {} |\n", t.policy, t.fwd_quantized, t.fwd_total,
+    md += fmt::format("| {} | {}/{} | {}/{} | {:.1f} | {:.2f}x | {:.4f} | {} | {} |\n", markdownCell(t.policy), t.fwd_quantized, t.fwd_total,
                       t.bwd_quantized, t.bwd_total, t.step_ms, base.step_ms / t.step_ms, t.mean_loss, percent(delta),
                       &t == &base ? "baseline" : t.within_budget ? "yes" : "no");
     csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", csvField(t.policy), t.fwd_quantized, t.bwd_quantized, t.step_ms,

@@ -97,7 +97,7 @@ std::string sqnrTableMarkdown(const std::vector<SqnrRow>& rows, const std::strin
       extra += std::isnan(v) ? " – |" : fmt::format(" {:.4g} |", v);
     }
     out += fmt::format("| {} | {} | {} | {}, {} | {} | {:.1f} | {:.4g} | {:.1f} | {:.2f} | {:.4g} | {:.1f} | {:.2f} |{}\n", i + 1,
-                       r.label, r.direction, r.lhs.role, r.rhs.role, shape, r.intensity, r.lhs.sqnr,
+                       markdownCell(r.label), r.direction, r.lhs.role, r.rhs.role, shape, r.intensity, r.lhs.sqnr,
                        r.lhs.db(), r.lhs.ln1p(), r.rhs.sqnr, r.rhs.db(), r.rhs.ln1p(), extra);
   }
   return out;
@@ -223,7 +223,7 @@ SqnrComparison compareSqnr(const Profile& profile, const std::vector<std::string
 namespace {
 
 std::string compareLine(const CompareRow& r) {
-  std::string line = fmt::format("| {} | {} | {} | {} |", r.label, r.side, r.role, r.direction);
+  std::string line = fmt::format("| {} | {} | {} | {} |", markdownCell(r.label), r.side, r.role, r.direction);
   for (size_t k = 0; k < r.sqnr.size(); ++k) line += fmt::format(" {:.4g} ({}) |", r.sqnr[k], r.rank[k]);
   return line + fmt::format(" {} |\n", r.maxRankShift());
 }
@@ -299,7 +299,7 @@ std::string scalingTableMarkdown(const std::vector<ScalingRow>& rows) {
     std::string predicted = "- | - | -";
     if (const std::optional<PredictedScaling>& p = s.predicted)
       predicted = fmt::format("{:.1f}% | {:.6g} | {:.6g}", 100 * p->clip_fraction, p->worst_ratio, p->overestimate);
-    out += fmt::format("| {} | {} | {} | {} | {} | {:.1f}% | {:.6g} | {} |\n", i + 1, r.label, r.direction, r.side,
+    out += fmt::format("| {} | {} | {} | {} | {} | {:.1f}% | {:.6g} | {} |\n", i + 1, markdownCell(r.label), r.direction, r.side,
                        r.role, 100 * s.delayed_clip_fraction, s.delayed_worst_ratio, predicted);
   }
   return out;

@@ -55,4 +55,14 @@ std::string csvField(std::string_view text) {
   return out + "\"";
 }
 
+std::string markdownCell(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += "\\|";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
 }  // namespace pgq

@@ -32,4 +32,9 @@ std::string yamlScalar(std::string_view text);
 // come from the user's module paths and ONNX node names, which may hold any of them.
 std::string csvField(std::string_view text);
 
+// `text` as the content of a markdown table cell: `|` escaped as `\|` and line breaks and
+// other control characters as spaces, so that a label holding them stays in its cell and
+// its row.
+std::string markdownCell(std::string_view text);
+
 }  // namespace pgq

@@ -35,6 +35,13 @@ TEST(CsvField, QuotesOnlyWhatAReaderWouldSplit) {
   EXPECT_EQ(csvField("tab\tand \\ stay"), "tab\tand \\ stay");
 }
 
+// A label in a markdown table stays in its cell and its row (a '|' added a column, a
+// newline split the row: session 16).
+TEST(MarkdownCell, EscapesWhatWouldLeaveTheCell) {
+  EXPECT_EQ(markdownCell("layer0/attn/q:dgrad"), "layer0/attn/q:dgrad");
+  EXPECT_EQ(markdownCell("a|b\nc\td"), "a\\|b c d");
+}
+
 // An error message echoing a user's bytes keeps everything after a NUL (what() ended
 // there: "got '32" for "32\x0068") and shows control characters instead of sending them
 // to the terminal.
