@@ -16,6 +16,7 @@
 
 #include "app/experiment_report.h"
 #include "app/orderings.h"
+#include "app/plot.h"
 #include "ir/quant.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
@@ -225,6 +226,8 @@ void Experiment::validate() const {
     throw Error(fmt::format("--scheme {}: hardware '{}' does not run {} natively (it runs: {}); choose a --hardware "
                             "that does (e.g. h100-sxm for fp8, b200 for mxfp8)",
                             o_.scheme, hw.name, family, fmt::join(hw.formats, ", ")));
+  // Its report's figures are drawn last: without gnuplot, the runs would be trained first.
+  if (o_.protocol != ExperimentProtocol::kSearch) requireGnuplot("pgq experiment draws its figures with gnuplot");
 }
 
 // The folder remembers the options that shape its results; running again with other

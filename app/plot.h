@@ -19,6 +19,10 @@ std::string gnuplotText(std::string_view text);
 // as ' and spaces (a data file has no escapes).
 std::string gnuplotDatum(std::string_view text);
 
+// Throws pgq::Error naming `needed_for` when gnuplot is not in PATH: commands that draw
+// plots at their end call it before their work.
+void requireGnuplot(const std::string& needed_for);
+
 // `data` holds (file name, content) pairs the script refers to by name; they are
 // written to a scratch directory that is the script's working directory. Throws
 // pgq::Error when gnuplot is missing or fails (with its message), or the output

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "app/plot.h"
 #include "app/sqnr_plot.h"
 #include "cli/commands.h"
 #include "cli/number_flags.h"
@@ -62,6 +63,7 @@ void addSqnrTableCommand(CLI::App& app) {
       outputs.reads(profile_path);
       outputs.writes("--plot", plot);
       outputs.check();
+      requireGnuplot("--plot " + plot);
     }
     Profile profile = loadProfile(profile_path);
     if (!compare.empty()) {

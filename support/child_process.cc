@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +39,28 @@ bool drain(int fd, std::string& output) {
 }
 
 }  // namespace
+
+std::string findProgram(const std::string& name) {
+  if (name.empty()) return "";
+  auto runnable = [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) return runnable(name) ? name : "";
+  const char* env = std::getenv("PATH");
+  // posix_spawnp's default search path when PATH is unset.
+  const std::string path = env ? env : "/bin:/usr/bin";
+  size_t begin = 0;
+  for (;;) {
+    const size_t end = path.find(':', begin);
+    std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (dir.empty()) dir = ".";  // an empty PATH entry is the working directory
+    const std::string candidate = dir + "/" + name;
+    if (runnable(candidate)) return candidate;
+    if (end == std::string::npos) return "";
+    begin = end + 1;
+  }
+}
 
 ChildEnd runChild(const ChildRun& run) {
   sigset_t stops, old;

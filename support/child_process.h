@@ -30,6 +30,11 @@ struct ChildEnd {
 
 inline constexpr size_t kOutputTail = 64 * 1024;
 
+// The path of the executable file `name` in PATH (as posix_spawnp would find it), or ""
+// when there is none. Lets a command refuse before its work when a helper it needs at the
+// end is missing.
+std::string findProgram(const std::string& name);
+
 // Starts `run` and waits for it, passing the stop signals on (above). Does not throw for
 // what the child does; throws pgq::Error only if waiting itself fails.
 ChildEnd runChild(const ChildRun& run);

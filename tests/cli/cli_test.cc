@@ -392,6 +392,41 @@ TEST_F(Cli, PlotsPassStopSignalsToGnuplotAndKeepOnlyTheEndOfItsOutput) {
   EXPECT_FALSE(fs::exists(dir_ / "p.svg"));
 }
 
+// Without gnuplot, `sqnr-table --plot` printed its whole table and `pgq experiment` trained
+// every run before saying so; both now refuse first. A gnuplot that exits 0 without
+// drawing (here, one that writes text) is not taken for an image.
+TEST_F(Cli, PlotsNeedGnuplotBeforeTheWorkAndARealImage) {
+  const std::string profile = tinyProfile("plot.yaml");
+  const fs::path empty = dir_ / "empty_bin", fake = dir_ / "fake_bin";
+  fs::create_directories(empty);
+  fs::create_directories(fake);
+  const std::string svg = (dir_ / "p.svg").string();
+  Result r = shell("PATH=" + empty.string() + " " + kPgq + " sqnr-table " + profile + " --plot " + svg + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  // One line, the error: no table before it.
+  EXPECT_EQ(r.out, "pgq: error: --plot " + svg + ": gnuplot is not installed (Debian package gnuplot-nox; "
+                   "scripts/setup.sh installs it)\n");
+  r = shell("PATH=" + empty.string() + " " + kPgq + " experiment --out " + (dir_ / "exp").string() +
+            " --threads 1 --no-progress 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("pgq experiment draws its figures with gnuplot: gnuplot is not installed"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "exp"));
+  // Exits 0 and writes something that is no image into the file it was told to draw.
+  std::ofstream(fake / "gnuplot") << "#!/bin/sh\nout=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
+                                  << "echo 'not an image' > \"$out\"\n";
+  fs::permissions(fake / "gnuplot", fs::perms::owner_all);
+  for (const char* ext : {".svg", ".png"}) {
+    const std::string out = (dir_ / "q").string() + ext;
+    r = shell("PATH=" + fake.string() + ":$PATH " + kPgq + " sqnr-table " + profile + " --plot " + out +
+              " 2>&1 >/dev/null");
+    EXPECT_EQ(r.code, 2) << ext << r.out;
+    EXPECT_NE(r.out.find(fmt::format("gnuplot exited 0 but did not write a {} image", ext + 1)), std::string::npos)
+        << r.out;
+    EXPECT_FALSE(fs::exists(out)) << out;
+  }
+}
+
 // Every numeric flag is checked before any work: a bad value exits 2 with one line that
 // names the flag, and leaves no output behind.
 TEST_F(Cli, BadNumbersExitTwoNamingTheFlagBeforeAnyWork) {
