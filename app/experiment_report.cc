@@ -164,7 +164,7 @@ std::string timingCheck(const std::vector<RunSummary>& runs, const RunSummary& f
                               base.step_ms, f32_again.step_ms, 100 * (f32_again.step_ms / base.step_ms - 1)));
   std::vector<std::string> spread;
   for (const RunSummary& r : runs)
-    if (r.step_spread > 0.5 && r.step_ms >= kJitterMs) spread.push_back(fmt::format("`{}` ({:.0f}%)", r.name, 100 * r.step_spread));
+    if (r.step_spread > 0.5 && r.step_ms >= kJitterMs) spread.push_back(fmt::format("{} ({:.0f}%)", markdownCode(r.name), 100 * r.step_spread));
   if (!spread.empty())
     why.push_back(fmt::format("the step times of {} spread by more than half their median (90th - 10th percentile)",
                               fmt::join(spread, ", ")));
@@ -308,7 +308,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   for (size_t i = 0; i < std::min<size_t>(5, rows.size()); ++i) {
     const SqnrRow& r = rows[i];
     const SqnrInput& low = r.lhs.sqnr <= r.rhs.sqnr ? r.lhs : r.rhs;
-    findings += fmt::format("{}. `{}` ({}): {} input, SQNR {:.3g} ({:.1f} dB)\n", i + 1, r.label, r.direction, low.role,
+    findings += fmt::format("{}. {} ({}): {} input, SQNR {:.3g} ({:.1f} dB)\n", i + 1, markdownCode(r.label), r.direction, low.role,
                             low.sqnr, low.db());
   }
   std::map<std::string, std::vector<double>> by_role;  // by name: the report lists roles alphabetically
@@ -331,8 +331,9 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   }
   for (size_t i = 0; i < std::min(high.size(), low.size()); ++i) {
     double dh = high[i]->mean_loss / base.mean_loss - 1, dl = low[i]->mean_loss / base.mean_loss - 1;
-    findings += fmt::format("| {} and {} of {} | {} (`{}`) | {} (`{}`) | {} |\n", high[i]->bwd_quantized, low[i]->bwd_quantized,
-                            high[i]->bwd_total, percent(dh), high[i]->name, percent(dl), low[i]->name, percent(dl - dh));
+    findings += fmt::format("| {} and {} of {} | {} ({}) | {} ({}) | {} |\n", high[i]->bwd_quantized, low[i]->bwd_quantized,
+                            high[i]->bwd_total, percent(dh), markdownCell(markdownCode(high[i]->name)), percent(dl),
+                            markdownCell(markdownCode(low[i]->name)), percent(dl - dh));
   }
   findings += "\n### Speed and loss\n\n";
   if (!busy.empty()) findings += fmt::format("**Timings not reliable:** {}.\n\n", busy);
@@ -353,8 +354,8 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
     if (delta <= 0.01 && (!fastest_ok || speedup > base.step_ms / fastest_ok->step_ms)) fastest_ok = &r;
   }
   if (fastest_ok)
-    findings += fmt::format("The fastest recipe within 1% of the f32 loss is `{}`: {:.2f}x faster per step, loss {}.\n",
-                            fastest_ok->name, base.step_ms / fastest_ok->step_ms,
+    findings += fmt::format("The fastest recipe within 1% of the f32 loss is {}: {:.2f}x faster per step, loss {}.\n",
+                            markdownCode(fastest_ok->name), base.step_ms / fastest_ok->step_ms,
                             percent(fastest_ok->mean_loss / base.mean_loss - 1));
   else if (!any_quantized)
     findings += fmt::format("No recipe quantizes any GEMM here (on {} the roofline or the thresholds kept every "
@@ -365,7 +366,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
   std::string checks;
   for (const RunSummary& r : runs)
     if (r.adversarial)
-      checks += fmt::format("{}`{}` ({:.2f}x, loss {})", checks.empty() ? "" : ", ", r.name, base.step_ms / r.step_ms,
+      checks += fmt::format("{}{} ({:.2f}x, loss {})", checks.empty() ? "" : ", ", markdownCode(r.name), base.step_ms / r.step_ms,
                             percent(r.mean_loss / base.mean_loss - 1));
   if (!checks.empty())
     findings += fmt::format("The adversarial recipes {} quantize the lowest-{} GEMMs on purpose: they are checks of "
@@ -378,13 +379,13 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
 
   const ModelConfig& m = in.model;
   std::string model_text =
-      m.imported() ? fmt::format("`{}` (imported from `{}`, seq {}, batch {}, vocab {})", m.name, m.onnx, m.seq_len,
+      m.imported() ? fmt::format("{} (imported from {}, seq {}, batch {}, vocab {})", markdownCode(m.name), markdownCode(m.onnx), m.seq_len,
                                  m.batch, m.vocab)
-                   : fmt::format("`{}` (d_model {}, {} layers, {} heads, d_ff {}, seq {}, batch {})", m.name, m.d_model,
+                   : fmt::format("{} (d_model {}, {} layers, {} heads, d_ff {}, seq {}, batch {})", markdownCode(m.name), m.d_model,
                                  m.n_layers, m.n_heads, m.d_ff, m.seq_len, m.batch);
   std::string report = fmt::format(
       "# pgq experiment report\n\n"
-      "Model {}, corpus `{}`, hardware model `{}`, "
+      "Model {}, corpus {}, hardware model {}, "
       "{} threads.\nf32 baseline trained for {} steps; GEMM statistics logged over its last {} steps; then every "
       "recipe fine-tuned from the baseline checkpoint for {} steps with the same data order and seed. Step times are "
       "medians of each run's own steps; losses are training losses averaged over the last half of fine-tuning. "
@@ -396,7 +397,7 @@ ExperimentResult writeExperimentReport(const ReportInputs& in) {
       "## Findings\n\n{}\n"
       "## SQNR of every GEMM input (Fig. 3)\n\n![SQNR per GEMM](sqnr.png)\n\nThe full table is in `sqnr.md`; the recipes, with "
       "the reason for every decision, are in `recipes/`.\n",
-      model_text, in.corpus, in.hardware, in.threads, in.baseline_steps, in.profile_steps, in.finetune_steps, md,
+      model_text, markdownCode(in.corpus), markdownCode(in.hardware), in.threads, in.baseline_steps, in.profile_steps, in.finetune_steps, md,
       findings);
   std::string report_path = (dir / "REPORT.md").string();
   writeFileAtomically(report_path, report);
@@ -421,11 +422,11 @@ void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>
     csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", csvField(t.policy), t.fwd_quantized, t.bwd_quantized, t.step_ms,
                        base.step_ms / t.step_ms, t.mean_loss, delta, t.within_budget ? 1 : 0);
   }
-  md += fmt::format("\nResult: `{}` ({}), {:.2f}x faster than f32, loss {}. Its recipe is `recipes/{}.yaml`.\n",
-                    best.policy, best.within_budget ? "within the budget" : "nothing was within the budget; the most "
+  md += fmt::format("\nResult: {} ({}), {:.2f}x faster than f32, loss {}. Its recipe is {}.\n",
+                    markdownCode(best.policy), best.within_budget ? "within the budget" : "nothing was within the budget; the most "
                                                                             "conservative trial",
                     base.step_ms / best.step_ms, percent(best.mean_loss / base.mean_loss - 1),
-                    runSlug("trial " + best.policy));
+                    markdownCode("recipes/" + runSlug("trial " + best.policy) + ".yaml"));
   writeFileAtomically((fs::path(out_dir) / "SEARCH.md").string(), md);
   writeFileAtomically((fs::path(out_dir) / "trials.csv").string(), csv);
 }

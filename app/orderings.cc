@@ -193,7 +193,7 @@ void writeOrderingsReport(const OrderingsReport& r) {
       std::sort(early.rbegin(), early.rend());
       std::string worst;
       for (size_t i = 0; i < std::min<size_t>(3, early.size()); ++i)
-        worst += fmt::format("{}`{}` ({})", i ? ", " : "", early[i].second, early[i].first);
+        worst += fmt::format("{}{} ({})", i ? ", " : "", markdownCell(markdownCode(early[i].second)), early[i].first);
       md += fmt::format("| {} | {:+.3f} | {} |\n", o.name, spearman(o.labels, pareto->labels), worst);
     }
   }

@@ -65,4 +65,20 @@ std::string markdownCell(std::string_view text) {
   return out;
 }
 
+std::string markdownCode(std::string_view text) {
+  size_t longest = 0, run = 0;
+  std::string body;
+  for (char c : text) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+    body += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c;
+  }
+  const std::string fence(longest + 1, '`');
+  // A reader strips one space from each end of a span that has one at both; a backtick
+  // next to the fence would lengthen it.
+  const bool pad = !body.empty() && (body.front() == '`' || body.back() == '`' ||
+                                     (body.front() == ' ' && body.back() == ' '));
+  return pad ? fence + " " + body + " " + fence : fence + body + fence;
+}
+
 }  // namespace pgq

@@ -37,4 +37,11 @@ std::string csvField(std::string_view text);
 // its row.
 std::string markdownCell(std::string_view text);
 
+// `text` as an inline code span in markdown prose (CommonMark): fenced by one backtick more
+// than its longest run of backticks, padded by a space where it begins or ends with one
+// (or with a space), control characters as spaces. "`" + name + "`" let a name holding a
+// backtick end the span and format the rest of the line. In a table cell, pass the result
+// through markdownCell as well.
+std::string markdownCode(std::string_view text);
+
 }  // namespace pgq

@@ -42,6 +42,18 @@ TEST(MarkdownCell, EscapesWhatWouldLeaveTheCell) {
   EXPECT_EQ(markdownCell("a|b\nc\td"), "a\\|b c d");
 }
 
+// A name in the report's prose is one code span whatever it holds: a backtick in it
+// ended the span, and the rest of the line was read as markdown.
+TEST(MarkdownCode, IsOneCodeSpanWhateverTheTextHolds) {
+  EXPECT_EQ(markdownCode("F+B_SR>100"), "`F+B_SR>100`");
+  EXPECT_EQ(markdownCode("a`b"), "``a`b``");
+  EXPECT_EQ(markdownCode("x``y`"), "``` x``y` ```");
+  EXPECT_EQ(markdownCode("`start"), "`` `start ``");
+  EXPECT_EQ(markdownCode(" both "), "`  both  `");
+  EXPECT_EQ(markdownCode("line\nbreak|pipe"), "`line break|pipe`");
+  EXPECT_EQ(markdownCell(markdownCode("a|b")), "`a\\|b`");
+}
+
 // An error message echoing a user's bytes keeps everything after a NUL (what() ended
 // there: "got '32" for "32\x0068") and shows control characters instead of sending them
 // to the terminal.
