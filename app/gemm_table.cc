@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <optional>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 
 #include "support/errors.h"
 #include "support/file_io.h"
+#include "runtime/metrics.h"
 
 namespace pgq {
 namespace {
@@ -19,22 +21,25 @@ std::string_view trimmed(std::string_view s) {
   return s;
 }
 
-std::vector<std::string_view> fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (size_t comma; (comma = line.find(',', start)) != std::string_view::npos; start = comma + 1)
-    out.push_back(trimmed(line.substr(start, comma - start)));
-  out.push_back(trimmed(line.substr(start)));
+// The line's fields as RFC 4180 reads them (a quoted field may hold commas: a name
+// column "attn, qkv" split into two), each trimmed of blanks.
+std::vector<std::string> fields(std::string_view line, const std::string& path, size_t line_no) {
+  if (std::count(line.begin(), line.end(), '"') % 2 != 0)
+    throw Error(fmt::format("{}:{}: a quoted field is not closed on its line, got '{}'", path, line_no, line));
+  std::vector<std::string> out = splitCsv(line);
+  for (std::string& f : out) f = std::string(trimmed(f));
   return out;
 }
 
 constexpr int64_t kMaxDim = int64_t{1} << 40;
+// As a profile's GEMMs (checkGemmShapes): beyond this the time estimates lose their units.
+constexpr int64_t kMaxMultiplyAdds = int64_t{1} << 52;
 
 }  // namespace
 
 std::vector<std::array<int64_t, 4>> parseGemmShapes(const std::string& text, const std::string& path) {
   std::vector<std::array<int64_t, 4>> shapes;
-  std::vector<std::string_view> header;
+  std::vector<std::string> header;
   // Where b, m, k, n are among the header's columns (b optional: 1).
   std::array<std::optional<size_t>, 4> column;
   size_t line_no = 0, start = 0;
@@ -47,7 +52,7 @@ std::vector<std::array<int64_t, 4>> parseGemmShapes(const std::string& text, con
     start = end + 1;
     ++line_no;
     if (line.empty() || line.front() == '#') continue;
-    std::vector<std::string_view> f = fields(line);
+    std::vector<std::string> f = fields(line, path, line_no);
     if (header.empty()) {
       header = f;
       for (size_t i = 0; i < 4; ++i) {
@@ -70,13 +75,24 @@ std::vector<std::array<int64_t, 4>> parseGemmShapes(const std::string& text, con
     std::array<int64_t, 4> shape{1, 1, 1, 1};
     for (size_t i = 0; i < 4; ++i) {
       if (!column[i]) continue;
-      std::string_view value = f[*column[i]];
+      const std::string& value = f[*column[i]];
       int64_t v = 0;
       auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-      if (ec != std::errc() || ptr != value.data() + value.size() || v < 1 || v > kMaxDim)
-        throw Error(fmt::format("{}:{}: field '{}': expected an integer from 1 to 2^40, got '{}'", path, line_no,
-                                "bmkn"[i], value));
+      // A leading zero is refused as on the command line and in YAML (`064` is octal there).
+      if (ec != std::errc() || ptr != value.data() + value.size() || v < 1 || v > kMaxDim || value.front() == '0')
+        throw Error(fmt::format("{}:{}: field '{}': expected an integer from 1 to 2^40 without leading zeros, got "
+                                "'{}'",
+                                path, line_no, "bmkn"[i], value));
       shape[i] = v;
+    }
+    // Each factor is at most 2^40: the products of two fit int64, and are checked before
+    // the next factor multiplies them.
+    int64_t multiply_adds = 1;
+    for (int64_t d : shape) {
+      if (d > kMaxMultiplyAdds / multiply_adds)
+        throw Error(fmt::format("{}:{}: b x m x k x n = {} x {} x {} x {} is more than 2^52 multiply-adds", path,
+                                line_no, shape[0], shape[1], shape[2], shape[3]));
+      multiply_adds *= d;
     }
     shapes.push_back(shape);
   }
@@ -90,16 +106,22 @@ std::vector<std::array<int64_t, 4>> readGemmShapes(const std::string& path) {
   return parseGemmShapes(readTextFile(path, InputKind::kGemmShapes), path);
 }
 
-std::string gemmEstimatesCsv(const HardwareModel& hw, const std::vector<std::array<int64_t, 4>>& shapes) {
+void writeGemmEstimatesCsv(const HardwareModel& hw, const std::vector<std::array<int64_t, 4>>& shapes,
+                           const std::function<void(const std::string&)>& write) {
   if (hw.gemm_fp8 <= 0)
     throw Error(fmt::format("--gemms estimates bf16 and FP8 GEMMs: hardware '{}' runs no FP8 (formats: {})", hw.name,
                             fmt::join(hw.formats, ", ")));
-  std::string out = "b,m,k,n,bf16_us,fp8_us,a_cast_us,b_cast_us,extrapolation\n";
+  write("b,m,k,n,bf16_us,fp8_us,a_cast_us,b_cast_us,extrapolation\n");
   for (const std::array<int64_t, 4>& s : shapes) {
     GpuGemmEstimate e = estimateGpuGemm(hw, s);
-    out += fmt::format("{},{},{},{},{:.2f},{:.2f},{:.2f},{:.2f},{}\n", s[0], s[1], s[2], s[3], e.bf16_us, e.fp8_us,
-                       e.a_cast_us, e.b_cast_us, e.extrapolation > 0 ? fmt::format("{:.3g}", e.extrapolation) : "");
+    write(fmt::format("{},{},{},{},{:.2f},{:.2f},{:.2f},{:.2f},{}\n", s[0], s[1], s[2], s[3], e.bf16_us, e.fp8_us,
+                      e.a_cast_us, e.b_cast_us, e.extrapolation > 0 ? fmt::format("{:.3g}", e.extrapolation) : ""));
   }
+}
+
+std::string gemmEstimatesCsv(const HardwareModel& hw, const std::vector<std::array<int64_t, 4>>& shapes) {
+  std::string out;
+  writeGemmEstimatesCsv(hw, shapes, [&](const std::string& line) { out += line; });
   return out;
 }
 

@@ -48,7 +48,7 @@ void addRooflineCommand(CLI::App& app) {
     }
     HardwareModel hw = loadHardwareModel(hardware);
     if (!gemms.empty()) {
-      fmt::print("{}", gemmEstimatesCsv(hw, readGemmShapes(gemms)));
+      writeGemmEstimatesCsv(hw, readGemmShapes(gemms), [](const std::string& line) { fmt::print("{}", line); });
       return;
     }
     // Without --precision, the hardware's own high precision (bf16 on a GPU), as pgq
