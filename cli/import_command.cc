@@ -286,9 +286,10 @@ void addImportCommand(CLI::App& app) {
                   "file (a .csv beside it)")
       ->check(kNonEmptyPath);
   addProfileFormatFlags(cmd, args.profile.profile, "With --profile-out: also profile");
-  cmd->callback([] {
+  cmd->callback([cmd] {
     if (args.list_ops) return fmt::print("{}", onnxOpTableText());
     if (args.onnx.path.empty()) throw CLI::RequiredError("model");
+    args.profile.profile_flag_given = givenProfileFlag(cmd);
     run(args);
   });
 }

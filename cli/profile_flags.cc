@@ -60,4 +60,11 @@ void addProfileFormatFlags(CLI::App* cmd, ProfileAsk& ask, const std::string& wh
       ->type_name("LIST");
 }
 
+const char* givenProfileFlag(const CLI::App* cmd) {
+  for (const char* flag : {"--profile-formats", "--profile-metrics", "--profile-outputs", "--profile-bits",
+                           "--profile-granularity", "--profile-amax-history", "--profile-warmup"})
+    if (cmd->get_option_no_throw(flag) != nullptr && cmd->count(flag) > 0) return flag;
+  return nullptr;
+}
+
 }  // namespace pgq::cli

@@ -20,4 +20,8 @@ ScaleLayout parseGranularity(std::string_view flag, const std::string& text);
 // `when` starts each help line ("Also profile", "With --profile-out: also profile").
 void addProfileFormatFlags(CLI::App* cmd, ProfileAsk& ask, const std::string& when);
 
+// The first stage (i) flag `cmd` was given (--profile-formats, -metrics, -outputs, -bits,
+// -granularity, -amax-history, -warmup), or nullptr: for TrainOptions::profile_flag_given.
+const char* givenProfileFlag(const CLI::App* cmd);
+
 }  // namespace pgq::cli

@@ -137,8 +137,9 @@ void addTrainCommand(CLI::App& app) {
   addNumber(cmd, ranges::kCollectiveTimeout, collective_timeout,
             "Under mpirun: seconds a collective may wait for the other ranks before the job ends naming the ranks "
             "that do not answer (stopped or hung); 0 waits forever (for a debugger)");
-  cmd->callback([] {
+  cmd->callback([cmd] {
     TrainOptions& o = args.options;
+    o.profile_flag_given = givenProfileFlag(cmd);
     const auto started = std::chrono::steady_clock::now();
     o.model = loadModel(args.model);  // an ONNX model is imported here, once
     const double model_ms =

@@ -80,7 +80,8 @@ void checkSessionOptions(const TrainOptions& o) {
 
 const char* profileFlagSet(const TrainOptions& o) {
   const TrainOptions defaults;
-  return !o.profile.candidates.empty()                                         ? "--profile-formats"
+  return o.profile_flag_given                                                  ? o.profile_flag_given
+         : !o.profile.candidates.empty()                                         ? "--profile-formats"
          : o.profile.metrics                                                   ? "--profile-metrics"
          : o.profile.outputs                                                   ? "--profile-outputs"
          : o.profile.bits != defaults.profile.bits                             ? "--profile-bits"

@@ -70,6 +70,9 @@ struct TrainOptions {
   // Amax history length H with which the profile measures delayed scaling
   // (ScalingStats, plan/profile.h).
   int64_t profile_amax_history = kDefaultAmaxHistory;
+  // The first of those flags given on the command line, set by the CLI: one given at its
+  // default value is as out of place without a profile as any other.
+  const char* profile_flag_given = nullptr;
 
   // Stage (iii): train with the GEMMs the recipe chooses in int8, as the recipe says.
   // The hardware model (optional) is checked to run the recipe's formats exactly and
@@ -100,8 +103,8 @@ void checkSessionOptions(const TrainOptions& options);
 // what this machine has available.
 void checkEstimatedMemory(const TrainOptions& options);
 
-// The first flag of stage (i) whose value differs from its default (one that says what
-// a profile records, or --profile-warmup), or nullptr.
+// The first flag of stage (i) given on the command line or whose value differs from its
+// default (one that says what a profile records, or --profile-warmup), or nullptr.
 const char* profileFlagSet(const TrainOptions& options);
 
 // The stage (i) flags: a granularity pgq knows, --profile-steps with --profile-out, no

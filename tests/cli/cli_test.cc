@@ -1354,8 +1354,11 @@ TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
     EXPECT_NE(r.out.find("an empty path; give a path or leave the flag out"), std::string::npos) << r.out;
   }
   // Session 15: the flags with defaults (bits, scales, amax history, warmup) were ignored.
+  // Session 17: given at their defaults, they were accepted and did nothing.
   for (const char* flag : {"--profile-formats fp8", "--profile-metrics", "--profile-outputs", "--profile-bits 6",
-                           "--profile-granularity tensor", "--profile-amax-history 4", "--profile-warmup 1"}) {
+                           "--profile-granularity tensor", "--profile-amax-history 4", "--profile-warmup 1",
+                           "--profile-bits 8", "--profile-granularity channel", "--profile-amax-history 16",
+                           "--profile-warmup 0"}) {
     Result r = pgq(std::string("train --model tiny --steps 2 --no-progress --out ") + (dir_ / "orphan").string() + " " +
                    flag);
     EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
@@ -1370,6 +1373,9 @@ TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--profile-bits says what the profile records: give --profile-out FILE"), std::string::npos)
       << r.out;
+  r = pgq("import " + std::string(PGQ_SOURCE_DIR) + "/tests/data/onnx_modern/llama/model.onnx --profile-bits 8");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--profile-bits says what the profile records"), std::string::npos) << r.out;
 }
 
 }  // namespace
