@@ -119,7 +119,9 @@ int run(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
-    // --help and --version: once per job, from rank 0.
+    // --help and --version: once per job, from rank 0. Ranks that train instead learn so
+    // from their first collective and end the job (they waited there forever).
+    if (pgq::mpiActive()) pgq::sameCommandOnEveryRank(false);
     if (pgq::worldRankOrZero() == 0) return app.exit(e);
     std::ostringstream discarded;
     return app.exit(e, discarded, discarded);

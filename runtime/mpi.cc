@@ -58,6 +58,9 @@ class MpiCollectives final : public Collectives {
     if (world_size_ % tensor_parallel != 0)
       throw Error(fmt::format("--tensor-parallel {} does not divide the {} ranks of this job (mpirun -np {})",
                               tensor_parallel, world_size_, world_size_));
+    if (!sameCommandOnEveryRank(true))
+      throw Error("a rank of this job printed --help or --version instead of training; start every rank with the "
+                  "same pgq train command");
     // A private copy of the world, so pgq's messages never match another library's.
     MPI_Comm_dup(MPI_COMM_WORLD, &world_);
     // A rank with a timeout calls an arrival barrier before each collective and one
@@ -427,6 +430,12 @@ bool mpiActive() {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   return initialized && !finalized;
+}
+
+bool sameCommandOnEveryRank(bool training) {
+  int said[2] = {training ? 1 : 0, training ? -1 : 0};
+  MPI_Allreduce(MPI_IN_PLACE, said, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return said[0] == -said[1];
 }
 
 int worldRankOrZero() {

@@ -43,6 +43,12 @@ class MpiSession {
 // MPI initialized and not yet finalized.
 bool mpiActive();
 
+// Under mpirun, every rank calls this once, before any other collective: from pgq train's
+// collectives (`training` true) or from a rank that printed --help or --version and ends
+// (false). True when every rank of the job said the same. A rank given --version while the
+// others trained ended at once and left them waiting in their first collective forever.
+bool sameCommandOnEveryRank(bool training);
+
 // This process's rank in the job: from MPI when it runs, else from mpirun's
 // environment (before MPI_Init), else 0. For logs and messages.
 int worldRankOrZero();

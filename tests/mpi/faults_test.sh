@@ -86,6 +86,10 @@ expect_refusal "a bad bucket size" 2 "PGQ_DP_BUCKET_MB=lots: expected an integer
   env PGQ_DP_BUCKET_MB=lots "$pgq" train --model tiny --steps 2 --out "$tmp/bucket" --no-progress
 expect_refusal "a one-process command under mpirun" 2 "pgq roofline runs in one process" \
   "$pgq" roofline --model tiny --hardware epyc-zen3-2c
+# --version on one rank of an MPMD job: that rank ended at once, and rank 0 waited in its
+# first collective forever (session 17).
+expect_refusal "--version on one rank" 2 "a rank of this job printed --help or --version instead of training" \
+  sh -c "if [ \$OMPI_COMM_WORLD_RANK = 1 ]; then exec '$pgq' --version; fi; exec '$pgq' train --model tiny --steps 2 --out '$tmp/version' --no-progress"
 
 # A long run that checkpoints often; rank 1 is killed once a checkpoint exists.
 run=$tmp/kill
