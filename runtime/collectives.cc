@@ -36,6 +36,9 @@ class LocalCollectives final : public Collectives {
   void broadcast(void* data, int64_t bytes, int root) override {
     CountedCall counted(stats_, static_cast<double>(bytes));
   }
+  void broadcast(void* data, int64_t bytes, DeviceGroup) override {
+    CountedCall counted(stats_, static_cast<double>(bytes));
+  }
   std::vector<std::string> allGatherStrings(const std::string& text) override {
     CountedCall counted(stats_, static_cast<double>(text.size()));
     return {text};

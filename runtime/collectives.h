@@ -52,6 +52,8 @@ class Collectives {
   virtual void reduceScatterSum(const float* in, float* out, int64_t count, DeviceGroup group) = 0;
   // Over the whole job: `bytes` bytes at `data` of world rank `root` to every process.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // In `group`: `bytes` bytes at `data` of the group's member 0 to every member.
+  virtual void broadcast(void* data, int64_t bytes, DeviceGroup group) = 0;
   // Over the whole job: every process's string, in world-rank order.
   virtual std::vector<std::string> allGatherStrings(const std::string& text) = 0;
   virtual void barrier() = 0;

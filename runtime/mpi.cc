@@ -174,6 +174,14 @@ class MpiCollectives final : public Collectives {
     });
   }
 
+  void broadcast(void* data, int64_t bytes, DeviceGroup group) override {
+    CountedCall counted(stats_, static_cast<double>(bytes));
+    const Inside inside = arrive(comm(group), "broadcast", bytes, group);
+    inPieces(bytes, max_count_, [&](int64_t offset, int n) {
+      MPI_Bcast(static_cast<char*>(data) + offset, n, MPI_BYTE, 0, comm(group));
+    });
+  }
+
   std::vector<std::string> allGatherStrings(const std::string& text) override {
     CountedCall counted(stats_, static_cast<double>(text.size()));
     const Inside inside =

@@ -248,14 +248,15 @@ void TrainingSession::Impl::initParameters() {
     state.v.emplace_back(p->type());
   }
   // Frozen weights and buffers too (an imported model's external data may differ between
-  // machines); under tensor parallelism a constant may be this rank's part, which only
-  // its data-parallel replicas share, so there each rank keeps what it read.
-  const bool broadcast = job.comm->worldSize() > 1 && job.comm->size(DeviceGroup::kTensor) == 1;
+  // machines). Under tensor parallelism a constant may be this rank's part, which only
+  // its data-parallel replicas share: it comes from the first replica's rank of the same
+  // tensor-parallel index (at tensor_parallel 1, from rank 0).
+  const bool broadcast = job.comm->size(DeviceGroup::kData) > 1;
   for (Node* c : train.constants) {
     state.constants.emplace_back(c->name(), Tensor(c->type()));
     Tensor& value = state.constants.back().second;
     initParameter(*c, o.model.seed, value, train.values.get());
-    if (broadcast) job.comm->broadcast(value.raw(), static_cast<int64_t>(value.bytes()), 0);
+    if (broadcast) job.comm->broadcast(value.raw(), static_cast<int64_t>(value.bytes()), DeviceGroup::kData);
   }
   train.values.reset();  // an imported model's weights: the parameters hold them now
 }

@@ -133,6 +133,20 @@ TEST(MpiCollectives, BroadcastCopiesTheRootsBytesEverywhere) {
   for (size_t i = 0; i < small.size(); ++i) EXPECT_EQ(small[i], pattern(i)) << "byte " << i;
 }
 
+// In a group, member 0's bytes reach the group's members and no others: an imported
+// model's constants at tensor_parallel > 1 are each rank's part, shared by its replicas.
+TEST(MpiCollectives, GroupBroadcastCopiesTheFirstMembersBytes) {
+  for (const std::unique_ptr<Collectives>& c : bothLimits()) {
+    for (DeviceGroup group : kGroups) {
+      std::vector<int32_t> data(1000, c->worldRank());
+      c->broadcast(data.data(), static_cast<int64_t>(data.size() * sizeof(int32_t)), group);
+      const int first = memberWorldRank(*c, group, 0);
+      EXPECT_EQ(std::count(data.begin(), data.end(), first), static_cast<long>(data.size()))
+          << "rank " << c->worldRank() << " in " << nameOf(group) << " expected rank " << first << "'s bytes";
+    }
+  }
+}
+
 TEST(MpiCollectives, AllGatherStringsInWorldRankOrder) {
   std::unique_ptr<Collectives> c = makeMpiCollectives(g_tensor_parallel);
   // Rank 0's string is empty: lengths differ, down to zero.

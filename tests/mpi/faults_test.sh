@@ -74,6 +74,28 @@ mixed=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/mixed/metrics.csv")
 alone=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/alone/metrics.csv")
 [ -n "$mixed" ] && [ "$mixed" = "$alone" ] || fail "step 3's loss: $mixed with rank 1's other weights, $alone alone"
 echo "ok: rank 1 with other frozen weights: step 3's loss $mixed, as rank 0's model alone"
+# The same at tensor_parallel 2 with a frozen weight that each rank holds a part of: the
+# second replica's parts come from the first replica's ranks of the same index (they were
+# kept as each rank read them, and the replicas trained two models).
+cat >"$tmp/rules.yaml" <<'EOF'
+rules:
+  - {pattern: 'model\.layers\.[0-9]+\.self_attn\.[qkv]_proj\.weight', dim: 0}
+  - {pattern: 'model\.layers\.[0-9]+\.self_attn\.o_proj\.weight', dim: 1}
+  - {pattern: 'model\.layers\.[0-9]+\.mlp\.(gate|up)_proj\.weight', dim: 0}
+  - {pattern: 'model\.layers\.[0-9]+\.mlp\.down_proj\.weight', dim: 1}
+EOF
+tp_args=(train --model model_dynamic.onnx --batch 2 --seq 16 --frozen 'model\.layers\.0\.mlp\.gate_proj\.weight'
+  --steps 3 --eval-every 0 --no-progress --tensor-parallel 2 --sharding-rules "$tmp/rules.yaml")
+"${mpi[@]}" -np 2 -wdir "$tmp/a" "$pgq" "${tp_args[@]}" --out "$tmp/mixed_tp" : \
+  -np 2 -wdir "$tmp/b" "$pgq" "${tp_args[@]}" --out "$tmp/mixed_tp" >"$tmp/mixed_tp.log" 2>&1 ||
+  fail "two replicas with other external data: $(cat "$tmp/mixed_tp.log")"
+"${mpi[@]}" -np 2 -wdir "$tmp/a" "$pgq" "${tp_args[@]}" --out "$tmp/alone_tp" >"$tmp/alone_tp.log" 2>&1 ||
+  fail "$(cat "$tmp/alone_tp.log")"
+mixed=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/mixed_tp/metrics.csv")
+alone=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/alone_tp/metrics.csv")
+[ -n "$mixed" ] && [ "$mixed" = "$alone" ] ||
+  fail "step 3's loss at tensor_parallel 2: $mixed with replica 1's other weights, $alone with replica 0's alone"
+echo "ok: replica 1 with another frozen part at tensor_parallel 2: step 3's loss $mixed, as replica 0's model alone"
 
 expect_refusal "tensor parallel not dividing the ranks" 3 "does not divide the 3 ranks" \
   "$pgq" train --model tiny --steps 2 --tensor-parallel 2 --out "$tmp/ranks" --no-progress
