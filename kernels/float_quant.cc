@@ -127,16 +127,21 @@ float scaleFromAbsmax(double group_absmax, double tensor_absmax, const QuantForm
       // NVFP4 as Transformer Engine computes it (docs/features/low_precision_training/
       // nvfp4/nvfp4.rst and common/cast/nvfp4/core_nvfp4.cuh, read in its 2025-26 sources): the tensor's
       // encode scale S = 448 * 6 / tensor absmax in f32, each block's decode scale
-      // s_b = e4m3(G / 6 * S) with round to nearest, and an element's value
-      // e2m1 * s_b / S. One f32 scale per group holds s_b / S. A block whose s_b
-      // underflows E4M3 (G below ~2^-10 * 6 * T / 2688) or is all zero gets kMinScale:
-      // its values round to (almost) 0, as they do on the GPU.
+      // s_b = e4m3(G * (S * (1/6))) in f32 with round to nearest (TE's
+      // compute_decoding_scaling_factor, in its order: the product in double, rounded to
+      // f32 and then to E4M3, rounded twice and took 192 for 200.0000075), and an
+      // element's value e2m1 * s_b / S. One f32 scale per group holds s_b / S.
       const double tensor = std::max(clean(tensor_absmax), group);
       if (group == 0.0) return kMinScale;
       const float encode = float(std::min(448.0 * limits.max / tensor, double(FLT_MAX)));
       static const QuantFormat kE4m3 = QuantFormat::parse("e4m3:tensor:rtn");
-      const float block = roundToElement(float(group / limits.max * double(encode)), kE4m3);
-      if (block == 0.0f) return kMinScale;
+      const float inverse_max = 1.0f / float(limits.max);
+      const float block = roundToElement(std::min(float(group) * (encode * inverse_max), FLT_MAX), kE4m3);
+      // A block whose s_b underflows E4M3 (G below ~2^-10 * 6 * T / 2688) decodes to 0 on
+      // the GPU. The largest scale gives the same: every |x| <= G divided by it rounds to
+      // 0 (stochastic rounding included), counted as underflow. kMinScale, as before,
+      // saturated such a block at 6 * 2^-126 and counted it as clipped.
+      if (block == 0.0f) return FLT_MAX;
       return float(std::max(double(block) / double(encode), double(kMinScale)));
     }
     case ScaleKind::kTwoLevel: {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -146,8 +147,11 @@ TEST(Fp4Quant, Nvfp4ScalesAreTransformerEnginesTwoLevelScales) {
   for (int64_t g = 0; g < int64_t(params.size()); ++g) {
     float absmax = 0;
     for (int64_t i = 0; i < 16; ++i) absmax = std::max(absmax, std::fabs(x[g * 16 + i]));
-    const float block = roundToElement(float(absmax / 6.0 * double(encode)), e4m3);
-    const float expected = block == 0.0f ? kMinScale : float(double(block) / double(encode));
+    // TE's compute_decoding_scaling_factor: f32, in this order.
+    const float block = roundToElement(absmax * (encode * (1.0f / 6.0f)), e4m3);
+    const float expected = absmax == 0.0f ? kMinScale
+                           : block == 0.0f ? std::numeric_limits<float>::max()
+                                           : float(double(block) / double(encode));
     EXPECT_EQ(params[g], expected) << g;
   }
   fakeQuantize(x, view, f, params, out);
@@ -156,6 +160,45 @@ TEST(Fp4Quant, Nvfp4ScalesAreTransformerEnginesTwoLevelScales) {
     ASSERT_EQ(out[i], s * nearest(x[i] * (1.0f / s), positiveGrid())) << i;
   }
   EXPECT_NEAR(out[17], 40.0f, 1e-4f);  // the tensor's absmax lands on 6 (its block scale is 448)
+}
+
+// A block whose E4M3 decode scale underflows (its absmax below ~2.2e-6 of the tensor's)
+// decodes to 0 on the GPU, and its nonzero values count as underflow. It got the smallest
+// scale, which saturated 0.001 at 6 * 2^-126 and counted it as clipped (session 17).
+TEST(Fp4Quant, Nvfp4BlockWhoseScaleUnderflowsDecodesToZero) {
+  const QuantFormat f = QuantFormat::parse("nvfp4");
+  std::vector<float> x(32, 0.0f);
+  x[0] = 2688.0f;  // S = 1: s_b = G / 6, below E4M3's 2^-10 for G = 0.001
+  x[16] = 0.001f;
+  x[17] = -0.0005f;
+  const OperandView view{1, 1, 32, true};
+  std::vector<float> params(2), out(32);
+  computeEmulatedScales(x, view, f, params);
+  fakeQuantize(x, view, f, params, out);
+  EXPECT_EQ(out[0], 2688.0f);
+  for (int i = 16; i < 32; ++i) EXPECT_EQ(out[i], 0.0f) << i;
+  for (const char* text : {"nvfp4", "e2m1:block16:sr:scale=e4m3"}) {
+    const QuantStats stats = quantStats(x, view, QuantFormat::parse(text), {7, 0});
+    EXPECT_EQ(stats.clipped_fraction, 0.0) << text;
+    EXPECT_EQ(stats.underflow_fraction, 2.0 / 32) << text;
+  }
+}
+
+// s_b = e4m3(G * (S * (1/6))) in f32, as TE computes it: G / 6 * S in double is
+// 200.0000075, rounded to f32 it is 200, exactly between E4M3's 192 and 208, where ties
+// to even gave 192; TE's f32 product lies above 200 and gives 208 (session 17's hunt).
+TEST(Fp4Quant, Nvfp4BlockScaleIsRoundedOnceAsTransformerEngineDoes) {
+  const QuantFormat f = QuantFormat::parse("nvfp4");
+  std::vector<float> x(32, 0.0f);
+  x[0] = 0x1.100a6ap+9f;   // the tensor's absmax T (544.08)
+  x[16] = 0x1.e5c974p+7f;  // the second block's absmax G (242.89)
+  const float encode = float(2688.0 / double(x[0]));
+  ASSERT_GT(double(x[16]) / 6.0 * double(encode), 200.0);
+  ASSERT_EQ(float(double(x[16]) / 6.0 * double(encode)), 200.0f);
+  const OperandView view{1, 1, 32, true};
+  std::vector<float> params(2);
+  computeEmulatedScales(x, view, f, params);
+  EXPECT_EQ(params[1], float(208.0 / double(encode)));
 }
 
 // MXFP4 (OCP MX v1.0): a power-of-two scale 2^(floor(log2 absmax) - 2) per 32.

@@ -50,6 +50,28 @@ def scale_invariance(x, contract_rows, fmt, text, where):
     return failures
 
 
+def nvfp4_edge_cases():
+    """NVFP4 as Transformer Engine computes it (kernels/float_quant.cc, tests/kernels/
+    fp4_quant_test.cc): a block whose E4M3 scale underflows decodes to 0 (it saturated at
+    6 * 2^-126), and s_b = e4m3(G * (S * (1/6))) in f32 (rounded twice, it took 192 for
+    200.0000075, not 208)."""
+    failures = []
+    fmt = formats.parse("nvfp4")
+    x = torch.zeros(1, 32)
+    x[0, 0], x[0, 16], x[0, 17] = 2688.0, 0.001, -0.0005
+    _, q = quant.format_row(x, False, fmt, quant.TensorSums(x), quant.Noise(torch.device("cpu"), 0), keep=True)
+    if q[0, 0].item() != 2688.0 or q[0, 16:].abs().max().item() != 0.0:
+        failures.append("nvfp4 block whose scale underflows: Q = {}, expected 2688 and zeros".format(q[0].tolist()))
+    t, g = float.fromhex("0x1.100a6ap+9"), float.fromhex("0x1.e5c974p+7")
+    scales = quant._emulated_scales(torch.tensor([t, g], dtype=torch.float32), torch.tensor(t), fmt)
+    encode = torch.tensor(2688.0 / t, dtype=torch.float32).double()
+    want = float((208.0 / encode).float())
+    if scales[1].item() != want:
+        failures.append("nvfp4 block scale of G = {}: {}, expected 208 / S = {}".format(g, scales[1].item(), want))
+    print("ok   nvfp4 edge cases" if not failures else "FAIL nvfp4 edge cases")
+    return failures
+
+
 def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -87,6 +109,7 @@ def main():
             checked += 1
             print("ok   {:<48} sqnr {:10.4g}  bias-aware {:10.4g}".format(where, sqnr, bias))
             failures += scale_invariance(x, contract_rows, fmt, text, where)
+    failures += nvfp4_edge_cases()
     for f in failures:
         print("FAIL " + f)
     print("{} formats x orientations: {}".format(checked, "{} failures".format(len(failures)) if failures else "OK"))
