@@ -33,13 +33,18 @@ ScalingStats scalingStats(std::span<const double> absmax, int64_t history, std::
   // Over the steps t >= 1, which have a previous step to take a scale from.
   const double transitions = static_cast<double>(steps - 1);
   int64_t delayed_clips = 0;
+  // A history whose amax is 0 keeps the scale before it (TE's _default_sf_compute, and
+  // pgq's delayed-scale kernel): that of the last positive amax, or at first TE's unit
+  // scale, whose range the statistics do not see (not counted as a clip).
+  double kept = 0;
   for (int64_t t = 1; t < steps; ++t) {
     const auto first = absmax.begin() + std::max<int64_t>(0, t - history);
     const double amax = *std::max_element(first, absmax.begin() + t);
+    if (amax > 0) kept = amax;
     const double x = absmax[static_cast<size_t>(t)];
-    if (x <= amax) continue;
+    if (kept == 0 || x <= kept) continue;
     ++delayed_clips;
-    if (amax > 0) s.delayed_worst_ratio = std::max(s.delayed_worst_ratio, x / amax);
+    s.delayed_worst_ratio = std::max(s.delayed_worst_ratio, x / kept);
   }
   s.delayed_clip_fraction = static_cast<double>(delayed_clips) / transitions;
   if (updates.empty()) return s;

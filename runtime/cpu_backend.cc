@@ -612,14 +612,18 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
 // Delayed scaling (Transformer Engine's DelayedScaling): the per-tensor scale of step t
 // comes from the amax history of the steps before it, reduced by `amax_compute` (max or
 // most_recent); this step's amax then enters the history, which keeps the last
-// `history` steps. The first step has no history and scales just in time. The history
-// lives with the lowered kernel: it starts empty in every process (and after a resume).
+// `history` steps. The first step has no history and scales just in time. As TE's
+// _default_sf_compute, an amax of 0 keeps the scale of the step before (at first 1): the
+// smallest scale it gave instead flushed the next step's whole tensor (a LoRA B or a
+// gradient that is all zero for a step). The history lives with the lowered kernel: it
+// starts empty in every process (and after a resume).
 Kernel CpuBackend::lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const {
   const k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
   const bool most_recent = node.attrs().getStringOr(AttrKey::kAmaxCompute, "max") == "most_recent";
   struct State {
     std::vector<float> amax;  // ring of the last `history` amax values
     int64_t seen = 0;
+    float scale = 1.0f;  // the last scale given
   };
   auto state = std::make_shared<State>();
   state->amax.assign(static_cast<size_t>(history), 0.0f);
@@ -631,7 +635,8 @@ Kernel CpuBackend::lowerDelayedScale(const Node& node, int x, int y, size_t n, i
       const size_t last = static_cast<size_t>((state->seen - 1) % history);
       amax = most_recent ? state->amax[last] : *std::max_element(state->amax.begin(), state->amax.begin() + have);
     }
-    *rc.as<float>(y) = k::emulatedScaleFromAbsmax(amax, amax, format);
+    if (amax > 0.0f) state->scale = k::emulatedScaleFromAbsmax(amax, amax, format);
+    *rc.as<float>(y) = state->scale;
     state->amax[static_cast<size_t>(state->seen % history)] = now;
     ++state->seen;
   };

@@ -16,14 +16,18 @@ def scaling_stats(absmax, history, updates=None):
     s = {"steps": steps, "delayed_history": min(history, steps - 1)}
     transitions = float(steps - 1)
     clips, worst = 0, 1.0
+    # A history of zeros keeps the scale before it (TE's _default_sf_compute): the last
+    # positive amax's, or at first the unit scale, which is not counted as a clip.
+    kept = 0.0
     for t in range(1, steps):
         amax = max(absmax[max(0, t - history):t])
+        if amax > 0:
+            kept = amax
         x = absmax[t]
-        if x <= amax:
+        if kept == 0 or x <= kept:
             continue
         clips += 1
-        if amax > 0:
-            worst = max(worst, x / amax)
+        worst = max(worst, x / kept)
     s["delayed_clip_fraction"] = clips / transitions
     s["delayed_worst_ratio"] = worst
     if not updates:

@@ -411,6 +411,35 @@ TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
   for (size_t i = 0; i < scales.size(); ++i) EXPECT_FLOAT_EQ(scales[i], amax_used[i] / 448.0f) << "step " << i;
 }
 
+// An all-zero step (a LoRA B at init, a gradient masked out) gives an amax of 0: as in
+// TE, the scale stays the step before's (at first 1). It was the smallest scale, which
+// flushed the next step's whole tensor to +-5e-36 (session 17's hunt).
+TEST(QuantizeGemms, DelayedScalingKeepsTheScaleOverAnAllZeroHistory) {
+  Recipe recipe = parseRecipe(R"(gemms:
+  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn", amax_history: 1}
+)",
+                              "r.yaml");
+  auto g = rewritten(kMlp, recipe);
+  g->addOutput(g->find("h.lhs_scales"));
+  Executor e(*g);
+  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
+  Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
+  e.bind("w", w);
+  e.bind("w2", w2);
+  std::vector<float> scales;
+  for (float value : {0.0f, 3.0f, 0.0f, 2.0f}) {
+    Tensor x(TensorType{DType::kF32, Shape{64, 32}});
+    std::fill(x.data<float>(), x.data<float>() + 64 * 32, value);
+    e.bind("x", x);
+    e.run(0);
+    scales.push_back(e.output<float>(1)[0]);
+  }
+  // Step 0: all zero, just in time: 1. Step 1: its history is step 0's 0: still 1.
+  // Step 2: step 1's 3. Step 3: step 2's 0 keeps 3 / 448.
+  const std::vector<float> expected = {1.0f, 1.0f, 3.0f / 448.0f, 3.0f / 448.0f};
+  for (size_t i = 0; i < scales.size(); ++i) EXPECT_FLOAT_EQ(scales[i], expected[i]) << "step " << i;
+}
+
 // Predicted weight scales (MOSS): measured once, then the previous amax plus the
 // optimizer's largest step, whatever the weight does in between.
 TEST(QuantizeGemms, PredictedWeightScalesAddTheOptimizerStep) {

@@ -53,10 +53,17 @@ TEST(DelayedScaling, ASteadyOrShrinkingTensorNeverClips) {
   EXPECT_EQ(shrinking.delayed_worst_ratio, 1.0);
 }
 
-TEST(DelayedScaling, AnAllZeroHistoryCountsAsAClipWithoutARatio) {
-  ScalingStats s = scalingStats(std::vector<double>{0.0, 0.0, 4.0}, 16);
-  EXPECT_DOUBLE_EQ(s.delayed_clip_fraction, 0.5);
-  EXPECT_EQ(s.delayed_worst_ratio, 1.0);
+// An amax history of zeros keeps the scale before it (TE's _default_sf_compute): at
+// first the unit scale, which the statistics cannot judge (no clip), later the last
+// positive amax's.
+TEST(DelayedScaling, AnAllZeroHistoryKeepsTheScaleBeforeIt) {
+  ScalingStats first = scalingStats(std::vector<double>{0.0, 0.0, 4.0}, 16);
+  EXPECT_EQ(first.delayed_clip_fraction, 0.0);
+  EXPECT_EQ(first.delayed_worst_ratio, 1.0);
+  // H = 1: step 2's history is step 1's 0, so step 0's 2 still scales it.
+  ScalingStats later = scalingStats(std::vector<double>{2.0, 0.0, 4.0, 1.0}, 1);
+  EXPECT_DOUBLE_EQ(later.delayed_clip_fraction, 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(later.delayed_worst_ratio, 2.0);
 }
 
 TEST(PredictedWeightScales, GrowthWithinLrNeverClips) {
