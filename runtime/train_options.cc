@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numbers>
 
 #include <fmt/format.h>
@@ -9,6 +10,8 @@
 #include "plan/policy.h"
 #include "plan/profile.h"
 #include "runtime/memory_estimate.h"
+#include "runtime/run_dir_lock.h"
+#include "runtime/run_layout.h"
 #include "support/errors.h"
 #include "support/file_io.h"
 #include "support/option_ranges.h"
@@ -111,6 +114,22 @@ void checkProfileOptions(const TrainOptions& o) {
   if (!o.model.onnx.empty()) plan.reads(o.model.onnx + ".params.txt");
   plan.writesWithSidecar("--profile-out", o.profile_out, profileCsvPath(o.profile_out));
   plan.check();
+  // The run's own files in --out, which may not exist yet (OutputPlan checks existing
+  // folders): a profile written over the checkpoint lost it, over metrics.csv lost the
+  // metrics, over .pgq-lock let a second run in.
+  namespace fs = std::filesystem;
+  const fs::path out = fs::weakly_canonical(o.out_dir);
+  const RunLayout run{o.out_dir};
+  for (const std::string& path : {o.profile_out, profileCsvPath(o.profile_out)}) {
+    const fs::path p = fs::weakly_canonical(path);
+    if (p == out)
+      throw Error(fmt::format("--profile-out {}: {} is the run folder (--out {}); give a file's path", o.profile_out,
+                              path, o.out_dir));
+    for (const std::string& own : {run.checkpoint(), run.metrics(), (fs::path(o.out_dir) / kRunDirLockFile).string()})
+      if (p == fs::weakly_canonical(own))
+        throw Error(fmt::format("--profile-out {}: {} is the run's own {} (--out {}); give another path",
+                                o.profile_out, path, fs::path(own).filename().string(), o.out_dir));
+  }
 }
 
 }  // namespace pgq

@@ -392,6 +392,27 @@ TEST_F(Cli, PlotsPassStopSignalsToGnuplotAndKeepOnlyTheEndOfItsOutput) {
   EXPECT_FALSE(fs::exists(dir_ / "p.svg"));
 }
 
+// --profile-out naming the run's own files: the profile replaced the checkpoint (resume
+// failed with "not a pgq checkpoint"), metrics.csv (its rows went to an unnamed file) or
+// .pgq-lock (a second run got in); the run folder itself trained and then failed. Each
+// is refused before any work, the checkpoint kept (session 17's hunt).
+TEST_F(Cli, ProfileOutCannotBeTheRunsOwnFiles) {
+  const fs::path run = dir_ / "run";
+  ASSERT_EQ(pgq("train --model tiny --steps 6 --stop-after 3 --no-progress --out " + run.string()).code, 0);
+  const std::string checkpoint = read(run / "checkpoint.pgqckpt");
+  ASSERT_FALSE(checkpoint.empty());
+  for (const std::string& target : {(run / "checkpoint.pgqckpt").string(), (run / "metrics.csv").string(),
+                                    (run / "metrics.yaml").string(), (run / ".pgq-lock").string(), run.string(),
+                                    (run / ".." / "run" / "checkpoint.pgqckpt").string()}) {
+    Result r = pgq("train --model tiny --steps 6 --resume --no-progress --profile-warmup 3 --profile-steps 1 --out " +
+                   run.string() + " --profile-out " + target);
+    EXPECT_EQ(r.code, 2) << target << ": " << r.out;
+    EXPECT_TRUE(r.out.find("is the run's own") != std::string::npos || r.out.find("is a directory") != std::string::npos)
+        << r.out;
+  }
+  EXPECT_EQ(read(run / "checkpoint.pgqckpt"), checkpoint);
+}
+
 // Without gnuplot, `sqnr-table --plot` printed its whole table and `pgq experiment` trained
 // every run before saying so; both now refuse first. A gnuplot that exits 0 without
 // drawing (here, one that writes text) is not taken for an image.
