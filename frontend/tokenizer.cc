@@ -191,10 +191,14 @@ std::string_view trainingLines(std::string_view text, std::string& storage) {
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
     while (end - start > kMaxSentenceBytes) {
-      size_t cut = text.find_last_of(" \t", start + kMaxSentenceBytes);
-      if (cut == std::string_view::npos || cut <= start) {
+      // Searched within the window only: from its end back to the start of the text, a
+      // line without spaces took quadratic time (a 20 MB one did not finish in 5 min).
+      const size_t space = text.substr(start, kMaxSentenceBytes + 1).find_last_of(" \t");
+      size_t cut = space == std::string_view::npos || space == 0 ? std::string_view::npos : start + space;
+      if (cut == std::string_view::npos) {
         cut = start + kMaxSentenceBytes;
         while (cut > start && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not mid-character
+        if (cut == start) cut = start + kMaxSentenceBytes;  // no character boundary: not UTF-8; cut anyway
       }
       storage.append(text.substr(start, cut - start));
       storage.push_back('\n');
@@ -225,6 +229,10 @@ std::string trainSentencePiece(std::string_view text, SentencePieceModel model, 
   //     columns) become pieces instead of one token per space.
   //   character_coverage stays at its default, 0.9995: the rarest characters are
   //     spelled in bytes (byte_fallback) instead of each taking a piece.
+  //   required_chars=U+2581 (SentencePiece's space symbol): the space always has a piece.
+  //     In a corpus where spaces are rarer than the coverage (one line in 100 of random
+  //     letters, CJK text) it was left out, and the space then did not come back from
+  //     decoding (its bytes decode as the symbol itself): the model failed its check.
   //   input_sentence_size, shuffle_input_sentence: a fixed-seed sample of the lines.
   //   minloglevel=2: SentencePiece's progress log stays quiet; errors come back as a
   //     status, which pgq reports.
@@ -238,6 +246,7 @@ std::string trainSentencePiece(std::string_view text, SentencePieceModel model, 
       {"bos_id", "-1"},
       {"eos_id", "-1"},
       {"allow_whitespace_only_pieces", "true"},
+      {"required_chars", "\xe2\x96\x81"},
       {"input_sentence_size", std::to_string(kTrainingSentences)},
       {"shuffle_input_sentence", "true"},
       {"num_threads", std::to_string(kTrainerThreads)},

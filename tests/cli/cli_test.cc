@@ -669,6 +669,31 @@ TEST_F(Cli, TrainsWithASentencePieceTokenizer) {
       << again.out;
 }
 
+// A corpus where spaces are rarer than SentencePiece's character coverage (one line in
+// 100 of random letters here; CJK text) trained a vocabulary without the space symbol,
+// which then failed pgq's check that decoding gives the text back (session 17's hunt).
+TEST_F(Cli, SentencePieceKeepsTheSpaceInACorpusThatRarelyHasOne) {
+  std::string model = write("sp.yaml",
+                            "name: sp\nvocab: 512\ntokenizer: sentencepiece\ntokenizer_model: bpe\nd_model: 32\n"
+                            "n_layers: 1\nn_heads: 2\nd_ff: 64\nseq_len: 16\nbatch: 2\n");
+  std::string corpus;
+  uint64_t state = 12345;
+  for (int line = 0; line < 4000; ++line) {
+    for (int i = 0; i < 60; ++i) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      corpus += static_cast<char>('a' + (state >> 33) % 26);
+    }
+    if (line % 100 == 0) corpus += " x";
+    corpus += '\n';
+  }
+  write("rare_spaces.txt", corpus);
+  Result r = shell("PGQ_CACHE_DIR=" + (dir_ / "cache").string() + " " + kPgq + " train --model " + model +
+                   " --corpus " + (dir_ / "rare_spaces.txt").string() + " --steps 1 --no-progress --out " +
+                   (dir_ / "run").string() + " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tokenizer: built sentencepiece bpe vocab 512"), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, TokenizerAndCorpusMistakesExitTwoNamingTheFileAndField) {
   std::string cache = "PGQ_CACHE_DIR=" + (dir_ / "cache").string() + " ";
   std::string huge = write("huge.yaml",
