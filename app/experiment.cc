@@ -156,6 +156,7 @@ class Experiment {
 
 void Experiment::validate() const {
   using namespace ranges;
+  checkOutOfCorpus("--out", o_.out_dir, o_.corpus);
   // Its training runs are one process each (it would fail at the baseline, after making
   // its folder).
   if (o_.model.tensor_parallel > 1)

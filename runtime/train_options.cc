@@ -40,8 +40,19 @@ void validateOptimizerConfig(const OptimizerConfig& opt) {
 
 std::string precisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
 
+void checkOutOfCorpus(const std::string& flag, const std::string& out, const std::string& corpus) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (corpus.empty() || out.empty() || !fs::is_directory(corpus, ec)) return;
+  if (fs::weakly_canonical(out, ec) == fs::weakly_canonical(corpus, ec) && !ec)
+    throw Error(fmt::format("{} {} is the --corpus folder: the files pgq writes there (metrics.csv, ...) would be read "
+                            "as corpus text when it runs again; give another folder",
+                            flag, out));
+}
+
 void validateTrainOptions(const TrainOptions& o) {
   using namespace ranges;
+  checkOutOfCorpus("--out", o.out_dir, o.corpus);
   kSteps.check(o.steps);
   kStopAfter.check(o.stop_after);
   kEvalEvery.check(o.eval_every);

@@ -112,4 +112,8 @@ const char* profileFlagSet(const TrainOptions& options);
 // beside it) that can be written.
 void checkProfileOptions(const TrainOptions& options);
 
+// Refuses an output folder `out` (named by `flag`) that is the corpus folder `corpus`: a
+// folder corpus reads every text file in it, the run's own files included.
+void checkOutOfCorpus(const std::string& flag, const std::string& out, const std::string& corpus);
+
 }  // namespace pgq

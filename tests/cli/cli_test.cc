@@ -694,6 +694,22 @@ TEST_F(Cli, SentencePieceKeepsTheSpaceInACorpusThatRarelyHasOne) {
   EXPECT_NE(r.out.find("tokenizer: built sentencepiece bpe vocab 512"), std::string::npos) << r.out;
 }
 
+// --out in the folder given as --corpus: the run's metrics.csv and .pgq-lock were read as
+// corpus text, and --resume refused the checkpoint as "trained on another corpus".
+TEST_F(Cli, TheRunFolderCannotBeTheCorpusFolder) {
+  fs::create_directories(dir_ / "texts");
+  fs::copy_file("/usr/share/games/fortunes/fortunes", dir_ / "texts" / "a.txt");
+  const std::string texts = (dir_ / "texts").string();
+  for (const std::string& command : {"train --model tiny --steps 2 --out " + texts + "/",
+                                     "experiment --out " + texts + "/../texts"}) {
+    Result r = pgq(command + " --corpus " + texts + " --no-progress");
+    EXPECT_EQ(r.code, 2) << command << ": " << r.out;
+    EXPECT_NE(r.out.find("is the --corpus folder"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "texts"), fs::directory_iterator()), 1);
+  EXPECT_EQ(pgq("train --model tiny --steps 2 --corpus " + texts + " --no-progress --out " + texts + "/run").code, 0);
+}
+
 TEST_F(Cli, TokenizerAndCorpusMistakesExitTwoNamingTheFileAndField) {
   std::string cache = "PGQ_CACHE_DIR=" + (dir_ / "cache").string() + " ";
   std::string huge = write("huge.yaml",
