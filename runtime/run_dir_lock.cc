@@ -71,6 +71,14 @@ RunDirLock::RunDirLock(const std::string& dir) {
                             "it",
                             dir, path));
   }
+  // A hard link shares the content of another file, which the record below would replace
+  // (a symlink is refused above for the same reason).
+  if (st.st_nlink > 1) {
+    ::close(fd_);
+    throw Error(fmt::format("{}: the lock file {} is a hard link to another file ({} names); pgq writes its own lock "
+                            "file there: remove it",
+                            dir, path, st.st_nlink));
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
     std::string holder = err == EWOULDBLOCK ? describeHolder(fd_) : "";

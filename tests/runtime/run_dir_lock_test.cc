@@ -64,8 +64,9 @@ TEST_F(RunDirLockTest, ASecondLockNamesTheHolderUntilItIsReleased) {
 }
 
 // The lock's record truncates the file: a symlink there would lose its target's content,
-// and a FIFO would block the open. Both are refused.
-TEST_F(RunDirLockTest, ALockFileThatIsASymlinkOrAFifoIsRefused) {
+// a FIFO would block the open, and a hard link shares another file's content. All are
+// refused.
+TEST_F(RunDirLockTest, ALockFileThatIsASymlinkAFifoOrAHardLinkIsRefused) {
   const fs::path target = dir_ / "precious.txt";
   { std::ofstream(target) << "precious\n"; }
   fs::create_symlink(target, fs::path(run_) / ".pgq-lock");
@@ -79,6 +80,14 @@ TEST_F(RunDirLockTest, ALockFileThatIsASymlinkOrAFifoIsRefused) {
   EXPECT_EQ(errorOf([&] { RunDirLock lock(run_); }),
             run_ + ": the lock file " + run_ + "/.pgq-lock is not a regular file; pgq writes its own lock file there: "
                    "remove it");
+  // A hard link to another file: the record replaced that file's content (session 17).
+  fs::remove(fs::path(run_) / ".pgq-lock");
+  fs::create_hard_link(target, fs::path(run_) / ".pgq-lock");
+  EXPECT_EQ(errorOf([&] { RunDirLock lock(run_); }),
+            run_ + ": the lock file " + run_ + "/.pgq-lock is a hard link to another file (2 names); pgq writes its "
+                   "own lock file there: remove it");
+  std::ifstream again(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(again), {}), "precious\n");
 }
 
 // The kernel drops a flock with its holder: a run killed with SIGKILL (no destructor,
