@@ -144,7 +144,7 @@ void addRecipeCommand(CLI::App& app) {
                          withFlag("--export-megatron", [&] { return recipeToTeFactories(recipe); }));
     }
     if (out.empty()) fmt::print("{}", recipeToYaml(recipe));
-    for (const auto& [path, text] : files) writeFileAtomically(path, text);
+    writeFilesTogether(files);
     if (!out.empty()) fmt::print(stderr, "recipe: {}\n", out);
     if (!export_torch.empty()) fmt::print(stderr, "PyTorch export: {} and {}\n", export_torch, torch_filter);
     if (!export_megatron.empty())

@@ -404,8 +404,7 @@ std::string writeProfile(const std::string& path, const Profile& profile) {
   checkFileWithSidecar("profile", path, csv_path);  // both paths decided before either is written
   std::string yaml = profileToYaml(profile);
   std::string csv = profileToCsv(profile);
-  writeFileAtomically(path, yaml);
-  writeFileAtomically(csv_path, csv);
+  writeFilesTogether({{path, yaml}, {csv_path, csv}});
   return csv_path;
 }
 

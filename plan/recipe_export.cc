@@ -327,8 +327,7 @@ std::string writeTorchExport(const std::string& json_path, const Recipe& recipe)
   checkFileWithSidecar("--export-torch", json_path, py_path);  // both paths decided before either is written
   std::string json = recipeToTorchJson(recipe);
   std::string py = recipeToTorchFilter(recipe);
-  writeFileAtomically(json_path, json);
-  writeFileAtomically(py_path, py);
+  writeFilesTogether({{json_path, json}, {py_path, py}});
   return py_path;
 }
 

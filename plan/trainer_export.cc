@@ -409,8 +409,7 @@ std::string writeMegatronExport(const std::string& yaml_path, const Recipe& reci
   const std::string stem = std::filesystem::path(yaml_path).stem().string();
   // Both texts first: a recipe the export refuses writes neither file.
   const std::string yaml = recipeToMegatronConfig(recipe, stem), py = recipeToTeFactories(recipe);
-  writeFileAtomically(yaml_path, yaml);
-  writeFileAtomically(py_path, py);
+  writeFilesTogether({{yaml_path, yaml}, {py_path, py}});
   return py_path;
 }
 

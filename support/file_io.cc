@@ -406,16 +406,24 @@ void OutputFile::write(const void* data, size_t size) {
   }
 }
 
-void OutputFile::commit() {
-  PGQ_ASSERT(!committed_ && fd_.get() >= 0, "{}: committed twice", path_);
+void OutputFile::flush() {
+  PGQ_ASSERT(!committed_ && fd_.get() >= 0, "{}: flushed twice", path_);
   if (!atomic()) {
     // Devices and FIFOs cannot be fsynced (EINVAL); close reports a late write error.
     if (fd_.close() != 0) fail("cannot close", errno);
-    committed_ = true;
     return;
   }
   if (::fsync(fd_.get()) != 0) fail(fmt::format("cannot fsync the temporary file {}", tmp_), errno);
   if (fd_.close() != 0) fail(fmt::format("cannot close the temporary file {}", tmp_), errno);
+}
+
+void OutputFile::commit() {
+  if (fd_.get() >= 0) flush();
+  PGQ_ASSERT(!committed_, "{}: committed twice", path_);
+  if (!atomic()) {
+    committed_ = true;
+    return;
+  }
   if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail(fmt::format("cannot rename {} to {}", tmp_, target_), errno);
   committed_ = true;
   // The rename itself is durable only once the directory entry is on disk.
@@ -432,6 +440,18 @@ void writeFileAtomically(const std::string& path, const std::string& text) {
   OutputFile out(path);
   out.write(text.data(), text.size());
   out.commit();
+}
+
+void writeFilesTogether(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::unique_ptr<OutputFile>> outs;
+  for (const auto& [path, text] : files) {
+    outs.push_back(std::make_unique<OutputFile>(path));
+    outs.back()->write(text.data(), text.size());
+  }
+  // Every file's content is on disk before any replaces its target: a full disk fails
+  // here, and the destructors remove the temporary files.
+  for (auto& out : outs) out->flush();
+  for (auto& out : outs) out->commit();
 }
 
 // ---- Planning the outputs ----

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -122,6 +123,9 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
 
   void write(const void* data, size_t size);
+  // Atomic: fsync and close the temporary file; the target is not touched yet. In place:
+  // close. commit() flushes first when this has not been called.
+  void flush();
   // Atomic: fsync, rename over the target, fsync the directory. In place: close.
   void commit();
 
@@ -179,5 +183,11 @@ class OutputPlan {
 // failure `path` is left as it was, with no temporary file behind), in place for a
 // device or FIFO.
 void writeFileAtomically(const std::string& path, const std::string& text);
+
+// Writes (path, text) pairs that belong together (a profile and its CSV, a recipe and its
+// exports): every temporary file is written and synced before the first rename, so a
+// failure while writing (a full disk) leaves every target as it was. Only a failed
+// rename, after all the data is on disk, can leave some replaced.
+void writeFilesTogether(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace pgq

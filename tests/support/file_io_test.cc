@@ -183,6 +183,21 @@ TEST_F(FileIoTest, AFullDeviceIsAnError) {
   writeFileAtomically("/dev/null", "discarded\n");
 }
 
+// Files that belong together (a profile and its CSV) are replaced together or not at all:
+// the profile was replaced and then its CSV failed on a full disk, leaving a new profile
+// beside the old CSV (session 17's hunt). Here the second file is /dev/full.
+TEST_F(FileIoTest, FilesWrittenTogetherAreAllKeptWhenOneFails) {
+  const std::string yaml = path("p.yaml"), csv = path("p.csv");
+  writeFileAtomically(yaml, "old profile\n");
+  EXPECT_EQ(errorOf([&] { writeFilesTogether({{yaml, "new profile\n"}, {"/dev/full", "lost\n"}}); }),
+            std::string("/dev/full: cannot write: ") + std::strerror(ENOSPC));
+  EXPECT_EQ(readTextFile(yaml, InputKind::kProfile), "old profile\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);  // no temporary file left
+  writeFilesTogether({{yaml, "new profile\n"}, {csv, "new csv\n"}});
+  EXPECT_EQ(readTextFile(yaml, InputKind::kProfile), "new profile\n");
+  EXPECT_EQ(readTextFile(csv, InputKind::kProfile), "new csv\n");
+}
+
 TEST_F(FileIoTest, RefusesADirectoryAndNamesAMissingOne) {
   EXPECT_EQ(errorOf([&] { writeFileAtomically(dir_.string(), "x"); }),
             dir_.string() + ": is a directory, expected a file");
