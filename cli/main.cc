@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 #include <cstdio>
+#include <new>
 #include <system_error>
 #include <cstring>
 #include <exception>
@@ -135,6 +136,9 @@ int run(CLI::App& app, int argc, char** argv) {
     return fail(kExitUsage, fmt::format("pgq: error: {}", e.what()));
   } catch (const pgq::InternalError& e) {
     return fail(kExitInternal, fmt::format("pgq: internal error (please report): {}", e.what()));
+  } catch (const std::bad_alloc&) {
+    // Not pgq's bug: the machine's (or ulimit's) memory ends before the input's checks do.
+    return fail(kExitUsage, "pgq: error: out of memory: the input needs more memory than this process may use");
   } catch (const std::exception& e) {
     // A print to a full or broken standard output (output past stdio's buffer, fmt's
     // system_error): closeStandardOutput says so once, with the errno, as for short output.

@@ -28,6 +28,16 @@ ConfigNode ConfigNode::loadFile(const std::string& path, InputKind kind) {
 ConfigNode ConfigNode::loadString(const std::string& text, const std::string& name) {
   if (text.find('\0') != std::string::npos)
     throw Error(fmt::format("{}: contains NUL bytes; expected a YAML text file", name));
+  // yaml-cpp holds each node in ~0.5-1 KB: a 30 MB file of `[[],[],...]` took 7.3 GB and
+  // a 60 MB one ran out of memory, before any field was checked. Every node but the
+  // first follows one of these characters, so their count bounds the nodes: a profile of
+  // 100 GEMMs has ~34,000, a model config a few dozen.
+  size_t marks = 0;
+  for (char c : text) marks += c == ',' || c == ':' || c == '[' || c == '{' || c == '\n' || c == '-';
+  if (marks > kMaxYamlNodes)
+    throw Error(fmt::format("{}: too large to read: {} YAML nodes or more (its ',', ':', '[', '{{', '-' and lines), "
+                            "at most {}; pgq's files hold a few hundred per GEMM",
+                            name, marks, kMaxYamlNodes));
   try {
     YAML::Node node = YAML::Load(text);
     if (!node.IsDefined() || node.IsNull()) throw Error(fmt::format("{}: is empty", name));

@@ -17,6 +17,11 @@
 
 namespace pgq {
 
+// The most YAML nodes a file may hold, bounded from above by counting the characters
+// that start them (ConfigNode::loadString): ~2 GB of yaml-cpp's nodes, a profile of
+// ~15,000 GEMMs.
+inline constexpr size_t kMaxYamlNodes = 4'000'000;
+
 class ConfigNode {
  public:
   // Parses a file (read as a file of `kind`, see support/file_io.h) / a string; a YAML

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "frontend/model_config.h"
+#include "support/config_file.h"
 #include "frontend/transformer.h"
 #include "ir/verifier.h"
 #include "support/errors.h"
@@ -76,6 +77,16 @@ TEST(ModelConfig, AnIntegerWithALeadingZeroIsRefused) {
 TEST(ModelConfig, DeepNestingSaysSo) {
   EXPECT_EQ(errorOf(std::string(100000, '[') + std::string(100000, ']')).substr(0, 49),
             "m.yaml:1:1: nested too deeply for the YAML parser");
+}
+
+// A file of many small nodes took yaml-cpp ~700 bytes a node before any check: 30 MB of
+// `[[],[],...]` needed 7.3 GB (session 17's hunt). Refused from a count of the characters
+// that start nodes, before parsing.
+TEST(ModelConfig, AFileOfTooManyNodesIsRefusedBeforeParsing) {
+  std::string text = "d_model: [";
+  for (size_t i = 0; i < kMaxYamlNodes / 2 + 1; ++i) text += "[],";
+  text += "[]]\n";
+  EXPECT_EQ(errorOf(text).substr(0, 28), "m.yaml: too large to read: 4");
 }
 
 // Session 15: `vocab:` with no value is YAML null; it gave the default vocabulary silently.
