@@ -134,7 +134,8 @@ class Experiment {
   std::string quantizedIn() const {
     return o_.scheme == Scheme::kInt8 ? fmt::format("int{}", o_.bits) : std::string(nameOf(o_.scheme));
   }
-  void phase(const std::string& what, int64_t steps);
+  // Prints the next phase's header; `steps` leave the ETA's count, trained or (done) not.
+  void phase(const std::string& what, int64_t steps, bool done = false);
   // The ETA from the first fine-tuning run's steps: the profiled steps' estimate is the
   // instrumented graph's (several times slower with --profile-metrics).
   void noteStepTime(const RunSummary& s) {
@@ -306,13 +307,13 @@ TrainOptions Experiment::trainOptions(const std::string& dir) const {
   return t;
 }
 
-void Experiment::phase(const std::string& what, int64_t steps) {
+void Experiment::phase(const std::string& what, int64_t steps, bool done) {
   double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   std::string eta = step_ms_estimate_ > 0
                         ? fmt::format(", ETA {}", durationText(static_cast<double>(steps_left_) * step_ms_estimate_ / 1e3))
                         : "";
-  fmt::print(stderr, "\n[{}/{}] {} ({} steps) | elapsed {}{}\n", ++phase_, phases_, what, steps, durationText(elapsed),
-             eta);
+  const std::string size = done ? ": already done" : fmt::format(" ({} steps)", steps);
+  fmt::print(stderr, "\n[{}/{}] {}{} | elapsed {}{}\n", ++phase_, phases_, what, size, durationText(elapsed), eta);
   steps_left_ = std::max<int64_t>(0, steps_left_ - steps);
 }
 
@@ -330,7 +331,7 @@ void Experiment::baseline() {
   // is done once it reached the baseline's steps.
   if (fs::exists(profile) && fs::exists(baseline_checkpoint_) &&
       (!o_.from_checkpoint.empty() || loadCheckpoint(baseline_checkpoint_).step >= baseline_step_)) {
-    phase("baseline f32 training and profile: already done", 0);
+    phase("baseline f32 training and profile", 0, true);
     return;
   }
   TrainOptions t = trainOptions(dir);
@@ -460,7 +461,7 @@ RunSummary Experiment::trainRun(const std::string& dir, const std::string& name,
   if (fs::exists(result)) {
     RunSummary s = loadRunSummary(result);
     checkFinishedRun(dir, s, recipe_hash, start, target);
-    phase(fmt::format("fine-tune {}: already done", name), steps);
+    phase(fmt::format("fine-tune {}", name), steps, true);
     s.adversarial = adversarial;
     noteStepTime(s);
     return s;

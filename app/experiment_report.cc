@@ -422,11 +422,19 @@ void writeSearchReport(const std::string& out_dir, const std::vector<RunSummary>
     csv += fmt::format("{},{},{},{:.4f},{:.4f},{:.6f},{:.6f},{}\n", csvField(t.policy), t.fwd_quantized, t.bwd_quantized, t.step_ms,
                        base.step_ms / t.step_ms, t.mean_loss, delta, t.within_budget ? 1 : 0);
   }
-  md += fmt::format("\nResult: {} ({}), {:.2f}x faster than f32, loss {}. Its recipe is {}.\n",
-                    markdownCode(best.policy), best.within_budget ? "within the budget" : "nothing was within the budget; the most "
-                                                                            "conservative trial",
-                    base.step_ms / best.step_ms, percent(best.mean_loss / base.mean_loss - 1),
-                    markdownCode("recipes/" + runSlug("trial " + best.policy) + ".yaml"));
+  if (best.fwd_quantized + best.bwd_quantized == 0)
+    // Its speed against f32 is timing noise: nothing to recommend (it was reported as a
+    // result "0.98x faster").
+    md += fmt::format("\nResult: no recipe that quantizes a GEMM kept the loss within the budget in these trials: "
+                      "train in f32, or allow a larger --loss-budget.\n");
+  else
+    md += fmt::format("\nResult: {} ({}), {}, loss {}. Its recipe is {}.\n", markdownCode(best.policy),
+                      best.within_budget ? "within the budget"
+                                         : "nothing was within the budget; the most conservative trial",
+                      best.step_ms <= base.step_ms ? fmt::format("{:.2f}x faster than f32", base.step_ms / best.step_ms)
+                                                   : fmt::format("{:.2f}x slower than f32", best.step_ms / base.step_ms),
+                      percent(best.mean_loss / base.mean_loss - 1),
+                      markdownCode("recipes/" + runSlug("trial " + best.policy) + ".yaml"));
   writeFileAtomically((fs::path(out_dir) / "SEARCH.md").string(), md);
   writeFileAtomically((fs::path(out_dir) / "trials.csv").string(), csv);
 }

@@ -478,6 +478,33 @@ TEST_F(ExperimentTest, SearchReportsEveryTrial) {
   EXPECT_GE(std::count(trials.begin(), trials.end(), '\n'), 3);
 }
 
+// When no trial that quantizes a GEMM stays within the budget, the search's last trial
+// quantizes nothing: it was the "result", "0.98x faster" on timing noise (session 17's
+// hunt). A slower recipe is not called faster either.
+TEST_F(ExperimentTest, SearchReportRecommendsOnlyARecipeThatQuantizes) {
+  RunSummary base, none, slow;
+  base.name = base.policy = "f32";
+  base.step_ms = 100;
+  base.mean_loss = 2.0;
+  none.name = none.policy = "F>1e9+B_SR>1e9";
+  none.step_ms = 102;
+  none.mean_loss = 2.0;
+  none.fwd_total = none.bwd_total = 10;
+  none.within_budget = true;
+  fs::create_directories(dir_ / "s");
+  writeSearchReport((dir_ / "s").string(), {base, none}, none, 0.01);
+  std::string md = read(dir_ / "s" / "SEARCH.md");
+  EXPECT_NE(md.find("Result: no recipe that quantizes a GEMM kept the loss within the budget"), std::string::npos) << md;
+  EXPECT_EQ(md.find("faster than f32"), std::string::npos) << md;
+  slow = none;
+  slow.name = slow.policy = "F>0+B_SR>0";
+  slow.fwd_quantized = slow.bwd_quantized = 10;
+  slow.step_ms = 250;
+  writeSearchReport((dir_ / "s").string(), {base, slow}, slow, 0.01);
+  md = read(dir_ / "s" / "SEARCH.md");
+  EXPECT_NE(md.find("Result: `F>0+B_SR>0` (within the budget), 2.50x slower than f32"), std::string::npos) << md;
+}
+
 // Fig. 2 (app/orderings.h): every metric, the adversarial, random and Pareto orderings,
 // each cut at the same count; a curve per ordering with its area; identical cuts share
 // one run.
