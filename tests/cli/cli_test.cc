@@ -226,7 +226,7 @@ TEST_F(Cli, BadInputExitsTwoWithOneMessage) {
       {"roofline --model tiny --tensor-parallel 3 --hardware epyc-zen3-2c", "field 'tensor_parallel'"},
       {"roofline --model tiny --hardware nosuch", "neither a preset"},
       {"roofline --hardware h100-sxm --gemms " + write("g.csv", "m,k,n\n64,-1,64\n"),
-       "g.csv:2: field 'k': expected an integer from 1 to 2^40, got '-1'"},
+       "g.csv:2: field 'k': expected an integer from 1 to 2^40 without leading zeros, got '-1'"},
       {"roofline --hardware h100-sxm --gemms " + write("h.csv", "m,n\n64,64\n"), "h.csv:1: field 'k': missing"},
       {"roofline --hardware h100-sxm --gemms " + write("i.csv", "m,k,n\n64,nan,64\n"), "i.csv:2: field 'k'"},
       {"roofline --hardware epyc-zen3-2c --gemms " + write("j.csv", "m,k,n\n64,64,64\n"), "runs no FP8"},
