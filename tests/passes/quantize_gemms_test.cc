@@ -1,6 +1,8 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "ir/parser.h"
@@ -383,14 +385,17 @@ TEST(QuantizeGemms, RefusesToMixInt8AndFp8Operands) {
   }
 }
 
-// Delayed scaling: the scale of a step comes from the amax of the steps before it.
-TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
-  Recipe recipe = parseRecipe(R"(gemms:
-  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn", amax_history: 2}
+// The activation scale `up` gets in each step of delayed scaling with history `history`,
+// its input x [64, 32] filled by fill(step, x).
+std::vector<float> delayedScales(int history, size_t steps, const std::function<void(size_t, float*)>& fill,
+                                 std::string* graph_text = nullptr) {
+  Recipe recipe = parseRecipe(fmt::format(R"(gemms:
+  - {{label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn", amax_history: {}}}
 )",
+                                          history),
                               "r.yaml");
   auto g = rewritten(kMlp, recipe);
-  EXPECT_NE(printGraph(*g).find("amax_history=2, amax_compute=\"max\""), std::string::npos) << printGraph(*g);
+  if (graph_text) *graph_text = printGraph(*g);
   g->addOutput(g->find("h.lhs_scales"));
   Executor e(*g);
   Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
@@ -398,14 +403,25 @@ TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
   e.bind("w", w);
   e.bind("w2", w2);
   std::vector<float> scales;
-  for (float amax : {1.0f, 4.0f, 2.0f, 0.5f, 0.5f}) {
+  for (size_t step = 0; step < steps; ++step) {
     Tensor x(TensorType{DType::kF32, Shape{64, 32}});
-    std::fill(x.data<float>(), x.data<float>() + 64 * 32, 0.25f);
-    x.data<float>()[7] = amax;
+    fill(step, x.data<float>());
     e.bind("x", x);
     e.run(0);
     scales.push_back(e.output<float>(1)[0]);
   }
+  return scales;
+}
+
+// Delayed scaling: the scale of a step comes from the amax of the steps before it.
+TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
+  const std::vector<float> amax = {1.0f, 4.0f, 2.0f, 0.5f, 0.5f};
+  std::string text;
+  std::vector<float> scales = delayedScales(2, amax.size(), [&](size_t step, float* x) {
+    std::fill(x, x + 64 * 32, 0.25f);
+    x[7] = amax[step];
+  }, &text);
+  EXPECT_NE(text.find("amax_history=2, amax_compute=\"max\""), std::string::npos) << text;
   // Step 0 has no history (just in time); then max over the last two steps.
   const std::vector<float> amax_used = {1.0f, 1.0f, 4.0f, 4.0f, 2.0f};
   for (size_t i = 0; i < scales.size(); ++i) EXPECT_FLOAT_EQ(scales[i], amax_used[i] / 448.0f) << "step " << i;
@@ -415,25 +431,9 @@ TEST(QuantizeGemms, DelayedScalingUsesTheAmaxHistory) {
 // TE, the scale stays the step before's (at first 1). It was the smallest scale, which
 // flushed the next step's whole tensor to +-5e-36 (session 17's hunt).
 TEST(QuantizeGemms, DelayedScalingKeepsTheScaleOverAnAllZeroHistory) {
-  Recipe recipe = parseRecipe(R"(gemms:
-  - {label: up, decision: fp8, lhs_format: "e4m3:tensor:rtn", rhs_format: "e4m3:tensor:rtn", amax_history: 1}
-)",
-                              "r.yaml");
-  auto g = rewritten(kMlp, recipe);
-  g->addOutput(g->find("h.lhs_scales"));
-  Executor e(*g);
-  Tensor w = toTensor(randomRefTensor({DType::kF32, Shape{32, 48}}, 2));
-  Tensor w2 = toTensor(randomRefTensor({DType::kF32, Shape{48, 32}}, 3));
-  e.bind("w", w);
-  e.bind("w2", w2);
-  std::vector<float> scales;
-  for (float value : {0.0f, 3.0f, 0.0f, 2.0f}) {
-    Tensor x(TensorType{DType::kF32, Shape{64, 32}});
-    std::fill(x.data<float>(), x.data<float>() + 64 * 32, value);
-    e.bind("x", x);
-    e.run(0);
-    scales.push_back(e.output<float>(1)[0]);
-  }
+  const std::vector<float> value = {0.0f, 3.0f, 0.0f, 2.0f};
+  std::vector<float> scales =
+      delayedScales(1, value.size(), [&](size_t step, float* x) { std::fill(x, x + 64 * 32, value[step]); });
   // Step 0: all zero, just in time: 1. Step 1: its history is step 0's 0: still 1.
   // Step 2: step 1's 3. Step 3: step 2's 0 keeps 3 / 448.
   const std::vector<float> expected = {1.0f, 1.0f, 3.0f / 448.0f, 3.0f / 448.0f};
