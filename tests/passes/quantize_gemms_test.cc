@@ -1,7 +1,7 @@
 #include <cmath>
+#include <functional>
 
 #include <fmt/format.h>
-#include <functional>
 
 #include <gtest/gtest.h>
 
