@@ -392,6 +392,10 @@ std::vector<RecipeRun> Experiment::makeRecipes() {
   std::vector<double> sqnr =
       candidateSqnrs(profile, hw, policy(o_.backward_rounding == "sr" ? "F+B_SR" : "F+B")).bwd;
   std::vector<std::string> policies = {"F", "F+B", "F+B_SR"};
+  // Said, since the progress count drops by two runs per fraction here.
+  if (sqnr.empty() && !o_.fractions.empty())
+    spdlog::warn("no backward GEMM is a candidate on hardware '{}': the {} recipes of the fractions {} are left out",
+                 hw.name, 2 * o_.fractions.size(), fmt::join(o_.fractions, ", "));
   for (double f : o_.fractions) {
     if (sqnr.empty()) break;
     size_t n = std::clamp<size_t>(static_cast<size_t>(std::lround(f * static_cast<double>(sqnr.size()))), 1,

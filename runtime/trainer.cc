@@ -363,7 +363,15 @@ TrainResult TrainLoop::run() {
   if (lead_) {
     std::error_code ec;
     std::filesystem::create_directories(o_.out_dir, ec);
-    if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
+    if (ec) {
+      // A symlink whose target is missing "exists" to mkdir (EEXIST) and not to stat.
+      std::error_code link_ec;
+      if (std::filesystem::is_symlink(std::filesystem::symlink_status(o_.out_dir, link_ec)))
+        throw Error(fmt::format("{}: is a symlink to {}, which does not exist; create that folder or give another "
+                                "--out",
+                                o_.out_dir, std::filesystem::read_symlink(o_.out_dir, link_ec).string()));
+      throw Error(fmt::format("{}: cannot create the output directory: {}", o_.out_dir, ec.message()));
+    }
     lock.emplace(o_.out_dir);
     bool have_checkpoint = std::filesystem::exists(checkpoint_path_);
     if (o_.resume && !have_checkpoint) throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));

@@ -694,6 +694,17 @@ TEST_F(Cli, SentencePieceKeepsTheSpaceInACorpusThatRarelyHasOne) {
   EXPECT_NE(r.out.find("tokenizer: built sentencepiece bpe vocab 512"), std::string::npos) << r.out;
 }
 
+// --out that is a symlink to a missing folder said "cannot create the output directory:
+// File exists".
+TEST_F(Cli, ARunFolderLinkedToNothingIsNamed) {
+  fs::create_symlink(dir_ / "missing", dir_ / "link");
+  Result r = pgq("train --model tiny --steps 2 --no-progress --out " + (dir_ / "link").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("link: is a symlink to " + (dir_ / "missing").string() + ", which does not exist"),
+            std::string::npos)
+      << r.out;
+}
+
 // --out in the folder given as --corpus: the run's metrics.csv and .pgq-lock were read as
 // corpus text, and --resume refused the checkpoint as "trained on another corpus".
 TEST_F(Cli, TheRunFolderCannotBeTheCorpusFolder) {
