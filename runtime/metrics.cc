@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "support/errors.h"
 #include "support/file_io.h"
@@ -54,7 +55,13 @@ std::string keptRows(const std::string& path, const std::vector<std::string>& co
   size_t step_index = static_cast<size_t>(step_column - columns.begin());
 
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return header;
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    if (resume_step > 0)
+      spdlog::warn("metrics {}: missing; the run resumes at step {} and its file starts there (the rows of the "
+                   "steps before are lost)",
+                   path, resume_step);
+    return header;
+  }
   std::string content;
   try {
     content = readTextFile(path, InputKind::kMetrics);
@@ -73,6 +80,7 @@ std::string keptRows(const std::string& path, const std::vector<std::string>& co
         path, existing, expected));
 
   std::string kept = header;
+  int64_t last = 0;  // the last step kept
   if (header_end == std::string::npos) return kept;
   size_t line_number = 1;
   for (size_t begin = header_end + 1;;) {
@@ -91,8 +99,17 @@ std::string keptRows(const std::string& path, const std::vector<std::string>& co
     if (ec != std::errc() || ptr != cell.data() + cell.size())
       throw Error(fmt::format("metrics {}: line {}: step '{}' is not an integer", path,
                               line_number, cell));
-    if (step <= resume_step) kept.append(line).append("\n");
+    if (step <= resume_step) {
+      kept.append(line).append("\n");
+      last = std::max(last, step);
+    }
   }
+  // Rows are written every step (docs/TRAINING.md): fewer means the file was cut or
+  // replaced, and the loss curves would have a gap there.
+  if (last < resume_step)
+    spdlog::warn("metrics {}: its rows end at step {}, but the run resumes at step {}: the rows in between are "
+                 "missing (the file was cut or replaced)",
+                 path, last, resume_step);
   return kept;
 }
 

@@ -694,6 +694,20 @@ TEST_F(Cli, SentencePieceKeepsTheSpaceInACorpusThatRarelyHasOne) {
   EXPECT_NE(r.out.find("tokenizer: built sentencepiece bpe vocab 512"), std::string::npos) << r.out;
 }
 
+// A resumed run whose metrics.csv was removed or cut went on in silence, its loss curve
+// missing the steps before (session 17's hunt): now it says so.
+TEST_F(Cli, ResumingWithoutTheEarlierMetricsSaysSo) {
+  const std::string run = (dir_ / "run").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 12 --stop-after 6 --no-progress --out " + run).code, 0);
+  fs::remove(dir_ / "run" / "metrics.csv");
+  Result r = pgq("train --model tiny --steps 12 --stop-after 3 --resume --no-progress --out " + run);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("metrics.csv: missing; the run resumes at step 6"), std::string::npos) << r.out;
+  r = pgq("train --model tiny --steps 12 --resume --no-progress --out " + run);  // rows 7-9 there: resumes at 9
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("[warning] metrics"), std::string::npos) << r.out;
+}
+
 // --out that is a symlink to a missing folder said "cannot create the output directory:
 // File exists".
 TEST_F(Cli, ARunFolderLinkedToNothingIsNamed) {
