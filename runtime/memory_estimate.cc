@@ -96,11 +96,13 @@ std::string memorySizeText(double bytes) {
 
 void checkTrainingMemory(const ModelConfig& m, const MemoryEstimate& e, std::optional<double> available_bytes) {
   if (!available_bytes || e.total_bytes <= *available_bytes) return;
+  // Every part named, so that they add up to the total.
   throw Error(fmt::format("model {}: training needs about {} (parameters+AdamW {}, activations {} at batch {} x "
-                          "seq_len {}), this machine has {} available; reduce {}",
+                          "seq_len {}, evaluation {}, plus {:.0f}% for allocation overhead), this machine has {} "
+                          "available; reduce {}",
                           modelName(m), memorySizeText(e.total_bytes), memorySizeText(e.weight_bytes),
-                          memorySizeText(e.activation_bytes), m.batch, m.seq_len, memorySizeText(*available_bytes),
-                          fieldsToReduce(e)));
+                          memorySizeText(e.activation_bytes), m.batch, m.seq_len, memorySizeText(e.other_bytes),
+                          100 * (kMargin - 1), memorySizeText(*available_bytes), fieldsToReduce(e)));
 }
 
 void checkPlannedMemory(const ModelConfig& m, double planned_bytes, std::optional<double> available_bytes) {

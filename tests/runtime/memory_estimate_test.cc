@@ -107,7 +107,9 @@ TEST(MemoryEstimate, RefusesWithTheEstimateTheAvailableMemoryAndTheFields) {
   MemoryEstimate e = estimateTrainingMemory(huge, 8, false);
   std::string message = errorOf([&] { checkTrainingMemory(huge, e, 22.4 * (1 << 30)); });
   EXPECT_EQ(message.rfind("model huge.yaml: training needs about ", 0), 0u) << message;
-  for (const char* part : {" TiB (parameters+AdamW ", "activations ", "at batch 64 x seq_len 4096)",
+  // The parts add up to the total (the evaluation and the margin were left out).
+  for (const char* part : {" TiB (parameters+AdamW ", "activations ", "at batch 64 x seq_len 4096, evaluation ",
+                           "plus 20% for allocation overhead)",
                            "this machine has 22.4 GiB available; reduce batch, seq_len, d_model, d_ff or n_layers"})
     EXPECT_NE(message.find(part), std::string::npos) << part << "\n" << message;
   // A model of mostly parameters names the fields that size them.
