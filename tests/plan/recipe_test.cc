@@ -104,6 +104,22 @@ TEST(RecipeGenerator, NarrowsTheHigherSqnrSideWithoutVnni) {
   EXPECT_EQ(entry(rv, "layer0/mlp/up").rhs_format.toString(), "int8:channel:rtn");
 }
 
+// Which side to narrow is judged in the formats that would run: a gradient runs
+// stochastic rounding, 2x noisier here. Narrowing it because its round-to-nearest SQNR
+// (6292) beat the activation's (4278) left the GEMM at 786 and kept it in f32 under
+// F+B_SR>1000; narrowing the activation gives 1070 and quantizes it (session 17's hunt).
+TEST(RecipeGenerator, NarrowsTheSideThatCostsLessInTheRoundingItRuns) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Profile p = testProfile();
+  p.gemms = {gemm("layer0/attn/out:wgrad", "bwd_wgrad", {1, 256, 2048, 1024}, "activation", 4278, "gradient", 6292)};
+  Recipe r = generateRecipe(p, hw, loadPolicy("F+B_SR>1000"), "p.yaml");
+  const RecipeEntry& e = entry(r, "layer0/attn/out:wgrad");
+  EXPECT_EQ(e.decision, Decision::kQuantize) << e.reason;
+  EXPECT_EQ(e.lhs_format.toString(), "int7:channel:rtn");
+  EXPECT_EQ(e.rhs_format.toString(), "int8:channel:sr");
+  EXPECT_DOUBLE_EQ(e.min_sqnr, 4278.0 / 4);
+}
+
 TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe t = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
