@@ -84,7 +84,7 @@ std::string recipeToYaml(const Recipe& r) {
       if (e.predict_weight_scale) out << YAML::Key << "predict_weight_scale" << YAML::Value << true;
     }
     if (!e.reason.empty()) out << YAML::Key << "reason" << YAML::Value << e.reason;
-    if (e.min_sqnr > 0) out << YAML::Key << "min_sqnr" << YAML::Value << e.min_sqnr;
+    if (e.min_sqnr >= 0) out << YAML::Key << "min_sqnr" << YAML::Value << e.min_sqnr;
     if (e.est_speedup > 0) out << YAML::Key << "est_speedup" << YAML::Value << e.est_speedup;
     out << YAML::EndMap;
   }
@@ -157,7 +157,7 @@ RecipeEntry readEntry(const ConfigNode& node) {
     node.failHere("a `keep` decision takes no formats, smoothing or scaling");
   }
   e.reason = node.getString("reason", "");
-  e.min_sqnr = node.getDouble("min_sqnr", 0.0, 0.0, 1e300);
+  e.min_sqnr = node.has("min_sqnr") ? node.getDouble("min_sqnr", 0.0, 0.0, 1e300) : -1.0;
   e.est_speedup = node.getDouble("est_speedup", 0.0, 0.0, 1e6);
   return e;
 }

@@ -61,9 +61,10 @@ struct RecipeEntry {
   // of measured (per-tensor FP8/MX weight formats); overrides delayed scaling there.
   bool predict_weight_scale = false;
   std::string reason;
-  // Informational, from generation: the lower input SQNR in the chosen formats and
-  // the roofline estimate of the int8 speedup (0 when unknown).
-  double min_sqnr = 0;
+  // Informational, from generation: the lower input SQNR in the chosen formats (-1 when
+  // unknown: an SQNR of 0 is a measurement, the worst there is) and the roofline
+  // estimate of the int8 speedup (0 when unknown).
+  double min_sqnr = -1;
   double est_speedup = 0;
   // The roofline's times behind est_speedup (not written to the file): the GEMM in high
   // precision, and quantized (the GEMM alone, and casting or quantizing its operands),

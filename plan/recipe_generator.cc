@@ -656,7 +656,7 @@ std::string explainRecipe(const Recipe& r) {
   for (const auto& [why, n] : kept) out += fmt::format("  kept in high precision: {:>3} ({})\n", n, why);
   std::vector<const RecipeEntry*> lowest;
   for (const RecipeEntry& e : r.entries)
-    if (e.min_sqnr > 0) lowest.push_back(&e);
+    if (e.min_sqnr >= 0) lowest.push_back(&e);  // 0 is the worst SQNR, not a missing one
   std::sort(lowest.begin(), lowest.end(), [](auto* a, auto* b) { return a->min_sqnr < b->min_sqnr; });
   const bool parallel = std::any_of(r.entries.begin(), r.entries.end(), [](const RecipeEntry& e) { return e.devices > 1; });
   if (parallel) {

@@ -120,6 +120,23 @@ TEST(RecipeGenerator, NarrowsTheSideThatCostsLessInTheRoundingItRuns) {
   EXPECT_DOUBLE_EQ(e.min_sqnr, 4278.0 / 4);
 }
 
+// An SQNR of 0 (a gradient that quantizes to nothing) is the worst there is: it was
+// taken for "unknown", left out of --explain's lowest list and of the file.
+TEST(RecipeGenerator, AZeroSqnrIsTheLowestNotAMissingOne) {
+  HardwareModel hw = parseHardwareModel(kHardware, "hw");
+  Profile p = testProfile();
+  for (FormatStats& f : p.gemms[3].operands[0].formats) f.sqnr_mean = 0;  // get_logits:dgrad's gradient
+  Recipe r = generateRecipe(p, hw, loadPolicy("F+B_SR>1000"), "p.yaml");
+  EXPECT_EQ(entry(r, "get_logits:dgrad").min_sqnr, 0.0);
+  const std::string text = explainRecipe(r);
+  const size_t list = text.find("lowest min-input SQNR:\n");
+  ASSERT_NE(list, std::string::npos) << text;
+  EXPECT_EQ(text.find("get_logits:dgrad", list), text.find('\n', list) + 5) << text;  // first in the list
+  const Recipe back = parseRecipe(recipeToYaml(r), "r.yaml");
+  EXPECT_EQ(entry(back, "get_logits:dgrad").min_sqnr, 0.0);
+  EXPECT_EQ(parseRecipe("gemms:\n  - {label: x, decision: keep}\n", "hand.yaml").entries[0].min_sqnr, -1.0);
+}
+
 TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe t = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
