@@ -518,10 +518,13 @@ Recipe generateRecipe(const Profile& profile, const HardwareModel& hw, const Pol
   recipe.hardware = hw.name;
   recipe.profile = profile_path;
   RecipeSummary& sum = recipe.summary;
-  // The profiled step was measured on this CPU; its non-GEMM time says nothing about a
-  // GPU target, whose estimate is then GEMM time only.
+  // The profiled step was measured on the CPU that profiled; its non-GEMM time says
+  // nothing about a GPU target or another CPU (a 96-core Zen 4 model was given the 2-core
+  // Zen 3's 465 ms outside GEMMs and estimated 1.00x), whose estimate is then GEMM time
+  // only. A CPU model is taken for the profiled one when its threads and VNNI agree.
   const bool gpu = hw.high_precision != DType::kF32;
-  sum.measured_step_ms = gpu ? 0.0 : profile.run.step_ms;
+  const bool same_cpu = !gpu && profile.run.threads == hw.threads && profile.run.vnni == hw.vnni;
+  sum.measured_step_ms = same_cpu ? profile.run.step_ms : 0.0;
   Context ctx{hw, policy, profile_path, scores, {}, policy.metric.value_or(defaultMetric(profile)), {},
               fmt::format("kept {}", dtypeName(hw.high_precision))};
   const bool thresholds = policy.forward.threshold > 0 || policy.backward.threshold > 0 || policy.forward.invert ||

@@ -137,6 +137,23 @@ TEST(RecipeGenerator, AZeroSqnrIsTheLowestNotAMissingOne) {
   EXPECT_EQ(parseRecipe("gemms:\n  - {label: x, decision: keep}\n", "hand.yaml").entries[0].min_sqnr, -1.0);
 }
 
+// The profiled step's time outside GEMMs belongs to the CPU that profiled: a model of
+// another CPU (other threads or VNNI) estimated a 96-core Zen 4's step with the 2-core
+// Zen 3's 465 ms of non-GEMM time (1.00x). Only GEMM time is estimated there.
+TEST(RecipeGenerator, TheMeasuredStepCountsOnlyOnTheProfiledCpu) {
+  Profile p = testProfile();
+  p.run.threads = 2;
+  p.run.vnni = false;
+  Recipe same = generateRecipe(p, parseHardwareModel(kHardware, "hw"), loadPolicy("F+B_SR"), "p.yaml");
+  EXPECT_EQ(same.summary.measured_step_ms, 100);
+  std::string other = kHardware;
+  other.replace(other.find("threads: 2"), 10, "threads: 96");
+  Recipe elsewhere = generateRecipe(p, parseHardwareModel(other, "hw"), loadPolicy("F+B_SR"), "p.yaml");
+  EXPECT_EQ(elsewhere.summary.measured_step_ms, 0);
+  EXPECT_DOUBLE_EQ(elsewhere.summary.estimatedStepSpeedup(),
+                   elsewhere.summary.est_gemm_ms / elsewhere.summary.est_gemm_quantized_ms);
+}
+
 TEST(RecipeGenerator, ThresholdsAndTheAdversarialOrdering) {
   HardwareModel hw = parseHardwareModel(kHardware, "hw");
   Recipe t = generateRecipe(testProfile(), hw, loadPolicy("F+B_SR>10"), "p.yaml");
