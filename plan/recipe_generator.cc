@@ -252,6 +252,21 @@ Verdict byRule(const GemmProfile& g, const Context& ctx, const PolicyRule& rule,
                               ctx.policy.name, rule.describe(), v.formats.lhs.toString(), v.formats.rhs.toString(),
                               g.label, ctx.hw.name, ctx.hw.int8Limits()));
   }
+  // What the scheme path checks before choosing a format (the rule's own or its
+  // scheme's): a recipe whose MX block does not divide K, or whose FP8/MX/FP4 GEMM a GPU's
+  // tensor cores cannot take, was written and then refused by pgq train.
+  const int64_t k = g.device_shape.size() == 4 ? g.device_shape[2] : 0;
+  if (const int block = blockMismatch(g, v.formats))
+    throw Error(fmt::format("policy {}, rule ({}): quantizes GEMM '{}' in {} x {}, whose block of {} does not divide "
+                            "its K = {}; give the rule formats that fit, or let the GEMM be kept",
+                            ctx.policy.name, rule.describe(), g.label, v.formats.lhs.toString(),
+                            v.formats.rhs.toString(), block, k));
+  if (ctx.hw.high_precision != DType::kF32)
+    if (const int64_t dim = alignmentMismatch(g, v.formats))
+      throw Error(fmt::format("policy {}, rule ({}): quantizes GEMM '{}' in {} x {} on hardware '{}', whose tensor "
+                              "cores need K and N multiples of 16, got {}; let the GEMM be kept",
+                              ctx.policy.name, rule.describe(), g.label, v.formats.lhs.toString(),
+                              v.formats.rhs.toString(), ctx.hw.name, dim));
   return v;
 }
 
@@ -389,9 +404,10 @@ std::string reasonText(const GemmProfile& g, const Verdict& v, const Context& ct
     case Why::kRuleKeeps:
       return fmt::format("{}, policy rule ({}): {}", g.direction, v.rule->describe(), ctx.kept);
     case Why::kRuleQuantizes:
-      return fmt::format("{}, policy rule ({}): {}{}", g.direction, v.rule->describe(),
-                         v.rule->lhs_format ? fmt::format("{} x {}", v.formats.lhs.toString(), v.formats.rhs.toString())
-                                            : std::string("int8"),
+      // The formats that run, the rule's or the policy's first scheme's (it said "int8" for
+      // a scheme policy's mxfp8).
+      return fmt::format("{}, policy rule ({}): {} x {}{}", g.direction, v.rule->describe(), v.formats.lhs.toString(),
+                         v.formats.rhs.toString(),
                          v.rule->smooth > 0 ? fmt::format(" with SmoothQuant alpha {}", v.rule->smooth) : "");
     case Why::kDirectionOff:
       return fmt::format("{}, policy {} does not quantize {} GEMMs: {}", g.direction, policy.name,

@@ -106,6 +106,34 @@ int8: {vnni: true, max_bits_one: 8, max_bits_both: 8}
   EXPECT_NE(message("high_precision: f16\n").find("high_precision"), std::string::npos);
 }
 
+// A policy rule that quantizes a GEMM without naming formats takes the policy's first
+// scheme: its MX block must divide K as on the scheme path. `odd` (K = 1000) was written
+// in mxfp8 and refused only by pgq train; the reason said "int8" (session 17's hunt).
+TEST(GpuRecipe, ARuleQuantizingWithTheSchemesFormatsIsCheckedAsTheSchemeIs) {
+  const std::string rule = R"(name: rule
+formats: [mxfp8]
+forward: {quantize: true}
+backward: {quantize: true}
+rules:
+  - {label: "odd", action: quantize}
+  - {label: "layer0/mlp/down", action: quantize}
+)";
+  try {
+    generateRecipe(gpuProfile(), loadHardwareModel("b200"), parsePolicy(rule, "pol.yaml"), "p.yaml");
+    ADD_FAILURE() << "an MX block that does not divide K was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantizes GEMM 'odd' in e4m3:block32:rtn:scale=e8m0"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not divide its K = 1000"), std::string::npos) << e.what();
+  }
+  std::string fits = rule;
+  fits.erase(fits.find("  - {label: \"odd\""), std::string("  - {label: \"odd\", action: quantize}\n").size());
+  Recipe r = generateRecipe(gpuProfile(), loadHardwareModel("b200"), parsePolicy(fits, "pol.yaml"), "p.yaml");
+  EXPECT_NE(entry(r, "layer0/mlp/down").reason.find("policy rule (label ~ layer0/mlp/down): e4m3:block32"),
+            std::string::npos)
+      << entry(r, "layer0/mlp/down").reason;
+}
+
 TEST(GpuRecipe, ChoosesAmongBf16Fp8AndMxfp8PerGemm) {
   Recipe r = generateRecipe(gpuProfile(), loadHardwareModel("b200"), loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/gpu-auto.yaml"),
                             "p.yaml");
