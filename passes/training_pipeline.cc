@@ -43,9 +43,10 @@ std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& o
   if (options.hardware) pipeline->add(std::make_unique<EstimateSpeedup>(EstimateSpeedupOptions{options.hardware}));
   if (options.recipe) {
     // The stochastic-rounding streams start at seed * 7919 + 17, apart from the
-    // statistics nodes' seeds (seed, seed + 1, ...).
-    pipeline->add(
-        std::make_unique<QuantizeGemms>(QuantizeGemmsOptions{.recipe = options.recipe, .seed = seed * 7919 + 17}));
+    // statistics nodes' seeds (seed, seed + 1, ...); a replica's 2^32 further per replica
+    // (a graph has far fewer nodes, each taking the next stream).
+    const uint64_t streams = seed * 7919 + 17 + (static_cast<uint64_t>(options.replica) << 32);
+    pipeline->add(std::make_unique<QuantizeGemms>(QuantizeGemmsOptions{.recipe = options.recipe, .seed = streams}));
     pipeline->add(std::make_unique<CommonSubexpressionElimination>());
     pipeline->add(std::make_unique<DeadCodeElimination>());
   }

@@ -44,6 +44,12 @@ struct TrainingPipelineOptions {
   std::optional<Recipe> recipe;           // stage (iii): rewrite to int8 GEMMs
   uint64_t seed = 0;                      // the model's seed
   bool data_parallel = false;             // average loss and gradients over replicas
+  // This process's data-parallel replica (0 in one process). Its stochastic-rounding
+  // streams are its own: replicas rounded element i of their own gradients with the same
+  // noise (errors correlated ~0.5), so averaging them removed less noise than it should.
+  // The ranks of one tensor-parallel group share the streams (the tensors they hold
+  // replicated must round alike).
+  int64_t replica = 0;
 };
 
 std::unique_ptr<Pipeline> buildForwardPipeline();

@@ -64,9 +64,10 @@ namespace {
 // The pipeline of one of the session's graphs: trainingPipelineOptions() of this
 // process's options, averaged over the data-parallel replicas when there are several.
 TrainingPipelineOptions graphPipeline(const TrainOptions& local, bool instrument, const Recipe* recipe,
-                                      const HardwareModel* hardware, bool data_parallel) {
+                                      const HardwareModel* hardware, bool data_parallel, int64_t replica = 0) {
   TrainingPipelineOptions p = trainingPipelineOptions(local, instrument, recipe, hardware);
   p.data_parallel = data_parallel;
+  p.replica = replica;
   return p;
 }
 
@@ -194,7 +195,8 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   const bool data_parallel = job.replicas > 1;
   try {
     train = compileModel(lo.model, {.pipeline = graphPipeline(lo, false, recipe ? &*recipe : nullptr,
-                                                              hardware ? &*hardware : nullptr, data_parallel),
+                                                              hardware ? &*hardware : nullptr, data_parallel,
+                                                              job.replica),
                                     .initial_values = true});
   } catch (const Error& e) {
     if (!data_parallel || !o.model.imported()) throw;

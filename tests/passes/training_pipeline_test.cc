@@ -45,7 +45,7 @@ TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {
 }
 
 // The seeds derive from the model's: statistics nodes count up from it, the
-// stochastic-rounding streams from seed * 7919 + 17.
+// stochastic-rounding streams from seed * 7919 + 17 (+ 2^32 per data-parallel replica).
 TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
   auto seedsOf = [](const Graph& g, Op op) {
     std::vector<int64_t> seeds;
@@ -93,6 +93,17 @@ TEST(TrainingPipeline, DerivesTheSeedsFromTheModelSeed) {
   std::erase(sr, 0);  // the lhs round to nearest
   ASSERT_FALSE(sr.empty());
   EXPECT_EQ(sr.front(), 5 * 7919 + 17 + 1);
+
+  // Data-parallel replica 1 rounds with streams of its own, 2^32 on: every replica drew
+  // the same noise for element i of its own gradient (session 17's hunt).
+  TransformerGraph replica = buildTransformer(loadModelConfig("tiny"));
+  appendBackward(*replica.graph, replica.loss, replica.params);
+  o.replica = 1;
+  buildTrainingPipeline(o)->run(*replica.graph, ctx);
+  std::vector<int64_t> other = seedsOf(*replica.graph, Op::kQuantize);
+  std::erase(other, 0);
+  ASSERT_EQ(other.size(), sr.size());
+  for (size_t i = 0; i < sr.size(); ++i) EXPECT_EQ(other[i], sr[i] + (int64_t{1} << 32)) << i;
 }
 
 }  // namespace
