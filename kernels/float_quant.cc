@@ -99,6 +99,9 @@ double roundTiesEven(double f) {
 int floorLog2(double a) { return int(std::bit_cast<uint64_t>(a) >> 52) - 1023; }
 uint64_t significand(double a) { return std::bit_cast<uint64_t>(a) & ((uint64_t(1) << 52) - 1); }
 
+// The scale of an NVFP4 block whose E4M3 scale underflows (scaleFromAbsmax).
+constexpr float kUnderflowScale = 0x1p125f;
+
 // 2^e for e in [-126, 127], built from bits.
 float powerOfTwo(int e) { return std::bit_cast<float>(uint32_t(e + 127) << 23); }
 
@@ -138,10 +141,11 @@ float scaleFromAbsmax(double group_absmax, double tensor_absmax, const QuantForm
       const float inverse_max = 1.0f / float(limits.max);
       const float block = roundToElement(std::min(float(group) * (encode * inverse_max), FLT_MAX), kE4m3);
       // A block whose s_b underflows E4M3 (G below ~2^-10 * 6 * T / 2688) decodes to 0 on
-      // the GPU. The largest scale gives the same: every |x| <= G divided by it rounds to
-      // 0 (stochastic rounding included), counted as underflow. kMinScale, as before,
-      // saturated such a block at 6 * 2^-126 and counted it as clipped.
-      if (block == 0.0f) return FLT_MAX;
+      // the GPU. A huge scale gives the same: every |x| <= G divided by it rounds to 0
+      // (stochastic rounding included), counted as underflow. kMinScale, as before,
+      // saturated such a block at 6 * 2^-126 and counted it as clipped. 2^125, not
+      // FLT_MAX: an infinity in the block saturates at 6 * 2^125, finite, as elsewhere.
+      if (block == 0.0f) return kUnderflowScale;
       return float(std::max(double(block) / double(encode), double(kMinScale)));
     }
     case ScaleKind::kTwoLevel: {

@@ -27,9 +27,11 @@
 //                    for int elements, so MXINT8 holds k * 2^-6 * 2^X, k in [-127, 127]).
 //                    G lands in [2^8, 2^9) for e4m3: its values above 448 saturate, as
 //                    the spec's conversion does.
-//   scale=e4m3   (NVFP4) S = 448 * E.max / T in f32; each group s = e4m3(G / E.max * S)
-//                / S (round to nearest), kMinScale when that E4M3 value is 0 (G = 0 or
-//                underflow): Transformer Engine's two-level scale, one f32 per group.
+//   scale=e4m3   (NVFP4) S = 448 * E.max / T in f32; each group s = e4m3(G * (S * (1 /
+//                E.max))) / S (in f32, rounded once to nearest): Transformer Engine's
+//                two-level scale, one f32 per group. G = 0: kMinScale; an E4M3 value that
+//                underflows to 0: 2^125, over which every finite value of the group
+//                rounds to 0 (it decodes to 0 on the GPU) and an infinity saturates.
 //   2-D (block<N>x<N>) groups are N x N tiles of each stored matrix, their absmax over
 //   the tile; a format with rht quantizes the transformed values (hadamard.h), its
 //   scales those of the transformed values, and gives back D H Q(H D x).

@@ -664,6 +664,12 @@ Kernel CpuBackend::lowerQMatMul(const Node& node, LoweringContext& ctx) const {
       gemmLayout(node.operand(0)->shape(), node.operand(1)->shape(), DotDims::fromAttrs(node.attrs())).shape;
   k::QuantFormat fa = node.attrs().getFormat(AttrKey::kLhsFormat);
   k::QuantFormat fb = node.attrs().getFormat(AttrKey::kRhsFormat);
+  // Refused when the graph is compiled, before the run starts: the kernel refused it at
+  // the first step, after metrics.csv was made (a batch of 4200 x 16 tokens in a wgrad).
+  if (shape.k > k::kMaxInt8GemmK)
+    throw Error(fmt::format("GEMM '{}' runs in int8 with a contracting dimension K = {}, beyond the {} that int32 "
+                            "accumulates exactly: keep it in high precision in the recipe, or reduce batch x seq_len",
+                            node.attrs().getStringOr(AttrKey::kLabel, node.name()), shape.k, k::kMaxInt8GemmK));
   int qa = ctx.operand(0).slot, qb = ctx.operand(1).slot, pa = ctx.operand(2).slot, pb = ctx.operand(3).slot;
   int y = ctx.result();
   size_t na = static_cast<size_t>(node.operand(2)->shape().numElements());

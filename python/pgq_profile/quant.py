@@ -318,14 +318,15 @@ def _emulated_scales(absmax, tensor_absmax, fmt):
         # each block's decode scale s_b = e4m3(G * (S * (1/6))) computed in f32 in that
         # order (rounded to nearest, ties to even, saturating), the group's scale s_b / S.
         # An all-zero block gets FLT_MIN; a block whose s_b underflows E4M3 decodes to 0,
-        # which the largest scale gives (every |x| <= G over it rounds to 0).
+        # which a huge scale, 2^125, gives (every |x| <= G over it rounds to 0; an
+        # infinity saturates at 6 * 2^125, finite).
         group = absmax.double().abs()  # magnitudes: a -0.0 here would give -inf below
         tensor = torch.maximum(tensor_absmax.double().abs(), group)
         encode32 = torch.clamp(448.0 * emax_value / tensor, max=FLT_MAX).float()
         inverse_max = torch.tensor(1.0 / emax_value, dtype=torch.float32)
         block = _round_e4m3(torch.clamp(group.float() * (encode32 * inverse_max), max=FLT_MAX))
         scale = torch.clamp(block.double() / encode32.double(), min=FLT_MIN).float()
-        scale = torch.where(block == 0, torch.full_like(scale, FLT_MAX), scale)
+        scale = torch.where(block == 0, torch.full_like(scale, 2.0 ** 125), scale)
         return torch.where(group == 0, torch.full_like(scale, FLT_MIN), scale)
     if fmt.scale == "e8m0":
         # 2^clamp(floor(log2 absmax) - emax, -126, 127) from the float's exponent field.

@@ -708,6 +708,19 @@ TEST_F(Cli, ResumingWithoutTheEarlierMetricsSaysSo) {
   EXPECT_EQ(r.out.find("[warning] metrics"), std::string::npos) << r.out;
 }
 
+// An int8 GEMM whose K passes exact int32 accumulation (a wgrad over 4200 x 16 tokens)
+// was refused by the kernel at the first step, after the run had made its folder.
+TEST_F(Cli, AnInt8GemmTooLongToAccumulateIsRefusedBeforeTheRun) {
+  const std::string recipe =
+      write("wgrad.yaml", "gemms:\n  - {match: \".*wgrad\", decision: int8, lhs_format: \"int8:channel:rtn\", "
+                          "rhs_format: \"int7:channel:sr\"}\n");
+  Result r = pgq("train --model tiny --batch 4200 --steps 2 --no-progress --recipe " + recipe + " --out " +
+                 (dir_ / "run").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("with a contracting dimension K = 67200, beyond the 65793"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.csv"));
+}
+
 // --out that is a symlink to a missing folder said "cannot create the output directory:
 // File exists".
 TEST_F(Cli, ARunFolderLinkedToNothingIsNamed) {

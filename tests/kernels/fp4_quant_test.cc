@@ -150,7 +150,7 @@ TEST(Fp4Quant, Nvfp4ScalesAreTransformerEnginesTwoLevelScales) {
     // TE's compute_decoding_scaling_factor: f32, in this order.
     const float block = roundToElement(absmax * (encode * (1.0f / 6.0f)), e4m3);
     const float expected = absmax == 0.0f ? kMinScale
-                           : block == 0.0f ? std::numeric_limits<float>::max()
+                           : block == 0.0f ? 0x1p125f
                                            : float(double(block) / double(encode));
     EXPECT_EQ(params[g], expected) << g;
   }
@@ -182,6 +182,13 @@ TEST(Fp4Quant, Nvfp4BlockWhoseScaleUnderflowsDecodesToZero) {
     EXPECT_EQ(stats.clipped_fraction, 0.0) << text;
     EXPECT_EQ(stats.underflow_fraction, 2.0 / 32) << text;
   }
+  // An infinity in such a block saturates, finite, as in any other block (a scale of
+  // FLT_MAX gave 6 x FLT_MAX = inf).
+  x[18] = std::numeric_limits<float>::infinity();
+  computeEmulatedScales(x, view, f, params);
+  fakeQuantize(x, view, f, params, out);
+  EXPECT_TRUE(std::isfinite(out[18])) << out[18];
+  EXPECT_EQ(out[16], 0.0f);
 }
 
 // s_b = e4m3(G * (S * (1/6))) in f32, as TE computes it: G / 6 * S in double is
