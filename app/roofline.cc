@@ -35,13 +35,22 @@ RooflineReport analyzeRoofline(const ModelConfig& model, const HardwareModel& hw
   r.precision = precision;
   r.min_speedup = min_speedup;
   const DType dtype = precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  // As `pgq recipe` estimates F+B: int8 per channel, round to nearest (stochastic
+  // rounding, charged before, is F+B_SR's), and where the hardware casts each tensor
+  // once (cast_once), each GEMM paying its share of the cast of a tensor several read.
+  std::map<const Node*, int> readers;
+  for (const Node* n : t.graph->postOrder())
+    if (n->op() == Op::kMatMul)
+      for (int i = 0; i < 2; ++i) readers[n->operand(i)] += 1;
+  const QuantFormat int8 = perChannelFormat(8, Rounding::kNearest);
+  auto share = [&](const Node* operand) { return hw.cast_once ? 1.0 / std::max(1, readers[operand]) : 1.0; };
   std::map<std::pair<std::string, int>, size_t> row_of;
   for (const Node* n : t.graph->postOrder()) {
     if (n->op() == Op::kMatMul) {
       const Attrs& a = n->attrs();
       const OperandRoles& roles = a.getRoles(AttrKey::kRoles);
-      GemmEstimate e = estimateGemm(hw, a.getInts(AttrKey::kDeviceShape), dtype, roles[0] == OperandRole::kGradient,
-                                    roles[1] == OperandRole::kGradient);
+      GemmEstimate e = estimateGemm(hw, a.getInts(AttrKey::kDeviceShape), dtype, int8, int8, share(n->operand(0)),
+                                    share(n->operand(1)));
       // Attention's batched GEMMs as shares of one flash kernel where the hardware fuses it.
       const std::optional<double> fused =
           fusedAttentionUs(hw, a.getInts(AttrKey::kDeviceShape), a.getDirection(AttrKey::kDirection), roles);

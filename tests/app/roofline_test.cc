@@ -57,5 +57,34 @@ TEST(Roofline, FusedAttentionGemmsAreNeverQuantized) {
   EXPECT_EQ(r.int8_gemms, quantized);
 }
 
+// The same estimate as `pgq recipe` gives an F+B recipe: round to nearest (stochastic
+// rounding, F+B_SR's, was charged), and on hardware that casts each tensor once, each
+// GEMM's share of the cast. attn/q's forward read its activation's whole cast where
+// recipe --explain charged a sixth (20.9 us against 5.5 on h100-sxm; session 17's hunt).
+TEST(Roofline, EstimatesAsTheRecipeGeneratorDoes) {
+  const HardwareModel h100 = loadHardwareModel("h100-sxm");
+  RooflineReport r = analyzeRoofline(loadModelConfig("small"), h100, Precision::kBf16, 1.0);
+  const QuantFormat int8 = perChannelFormat(8, Rounding::kNearest);
+  int checked = 0;
+  for (const RooflineRow& row : r.rows) {
+    if (row.name != "attn/q" || row.direction != GemmDirection::kFwd) continue;
+    ++checked;
+    // Its activation is read by q, k and v forward and by their weight gradients (6);
+    // its weight by its forward and its dgrad (2).
+    const GemmEstimate e = estimateGemm(h100, row.device_shape, DType::kBF16, int8, int8, 1.0 / 6, 1.0 / 2);
+    EXPECT_DOUBLE_EQ(row.int8_us, e.int8Us());
+  }
+  // Without cast_once, a gradient operand is cast with round to nearest.
+  RooflineReport cpu = analyzeRoofline(loadModelConfig("small"), loadHardwareModel("epyc-zen3-2c"),
+                                       Precision::kF32, 1.0);
+  for (const RooflineRow& row : cpu.rows) {
+    if (row.name != "attn/q:dgrad") continue;
+    ++checked;
+    const GemmEstimate e = estimateGemm(loadHardwareModel("epyc-zen3-2c"), row.device_shape, DType::kF32, int8, int8);
+    EXPECT_DOUBLE_EQ(row.int8_us, e.int8Us());
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 }  // namespace
 }  // namespace pgq
