@@ -612,7 +612,7 @@ std::string perGemmEstimates(const Recipe& r) {
 std::string keptCategory(const std::string& reason) {
   const std::pair<const char*, const char*> kMarkers[] = {{"does not divide", "MX block does not divide K"},
                                                           {"multiples of 16", "K or N not a multiple of 16"},
-                                                          {"min SQNR", "failed the SQNR threshold"},
+                                                          {"min SQNR", "failed the threshold"},
                                                           {"not worth it", "roofline: not faster quantized"},
                                                           {"x < ", "roofline: not faster quantized"},
                                                           {"policy rule", "a policy rule"}};

@@ -94,7 +94,7 @@ TEST(Bf16Recipe, Int8WhereItPassesBf16WhereNotF32WhereNeitherPays) {
   EXPECT_NE(text.find("    bf16       2 GEMMs"), std::string::npos) << text;
   // Kept GEMMs grouped by each scheme's reason, named, where the schemes' reasons differ.
   EXPECT_NE(text.find("kept in high precision:   1 (roofline: not faster quantized)"), std::string::npos) << text;
-  EXPECT_NE(text.find("kept in high precision:   1 (int8: failed the SQNR threshold; bf16: roofline: not faster "
+  EXPECT_NE(text.find("kept in high precision:   1 (int8: failed the threshold; bf16: roofline: not faster "
                       "quantized)"),
             std::string::npos)
       << text;
