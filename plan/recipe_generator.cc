@@ -431,9 +431,12 @@ std::string reasonText(const GemmProfile& g, const Verdict& v, const Context& ct
       return fmt::format("{}, {} {}{}: {} ({})", g.direction, metricText(g, ctx, c, v.metric), failedText(dp),
                          estimated, ctx.kept, formatsText(g, c));
     case Why::kSchemePassed:
-      return fmt::format("{}, {}{}, est. {:.2f}x on {}: {} ({}){}", g.direction,
+      // Marked as the int8 branches are: a metric estimated from other statistics (an
+      // output error measured without the Hadamard transform) was quoted as measured.
+      return fmt::format("{}, {}{}{}, est. {:.2f}x on {}: {} ({}){}", g.direction,
                          metricText(g, ctx, v.formats, v.metric),
                          t > 0 ? fmt::format(" {} {}", dp.invert ? "<" : ">", sqnrText(t)) : "",
+                         v.formats.estimated || v.metric.estimated ? " (estimated from other statistics)" : "",
                          v.estimate.speedup(), ctx.hw.name, v.scheme, formatsText(g, v.formats),
                          v.misses.empty() ? "" : fmt::format("; not {}", missesText(g, ctx, v.misses)));
     case Why::kNoScheme:
