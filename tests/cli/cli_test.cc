@@ -594,7 +594,7 @@ TEST_F(Cli, AModelTooLargeForTheMachineExitsTwoBeforeAllocating) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(r.code, 2) << r.out;
     for (const char* part : {"pgq: error: model ", "huge.yaml: training needs about ", " TiB (parameters+AdamW ",
-                             "at batch 64 x seq_len 4096), this machine has ", "available; reduce batch, seq_len"})
+                             "at batch 64 x seq_len 4096, evaluation ", "overhead), this machine has ", "available; reduce batch, seq_len"})
       EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
     EXPECT_LT(seconds, 5.0);
     EXPECT_FALSE(fs::exists(out));
