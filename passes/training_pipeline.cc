@@ -45,7 +45,7 @@ std::unique_ptr<Pipeline> buildTrainingPipeline(const TrainingPipelineOptions& o
     // The stochastic-rounding streams start at seed * 7919 + 17, apart from the
     // statistics nodes' seeds (seed, seed + 1, ...); a replica's 2^32 further per replica
     // (a graph has far fewer nodes, each taking the next stream).
-    const uint64_t streams = seed * 7919 + 17 + (static_cast<uint64_t>(options.replica) << 32);
+    const auto streams = static_cast<int64_t>(seed * 7919 + 17 + (static_cast<uint64_t>(options.replica) << 32));
     pipeline->add(std::make_unique<QuantizeGemms>(QuantizeGemmsOptions{.recipe = options.recipe, .seed = streams}));
     pipeline->add(std::make_unique<CommonSubexpressionElimination>());
     pipeline->add(std::make_unique<DeadCodeElimination>());
