@@ -55,47 +55,6 @@ head -c 20000 /usr/share/games/fortunes/fortunes >"$tmp/corpus0.txt"
 head -c 20000 /usr/share/games/fortunes/literature >"$tmp/corpus1.txt"
 expect_refusal "another corpus on rank 1" 2 "rank 1 read another corpus or tokenizer than rank 0" \
   sh -c "exec '$pgq' train --model tiny --steps 2 --corpus '$tmp/corpus'\$(($r1)).txt --out '$tmp/corpus' --no-progress"
-# An imported model whose external weights differ on rank 1's machine: rank 0's frozen
-# weights and buffers are broadcast like its parameters, so the job trains what rank 0
-# alone trains (it trained a mix of the two models in silence).
-onnx=$(dirname "$0")/../data/onnx_modern/llama_variants
-for side in a b; do
-  mkdir -p "$tmp/$side"
-  cp "$onnx/model_dynamic.onnx" "$onnx/dyn.onnx.data" "$tmp/$side/"
-done
-/usr/bin/python3 -c "import sys, numpy as np
-a = np.fromfile(sys.argv[1], dtype=np.float32); (a * 1.5).astype(np.float32).tofile(sys.argv[1])" "$tmp/b/dyn.onnx.data"
-onnx_args=(train --model model_dynamic.onnx --batch 2 --seq 16 --frozen 'lm_head.*' --steps 3 --eval-every 0 --no-progress)
-"${mpi[@]}" -np 1 -wdir "$tmp/a" "$pgq" "${onnx_args[@]}" --out "$tmp/mixed" : \
-  -np 1 -wdir "$tmp/b" "$pgq" "${onnx_args[@]}" --out "$tmp/mixed" >"$tmp/mixed.log" 2>&1 ||
-  fail "two ranks with other external data: $(cat "$tmp/mixed.log")"
-(cd "$tmp/a" && "$pgq" "${onnx_args[@]}" --out "$tmp/alone" >"$tmp/alone.log" 2>&1) || fail "$(cat "$tmp/alone.log")"
-mixed=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/mixed/metrics.csv")
-alone=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/alone/metrics.csv")
-[ -n "$mixed" ] && [ "$mixed" = "$alone" ] || fail "step 3's loss: $mixed with rank 1's other weights, $alone alone"
-echo "ok: rank 1 with other frozen weights: step 3's loss $mixed, as rank 0's model alone"
-# The same at tensor_parallel 2 with a frozen weight that each rank holds a part of: the
-# second replica's parts come from the first replica's ranks of the same index (they were
-# kept as each rank read them, and the replicas trained two models).
-cat >"$tmp/rules.yaml" <<'EOF'
-rules:
-  - {pattern: 'model\.layers\.[0-9]+\.self_attn\.[qkv]_proj\.weight', dim: 0}
-  - {pattern: 'model\.layers\.[0-9]+\.self_attn\.o_proj\.weight', dim: 1}
-  - {pattern: 'model\.layers\.[0-9]+\.mlp\.(gate|up)_proj\.weight', dim: 0}
-  - {pattern: 'model\.layers\.[0-9]+\.mlp\.down_proj\.weight', dim: 1}
-EOF
-tp_args=(train --model model_dynamic.onnx --batch 2 --seq 16 --frozen 'model\.layers\.0\.mlp\.gate_proj\.weight'
-  --steps 3 --eval-every 0 --no-progress --tensor-parallel 2 --sharding-rules "$tmp/rules.yaml")
-"${mpi[@]}" -np 2 -wdir "$tmp/a" "$pgq" "${tp_args[@]}" --out "$tmp/mixed_tp" : \
-  -np 2 -wdir "$tmp/b" "$pgq" "${tp_args[@]}" --out "$tmp/mixed_tp" >"$tmp/mixed_tp.log" 2>&1 ||
-  fail "two replicas with other external data: $(cat "$tmp/mixed_tp.log")"
-"${mpi[@]}" -np 2 -wdir "$tmp/a" "$pgq" "${tp_args[@]}" --out "$tmp/alone_tp" >"$tmp/alone_tp.log" 2>&1 ||
-  fail "$(cat "$tmp/alone_tp.log")"
-mixed=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/mixed_tp/metrics.csv")
-alone=$(awk -F, 'NR == 4 {printf "%.5f", $2}' "$tmp/alone_tp/metrics.csv")
-[ -n "$mixed" ] && [ "$mixed" = "$alone" ] ||
-  fail "step 3's loss at tensor_parallel 2: $mixed with replica 1's other weights, $alone with replica 0's alone"
-echo "ok: replica 1 with another frozen part at tensor_parallel 2: step 3's loss $mixed, as replica 0's model alone"
 
 expect_refusal "tensor parallel not dividing the ranks" 3 "does not divide the 3 ranks" \
   "$pgq" train --model tiny --steps 2 --tensor-parallel 2 --out "$tmp/ranks" --no-progress
