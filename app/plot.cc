@@ -12,6 +12,7 @@
 
 #include "support/child_process.h"
 #include "support/errors.h"
+#include "support/escape.h"
 #include "support/scratch_dir.h"
 #include "support/file_io.h"
 
@@ -21,7 +22,7 @@ std::string gnuplotText(std::string_view text) {
   std::string out = "'";
   for (char c : text) {
     if (c == '\'') out += "''";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else if (isControlChar(c)) out += ' ';
     else out += c;
   }
   return out + "'";
@@ -31,7 +32,7 @@ std::string gnuplotDatum(std::string_view text) {
   std::string out = "\"";
   for (char c : text) {
     if (c == '"') out += '\'';
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else if (isControlChar(c)) out += ' ';
     else out += c;
   }
   return out + "\"";

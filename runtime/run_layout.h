@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include "runtime/run_dir_lock.h"
+
 namespace pgq {
 
 struct RunLayout {
@@ -15,6 +17,7 @@ struct RunLayout {
 
   std::string checkpoint() const { return (dir / "checkpoint.pgqckpt").string(); }
   std::string metrics() const { return (dir / "metrics.csv").string(); }
+  std::string lock() const { return (dir / kRunDirLockFile).string(); }
 };
 
 }  // namespace pgq

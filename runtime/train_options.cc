@@ -10,7 +10,6 @@
 #include "plan/policy.h"
 #include "plan/profile.h"
 #include "runtime/memory_estimate.h"
-#include "runtime/run_dir_lock.h"
 #include "runtime/run_layout.h"
 #include "support/errors.h"
 #include "support/file_io.h"
@@ -136,7 +135,7 @@ void checkProfileOptions(const TrainOptions& o) {
     if (p == out)
       throw Error(fmt::format("--profile-out {}: {} is the run folder (--out {}); give a file's path", o.profile_out,
                               path, o.out_dir));
-    for (const std::string& own : {run.checkpoint(), run.metrics(), (fs::path(o.out_dir) / kRunDirLockFile).string()})
+    for (const std::string& own : {run.checkpoint(), run.metrics(), run.lock()})
       if (p == fs::weakly_canonical(own))
         throw Error(fmt::format("--profile-out {}: {} is the run's own {} (--out {}); give another path",
                                 o.profile_out, path, fs::path(own).filename().string(), o.out_dir));

@@ -59,7 +59,7 @@ std::string markdownCell(std::string_view text) {
   std::string out;
   for (char c : text) {
     if (c == '|') out += "\\|";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) out += ' ';
+    else if (isControlChar(c)) out += ' ';
     else out += c;
   }
   return out;
@@ -71,7 +71,7 @@ std::string markdownCode(std::string_view text) {
   for (char c : text) {
     run = c == '`' ? run + 1 : 0;
     longest = std::max(longest, run);
-    body += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? ' ' : c;
+    body += isControlChar(c) ? ' ' : c;
   }
   const std::string fence(longest + 1, '`');
   // A reader strips one space from each end of a span that has one at both; a backtick

@@ -7,6 +7,9 @@
 
 namespace pgq {
 
+// An ASCII control character (below 0x20, or DEL): what the escapers below replace.
+constexpr bool isControlChar(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
 enum class QuoteStyle {
   // JSON, also a valid Python 3 string literal: \r, \b, \f, and \u00XX for the other
   // control characters.

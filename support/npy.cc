@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "support/errors.h"
+#include "support/escape.h"
 #include "support/file_io.h"
 
 namespace pgq {
@@ -73,7 +74,7 @@ class HeaderParser {
     std::string shown;
     for (char c : text_) {
       if (c == '\n') shown += "\\n";
-      else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) shown += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      else if (isControlChar(c)) shown += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
       else shown += c;
     }
     throw Error(fmt::format("{}: malformed .npy header at character {}: {} (header: {})", path_, pos_, what, shown));
