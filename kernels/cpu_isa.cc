@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <oneapi/dnnl/dnnl.hpp>
 
 namespace pgq::kernels {
@@ -69,6 +70,21 @@ bool hasBf16Gemm() {
   }();
   return native;
 }
+
+namespace {
+bool cpuHasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+// Read by every quantize call: detected once (a per-call CPUID once made quantize 8x
+// slower, docs/PERFORMANCE.md), then only this flag.
+std::atomic<bool> g_avx512_kernels{cpuHasAvx512()};
+}  // namespace
+
+bool avx512Kernels() { return g_avx512_kernels.load(std::memory_order_relaxed); }
+
+void setAvx512Kernels(bool on) { g_avx512_kernels.store(on && cpuHasAvx512(), std::memory_order_relaxed); }
 
 std::string onednnVersion() {
   const dnnl_version_t* v = dnnl_version();

@@ -29,6 +29,13 @@ const Int8Caps& int8Caps();
 // bf16 GEMM natively (gemm.h, gemmBf16); without them bf16 GEMMs are f32 GEMMs of the
 // widened values (kernels/convert.h). Detected once, like int8Caps().
 bool hasBf16Gemm();
+// Whether pgq's own kernels run their 512-bit paths: on when the CPU has AVX-512 F, BW
+// and VL (Zen 4 and 5, Intel Xeon since Skylake-SP), detected once. Where a kernel has
+// such a path it stores the same results as its 256-bit one (tests compare the two).
+bool avx512Kernels();
+// Turns the 512-bit paths off (false) or back on (true, only where the CPU has them), so
+// that tests and benchmarks can run both in one process. Not for use while kernels run.
+void setAvx512Kernels(bool on);
 // The capabilities of a CPU with or without VNNI (for tests and hardware models).
 Int8Caps int8CapsFor(bool vnni, std::string isa_name);
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/float_quant.h"
 #include "kernels/kernel_error.h"
 #include "kernels/quant_clip.h"
@@ -452,6 +453,72 @@ struct StoreSink {
   }
 };
 
+// Round-to-nearest into int8 / uint8 storage with 512-bit vectors (avx512Kernels()): per
+// element the operations of roundNearestLanes and StoreSink, in their order (x * inv,
+// NaN to 0, round half to even, + add, clamped to [lo, hi], truncated, saturated to T),
+// so the bytes are the same; 16 lanes a vector, and one saturating narrow (vpmovsdb,
+// vpmovusdb) where the 256-bit path packs twice and permutes. A ragged end is a masked
+// vector. kPerElement: inv and add per element (from x's position), else one group's.
+// Measured in docs/PERFORMANCE.md ("Issue 34 on an AVX-512 CPU without AMX").
+// GCC 12 warns that its own _mm512_undefined_* placeholders "may be used uninitialized"
+// once the intrinsics are inlined; they are never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define PGQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+template <typename T, bool kPerElement>
+PGQ_AVX512 __attribute__((always_inline)) inline void roundStoreVector(
+    const float* x, const float* inv, const float* add, __m512 vinv, __m512 vadd, __m512 vlo,
+    __m512 vhi, T* out, int64_t i, __mmask16 m) {
+  const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+  const __m512 iv = kPerElement ? _mm512_maskz_loadu_ps(m, inv + i) : vinv;
+  const __m512 av = kPerElement ? _mm512_maskz_loadu_ps(m, add + i) : vadd;
+  __m512 v = _mm512_mul_ps(xv, iv);
+  v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);  // NaN -> 0
+  v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, av), vlo), vhi);
+  const __m512i t = _mm512_cvttps_epi32(v);
+  // packs_epi32 + packus_epi16 clamp to [0, 255]; packs_epi32 + packs_epi16 to int8's range.
+  const __m128i bytes = std::is_same_v<T, uint8_t>
+                            ? _mm512_cvtusepi32_epi8(_mm512_max_epi32(t, _mm512_setzero_si512()))
+                            : _mm512_cvtsepi32_epi8(t);
+  _mm_mask_storeu_epi8(out + i, m, bytes);
+}
+
+template <typename T, bool kPerElement>
+PGQ_AVX512 void roundStoreAvx512(const float* x, int64_t len, const float* inv, const float* add,
+                                 float lo, float hi, T* out) {
+  const __m512 vlo = _mm512_set1_ps(lo);
+  const __m512 vhi = _mm512_set1_ps(hi);
+  const __m512 vinv = kPerElement ? _mm512_setzero_ps() : _mm512_set1_ps(*inv);
+  const __m512 vadd = kPerElement ? _mm512_setzero_ps() : _mm512_set1_ps(*add);
+  int64_t i = 0;
+  for (; i + 16 <= len; i += 16)
+    roundStoreVector<T, kPerElement>(x, inv, add, vinv, vadd, vlo, vhi, out, i, __mmask16(0xFFFF));
+  if (i < len) {
+    roundStoreVector<T, kPerElement>(x, inv, add, vinv, vadd, vlo, vhi, out, i,
+                                     __mmask16((1u << (len - i)) - 1));
+  }
+}
+#undef PGQ_AVX512
+#pragma GCC diagnostic pop
+
+// A run as QuantPlan::forEachRun gives it (processRun's layouts), rounded to nearest by
+// roundStoreAvx512: per element, rows of row_len with one group each, or one group.
+template <typename T>
+void roundStoreRunAvx512(const float* x, int64_t len, const detail::RunParams& p, bool per_element,
+                         int lo, int hi, T* out) {
+  if (per_element) {
+    roundStoreAvx512<T, true>(x, len, p.inv, p.add, float(lo), float(hi), out);
+  } else if (p.row_len > 0) {
+    for (int64_t r = 0; r < len / p.row_len; ++r) {
+      roundStoreAvx512<T, false>(x + r * p.row_len, p.row_len, p.inv + r, p.add + r, float(lo),
+                                 float(hi), out + r * p.row_len);
+    }
+  } else {
+    roundStoreAvx512<T, false>(x, len, p.inv, p.add, float(lo), float(hi), out);
+  }
+}
+
 template <typename T>
 void quantizeInto(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                   std::span<const float> params, std::span<T> out, SrStream sr, GemmSide side) {
@@ -463,6 +530,7 @@ void quantizeInto(std::span<const float> x, const OperandView& view, const Quant
   }
   detail::QuantPlan plan(view, format, params, storageOffset(format, side));
   const bool stochastic = format.rounding == Rounding::kStochastic;
+  const bool wide = !stochastic && avx512Kernels();
 #pragma omp parallel for schedule(static)
   for (int64_t unit = 0; unit < plan.units(); ++unit) {
     detail::SrState sr_state(sr);
@@ -470,6 +538,11 @@ void quantizeInto(std::span<const float> x, const OperandView& view, const Quant
     plan.forEachRun(
         unit,
         [&](int64_t index, int64_t len, const detail::RunParams& p, bool per_elem) {
+          if (wide) {
+            roundStoreRunAvx512(x.data() + index, len, p, per_elem, plan.lo(), plan.hi(),
+                                out.data() + index);
+            return;
+          }
           detail::processRunAny(stochastic, per_elem, x.data() + index, index, len, p, plan.lo(),
                                 plan.hi(), &sr_state, sink);
         },
@@ -503,6 +576,7 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
   const int offset = storageOffset(format, side);
   const QuantGrid grid = gridOf(format);
   const bool stochastic = format.rounding == Rounding::kStochastic;
+  const bool wide = !stochastic && avx512Kernels();
   const auto range = readsMagnitudeOnly(format) ? finiteMagnitude : finiteRange;
 #pragma omp parallel
   {
@@ -523,6 +597,11 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
         const float inv = 1.0f / p.scale;
         const float add = p.zero_point + float(offset);
         const float scale = p.scale;
+        if (wide) {
+          roundStoreAvx512<T, false>(x.data() + index, len, &inv, &add, float(grid.lo + offset),
+                                     float(grid.hi + offset), out.data() + index);
+          continue;
+        }
         detail::processRunAny(stochastic, false, x.data() + index, index, len,
                               detail::RunParams{&inv, &add, &scale}, grid.lo + offset,
                               grid.hi + offset, &sr_state, sink);

@@ -5,7 +5,9 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kernel_error.h"
 #include "kernels/quant_clip.h"
 #include "kernels/quant_core.h"
@@ -154,6 +156,74 @@ TEST(Quantize, DynamicEqualsParamsThenQuantize) {
       }
     }
   }
+}
+
+// The 512-bit round-to-nearest store (avx512Kernels(), kernels/quantize.cc) against the
+// 256-bit one, byte for byte: every view (ragged rows, per-element runs of B, long rows),
+// every round-to-nearest format (per tensor, channel, block, asymmetric, clipped), both
+// storage types, quantize and quantizeDynamic, at 1 and 2 threads; the data add exact
+// half steps, the grid's ends and beyond, subnormals, zeros of both signs, NaN and Inf.
+// Where the CPU has no AVX-512 the switch must stay off.
+TEST(Quantize, WidePathStoresTheBytesOfThe256BitPath) {
+  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+  ASSERT_EQ(avx512Kernels(), cpu);
+  struct Restore {
+    ~Restore() { setAvx512Kernels(true); }
+  } restore;
+  setAvx512Kernels(true);
+  ASSERT_EQ(avx512Kernels(), cpu) << "the switch turned on a path this CPU does not have";
+  if (!cpu) return;  // nothing else runs here: the 256-bit path is the only one
+  std::vector<OperandView> views = kViews;
+  views.push_back({1, 1, 21, true});   // one row, a masked end (awkwardData needs 18+)
+  views.push_back({3, 5, 17, true});   // rows shorter than a vector
+  views.push_back({1, 33, 19, false});  // per-element runs with a masked end
+  int64_t compared = 0;
+  for (int threads : {1, 2}) {
+    ThreadCount tc(threads);
+    for (const OperandView& view : views) {
+      std::vector<float> x = awkwardData(view, 11);
+      for (size_t i = 0; i < x.size(); i += 7) {
+        switch (i / 7 % 6) {
+          case 0: x[i] = -0.0f; break;
+          case 1: x[i] = 1e-40f; break;              // subnormal
+          case 2: x[i] = std::ldexp(2.5f, -3); break;  // a half step at many scales
+          case 3: x[i] = -3e38f; break;               // beyond every grid
+          case 4: x[i] = float(int(i % 255) - 127) + 0.5f; break;
+          default: break;
+        }
+      }
+      for (const char* text : {"int8:tensor:rtn", "int8:channel:rtn", "int8:block16:rtn",
+                               "int8:channel:rtn:asym", "int2:channel:rtn", "int6:tensor:rtn:asym",
+                               "int8:channel:rtn:clip=p99", "int4:block32:rtn:clip=mse",
+                               "int7:block24:rtn:asym"}) {
+        const QuantFormat format = QuantFormat::parse(text);
+        std::vector<float> params(quantParamCount(view, format));
+        computeQuantParams(x, view, format, params);
+        auto run = [&](bool wide) {
+          setAvx512Kernels(wide);
+          std::vector<uint8_t> qa(x.size()), da(x.size());
+          std::vector<int8_t> qb(x.size()), db(x.size());
+          std::vector<float> pa(params.size()), pb(params.size());
+          quantize(x, view, format, params, qa);
+          quantize(x, view, format, params, qb);
+          quantizeDynamic(x, view, format, pa, da);
+          quantizeDynamic(x, view, format, pb, db);
+          return std::make_tuple(qa, qb, da, db, pa, pb);
+        };
+        const auto wide = run(true);
+        const auto narrow = run(false);
+        EXPECT_EQ(std::get<0>(wide), std::get<0>(narrow)) << text << " quantize u8";
+        EXPECT_EQ(std::get<1>(wide), std::get<1>(narrow)) << text << " quantize s8";
+        EXPECT_EQ(std::get<2>(wide), std::get<2>(narrow)) << text << " quantizeDynamic u8";
+        EXPECT_EQ(std::get<3>(wide), std::get<3>(narrow)) << text << " quantizeDynamic s8";
+        EXPECT_EQ(std::get<4>(wide), std::get<4>(narrow)) << text;
+        EXPECT_EQ(std::get<5>(wide), std::get<5>(narrow)) << text;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 8 * 9);
 }
 
 TEST(Quantize, ScalesAreAbsmaxOverQmaxAndIgnoreNonFinite) {
