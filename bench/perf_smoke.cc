@@ -6,12 +6,14 @@
 //             [2048,1024] x [1024,256], 1 thread. Expected ~1.6-1.9x; fails below 1.25x.
 //   quantize  round-to-nearest quantize of a [2048,1024] activation (per-row scales) /
 //             a memcpy of the same f32 buffer, 1 thread. Expected ~0.7-1.0x (the copy
-//             writes 4 bytes an element, quantize 1); fails above 2x (a per-call CPUID
-//             once made it 3.4x, and quantize 8x slower).
+//             writes 4 bytes an element, quantize 1; 1.45x on a Zen 5 with the 256-bit
+//             path, 0.76x with the 512-bit one); fails above 2x (a per-call CPUID once
+//             made it 3.4x, and quantize 8x slower).
 //   q/scales  the same quantize / its scales pass (computeQuantParams), 1 thread.
 //             Expected ~1.3-2.2x (1.27-1.94x on an AMX Xeon since symmetric scales read
-//             magnitudes only, 1.89-2.11x on a Zen 3); fails above 3.0x (the per-call
-//             CPUID made it ~11x).
+//             magnitudes only, 1.89-2.11x on a Zen 3; on a Zen 5 2.86x with the 256-bit
+//             quantize, 1.46x with the 512-bit one, kernels::avx512Kernels()); fails
+//             above 3.0x (the per-call CPUID made it ~11x).
 //   threads   f32 GEMM on 1 thread / on every processor, same shape, 1 thread first.
 //             Expected ~1.8-2.0x on 2 processors; fails below 1.3x (a primitive cache
 //             that ignored the thread count made it 1.0x). Not measured on 1 processor.
