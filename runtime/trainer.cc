@@ -152,6 +152,8 @@ class TrainLoop {
   // Rank 0's part of loadFrom: the checkpoint's whole tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> readCheckpoint(const std::string& path, bool same_run);
   void finishLoadChecks(const std::string& path, bool same_run);
+  // Whether finishLoadChecks will refuse the checkpoint just read (start_step_ set).
+  bool checkpointRefused() const;
   int worldSize() const { return o_.collectives ? o_.collectives->worldSize() : 1; }
 
   const TrainOptions& o_;
@@ -219,32 +221,40 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
     for (auto& entry : ckpt.tensors)
       if (entry.first == name) ordered.emplace_back(name, std::move(entry.second));
   start_step_ = ckpt.step;
+  // A checkpoint that finishLoadChecks refuses gets no warnings first: the refusal alone
+  // says why the run does not start.
+  if (checkpointRefused()) return ordered;
   if (ckpt.threads != omp_get_max_threads())
     spdlog::warn("continuing with {} threads; the checkpoint was written with {}: results can differ in the last "
                  "bits from an uninterrupted run",
                  omp_get_max_threads(), ckpt.threads);
-  // Not for a run the next check refuses (a checkpoint at or past --steps).
-  if (planned && *planned != o_.steps && start_step_ < o_.steps)
+  if (planned && *planned != o_.steps)
     spdlog::warn("the run was planned for {} steps, now --steps {}: the learning-rate schedule changes from here on",
                  *planned, o_.steps);
   // Resuming with another --lr or --weight-decay may be meant (as with --steps), but not
   // in silence (it was).
   auto optimizer = ckpt.info.find("optimizer");
-  if (same_run && optimizer != ckpt.info.end() && optimizer->second != optimizerFlags(o_.optimizer) &&
-      start_step_ < o_.steps)
+  if (same_run && optimizer != ckpt.info.end() && optimizer->second != optimizerFlags(o_.optimizer))
     spdlog::warn("the run was trained with {}, now {}: the optimizer changes from here on", optimizer->second,
                  optimizerFlags(o_.optimizer));
   return ordered;
+}
+
+bool TrainLoop::checkpointRefused() const {
+  return start_step_ >= o_.steps || (o_.profile_steps > 0 && o_.profile_warmup < start_step_);
 }
 
 void TrainLoop::finishLoadChecks(const std::string& path, bool same_run) {
   if (start_step_ >= o_.steps)
     throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that", path,
                             start_step_));
+  // An interrupted stage-(i) run resumed with its own command line lands here: the
+  // statistics of its steps before the checkpoint were not kept, so say both ways on.
   if (o_.profile_steps > 0 && o_.profile_warmup < start_step_)
     throw Error(fmt::format("--profile-warmup {} starts before the checkpoint's step {}; profile steps must come "
-                            "after it",
-                            o_.profile_warmup, start_step_));
+                            "after it (a profile is not resumed: to finish the training, drop the --profile-* flags; "
+                            "to profile from here, give --profile-warmup {} or more)",
+                            o_.profile_warmup, start_step_, start_step_));
   if (same_run) spdlog::info("resuming from {} at step {}", path, start_step_);
   else spdlog::debug("starting from {} at step {}", path, start_step_);
 }

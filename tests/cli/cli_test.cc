@@ -1441,6 +1441,29 @@ TEST_F(Cli, AResumePastTheStepsIsRefusedWithoutAWarning) {
   EXPECT_EQ(r.out.find("planned for"), std::string::npos) << r.out;
 }
 
+// An interrupted stage-(i) run resumed with its own command line: its profile steps lie
+// before the checkpoint. The refusal says how to go on, with no warning about the
+// schedule first (the run does not start), and both ways it names work.
+TEST_F(Cli, AResumedProfilingRunSaysHowToGoOn) {
+  const std::string out = (dir_ / "run").string();
+  const std::string profile = (dir_ / "p.yaml").string();
+  ASSERT_EQ(pgq("train --model tiny --steps 2 --no-progress --out " + out).code, 0);
+  Result r = pgq("train --model tiny --steps 6 --profile-warmup 1 --profile-steps 2 --profile-out " + profile +
+                 " --resume --no-progress --out " + out);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--profile-warmup 1 starts before the checkpoint's step 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("drop the --profile-* flags; to profile from here, give --profile-warmup 2 or more"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("planned for"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(profile));
+  Result from_here = pgq("train --model tiny --steps 6 --profile-warmup 2 --profile-steps 2 --profile-out " +
+                         profile + " --resume --no-progress --out " + out);
+  EXPECT_EQ(from_here.code, 0) << from_here.out;
+  EXPECT_TRUE(std::filesystem::exists(profile));
+  EXPECT_EQ(pgq("train --model tiny --steps 8 --resume --no-progress --out " + out).code, 0);
+}
+
 // Issue 29, minor: an empty output path is refused, not taken as the flag left out; the
 // flags that say what a profile records need a profile.
 TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {
