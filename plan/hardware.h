@@ -58,6 +58,11 @@ struct MeasuredGemm {
   double bf16_us = 0, fp8_us = 0;
 };
 
+// The largest K whose int32 sums pgq's CPU int8 GEMM (u8 x s8) keeps exact: 255 * 128 * K
+// < 2^31. kernels::kMaxInt8GemmK is the kernel's own bound (plan/ does not include
+// kernels/; runtime/cpu_backend.cc asserts the two equal).
+inline constexpr int64_t kCpuInt8MaxK = 65793;
+
 struct HardwareModel {
   std::string name;
   std::string source;  // where the numbers come from

@@ -128,6 +128,15 @@ int blockMismatch(const GemmProfile& g, const Choice& c) {
   return 0;
 }
 
+// On a CPU (f32 high precision) an int8 pair runs as pgq's int8 GEMM, whose int32 sums
+// are exact up to K = kCpuInt8MaxK: the K of a GEMM deeper than that (a weight gradient
+// over more tokens than that per step), or 0. pgq train refuses such a GEMM in int8.
+int64_t int8TooDeep(const GemmProfile& g, const Choice& c, const HardwareModel& hw) {
+  const int64_t k = g.device_shape.size() == 4 ? g.device_shape[2] : 0;
+  const bool int8 = !c.lhs.isEmulated() && !c.rhs.isEmulated();
+  return hw.high_precision == DType::kF32 && int8 && k > kCpuInt8MaxK ? k : 0;
+}
+
 // GPU tensor cores run FP8, MX and FP4 GEMMs only on operands whose rows are 16-byte
 // aligned: cuBLASLt's FP8 kernels and torch._scaled_mm need K and N multiples of 16
 // (Transformer Engine asserts it before an FP8 GEMM). The first of K and N (this GEMM's
@@ -191,6 +200,7 @@ enum class Why {
   kRuleKeeps,      // a policy rule keeps it in high precision
   kRuleQuantizes,  // a policy rule quantizes it
   kDirectionOff,   // the policy does not quantize its direction
+  kTooDeep,        // int8: K beyond what the CPU's int8 GEMM sums exactly (int8TooDeep)
   kNotFaster,      // int8: the roofline estimate is below min_speedup
   kPassed,         // int8: its metric passed the threshold
   kRefined,        // int8: it failed the threshold; quantized with the policy's low_sqnr scales
@@ -201,7 +211,7 @@ enum class Why {
 
 // Why one of the policy's schemes did not take a GEMM.
 struct SchemeMiss {
-  enum class Kind { kBlock, kAlignment, kNotFaster, kFailed };
+  enum class Kind { kBlock, kAlignment, kTooDeep, kNotFaster, kFailed };
   Scheme scheme = Scheme::kInt8;
   Kind kind = Kind::kBlock;
   int block = 0;        // kBlock: the MX block that does not divide K
@@ -261,6 +271,11 @@ Verdict byRule(const GemmProfile& g, const Context& ctx, const PolicyRule& rule,
                             "its K = {}; give the rule formats that fit, or let the GEMM be kept",
                             ctx.policy.name, rule.describe(), g.label, v.formats.lhs.toString(),
                             v.formats.rhs.toString(), block, k));
+  if (const int64_t deep = int8TooDeep(g, v.formats, ctx.hw))
+    throw Error(fmt::format("policy {}, rule ({}): quantizes GEMM '{}' in {} x {}, whose K = {} is beyond the {} that "
+                            "the CPU's int8 GEMM sums exactly in int32; let the GEMM be kept",
+                            ctx.policy.name, rule.describe(), g.label, v.formats.lhs.toString(),
+                            v.formats.rhs.toString(), deep, kCpuInt8MaxK));
   if (ctx.hw.high_precision != DType::kF32)
     if (const int64_t dim = alignmentMismatch(g, v.formats))
       throw Error(fmt::format("policy {}, rule ({}): quantizes GEMM '{}' in {} x {} on hardware '{}', whose tensor "
@@ -286,6 +301,11 @@ Verdict byScheme(const GemmProfile& g, const Context& ctx, Verdict v) {
     }
     if (alignmentMismatch(g, c) != 0) {
       miss.kind = SchemeMiss::Kind::kAlignment;
+      v.misses.push_back(miss);
+      continue;
+    }
+    if (int8TooDeep(g, c, ctx.hw) != 0) {
+      miss.kind = SchemeMiss::Kind::kTooDeep;
       v.misses.push_back(miss);
       continue;
     }
@@ -319,6 +339,10 @@ Verdict byScheme(const GemmProfile& g, const Context& ctx, Verdict v) {
 Verdict byThreshold(const GemmProfile& g, const Context& ctx, Verdict v) {
   const Policy& policy = ctx.policy;
   const DirectionPolicy& dp = directionPolicy(policy, g);
+  if (int8TooDeep(g, v.considered, ctx.hw) != 0) {
+    v.why = Why::kTooDeep;
+    return v;
+  }
   if (v.estimate.speedup() < policy.min_speedup) {
     v.why = Why::kNotFaster;
     return v;
@@ -379,6 +403,8 @@ std::string missesText(const GemmProfile& g, const Context& ctx, const std::vect
       case SchemeMiss::Kind::kAlignment:
         return fmt::format("{}: K = {} and N = {} must be multiples of 16 for the tensor cores' {} GEMM", m.scheme, k,
                            g.device_shape[3], m.scheme);
+      case SchemeMiss::Kind::kTooDeep:
+        return fmt::format("{}: K = {} is beyond the {} that int8 sums exactly in int32", m.scheme, k, kCpuInt8MaxK);
       case SchemeMiss::Kind::kNotFaster:
         return fmt::format("{}: est. {:.2f}x < {:.2f}x", m.scheme, m.speedup, ctx.policy.min_speedup);
       case SchemeMiss::Kind::kFailed:
@@ -412,6 +438,9 @@ std::string reasonText(const GemmProfile& g, const Verdict& v, const Context& ct
     case Why::kDirectionOff:
       return fmt::format("{}, policy {} does not quantize {} GEMMs: {}", g.direction, policy.name,
                          isBackward(g.direction) ? "backward" : "forward", ctx.kept);
+    case Why::kTooDeep:
+      return fmt::format("{}, K = {} is beyond the {} that int8 sums exactly in int32: {}", g.direction,
+                         g.device_shape[2], kCpuInt8MaxK, ctx.kept);
     case Why::kNotFaster:
       return fmt::format("{}, intensity {:.0f} flop/B, est. int8 {:.2f}x (< {:.2f}x) with quantization traffic: not "
                          "worth it, {}",
@@ -615,6 +644,7 @@ std::string perGemmEstimates(const Recipe& r) {
 std::string keptCategory(const std::string& reason) {
   const std::pair<const char*, const char*> kMarkers[] = {{"does not divide", "MX block does not divide K"},
                                                           {"multiples of 16", "K or N not a multiple of 16"},
+                                                          {"sums exactly in int32", "K too deep for exact int8 sums"},
                                                           {"min SQNR", "failed the threshold"},
                                                           {"not worth it", "roofline: not faster quantized"},
                                                           {"x < ", "roofline: not faster quantized"},

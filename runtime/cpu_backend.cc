@@ -32,6 +32,7 @@
 #include "kernels/rope.h"
 #include "kernels/smooth_quant.h"
 #include "kernels/softmax.h"
+#include "plan/hardware.h"
 #include "runtime/backend.h"
 #include "runtime/collectives.h"
 #include "runtime/layout_util.h"
@@ -658,6 +659,8 @@ Kernel CpuBackend::lowerPredictedScale(const Node& node, int x, int y, size_t n)
     *rc.as<float>(y) = k::emulatedScaleFromAbsmax(*amax, *amax, format);
   };
 }
+
+static_assert(k::kMaxInt8GemmK == kCpuInt8MaxK, "the recipe generator's int8 K limit (plan/hardware.h) is the kernel's");
 
 Kernel CpuBackend::lowerQMatMul(const Node& node, LoweringContext& ctx) const {
   k::GemmShape shape =

@@ -372,6 +372,9 @@ TrainResult TrainLoop::run() {
   std::optional<RunDirLock> lock;
   if (lead_) {
     std::error_code ec;
+    // Before the folder is made: a refused --resume left an empty run folder with a lock.
+    if (o_.resume && !std::filesystem::exists(checkpoint_path_, ec))
+      throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));
     std::filesystem::create_directories(o_.out_dir, ec);
     if (ec) {
       // A symlink whose target is missing "exists" to mkdir (EEXIST) and not to stat.

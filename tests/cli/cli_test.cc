@@ -1464,6 +1464,16 @@ TEST_F(Cli, AResumedProfilingRunSaysHowToGoOn) {
   EXPECT_EQ(pgq("train --model tiny --steps 8 --resume --no-progress --out " + out).code, 0);
 }
 
+// A --resume of a run that does not exist is refused before the folder is made (it left
+// an empty run folder holding only a lock file).
+TEST_F(Cli, AResumeOfNoRunMakesNoFolder) {
+  const std::string out = (dir_ / "none").string();
+  Result r = pgq("train --model tiny --steps 2 --resume --no-progress --out " + out);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--resume: no checkpoint at " + out + "/checkpoint.pgqckpt"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 // Issue 29, minor: an empty output path is refused, not taken as the flag left out; the
 // flags that say what a profile records need a profile.
 TEST_F(Cli, EmptyOutputPathsAndOrphanProfileFlagsAreRefused) {

@@ -113,6 +113,47 @@ TEST(Bf16Recipe, Int8WhereItPassesBf16WhereNotF32WhereNeitherPays) {
 
 // The same policy on a CPU without bf16 GEMMs is the int8 policy; a GPU, whose GEMMs kept
 // run in bf16 already, cannot list bf16.
+// pgq's CPU int8 GEMM sums in int32 exactly up to K = 65793 (kCpuInt8MaxK, asserted equal
+// to the kernel's bound): a deeper GEMM (a weight gradient over more tokens than that) is
+// not quantized to int8 by any path of the generator. It was written in int8 and refused
+// only by pgq train. The threshold path keeps it, a scheme list moves on to its next
+// scheme, and a rule forcing int8 on it is refused; a GPU target is not limited so.
+TEST(Bf16Recipe, AGemmDeeperThanTheInt8SumsIsNotInt8OnACpu) {
+  const HardwareModel hw = parseHardwareModel(kAmxCpu, "amx.yaml");
+  Profile p;
+  p.run.model = "test";
+  p.gemms = {gemm("deep", GemmDirection::kBwdWgrad, {1, 768, kCpuInt8MaxK + 1, 768}, 3e3),
+             gemm("edge", GemmDirection::kBwdWgrad, {1, 768, kCpuInt8MaxK, 768}, 3e3)};
+  const Recipe plain = generateRecipe(p, hw, loadPolicy("F+B"), "p.yaml");
+  EXPECT_EQ(entry(plain, "deep").decision, Decision::kKeep);
+  EXPECT_NE(entry(plain, "deep").reason.find("K = 65794 is beyond the 65793 that int8 sums exactly in int32"),
+            std::string::npos)
+      << entry(plain, "deep").reason;
+  EXPECT_EQ(entry(plain, "edge").decision, Decision::kQuantize) << entry(plain, "edge").reason;
+  EXPECT_NE(explainRecipe(plain).find("K too deep for exact int8 sums"), std::string::npos) << explainRecipe(plain);
+
+  const Recipe mixed =
+      generateRecipe(p, hw, loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/int8-bf16.yaml"), "p.yaml");
+  EXPECT_EQ(entry(mixed, "deep").lhs_format.element, Element::kBf16) << entry(mixed, "deep").reason;
+  EXPECT_NE(entry(mixed, "deep").reason.find("not int8: K = 65794 is beyond"), std::string::npos)
+      << entry(mixed, "deep").reason;
+  EXPECT_EQ(entry(mixed, "edge").lhs_format.toString(), "int8:channel:sr") << entry(mixed, "edge").reason;
+
+  const std::string rule = R"(name: rule
+forward: {quantize: true}
+backward: {quantize: true}
+rules:
+  - {label: "deep", action: quantize}
+)";
+  try {
+    generateRecipe(p, hw, parsePolicy(rule, "pol.yaml"), "p.yaml");
+    ADD_FAILURE() << "a rule put a GEMM deeper than the int8 sums in int8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantizes GEMM 'deep' in"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("whose K = 65794 is beyond the 65793"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Bf16Recipe, WithoutBf16GemmsThePolicyIsInt8AndGpusCannotListIt) {
   const Policy policy = loadPolicy(PGQ_SOURCE_DIR "/recipes/policies/int8-bf16.yaml");
   const Recipe r = generateRecipe(cpuProfile(), loadHardwareModel("epyc-zen3-2c"), policy, "p.yaml");
