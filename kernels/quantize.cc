@@ -462,8 +462,10 @@ struct StoreSink {
 // Measured in docs/PERFORMANCE.md ("Issue 34 on an AVX-512 CPU without AMX").
 // GCC 12 warns that its own _mm512_undefined_* placeholders "may be used uninitialized"
 // once the intrinsics are inlined; they are never read.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define PGQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 template <typename T, bool kPerElement>
 PGQ_AVX512 __attribute__((always_inline)) inline void roundStoreVector(
@@ -500,7 +502,9 @@ PGQ_AVX512 void roundStoreAvx512(const float* x, int64_t len, const float* inv, 
   }
 }
 #undef PGQ_AVX512
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 // A run as QuantPlan::forEachRun gives it (processRun's layouts), rounded to nearest by
 // roundStoreAvx512: per element, rows of row_len with one group each, or one group.
