@@ -372,8 +372,10 @@ TrainResult TrainLoop::run() {
   std::optional<RunDirLock> lock;
   if (lead_) {
     std::error_code ec;
-    // Before the folder is made: a refused --resume left an empty run folder with a lock.
-    if (o_.resume && !std::filesystem::exists(checkpoint_path_, ec))
+    // A --resume into no folder at all is refused before the folder is made (it left an
+    // empty run folder with a lock); into an existing one, after the lock, which names a
+    // process that holds it.
+    if (o_.resume && !std::filesystem::exists(o_.out_dir, ec))
       throw Error(fmt::format("--resume: no checkpoint at {}", checkpoint_path_));
     std::filesystem::create_directories(o_.out_dir, ec);
     if (ec) {
