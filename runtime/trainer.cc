@@ -152,8 +152,9 @@ class TrainLoop {
   // Rank 0's part of loadFrom: the checkpoint's whole tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> readCheckpoint(const std::string& path, bool same_run);
   void finishLoadChecks(const std::string& path, bool same_run);
-  // Whether finishLoadChecks will refuse the checkpoint just read (start_step_ set).
-  bool checkpointRefused() const;
+  // Why the checkpoint just read (start_step_ set) cannot start this run, or nothing:
+  // finishLoadChecks throws it, and readCheckpoint gives no warnings before it.
+  std::optional<std::string> checkpointRefusal(const std::string& path) const;
   int worldSize() const { return o_.collectives ? o_.collectives->worldSize() : 1; }
 
   const TrainOptions& o_;
@@ -223,7 +224,7 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
   start_step_ = ckpt.step;
   // A checkpoint that finishLoadChecks refuses gets no warnings first: the refusal alone
   // says why the run does not start.
-  if (checkpointRefused()) return ordered;
+  if (checkpointRefusal(path)) return ordered;
   if (ckpt.threads != omp_get_max_threads())
     spdlog::warn("continuing with {} threads; the checkpoint was written with {}: results can differ in the last "
                  "bits from an uninterrupted run",
@@ -240,21 +241,21 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
   return ordered;
 }
 
-bool TrainLoop::checkpointRefused() const {
-  return start_step_ >= o_.steps || (o_.profile_steps > 0 && o_.profile_warmup < start_step_);
-}
-
-void TrainLoop::finishLoadChecks(const std::string& path, bool same_run) {
+std::optional<std::string> TrainLoop::checkpointRefusal(const std::string& path) const {
   if (start_step_ >= o_.steps)
-    throw Error(fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that", path,
-                            start_step_));
+    return fmt::format("{}: the checkpoint is already at step {}; ask for more --steps than that", path, start_step_);
   // An interrupted stage-(i) run resumed with its own command line lands here: the
   // statistics of its steps before the checkpoint were not kept, so say both ways on.
   if (o_.profile_steps > 0 && o_.profile_warmup < start_step_)
-    throw Error(fmt::format("--profile-warmup {} starts before the checkpoint's step {}; profile steps must come "
-                            "after it (a profile is not resumed: to finish the training, drop the --profile-* flags; "
-                            "to profile from here, give --profile-warmup {} or more)",
-                            o_.profile_warmup, start_step_, start_step_));
+    return fmt::format("--profile-warmup {} starts before the checkpoint's step {}; profile steps must come after it "
+                       "(a profile is not resumed: to finish the training, drop the --profile-* flags; to profile "
+                       "from here, give --profile-warmup {} or more)",
+                       o_.profile_warmup, start_step_, start_step_);
+  return std::nullopt;
+}
+
+void TrainLoop::finishLoadChecks(const std::string& path, bool same_run) {
+  if (std::optional<std::string> refusal = checkpointRefusal(path)) throw Error(*refusal);
   if (same_run) spdlog::info("resuming from {} at step {}", path, start_step_);
   else spdlog::debug("starting from {} at step {}", path, start_step_);
 }
