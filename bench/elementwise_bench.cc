@@ -21,6 +21,7 @@
 #include "kernels/layout.h"
 #include "kernels/norm.h"
 #include "kernels/optim.h"
+#include "kernels/quantize.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 
@@ -189,6 +190,43 @@ void BM_AdamW(benchmark::State& state) {
   finish(state, 7 * kParams * kF);  // read param, grad, m, v; write param, m, v
 }
 
+
+// A GPT-2 MLP weight [768, 3072] updated by AdamW and quantized to int8 per channel both
+// ways the training graph reads it (forward: K along the rows; input gradient: K along the
+// columns). Arg 1 (the variant): 0 the update alone, 1 the update then the graph's
+// kernels (computeQuantParams + quantize, quantizeDynamic), 2 adamwUpdateQuantized.
+void BM_AdamWQuantize(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  omp_set_num_threads(threads);
+  constexpr int64_t kRows = 768, kCols = 3072, n = kRows * kCols;
+  std::vector<float> p = randomData(n), m(n, 0.0f), v(n, 0.0f);
+  const std::vector<float> g = randomData(n);
+  AdamWParams params{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  const QuantFormat format = QuantFormat::parse("int8:channel:rtn");
+  const OperandView fwd{1, kRows, kCols, false}, dgrad{1, kRows, kCols, true};
+  std::vector<float> fwd_scales(kCols), dgrad_scales(kRows);
+  std::vector<int8_t> fwd_q(n), dgrad_q(n);
+  const ParamQuantization qs[] = {{fwd, format, GemmSide::kRhs, fwd_scales, fwd_q.data()},
+                                  {dgrad, format, GemmSide::kRhs, dgrad_scales, dgrad_q.data()}};
+  const int64_t variant = state.range(1);
+  for (auto _ : state) {
+    if (variant == 2) {
+      adamwUpdateQuantized(p.data(), g.data(), m.data(), v.data(), n, params, 1.0f, qs);
+    } else {
+      adamwUpdate(p.data(), g.data(), m.data(), v.data(), n, params, 1.0f);
+      if (variant == 1) {
+        computeQuantParams(p, fwd, format, fwd_scales);
+        quantize(p, fwd, format, fwd_scales, std::span<int8_t>(fwd_q));
+        quantizeDynamic(p, dgrad, format, dgrad_scales, std::span<int8_t>(dgrad_q));
+      }
+    }
+    ++params.step;
+  }
+  state.SetLabel(variant == 0 ? "update" : variant == 1 ? "update, then the graph's quantizations" : "fused");
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(7 * n * kF) * state.iterations() / 1e9,
+                                              benchmark::Counter::kIsRate);
+}
+
 void BM_SumSquares(benchmark::State& state) {
   setUp(state);
   const std::vector<float> g = randomData(kParams);
@@ -212,6 +250,7 @@ PGQ_THREADS(BM_TransposeHeads);
 PGQ_THREADS(BM_TransposeLastTwo);
 PGQ_THREADS(BM_AdamW);
 PGQ_THREADS(BM_SumSquares);
+BENCHMARK(BM_AdamWQuantize)->ArgsProduct({{1, 2}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pgq::kernels

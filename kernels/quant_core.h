@@ -577,6 +577,19 @@ class QuantPlan {
 void groupRanges(const float* x, const OperandView& view, const QuantFormat& format,
                  std::vector<float>& mn, std::vector<float>& mx);
 
+// Folds the finite values of the rows of x [rows, cols] into per-column ranges mn[0, cols),
+// mx[0, cols) (which start at 0 or hold earlier rows' ranges), as groupRanges folds a
+// per-channel operand with K along the rows; serial. Min and max are exact, so folding
+// the rows in parts gives groupRanges' result.
+void foldColumnRanges(const float* x, int64_t rows, int64_t cols, const QuantFormat& format, float* mn, float* mx);
+
+// Rows [r0, r1) of quantizeDynamic's one-pass path (scales along the rows of x [rows,
+// cols], per channel or per block, no clipping), rounded to nearest, serial: the
+// scales go to params (`groups` of them, zero points after), the stored integers to
+// out (u8 for kLhs, s8 for kRhs). Bit for bit quantizeDynamic's result for those rows.
+void quantizeRowsNearest(const float* x, int64_t r0, int64_t r1, int64_t cols, const QuantFormat& format,
+                         float* params, int64_t groups, void* out, GemmSide side);
+
 // Throws KernelError unless every scale of params is finite and >= kMinScale and every
 // zero point (asymmetric) is an integer on the grid: a params buffer computed for
 // another format is caught here.

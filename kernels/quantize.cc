@@ -7,6 +7,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include <omp.h>
+
 #include "kernels/cpu_isa.h"
 #include "kernels/float_quant.h"
 #include "kernels/kernel_error.h"
@@ -554,6 +556,45 @@ void quantizeInto(std::span<const float> x, const OperandView& view, const Quant
   }
 }
 
+// Rows [r0, r1) of quantizeDynamic's fused path (per-channel or per-block scales along
+// the rows of a [rows, cols] matrix, no clipping): each row's groups get their scales from
+// the row's values and the row is quantized while it is in L1. Rows are walked in
+// increasing index order, as stochastic rounding's noise buffer wants.
+template <typename T>
+void quantizeRowsDynamic(const float* x, int64_t r0, int64_t r1, int64_t cols, const QuantFormat& format,
+                         float* params, int64_t groups, T* out, detail::SrState& sr_state, GemmSide side) {
+  const int64_t blocks = format.granularity == Granularity::kPerBlock ? (cols + format.block - 1) / format.block : 1;
+  const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : cols;
+  const int offset = storageOffset(format, side);
+  const QuantGrid grid = gridOf(format);
+  const bool stochastic = format.rounding == Rounding::kStochastic;
+  const bool wide = !stochastic && avx512Kernels();
+  const auto range = readsMagnitudeOnly(format) ? finiteMagnitude : finiteRange;
+  StoreSink<T> sink{out};
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t j = 0; j < blocks; ++j) {
+      const int64_t index = r * cols + j * block;
+      const int64_t len = std::min(cols, (j + 1) * block) - j * block;
+      float mn = 0.0f, mx = 0.0f;
+      range(x + index, len, mn, mx);
+      const detail::GroupParams p = detail::paramsFromRange(mn, mx, format);
+      params[r * blocks + j] = p.scale;
+      if (format.asymmetric) params[groups + r * blocks + j] = p.zero_point;
+      // The same per-group constants QuantPlan derives from params.
+      const float inv = 1.0f / p.scale;
+      const float add = p.zero_point + float(offset);
+      const float scale = p.scale;
+      if (wide) {
+        roundStoreAvx512<T, false>(x + index, len, &inv, &add, float(grid.lo + offset), float(grid.hi + offset),
+                                   out + index);
+        continue;
+      }
+      detail::processRunAny(stochastic, false, x + index, index, len, detail::RunParams{&inv, &add, &scale},
+                            grid.lo + offset, grid.hi + offset, &sr_state, sink);
+    }
+  }
+}
+
 template <typename T>
 void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
                          const QuantFormat& format, std::span<float> params, std::span<T> out,
@@ -573,46 +614,38 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
                               out.size(), view.elements());
   }
   const int64_t rows = view.batch * view.rows;
-  const int64_t cols = view.cols;
-  const int64_t blocks = blockCount(view, format);
-  const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : cols;
   const int64_t groups = quantGroupCount(view, format);
-  const int offset = storageOffset(format, side);
-  const QuantGrid grid = gridOf(format);
-  const bool stochastic = format.rounding == Rounding::kStochastic;
-  const bool wide = !stochastic && avx512Kernels();
-  const auto range = readsMagnitudeOnly(format) ? finiteMagnitude : finiteRange;
 #pragma omp parallel
   {
-    // Each thread walks its rows in increasing index order, as the noise buffer wants.
     detail::SrState sr_state(sr);
-    StoreSink<T> sink{out.data()};
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < blocks; ++j) {
-        const int64_t index = r * cols + j * block;
-        const int64_t len = std::min(cols, (j + 1) * block) - j * block;
-        float mn = 0.0f, mx = 0.0f;
-        range(x.data() + index, len, mn, mx);
-        const detail::GroupParams p = detail::paramsFromRange(mn, mx, format);
-        params[r * blocks + j] = p.scale;
-        if (format.asymmetric) params[groups + r * blocks + j] = p.zero_point;
-        // The same per-group constants QuantPlan derives from params.
-        const float inv = 1.0f / p.scale;
-        const float add = p.zero_point + float(offset);
-        const float scale = p.scale;
-        if (wide) {
-          roundStoreAvx512<T, false>(x.data() + index, len, &inv, &add, float(grid.lo + offset),
-                                     float(grid.hi + offset), out.data() + index);
-          continue;
-        }
-        detail::processRunAny(stochastic, false, x.data() + index, index, len,
-                              detail::RunParams{&inv, &add, &scale}, grid.lo + offset,
-                              grid.hi + offset, &sr_state, sink);
-      }
-    }
+    // One contiguous share of the rows per thread (schedule(static)'s split).
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+    quantizeRowsDynamic(x.data(), r0, r1, view.cols, format, params.data(), groups, out.data(), sr_state, side);
   }
 }
+
+}  // namespace
+
+void detail::foldColumnRanges(const float* x, int64_t rows, int64_t cols, const QuantFormat& format, float* mn,
+                              float* mx) {
+  const auto fold = readsMagnitudeOnly(format) ? foldColumnMagnitudes : foldColumns;
+  for (int64_t c0 = 0; c0 < cols; c0 += kMaxFoldColumns)
+    fold(x + c0, rows, cols, std::min(cols - c0, kMaxFoldColumns), mn + c0, mx + c0);
+}
+
+void detail::quantizeRowsNearest(const float* x, int64_t r0, int64_t r1, int64_t cols, const QuantFormat& format,
+                                 float* params, int64_t groups, void* out, GemmSide side) {
+  if (format.rounding != Rounding::kNearest)
+    throw KernelError::format("quantizeRowsNearest: format {} does not round to nearest", format.toString());
+  detail::SrState none(SrStream{});
+  if (side == GemmSide::kLhs)
+    quantizeRowsDynamic(x, r0, r1, cols, format, params, groups, static_cast<uint8_t*>(out), none, side);
+  else
+    quantizeRowsDynamic(x, r0, r1, cols, format, params, groups, static_cast<int8_t*>(out), none, side);
+}
+
+namespace {
 
 template <typename T>
 void dequantizeFrom(std::span<const T> q, const OperandView& view, const QuantFormat& format,

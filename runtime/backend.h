@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <span>
 #include <string_view>
 
 #include "ir/node.h"
+#include "kernels/optim.h"
 
 namespace pgq {
 
@@ -66,6 +68,14 @@ class Backend {
   // Called once before lowering with the nodes that will run, in order, so a backend
   // can plan kernels that work together (the CPU backend buckets gradient all_reduces).
   virtual void prepare(std::span<const Node* const> schedule) { (void)schedule; }
+  // For a quantize node of a parameter whose scales (its quant_params operand) come from
+  // the parameter's values alone, how kernels::adamwUpdateQuantized makes both (its
+  // buffers left empty); nullopt otherwise. The executor then lets the optimizer make
+  // them (ExecutorOptions::parameter_quantizations).
+  virtual std::optional<kernels::ParamQuantization> parameterQuantization(const Node& quantize) const {
+    (void)quantize;
+    return std::nullopt;
+  }
 };
 
 class Collectives;

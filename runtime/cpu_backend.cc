@@ -202,6 +202,7 @@ class CpuBackend final : public Backend {
   Kernel lowerQuantStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerErrorStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
+  std::optional<k::ParamQuantization> parameterQuantization(const Node& quantize) const override;
   Kernel lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const;
   Kernel lowerPredictedScale(const Node& node, int x, int y, size_t n) const;
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
@@ -696,6 +697,24 @@ Kernel CpuBackend::lowerSmoothScales(const Node& node, LoweringContext& ctx) con
   return [=](const RunContext& rc) {
     k::smoothQuantFactors({rc.as<float>(a), na}, va, {rc.as<float>(b), nb}, vb, alpha, {rc.as<float>(y), k});
   };
+}
+
+std::optional<k::ParamQuantization> CpuBackend::parameterQuantization(const Node& quantize) const {
+  if (quantize.op() != Op::kQuantize || quantize.numOperands() != 2) return std::nullopt;
+  const Node* x = quantize.operand(0);
+  const Node* p = quantize.operand(1);
+  if (x->op() != Op::kParameter || p->op() != Op::kQuantParams || p->operand(0) != x) return std::nullopt;
+  auto intAttr = [&](AttrKey key) { return p->attrs().has(key) ? p->attrs().getInt(key) : 0; };
+  if (intAttr(AttrKey::kAmaxHistory) > 0 || intAttr(AttrKey::kPredictScale) != 0) return std::nullopt;
+  const k::QuantFormat format = quantize.attrs().getFormat(AttrKey::kFormat);
+  if (!(p->attrs().getFormat(AttrKey::kFormat) == format) ||
+      p->attrs().getInts(AttrKey::kContractDims) != quantize.attrs().getInts(AttrKey::kContractDims) ||
+      p->attrs().getIntsOr(AttrKey::kBatchDims, {}) != quantize.attrs().getIntsOr(AttrKey::kBatchDims, {}))
+    return std::nullopt;
+  const k::OperandView view = quantView(quantize);
+  if (!k::fusesIntoUpdate(view, format)) return std::nullopt;
+  return k::ParamQuantization{view, format, quantize.dtype() == DType::kU8 ? k::GemmSide::kLhs : k::GemmSide::kRhs,
+                              {}, nullptr};
 }
 
 // PGQ_DP_BUCKET_MB, checked like any number a user gives.

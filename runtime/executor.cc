@@ -198,6 +198,27 @@ void Executor::compile() {
                               opName(node->op()), why));
   }
 
+  // Quantizations of parameters the caller may make (a quantize and its quant_params,
+  // when no other quantize reads those scales). Their arena buffers are live from the
+  // start of a run to their last reader: the caller writes them between runs, when no
+  // kernel uses the arena, and nothing else writes there before they are read.
+  std::unordered_set<const Node*> by_caller;
+  if (options_.parameter_quantizations) {
+    for (const Node* node : order) {
+      std::optional<kernels::ParamQuantization> spec = backend_->parameterQuantization(*node);
+      if (!spec) continue;
+      const Node* params = node->operand(1);
+      bool alone = true;
+      for (const Node* user : params->users())
+        alone = alone && (user == node || !live.count(user) ||
+                          (user->op() != Op::kQuantize && user->op() != Op::kFakeQuant));
+      if (!alone) continue;
+      parameter_quantizations_[node->operand(0)].push_back({node, *spec});
+      by_caller.insert(node);
+      by_caller.insert(params);
+    }
+  }
+
   // 2. Storage. Broadcasts that every user reads in place need none.
   for (const Node* node : order) {
     if (node->op() != Op::kBroadcast || outputs.count(node)) continue;
@@ -243,13 +264,13 @@ void Executor::compile() {
       continue;
     }
     Slot& out = slots_[static_cast<size_t>(rootSlot(node))];
-    out.first = step;
+    out.first = by_caller.count(node) ? 0 : step;
     out.last = std::max(out.last, step);
     for (int i = 0; i < node->numOperands(); ++i) {
       Slot& in = slots_[static_cast<size_t>(lowering.operand(i).slot)];
       in.last = std::max(in.last, step);
     }
-    steps_.push_back({node, std::move(kernel)});
+    steps_.push_back({node, std::move(kernel), by_caller.count(node) > 0});
   }
 
   std::vector<BufferRequest> requests;
@@ -298,23 +319,41 @@ void Executor::bind(std::string_view name, Tensor& tensor) {
   bind(node, tensor);
 }
 
-void Executor::run(int64_t step, double weight_step) {
+void Executor::run(int64_t step, double weight_step, bool parameters_quantized) {
   for (size_t s = 0; s < slots_.size(); ++s)
     if (slots_[s].kind == SlotKind::kExternal && ptrs_[s] == nullptr)
       throw Error(fmt::format("executor: {} %{} is not bound", opName(slots_[s].node->op()),
                               slots_[s].node->name()));
   RunContext rc(ptrs_.data(), step, weight_step);
   if (!options_.profile) {
-    for (const Step& s : steps_) s.kernel(rc);
+    for (const Step& s : steps_)
+      if (!(parameters_quantized && s.parameter_quantization)) s.kernel(rc);
     return;
   }
   using Clock = std::chrono::steady_clock;
   for (size_t i = 0; i < steps_.size(); ++i) {
+    if (parameters_quantized && steps_[i].parameter_quantization) continue;
     auto start = Clock::now();
     steps_[i].kernel(rc);
     step_ms_[i] += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     ++step_calls_[i];
   }
+}
+
+std::vector<kernels::ParamQuantization> Executor::parameterQuantizations(std::string_view name) const {
+  std::vector<kernels::ParamQuantization> out;
+  const Node* parameter = graph_.find(name);
+  auto it = parameter ? parameter_quantizations_.find(parameter) : parameter_quantizations_.end();
+  if (it == parameter_quantizations_.end()) return out;
+  for (const ParameterQuantization& q : it->second) {
+    kernels::ParamQuantization spec = q.spec;
+    const Node* params = q.quantize->operand(1);
+    spec.params = {static_cast<float*>(ptrs_[static_cast<size_t>(rootSlot(params))]),
+                   static_cast<size_t>(params->shape().numElements())};
+    spec.out = ptrs_[static_cast<size_t>(rootSlot(q.quantize))];
+    out.push_back(spec);
+  }
+  return out;
 }
 
 const void* Executor::outputData(size_t i) const {

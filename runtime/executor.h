@@ -36,6 +36,12 @@ struct ExecutorOptions {
   // the other buffers are allocated; it refuses by throwing (the trainer compares the
   // plan with the memory this machine has).
   std::function<void(const MemoryStats& planned)> before_allocation;
+  // Keep each quantization of a bound parameter whose scales come from the parameter's
+  // values alone (Backend::parameterQuantization: round to nearest, scales just in time)
+  // in buffers live from the start of a run, so that a caller can make it while it writes
+  // the parameter between runs (the optimizer's fused update, parameterQuantizations())
+  // and run() can skip it.
+  bool parameter_quantizations = false;
 };
 
 struct NodeProfile {
@@ -60,7 +66,14 @@ class Executor {
   // Runs every kernel once. `step` feeds step-dependent kernels (stochastic rounding);
   // `weight_step` is the largest move of any weight element by the optimizer update
   // since the previous run (predicted weight scales; 0 when unknown or first).
-  void run(int64_t step = 0, double weight_step = 0);
+  // `parameters_quantized`: the caller has made every parameterQuantizations() result
+  // from the parameters' current values; run() then skips those kernels.
+  void run(int64_t step = 0, double weight_step = 0, bool parameters_quantized = false);
+
+  // The quantizations of parameter `name` that run() makes and may skip
+  // (ExecutorOptions::parameter_quantizations), with the buffers the rest of the graph
+  // reads them from; empty when there are none.
+  std::vector<kernels::ParamQuantization> parameterQuantizations(std::string_view name) const;
 
   const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
   const void* outputData(size_t i) const;
@@ -89,6 +102,12 @@ class Executor {
   struct Step {
     const Node* node;
     Kernel kernel;
+    bool parameter_quantization = false;  // skipped when the caller made it
+  };
+  // A quantize node the caller may make instead (ExecutorOptions::parameter_quantizations).
+  struct ParameterQuantization {
+    const Node* quantize;
+    kernels::ParamQuantization spec;  // buffers left empty
   };
   class Lowering;
 
@@ -103,6 +122,7 @@ class Executor {
   std::unordered_map<const Node*, int> slot_of_;          // values with storage
   std::unordered_map<const Node*, const Node*> virtual_;  // broadcast read in place -> itself
   std::vector<Step> steps_;
+  std::unordered_map<const Node*, std::vector<ParameterQuantization>> parameter_quantizations_;  // by parameter
   std::vector<void*> ptrs_;
   std::byte* arena_ = nullptr;
   std::vector<std::unique_ptr<std::byte, void (*)(std::byte*)>> owned_;

@@ -118,6 +118,10 @@ struct TrainingSession::Impl {
   // lr x the AdamW step bound of the last update: how far it moved any weight element
   // (predicted weight scales add it; 0 before the first update).
   double weight_step = 0;
+  // The executor whose parameter quantizations the last optimizer update made from the
+  // parameters it wrote (Executor::parameterQuantizations): its next run skips them.
+  // Anything else that writes the parameters (loadState) resets it.
+  const Executor* quantized_for = nullptr;
   TrainOptions lo;  // o with this process's share of the batch
   Corpus corpus;
   CorpusTokens corpus_tokens;
@@ -266,6 +270,7 @@ void TrainingSession::Impl::initParameters() {
 ExecutorOptions TrainingSession::Impl::executorOptions(bool profile) {
   ExecutorOptions options;
   options.profile = profile;
+  options.parameter_quantizations = true;
   options.before_allocation = [this](const MemoryStats& planned) {
     memory.planned += static_cast<double>(planned.arena_bytes + planned.persistent_bytes);
     checkPlannedMemory(o.model, memory.planned, memory.available);
@@ -359,7 +364,8 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   Executor& exec = profile ? instrumentedExecutor() : *s.train_exec;
   auto start = std::chrono::steady_clock::now();
   s.sampler.sample(step, s.tokens, s.targets);
-  exec.run(step, s.weight_step);
+  exec.run(step, s.weight_step, s.quantized_for == &exec);
+  s.quantized_for = nullptr;
   double loss = exec.outputScalar(0);
   double norm = s.gradNorm(exec);
   if (!std::isfinite(loss) || !std::isfinite(norm))
@@ -379,9 +385,14 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
     p.weight_decay = s.state.values[i].shape().rank() >= 2 ? static_cast<float>(opt.weight_decay) : 0.0f;
     p.step = step + 1;
     std::span<const float> g = exec.output<float>(i + 1);
-    kernels::adamwUpdate(s.state.values[i].data<float>(), g.data(), s.state.m[i].data<float>(),
-                         s.state.v[i].data<float>(), s.state.values[i].numElements(), p, scale);
+    // The next run's int8 copies of the weight are made while the update writes it.
+    const std::vector<kernels::ParamQuantization> quantizations =
+        exec.parameterQuantizations(s.train.params[i]->name());
+    kernels::adamwUpdateQuantized(s.state.values[i].data<float>(), g.data(), s.state.m[i].data<float>(),
+                                  s.state.v[i].data<float>(), s.state.values[i].numElements(), p, scale,
+                                  quantizations);
   }
+  s.quantized_for = &exec;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The update just applied moved each weight element by at most about lr (exactly: lr
   // x adamUpdateBound): what the profile's predicted weight scales add to this step's
@@ -464,6 +475,7 @@ void TrainingSession::loadState(std::vector<std::pair<std::string, Tensor>> tens
     s.state.m[i] = part(i, tensors[3 * i + 1].second);
     s.state.v[i] = part(i, tensors[3 * i + 2].second);
   }
+  s.quantized_for = nullptr;
   s.bindParams();
 }
 

@@ -1,11 +1,17 @@
 #include "kernels/optim.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kernel_error.h"
+#include "kernels/quantize.h"
 #include "tests/kernels/f32_test_util.h"
 
 namespace pgq::kernels {
@@ -107,6 +113,91 @@ TEST(SumSquaresTest, MatchesF64AndIgnoresThreadCount) {
   mixed[12345] = 1e4f;
   const double expected = (mixed.size() - 1) * static_cast<double>(1e-3f) * 1e-3f + 1e8;
   EXPECT_NEAR(sumSquares(mixed.data(), static_cast<int64_t>(mixed.size())), expected, 1e-6 * expected);
+}
+
+// The fused update makes each quantization of the updated parameter as adamwUpdate
+// followed by quantizeDynamic would, bit for bit: scales along the rows (one-pass per
+// row), along the columns (ranges folded chunk by chunk), symmetric and asymmetric, both
+// storage types, shapes that cut chunks unevenly, NaN and Inf in the parameter, at 1 and 2
+// threads and on both the 256- and 512-bit store paths.
+TEST(AdamWTest, FusedQuantizationsEqualTheSeparateKernels) {
+  struct Case {
+    int64_t rows, cols;
+  };
+  const Case cases[] = {{1, 5}, {3, 8192}, {37, 768}, {130, 96}, {9, 2500}, {1000, 8}};
+  const char* formats[] = {"int8:channel:rtn", "int8:block32:rtn", "int8:channel:rtn:asym", "int4:channel:rtn"};
+  const AdamWParams p{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  const bool had_wide = avx512Kernels();
+  int checked = 0;
+  for (bool wide : {false, true}) {
+    if (wide && !had_wide) continue;
+    setAvx512Kernels(wide);
+    for (const Case& c : cases) {
+      const int64_t n = c.rows * c.cols;
+      const std::vector<float> param0 = randomVector(n, 5, -1.0f, 1.0f), grad = randomVector(n, 6, -3.0f, 3.0f);
+      const std::vector<float> m0 = randomVector(n, 7, -0.1f, 0.1f), v0 = randomVector(n, 8, 0.0f, 0.1f);
+      for (const char* text : formats) {
+        for (bool along_rows : {true, false}) {
+          const QuantFormat format = QuantFormat::parse(text);
+          const OperandView view{1, c.rows, c.cols, along_rows};
+          if (!fusesIntoUpdate(view, format)) continue;
+          for (int threads : kThreadCounts) {
+            ThreadCount tc(threads);
+            std::vector<float> pa = param0, ma = m0, va = v0, pb = param0, mb = m0, vb = v0;
+            // A NaN and an Inf in the parameter (a diverged element): the scales skip them.
+            if (n > 40) pa[17] = pb[17] = std::numeric_limits<float>::quiet_NaN();
+            if (n > 40) pa[40] = pb[40] = std::numeric_limits<float>::infinity();
+            const size_t count = static_cast<size_t>(quantParamCount(view, format));
+            std::vector<float> params_a(count), params_b(count);
+            std::vector<int8_t> rhs_a(n), rhs_b(n);
+            std::vector<uint8_t> lhs_a(n), lhs_b(n);
+            std::vector<float> params_lhs_a(count), params_lhs_b(count);
+            adamwUpdate(pa.data(), grad.data(), ma.data(), va.data(), n, p, 0.5f);
+            quantizeDynamic(pa, view, format, params_a, std::span<int8_t>(rhs_a));
+            quantizeDynamic(pa, view, format, params_lhs_a, std::span<uint8_t>(lhs_a));
+            const ParamQuantization qs[] = {{view, format, GemmSide::kRhs, params_b, rhs_b.data()},
+                                            {view, format, GemmSide::kLhs, params_lhs_b, lhs_b.data()}};
+            adamwUpdateQuantized(pb.data(), grad.data(), mb.data(), vb.data(), n, p, 0.5f, qs);
+            const std::string where = fmt::format("{}x{} {} K along {} threads {} wide {}", c.rows, c.cols, text,
+                                                  along_rows ? "cols" : "rows", threads, wide);
+            ASSERT_EQ(0, std::memcmp(pa.data(), pb.data(), n * sizeof(float))) << where;
+            ASSERT_EQ(ma, mb) << where;
+            ASSERT_EQ(va, vb) << where;
+            ASSERT_EQ(params_a, params_b) << where;
+            ASSERT_EQ(params_lhs_a, params_lhs_b) << where;
+            ASSERT_EQ(rhs_a, rhs_b) << where;
+            ASSERT_EQ(lhs_a, lhs_b) << where;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  setAvx512Kernels(had_wide);
+  // 6 shapes x (3 formats x 2 layouts + the block format along the rows) x 2 thread counts, per store path.
+  EXPECT_EQ(checked, (had_wide ? 2 : 1) * 6 * 7 * 2);
+}
+
+// What the fused update does not make: stochastic rounding, clipping, emulated formats,
+// per-tensor scales, blocks along the rows; and buffers that do not fit.
+TEST(AdamWTest, FusedUpdateRefusesWhatItDoesNotMake) {
+  const OperandView rows{1, 4, 8, true}, cols{1, 4, 8, false};
+  EXPECT_FALSE(fusesIntoUpdate(rows, QuantFormat::parse("int8:channel:sr")));
+  EXPECT_FALSE(fusesIntoUpdate(rows, QuantFormat::parse("int8:tensor:rtn")));
+  EXPECT_FALSE(fusesIntoUpdate(cols, QuantFormat::parse("int8:block32:rtn")));
+  EXPECT_FALSE(fusesIntoUpdate(rows, QuantFormat::parse("e4m3:channel:rtn")));
+  EXPECT_TRUE(fusesIntoUpdate(cols, QuantFormat::parse("int8:channel:rtn")));
+  std::vector<float> x(32, 0.5f), params(8);
+  std::vector<int8_t> out(32);
+  const AdamWParams p{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1};
+  const ParamQuantization sr[] = {{rows, QuantFormat::parse("int8:channel:sr"), GemmSide::kRhs, params, out.data()}};
+  EXPECT_THROW(adamwUpdateQuantized(x.data(), x.data(), x.data(), x.data(), 32, p, 1.0f, sr), KernelError);
+  const ParamQuantization short_params[] = {
+      {rows, QuantFormat::parse("int8:channel:rtn"), GemmSide::kRhs, std::span<float>(params).first(3), out.data()}};
+  EXPECT_THROW(adamwUpdateQuantized(x.data(), x.data(), x.data(), x.data(), 32, p, 1.0f, short_params), KernelError);
+  const ParamQuantization wrong_size[] = {
+      {OperandView{1, 4, 4, true}, QuantFormat::parse("int8:channel:rtn"), GemmSide::kRhs, std::span<float>(params).first(4), out.data()}};
+  EXPECT_THROW(adamwUpdateQuantized(x.data(), x.data(), x.data(), x.data(), 32, p, 1.0f, wrong_size), KernelError);
 }
 
 }  // namespace

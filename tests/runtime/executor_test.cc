@@ -12,6 +12,7 @@
 #include "ir/builder.h"
 #include "ir/parser.h"
 #include "kernels/gemm.h"
+#include "kernels/optim.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
 #include "runtime/executor.h"
@@ -375,6 +376,85 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
   EXPECT_TRUE(same(2, xq.data(), xq.size()));
   EXPECT_TRUE(same(3, gq.data(), gq.size()));
   EXPECT_TRUE(same(4, gr.data(), gr.size()));
+}
+
+// With ExecutorOptions::parameter_quantizations, a parameter's round-to-nearest
+// quantizations (here its forward one, K along the rows, and its input gradient's, K
+// along the columns) are the caller's to make: the optimizer's fused update makes them
+// and the next run skips them. Over several steps every output equals, bit for bit, an
+// executor that quantizes the weight itself after a plain update; the stochastic one
+// stays in the graph. Skipping is real: told the weight is quantized when it is not, the
+// run reads the stale copies.
+TEST(Executor, ParameterQuantizationsMadeByTheUpdateEqualTheGraphs) {
+  auto g = parseGraph(R"pgq(graph @weights {
+  %x = input() : f32[37,70]
+  %d = input() : f32[37,24]
+  %w = parameter() : f32[70,24]
+  %xs = quant_params(%x) {format="int8:channel:rtn", side="lhs", contract_dims=[1]} : f32[37]
+  %xq = quantize(%x, %xs) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,70]
+  %ws = quant_params(%w) {format="int8:channel:rtn", side="rhs", contract_dims=[0]} : f32[24]
+  %wq = quantize(%w, %ws) {format="int8:channel:rtn", side="rhs", contract_dims=[0], seed=0} : s8[70,24]
+  %h = qmatmul(%xq, %wq, %xs, %ws) {lhs_contract=[1], rhs_contract=[0], lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[37,24]
+  %ds = quant_params(%d) {format="int8:channel:rtn", side="lhs", contract_dims=[1]} : f32[37]
+  %dq = quantize(%d, %ds) {format="int8:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,24]
+  %vs = quant_params(%w) {format="int8:channel:rtn", side="rhs", contract_dims=[1]} : f32[70]
+  %vq = quantize(%w, %vs) {format="int8:channel:rtn", side="rhs", contract_dims=[1], seed=0} : s8[70,24]
+  %dx = qmatmul(%dq, %vq, %ds, %vs) {lhs_contract=[1], rhs_contract=[1], lhs_format="int8:channel:rtn", rhs_format="int8:channel:rtn"} : f32[37,70]
+  %ss = quant_params(%w) {format="int8:channel:sr", side="rhs", contract_dims=[0]} : f32[24]
+  %sq = quantize(%w, %ss) {format="int8:channel:sr", side="rhs", contract_dims=[0], seed=3} : s8[70,24]
+  return %h, %dx, %sq
+}
+)pgq");
+  auto fill = [](Tensor& t, float a) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numElements(); ++i) p[i] = std::sin(a * float(i + 1)) * (i % 13 == 0 ? 3.0f : 1.0f);
+  };
+  Tensor x(g->find("x")->type()), d(g->find("d")->type());
+  fill(x, 0.37f);
+  fill(d, 0.23f);
+  Tensor w_fused(g->find("w")->type()), w_plain(g->find("w")->type());
+  fill(w_fused, 0.11f);
+  fill(w_plain, 0.11f);
+  const int64_t n = w_fused.numElements();
+  std::vector<float> grad(static_cast<size_t>(n)), m1(grad.size()), v1(grad.size()), m2(grad.size()), v2(grad.size());
+  ExecutorOptions options;
+  options.parameter_quantizations = true;
+  Executor fused(*g, options), plain(*g);
+  for (Executor* e : {&fused, &plain}) {
+    e->bind("x", x);
+    e->bind("d", d);
+  }
+  fused.bind("w", w_fused);
+  plain.bind("w", w_plain);
+  EXPECT_EQ(fused.parameterQuantizations("w").size(), 2u);  // not the stochastic one
+  EXPECT_TRUE(fused.parameterQuantizations("x").empty());
+  EXPECT_TRUE(plain.parameterQuantizations("w").empty());
+  auto same = [&](size_t output) {
+    const size_t bytes = static_cast<size_t>(g->outputs()[output]->shape().numElements()) *
+                         dtypeSize(g->outputs()[output]->dtype());
+    return std::memcmp(fused.outputData(output), plain.outputData(output), bytes) == 0;
+  };
+  for (int64_t step = 0; step < 4; ++step) {
+    fused.run(step, 0, /*parameters_quantized=*/step > 0);
+    plain.run(step);
+    for (size_t output = 0; output < 3; ++output) EXPECT_TRUE(same(output)) << "step " << step << " output " << output;
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = std::cos(0.07f * float(i) + float(step));
+    const kernels::AdamWParams p{0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, step + 1};
+    kernels::adamwUpdate(w_plain.data<float>(), grad.data(), m2.data(), v2.data(), n, p, 1.0f);
+    kernels::adamwUpdateQuantized(w_fused.data<float>(), grad.data(), m1.data(), v1.data(), n, p, 1.0f,
+                                  fused.parameterQuantizations("w"));
+  }
+  // The weight changed behind the executor's back: a run told otherwise skips the
+  // quantizations and reads the copies of the previous update.
+  fill(w_fused, 0.5f);
+  fill(w_plain, 0.5f);
+  fused.run(4, 0, true);
+  plain.run(4);
+  EXPECT_FALSE(same(0));
+  EXPECT_FALSE(same(1));
+  fused.run(5, 0, false);
+  plain.run(5);
+  for (size_t output = 0; output < 3; ++output) EXPECT_TRUE(same(output)) << "output " << output;
 }
 
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
