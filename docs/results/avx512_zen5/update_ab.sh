@@ -1,0 +1,58 @@
+#!/bin/bash
+# The weights' int8 copies made by the optimizer's update (kernels::adamwUpdateQuantized,
+# Executor::parameterQuantizations) against the build before it, on this AVX-512 CPU, in
+# turn, nothing else running:
+#   update_identical.txt  checkpoints of both builds: medium's F+B recipe after 3 steps,
+#                         and `small` with a profiled stretch (F+B_SR recipe) after 5
+#   update_kernel.txt     elementwise_bench AdamWQuantize: a GPT-2 MLP weight [768, 3072],
+#                         the update alone, then the graph's two quantizations, or fused
+#   update_steps_ab.txt   train_step_bench: small, medium, GPT-2 124M's exact shape, f32
+#                         and F+B, medians of 3 repetitions, 2 rounds, with peak memory
+#   BASE=/path/to/base/build BASE_REV=e4bd30f bash docs/results/avx512_zen5/update_ab.sh   (~10 min)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+base=${BASE:?BASE=the base build directory}
+new=$root/build
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$here"
+{
+  echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
+  for b in base new; do
+    dir=${!b}
+    "$dir/pgq" train --model medium --steps 3 --recipe FB_medium.yaml --no-progress --out "$work/$b" >/dev/null 2>&1
+    # small: a profile then its F+B_SR recipe, steps 1-2 plain, 3-4 profiled, 5 plain.
+    "$dir/pgq" train --model small --steps 3 --profile-warmup 1 --profile-steps 2 --profile-out "$work/$b.yaml" \
+      --no-progress --out "$work/$b-profile" >/dev/null 2>&1
+    "$dir/pgq" recipe --profile "$work/$b.yaml" --hardware machine.yaml --policy F+B_SR -o "$work/$b-sr.yaml" >/dev/null
+    "$dir/pgq" train --model small --steps 5 --recipe "$work/$b-sr.yaml" --profile-warmup 2 --profile-steps 2 \
+      --profile-out "$work/$b-p2.yaml" --no-progress --out "$work/$b-small" >/dev/null 2>&1
+  done
+  for run in "" "-small"; do
+    what=$([ -z "$run" ] && echo "medium, F+B recipe FB_medium.yaml, 3 steps" ||
+      echo "small, F+B_SR recipe, 5 steps of which 3-4 profiled")
+    if cmp "$work/base$run/checkpoint.pgqckpt" "$work/new$run/checkpoint.pgqckpt"; then
+      echo "$what: checkpoints equal byte for byte ($(stat -c %s "$work/new$run/checkpoint.pgqckpt") bytes)"
+    else
+      echo "$what: checkpoints DIFFER"
+    fi
+  done
+} >update_identical.txt
+{
+  echo "# build/bench/elementwise_bench --benchmark_filter=AdamWQuantize --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true"
+  "$new/bench/elementwise_bench" --benchmark_filter=AdamWQuantize --benchmark_min_time=1 --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
+} >update_kernel.txt
+{
+  filter='(f32Step|quantizedStep)/(small|small_FB|medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2'
+  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true, base and new in turn, 2 rounds"
+  for round in 1 2; do
+    for b in base new; do
+      dir=${!b}
+      echo "## round $round $b"
+      "$dir/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
+        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
+    done
+  done
+} >update_steps_ab.txt
