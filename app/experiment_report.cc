@@ -80,7 +80,7 @@ std::string runSlug(const std::string& name) {
   }
   // A policy named "." or ".." would put its run in runs/ itself or in the experiment's
   // folder.
-  if (out.find_first_not_of('.') == std::string::npos) out.insert(0, "_");
+  if (out.find_first_not_of('.') == std::string::npos) out.insert(out.begin(), '_');
   return out;
 }
 

@@ -54,7 +54,9 @@ std::string findProgram(const std::string& name) {
   for (;;) {
     const size_t end = path.find(':', begin);
     std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-    if (dir.empty()) dir = ".";  // an empty PATH entry is the working directory
+    // An empty PATH entry is the working directory (push_back: GCC 12 warns falsely on
+    // assigning "." here, -Wstringop-overflow).
+    if (dir.empty()) dir.push_back('.');
     const std::string candidate = dir + "/" + name;
     if (runnable(candidate)) return candidate;
     if (end == std::string::npos) return "";

@@ -345,7 +345,9 @@ TEST_F(ExperimentTest, AFinishedRunOfAnotherRecipeIsNotReused) {
   runExperiment(o);  // the same options: every run reused
   std::map<std::string, fs::file_time_type> after = stamps(o.out_dir);
   for (const auto& [file, time] : before)
-    if (file.starts_with("runs/")) EXPECT_EQ(after.at(file), time) << file;
+    if (file.starts_with("runs/")) {
+      EXPECT_EQ(after.at(file), time) << file;
+    }
   std::ofstream(policy) << "name: mine\nforward: {quantize: true}\nbackward: {quantize: true}\n";
   try {
     runExperiment(o);

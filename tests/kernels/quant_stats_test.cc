@@ -369,7 +369,9 @@ TEST(QuantStats, MaskedAndUnmaskedBlocksCountAlike) {
         EXPECT_DOUBLE_EQ(stats.underflow_fraction, double(underflow) / double(finite)) << where;
         EXPECT_GT(underflow, 0) << where;
         // MX's power-of-two scales may clip (OCP MX); the integer grids' scales cannot.
-        if (!format.isEmulated()) EXPECT_EQ(stats.clipped_fraction, 0.0) << where;
+        if (!format.isEmulated()) {
+          EXPECT_EQ(stats.clipped_fraction, 0.0) << where;
+        }
       }
     }
   }

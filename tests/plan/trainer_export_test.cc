@@ -221,8 +221,9 @@ TEST(MegatronExport, ATensorReadInTwoFormatsKeepsItsModule) {
             std::string::npos)
       << text;
   for (const auto& m : YAML::Load(text)["matchers"])
-    if (m.second["pattern"].as<std::string>() == "decoder.layers.0.mlp.linear_fc1")
+    if (m.second["pattern"].as<std::string>() == "decoder.layers.0.mlp.linear_fc1") {
       EXPECT_EQ(m.second["config"].as<std::string>(), "bf16") << text;
+    }
   EXPECT_NE(recipeToTeFactories(r).find("\"decoder.layers.0.mlp.linear_fc1\": {  # layer0/mlp/up\n        \"input\": None,"),
             std::string::npos);
 }
