@@ -10,6 +10,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
+#include "runtime/training_session.h"
 #include "support/errors.h"
 #include "tests/test_util.h"
 
@@ -88,6 +89,33 @@ TEST_F(TrainerTest, AnAllBf16RecipeTrainsAsPrecisionBf16) {
   ASSERT_EQ(rb.history.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(ra.history[i].loss, rb.history[i].loss) << "step " << i + 1;
   EXPECT_NE(ra.history[5].loss, rc.history[5].loss);  // bf16 is not f32
+}
+
+// With an int8 recipe the optimizer makes the next step's int8 weight copies
+// (Executor::parameterQuantizations); state loaded into a running session replaces the
+// weights, so the copies must be made anew: session `a`, after two steps, takes the state
+// of `b` after three and then steps exactly as `b` does. (Were the copies of a's own
+// weights kept, its fourth loss would differ.) Profiled steps run another executor: a
+// step after one quantizes in the graph, and the two sessions stay equal through them.
+TEST_F(TrainerTest, LoadedStateReplacesTheWeightsInt8Copies) {
+  const fs::path recipe = dir_ / "all_int8.yaml";
+  std::ofstream(recipe) << "gemms:\n  - {match: \".*\", decision: int8, lhs_format: int8:channel:rtn, "
+                           "rhs_format: int8:channel:rtn}\n";
+  TrainOptions oa = tinyOptions("a"), ob = tinyOptions("b");
+  oa.recipe_path = ob.recipe_path = recipe.string();
+  TrainingSession a(oa), b(ob);
+  a.step(0);
+  a.step(1);
+  for (int64_t step = 0; step < 3; ++step) b.step(step);
+  a.loadState(b.state(), "b");
+  for (int64_t step = 3; step < 7; ++step) {
+    const bool profile = step == 4;
+    EXPECT_EQ(a.step(step, profile).loss, b.step(step, profile).loss) << "step " << step + 1;
+  }
+  const auto sa = a.state(), sb = b.state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i)
+    EXPECT_EQ(std::memcmp(sa[i].second.raw(), sb[i].second.raw(), sa[i].second.bytes()), 0) << sa[i].first;
 }
 
 TEST_F(TrainerTest, ResumeIsBitExact) {
