@@ -5,7 +5,8 @@
 #   update_identical.txt  checkpoints of both builds: medium's F+B recipe after 3 steps,
 #                         and `small` with a profiled stretch (F+B_SR recipe) after 5
 #   update_kernel.txt     elementwise_bench AdamWQuantize: a GPT-2 MLP weight [768, 3072],
-#                         the update alone, then the graph's two quantizations, or fused
+#                         the update alone, then the graph's two quantizations, or fused;
+#                         quant_bench's quantizeDynamic, both builds
 #   update_steps_ab.txt   train_step_bench: small, medium, GPT-2 124M's exact shape, f32
 #                         and F+B, medians of 3 repetitions, 2 rounds, with peak memory
 #   update_per_op.txt     pgq train --profile-ops at GPT-2 124M's exact shape, F+B (the F+B
@@ -53,6 +54,17 @@ want kernel && {
   echo "# build/bench/elementwise_bench --benchmark_filter=AdamWQuantize --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true"
   "$new/bench/elementwise_bench" --benchmark_filter=AdamWQuantize --benchmark_min_time=1 --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
+  # quantizeDynamic now walks its rows through the function the fused update shares.
+  filter='(act2048x1024|weight1024x1024)/dynamic/threads'
+  echo "# quant_bench --benchmark_filter='$filter' --benchmark_min_time=0.5, base and new in turn, 2 rounds"
+  for round in 1 2; do
+    for b in base new; do
+      dir=${!b}
+      echo "## round $round $b"
+      "$dir/bench/quant_bench" --benchmark_filter="$filter" --benchmark_min_time=0.5 2>&1 |
+        sed 's/\x1b\[[0-9;]*m//g' | grep 'dynamic/threads'
+    done
+  done
 } >update_kernel.txt
 want steps && {
   filter='(f32Step|quantizedStep)/(small|small_FB|medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2'
