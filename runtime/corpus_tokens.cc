@@ -97,10 +97,19 @@ void reportDiscarded(const std::string& path, const std::string& problem) {
   spdlog::warn("tokenizer cache {}: {}; rebuilding it", path, problem);
 }
 
-// Writes a cache file and maps it back, as every later run will.
+// Writes a cache file and maps it back, as every later run will. Where the file system
+// refuses the file (a full disk, no permission), the run goes on with the payload in
+// memory and says so: the cache saves time, training does not need it.
 CacheFile writeAndOpen(const std::string& path, const CacheFileKey& key, std::span<const uint8_t> payload,
                        double build_ms) {
-  CacheFile::write(path, key, payload, build_ms);
+  try {
+    CacheFile::write(path, key, payload, build_ms);
+  } catch (const CacheFile::WriteFailed& e) {
+    spdlog::warn("{}; going on without caching it (the next run builds it again: free space there or set "
+                 "PGQ_CACHE_DIR to another directory)",
+                 e.what());
+    return CacheFile::inMemory(key, std::vector<uint8_t>(payload.begin(), payload.end()), build_ms);
+  }
   std::string problem;
   std::optional<CacheFile> file = CacheFile::open(path, key, problem);
   if (!file) throw Error(fmt::format("tokenizer cache {}: cannot read back what was written: {}", path, problem));
@@ -239,8 +248,9 @@ CorpusTokens::CorpusTokens(const Corpus& corpus, const ModelConfig& model, const
     spdlog::info("tokenizer: reusing the cached {} from {} (built in {:.1f} s training + {:.1f} s encoding)", what,
                  dir.string(), train_s, encode_s);
   else
-    spdlog::info("tokenizer: built {} in {:.1f} s training + {:.1f} s encoding; cached in {}", what, train_s,
-                 encode_s, dir.string());
+    spdlog::info("tokenizer: built {} in {:.1f} s training + {:.1f} s encoding; {} {}", what, train_s, encode_s,
+                 model_file->cached() && train_file_->cached() && val_file_->cached() ? "cached in" : "not all cached in",
+                 dir.string());
   checkTokensFit(train_, val_, corpus, model.seq_len);
 }
 

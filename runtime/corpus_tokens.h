@@ -13,7 +13,8 @@
 //   ... .train.tokens and ... .val.tokens
 // (runtime/token_cache.h has their format). A token file's key also covers the hash of
 // the model that encoded it, so a rebuilt model never meets ids of another. An entry
-// that is damaged or does not match is reported in one log line and rebuilt.
+// that is damaged or does not match is reported in one log line and rebuilt; one the
+// directory refuses (a full disk) is reported and kept in memory for this run.
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -113,15 +113,31 @@ void CacheFile::write(const std::string& path, const CacheFileKey& key, std::spa
   h.count = payload.size() / key.width;
   h.payload_hash = fnv1a64(payload.data(), payload.size());
   h.build_ms = build_ms;
-  OutputFile out(path);
-  out.write(&h, sizeof h);
-  out.write(payload.data(), payload.size());
-  out.commit();
+  try {
+    OutputFile out(path);
+    out.write(&h, sizeof h);
+    out.write(payload.data(), payload.size());
+    out.commit();
+  } catch (const Error& e) {
+    throw WriteFailed(e.what());
+  }
+}
+
+CacheFile CacheFile::inMemory(const CacheFileKey& key, std::vector<uint8_t> payload, double build_ms) {
+  PGQ_ASSERT(key.width > 0 && payload.size() % key.width == 0, "a payload of {} bytes in {}-byte elements",
+             payload.size(), key.width);
+  CacheFile file;
+  file.count_ = payload.size() / key.width;
+  file.payload_hash_ = fnv1a64(payload.data(), payload.size());
+  file.build_ms_ = build_ms;
+  file.memory_ = std::move(payload);
+  return file;
 }
 
 CacheFile::CacheFile(CacheFile&& other) noexcept
     : map_(std::exchange(other.map_, nullptr)),
       map_size_(std::exchange(other.map_size_, 0)),
+      memory_(std::move(other.memory_)),
       count_(other.count_),
       payload_hash_(other.payload_hash_),
       build_ms_(other.build_ms_) {}
@@ -131,6 +147,7 @@ CacheFile& CacheFile::operator=(CacheFile&& other) noexcept {
     if (map_) ::munmap(map_, map_size_);
     map_ = std::exchange(other.map_, nullptr);
     map_size_ = std::exchange(other.map_size_, 0);
+    memory_ = std::move(other.memory_);
     count_ = other.count_;
     payload_hash_ = other.payload_hash_;
     build_ms_ = other.build_ms_;
@@ -143,6 +160,7 @@ CacheFile::~CacheFile() {
 }
 
 std::span<const uint8_t> CacheFile::payload() const {
+  if (!map_) return memory_;
   return {static_cast<const uint8_t*>(map_) + kHeaderBytes, map_size_ - kHeaderBytes};
 }
 

@@ -26,6 +26,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "support/errors.h"
 
 namespace pgq {
 
@@ -50,9 +53,15 @@ class CacheFile {
   static std::optional<CacheFile> open(const std::string& path, const CacheFileKey& expected,
                                        std::string& problem);
   // Writes `payload` (count elements of expected.width bytes) to `path` atomically.
-  // Throws pgq::Error naming the path on an I/O failure or a non-regular file there.
+  // Throws WriteFailed naming the path when the file system refuses (no space, no
+  // permission: nothing is left behind), pgq::Error for a non-regular file there.
+  struct WriteFailed : Error {
+    using Error::Error;
+  };
   static void write(const std::string& path, const CacheFileKey& key, std::span<const uint8_t> payload,
                     double build_ms);
+  // A payload held in memory, for when it could not be cached (write threw WriteFailed).
+  static CacheFile inMemory(const CacheFileKey& key, std::vector<uint8_t> payload, double build_ms);
 
   CacheFile(CacheFile&& other) noexcept;
   CacheFile& operator=(CacheFile&& other) noexcept;
@@ -64,12 +73,15 @@ class CacheFile {
   uint64_t count() const { return count_; }
   uint64_t payloadHash() const { return payload_hash_; }
   double buildMs() const { return build_ms_; }
+  // False for an inMemory() payload.
+  bool cached() const { return map_ != nullptr; }
 
  private:
   CacheFile() = default;
 
   void* map_ = nullptr;
   size_t map_size_ = 0;
+  std::vector<uint8_t> memory_;  // inMemory()'s payload (map_ is null)
   uint64_t count_ = 0;
   uint64_t payload_hash_ = 0;
   double build_ms_ = 0;

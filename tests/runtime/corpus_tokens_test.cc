@@ -1,6 +1,9 @@
 #include "runtime/corpus_tokens.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <cstring>
 #include <filesystem>
@@ -84,6 +87,39 @@ TEST_F(CorpusTokensTest, TokenFilesHoldTheEncodingAndASecondLoadReusesThem) {
   EXPECT_EQ(second.tokenizerHash(), first.tokenizerHash());
   EXPECT_EQ(idsOf(second.train()), idsOf(first.train()));
   EXPECT_EQ(idsOf(second.val()), idsOf(first.val()));
+}
+
+// A cache directory that cannot take the files (here: files over 16 KiB refused with
+// EFBIG by RLIMIT_FSIZE, as a full disk refuses them with ENOSPC) does not stop the run:
+// the ids stay in memory, the same as cached ones, and no file or temporary is left.
+TEST_F(CorpusTokensTest, ACacheThatCannotTakeTheFilesLeavesTheIdsInMemory) {
+  std::vector<uint32_t> expected;
+  {
+    CorpusTokens reference(corpus_, model_, path("reference"));
+    expected = idsOf(reference.train());
+  }
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = 16384;
+  auto previous = std::signal(SIGXFSZ, SIG_IGN);  // else the write kills the process
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::optional<CorpusTokens> t;
+  std::string error;
+  try {
+    t.emplace(tokens());
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  ASSERT_TRUE(t) << error;
+  EXPECT_FALSE(t->reused());
+  EXPECT_EQ(idsOf(t->train()), expected);
+  EXPECT_GT(expected.size() * 2, 16384u);  // the limit did refuse the ids
+  EXPECT_FALSE(fs::exists(cacheFile(".train.tokens")));
+  for (const auto& entry : fs::directory_iterator(fs::path(cache_) / "sentencepiece"))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
 TEST_F(CorpusTokensTest, DamagedEntriesAreRebuilt) {
