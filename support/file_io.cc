@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -338,6 +340,62 @@ void removeStaleTemporaries(const fs::path& target) {
   for (const std::string& file : stale) ::unlink((target.parent_path() / file).c_str());
 }
 
+// The temporary files being written, for a SIGINT, SIGTERM or SIGHUP that kills the
+// process mid-write (Ctrl-C during a 400 MB checkpoint): its handler removes them, then
+// dies by the signal as it would have. Fixed slots of fixed size, so the handler only
+// reads memory that stays valid and calls nothing but unlink, signal and raise
+// (async-signal-safe). A path too long for a slot, or a 65th write at once, is left to
+// removeStaleTemporaries as before.
+constexpr int kTempSlots = 64;
+constexpr size_t kTempPathMax = 1024;
+char g_temp_paths[kTempSlots][kTempPathMax];
+std::atomic<bool> g_temp_claimed[kTempSlots];  // by a writer, which fills the path
+std::atomic<bool> g_temp_used[kTempSlots];     // published to the handler
+
+void removeTemporariesAndDie(int sig) {
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_temp_used[i].load()) ::unlink(g_temp_paths[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Installs the handler once, for the signals whose action is still the default (one
+// ignored or handled by someone else, e.g. a parent that set SIG_IGN, stays so).
+void installTemporaryCleanup() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+      struct sigaction action {};
+      action.sa_handler = removeTemporariesAndDie;
+      sigemptyset(&action.sa_mask);
+      ::sigaction(sig, &action, nullptr);
+    }
+  });
+}
+
+// The slot now holding `path`, or -1.
+int registerTemporary(const std::string& path) {
+  if (path.size() >= kTempPathMax) return -1;
+  installTemporaryCleanup();
+  for (int i = 0; i < kTempSlots; ++i) {
+    bool expected = false;
+    // Claimed first, filled, then published: the handler reads only published slots.
+    if (!g_temp_claimed[i].compare_exchange_strong(expected, true)) continue;
+    std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+    g_temp_used[i].store(true);
+    return i;
+  }
+  return -1;
+}
+
+void unregisterTemporary(int slot) {
+  if (slot < 0) return;
+  g_temp_used[slot].store(false);
+  g_temp_claimed[slot].store(false);
+}
+
 }  // namespace
 
 OutputFile::OutputFile(const std::string& path) : path_(path) {
@@ -383,11 +441,13 @@ OutputFile::OutputFile(const std::string& path) : path_(path) {
     ::unlink(tmp_.c_str());  // the destructor does not run for a throwing constructor
     fail(fmt::format("cannot give the temporary file {} the permissions of {}", tmp_, target_), err);
   }
+  temp_slot_ = registerTemporary(tmp_);
 }
 
 OutputFile::~OutputFile() {
   fd_.close();
   if (atomic() && !committed_) ::unlink(tmp_.c_str());
+  unregisterTemporary(temp_slot_);
 }
 
 void OutputFile::fail(const std::string& what, int err) const {

@@ -112,7 +112,9 @@ std::string byteSizeText(uint64_t bytes);
 //   - a directory: refused.
 // Every failure throws pgq::Error naming the path and errno's text (ENOSPC on
 // /dev/full is an error). Destroying an uncommitted OutputFile removes its temporary
-// file. Before creating one, the constructor removes the temporary files of the same
+// file, and so does a SIGINT, SIGTERM or SIGHUP that kills the process while it exists
+// (where that signal's action was the default: pgq installs a handler that removes the
+// temporaries and dies by the signal). Before creating one, the constructor removes the temporary files of the same
 // target that a killed write left behind: those whose PID is no longer alive or is our
 // own (so two OutputFiles of one process must not write the same target at once).
 class OutputFile {
@@ -141,6 +143,7 @@ class OutputFile {
   std::string tmp_;     // empty when written in place
   FileDescriptor fd_;
   bool committed_ = false;
+  int temp_slot_ = -1;  // where a SIGINT, SIGTERM or SIGHUP finds tmp_ to remove it
 };
 
 // Checks, before anything is written, that a file `path` and its `sidecar` (a second

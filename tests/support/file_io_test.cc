@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -223,6 +224,34 @@ TEST_F(FileIoTest, RemovesStaleTemporaryFilesOfDeadWriters) {
   for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{".other.yaml.tmp-" + dead, ".out.yaml.tmp-1", "out.yaml"}));
+}
+
+// Ctrl-C (or a SIGTERM) during a write: the process still dies by the signal, and its
+// temporary files go with it instead of waiting in the run folder for the next write of
+// the same target (a checkpoint's is as large as the checkpoint). Two writes open at once;
+// a third, committed before, and its target stay.
+TEST_F(FileIoTest, ASignalThatKillsAWriterRemovesItsTemporaryFiles) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      writeFileAtomically(path("done.txt"), "kept\n");
+      OutputFile a(path("checkpoint.pgqckpt")), b(path("metrics.csv"));
+      a.write("partial", 7);
+      b.write("partial", 7);
+      ::raise(sig);
+      ::_exit(3);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+    EXPECT_EQ(WTERMSIG(status), sig);
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+    EXPECT_EQ(names, std::vector<std::string>{"done.txt"}) << "signal " << sig;
+  }
 }
 
 TEST_F(FileIoTest, AnOutputPlanRefusesAnOutputThatIsAnInputOrAnotherOutput) {
