@@ -203,6 +203,7 @@ class CpuBackend final : public Backend {
   Kernel lowerErrorStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
   std::optional<k::ParamQuantization> parameterQuantization(const Node& quantize) const override;
+  uint64_t noiseSeed(const Node& node) const;
   Kernel lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const;
   Kernel lowerPredictedScale(const Node& node, int x, int y, size_t n) const;
   Kernel lowerQMatMul(const Node& node, LoweringContext& ctx) const;
@@ -559,6 +560,22 @@ Kernel CpuBackend::lowerErrorStats(const Node& node, LoweringContext& ctx) const
   };
 }
 
+// The stochastic-rounding stream of a quantize or fake_quant node. The devices of a
+// tensor-parallel group share the streams (a value they all hold must round alike on
+// each), except where the node reads a part of a split value: each device's part then
+// takes its own stream (2^48 apart per device), or element i of every part would round
+// with the same noise (errors correlated across the parts, e.g. of the partial products
+// a row-parallel GEMM sums). Device 0 keeps the graph's seed.
+uint64_t CpuBackend::noiseSeed(const Node& node) const {
+  const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
+  const Node& x = *node.operand(0);
+  const bool split = x.op() == Op::kShard ||
+                     (x.attrs().has(AttrKey::kSplit) && x.attrs().getInts(AttrKey::kSplit).size() == 2 &&
+                      x.attrs().getInts(AttrKey::kSplit)[1] > 1);
+  if (!split) return seed;
+  return seed + (static_cast<uint64_t>(collectives_->rank(DeviceGroup::kTensor)) << 48);
+}
+
 Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   k::OperandView view = quantView(node);
   k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
@@ -580,7 +597,7 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
   }
   int params = ctx.operand(1).slot;
   size_t count = static_cast<size_t>(node.operand(1)->shape().numElements());
-  const uint64_t seed = static_cast<uint64_t>(node.attrs().getInt(AttrKey::kSeed));
+  const uint64_t seed = noiseSeed(node);
   if (node.op() == Op::kFakeQuant)
     return [=](const RunContext& rc) {
       k::fakeQuantize({rc.as<float>(x), n}, view, format, {rc.as<float>(params), count},

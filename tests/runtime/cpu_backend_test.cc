@@ -1,6 +1,7 @@
 // The CPU backend's two answers about a node, supports() and lower(), must agree for
 // every op of ops.def: a node it accepts lowers to a kernel, and a node it refuses is a
 // pgq::Error naming the node and its op.
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "ir/parser.h"
 #include "runtime/backend.h"
+#include "runtime/collectives.h"
 #include "runtime/executor.h"
 #include "support/errors.h"
 
@@ -140,6 +142,74 @@ TEST_F(CpuBackendOps, AnUnsupportedNodeIsAnErrorNamingItsOp) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "backend cpu cannot run %y (add): add on bf16 (elementwise kernels are f32 only)");
   }
+}
+
+}  // namespace
+}  // namespace pgq
+
+namespace pgq {
+namespace {
+
+// A process of a tensor-parallel group of two, for kernels that only ask for their rank
+// (no collective runs in the graphs below).
+class RankOf2 final : public Collectives {
+ public:
+  explicit RankOf2(int rank) : rank_(rank) {}
+  int worldRank() const override { return rank_; }
+  int worldSize() const override { return 2; }
+  int rank(DeviceGroup group) const override { return group == DeviceGroup::kTensor ? rank_ : 0; }
+  int size(DeviceGroup group) const override { return group == DeviceGroup::kTensor ? 2 : 1; }
+  int localSize() const override { return 2; }
+  void allReduceSum(float*, int64_t, DeviceGroup) override { unused(); }
+  void allReduceSum(double*, int64_t, DeviceGroup) override { unused(); }
+  void allReduceMax(double*, int64_t, DeviceGroup) override { unused(); }
+  void allGather(const float*, float*, int64_t, DeviceGroup) override { unused(); }
+  void reduceScatterSum(const float*, float*, int64_t, DeviceGroup) override { unused(); }
+  void broadcast(void*, int64_t, int) override { unused(); }
+  void broadcast(void*, int64_t, DeviceGroup) override { unused(); }
+  std::vector<std::string> allGatherStrings(const std::string&) override { unused(); }
+  void barrier() override { unused(); }
+
+ private:
+  [[noreturn]] static void unused() { throw InternalError("RankOf2: no collective runs here"); }
+  int rank_;
+};
+
+// Stochastic rounding under tensor parallelism: the two devices quantize their parts of a
+// split value (split=[1,2]) with their own noise, and a value both hold whole with the
+// same noise (they must agree on it); device 0 rounds as a single process does. The same
+// values go in on both devices, so any difference is the noise's.
+TEST(CpuBackendNoise, DevicesRoundTheirPartsOfASplitValueWithTheirOwnNoise) {
+  auto g = parseGraph(R"pgq(graph @sr {
+  %a = input() : f32[64,96]
+  %part = add(%a, %a) {split=[1,2]} : f32[64,96]
+  %whole = add(%a, %a) : f32[64,96]
+  %ps = quant_params(%part) {format="int4:channel:sr", side="lhs", contract_dims=[1]} : f32[64]
+  %pq = quantize(%part, %ps) {format="int4:channel:sr", side="lhs", contract_dims=[1], seed=11} : u8[64,96]
+  %ws = quant_params(%whole) {format="int4:channel:sr", side="lhs", contract_dims=[1]} : f32[64]
+  %wq = quantize(%whole, %ws) {format="int4:channel:sr", side="lhs", contract_dims=[1], seed=11} : u8[64,96]
+  return %pq, %wq
+}
+)pgq");
+  Tensor a(g->find("a")->type());
+  float* p = a.data<float>();
+  for (int64_t i = 0; i < a.numElements(); ++i) p[i] = std::sin(0.37f * float(i));
+  RankOf2 zero(0), one(1);
+  Executor single(*g), first(*g, {}, makeCpuBackend(&zero)), second(*g, {}, makeCpuBackend(&one));
+  std::vector<std::vector<uint8_t>> part, whole;
+  for (Executor* e : {&single, &first, &second}) {
+    e->bind("a", a);
+    e->run(5);
+    part.emplace_back(e->output<uint8_t>(0).begin(), e->output<uint8_t>(0).end());
+    whole.emplace_back(e->output<uint8_t>(1).begin(), e->output<uint8_t>(1).end());
+  }
+  EXPECT_EQ(part[0], part[1]);  // device 0 is a single process
+  EXPECT_EQ(whole[0], whole[1]);
+  EXPECT_EQ(whole[1], whole[2]);  // a whole value rounds alike on every device
+  size_t differ = 0;
+  for (size_t i = 0; i < part[1].size(); ++i) differ += part[1][i] != part[2][i];
+  // Independent noise on 4-bit grids: a sizeable share of elements round the other way.
+  EXPECT_GT(differ, part[1].size() / 10) << differ << " of " << part[1].size();
 }
 
 }  // namespace
