@@ -51,10 +51,15 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
              calls, total / static_cast<double>(calls), 100.0 * gemm / std::max(total, 1e-9));
   // GB/s: the operands' and results' bytes over the kernel time, what a memory-bound
   // kernel is judged by (a GEMM reads its operands more than once: its figure is low).
+  // A kind whose kernels take no time (their work runs elsewhere: a scatter_add its add
+  // makes, a weight quantization the optimizer makes) shows no rate.
+  auto rate = [](double bytes, double ms) {
+    return ms < 1e-3 ? std::string("-") : fmt::format("{:.1f}", bytes / (ms * 1e6));
+  };
   fmt::print("  {:<20} {:>10} {:>7} {:>7}\n", "op", "ms/step", "share", "GB/s");
   for (const auto& [ms, kind] : rows)
-    fmt::print("  {:<20} {:>10.2f} {:>6.1f}% {:>7.1f}\n", kind, ms / static_cast<double>(calls),
-               100.0 * ms / std::max(total, 1e-9), bytes_by_kind[kind] / std::max(ms * 1e6, 1e-9));
+    fmt::print("  {:<20} {:>10.2f} {:>6.1f}% {:>7}\n", kind, ms / static_cast<double>(calls),
+               100.0 * ms / std::max(total, 1e-9), rate(bytes_by_kind[kind], ms));
   // GEMMs by label: where the GEMM time goes and how fast each shape runs.
   std::vector<const OpTiming*> gemms;
   for (const OpTiming& p : op_profile)
@@ -72,12 +77,16 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   for (const OpTiming& p : op_profile)
     if (p.op != Op::kMatMul && p.op != Op::kQMatMul && p.calls > 0) others.push_back(&p);
   std::sort(others.begin(), others.end(), [](auto* a, auto* b) { return a->total_ms > b->total_ms; });
-  fmt::print("\n  {:<40} {:<18} {:>8} {:>7} {:>7}\n", "other kernels (slowest 12)", "op", "ms/step", "MB",
-             "GB/s");
-  for (size_t i = 0; i < std::min<size_t>(70, others.size()); ++i) {
+  // ms/step per call of the node; one that ran in fewer steps than the rest (a weight's
+  // quantization, which the optimizer makes after the first step) says in how many.
+  constexpr size_t kOthers = 40;
+  fmt::print("\n  {:<40} {:<18} {:>8} {:>7} {:>7}\n", fmt::format("other kernels (slowest {})", kOthers), "op",
+             "ms/step", "MB", "GB/s");
+  for (size_t i = 0; i < std::min(kOthers, others.size()); ++i) {
     double ms = others[i]->total_ms / static_cast<double>(others[i]->calls);
-    fmt::print("  {:<40} {:<18} {:>8.2f} {:>7.1f} {:>7.1f}\n", others[i]->node, opName(others[i]->op), ms,
-               others[i]->bytes / 1e6, others[i]->bytes / (ms * 1e6));
+    fmt::print("  {:<40} {:<18} {:>8.2f} {:>7.1f} {:>7}{}\n", others[i]->node, opName(others[i]->op), ms,
+               others[i]->bytes / 1e6, rate(others[i]->bytes, ms),
+               others[i]->calls < calls ? fmt::format("  (ran in {} of {} steps)", others[i]->calls, calls) : "");
   }
 }
 

@@ -361,4 +361,35 @@ void scatterAdd(const float* dy, const int32_t* idx, float* table_grad, int64_t 
   }
 }
 
+void addScatter(const float* a, const float* dy, const int32_t* idx, float* y, int64_t n_idx, int64_t rows,
+                int64_t cols) {
+  vec::checkSizes("addScatter", {n_idx, rows, cols});
+  checkIndices("addScatter", idx, n_idx, rows);
+  if (rows * cols == 0) return;
+  // Each touched row's place in the buffer, in order of first appearance.
+  std::vector<int64_t> place(static_cast<size_t>(rows), -1);
+  int64_t touched = 0;
+  for (int64_t i = 0; i < n_idx; ++i)
+    if (place[static_cast<size_t>(idx[i])] < 0) place[static_cast<size_t>(idx[i])] = touched++;
+  std::vector<float> sums(static_cast<size_t>(touched * cols), 0.0f);
+  // scatterAdd's sums: every element in index order, threads owning column ranges.
+  vec::parallelRanges(cols, n_idx, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = 0; i < n_idx; ++i)
+      addRow(sums.data() + place[static_cast<size_t>(idx[i])] * cols + c0, dy + i * cols + c0, c1 - c0);
+  });
+  const __m256 zero = _mm256_setzero_ps();
+  vec::parallelRanges(rows, cols, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t at = place[static_cast<size_t>(r)];
+      const float* s = at >= 0 ? sums.data() + at * cols : nullptr;
+      const float* ar = a + r * cols;
+      float* yr = y + r * cols;
+      for (int64_t j = 0; j < cols; j += 8) {
+        const int64_t k = cols - j;
+        vec::storePart(yr + j, k, _mm256_add_ps(vec::loadPart(ar + j, k), s ? vec::loadPart(s + j, k) : zero));
+      }
+    }
+  });
+}
+
 }  // namespace pgq::kernels

@@ -47,4 +47,13 @@ void gather(const float* table, const int32_t* idx, float* y, int64_t n_idx, int
 void scatterAdd(const float* dy, const int32_t* idx, float* table_grad, int64_t n_idx, int64_t rows,
                 int64_t cols);
 
+// y = a + scatterAdd(dy, idx) for a and y [rows, cols], equal bit for bit to scatterAdd
+// into a table and then the elementwise add: each touched row's dy rows are summed from
+// 0 in index order in a buffer of the touched rows only, then added to a's row; an
+// untouched row is a + 0. It reads a and writes y once, where the two kernels also wrote
+// and read the whole table (a tied embedding's gradient: the vocabulary's rows, of which
+// a batch touches a few hundred). Throws like gather.
+void addScatter(const float* a, const float* dy, const int32_t* idx, float* y, int64_t n_idx, int64_t rows,
+                int64_t cols);
+
 }  // namespace pgq::kernels

@@ -10,6 +10,7 @@
 #include <string>
 #include <span>
 #include <string_view>
+#include <unordered_set>
 
 #include "ir/node.h"
 #include "kernels/optim.h"
@@ -54,6 +55,10 @@ class LoweringContext {
   virtual int result() = 0;
   // A temporary buffer that lives while this node's kernel runs.
   virtual int scratch(size_t bytes) = 0;
+  // Operand `index` of `value`, an operand of this node whose computation this node's
+  // kernel takes over (the backend lowers `value` to nothing); it stays alive until this
+  // node's kernel has run.
+  virtual OperandRef operandOf(const Node& value, int index) = 0;
 };
 
 class Backend {
@@ -65,9 +70,13 @@ class Backend {
   // Whether `user` can read its operand `index`, a broadcast node, in place.
   virtual bool readsBroadcastInPlace(const Node& user, int index) const = 0;
   virtual Kernel lower(const Node& node, LoweringContext& ctx) const = 0;
-  // Called once before lowering with the nodes that will run, in order, so a backend
-  // can plan kernels that work together (the CPU backend buckets gradient all_reduces).
-  virtual void prepare(std::span<const Node* const> schedule) { (void)schedule; }
+  // Called once before lowering with the nodes that will run, in order, and the graph's
+  // outputs, so a backend can plan kernels that work together (the CPU backend buckets
+  // gradient all_reduces).
+  virtual void prepare(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) {
+    (void)schedule;
+    (void)outputs;
+  }
   // For a quantize node of a parameter whose scales (its quant_params operand) come from
   // the parameter's values alone, how kernels::adamwUpdateQuantized makes both (its
   // buffers left empty); nullopt otherwise. The executor then lets the optimizer make

@@ -184,7 +184,7 @@ class CpuBackend final : public Backend {
   bool supports(const Node& node, std::string* why) const override;
   bool readsBroadcastInPlace(const Node& user, int index) const override;
   Kernel lower(const Node& node, LoweringContext& ctx) const override;
-  void prepare(std::span<const Node* const> schedule) override;
+  void prepare(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) override;
 
  private:
   bool supportsCollective(const Node& node, std::string* why) const;
@@ -234,6 +234,14 @@ class CpuBackend final : public Backend {
   // every other reader of the scales runs after that quantize (planFusedScales).
   std::unordered_set<const Node*> fused_params_;
   void planFusedScales(std::span<const Node* const> schedule);
+
+  // add(a, scatter_add(dy, idx)) where the scatter_add is read by nothing else and is not
+  // an output (a tied embedding's gradient): the add runs kernels::addScatter, and the
+  // scatter_add's own kernel does nothing (planScatterAdds). By add, its scatter_add.
+  std::unordered_map<const Node*, const Node*> scatter_adds_;
+  std::unordered_set<const Node*> scatters_in_adds_;
+  void planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
+  Kernel lowerAddScatter(const Node& add, const Node& scatter, LoweringContext& ctx) const;
 
   Collectives* collectives_;  // not owned
 };
@@ -748,9 +756,43 @@ size_t bucketBytes() {
   return static_cast<size_t>(mb) << 20;
 }
 
-void CpuBackend::prepare(std::span<const Node* const> schedule) {
+void CpuBackend::prepare(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) {
   planFusedScales(schedule);
   planBuckets(schedule);
+  planScatterAdds(schedule, outputs);
+}
+
+void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) {
+  scatter_adds_.clear();
+  scatters_in_adds_.clear();
+  std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
+  for (const Node* add : schedule) {
+    if (add->op() != Op::kAdd || add->dtype() != DType::kF32 || add->shape().rank() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const Node* s = add->operand(k);
+      const Node* a = add->operand(1 - k);
+      if (s->op() != Op::kScatterAdd || a == s || outputs.count(s) || !(a->shape() == add->shape()) ||
+          !(s->shape() == add->shape()) || a->op() == Op::kBroadcast)
+        continue;
+      bool alone = true;
+      for (const Node* user : s->users()) alone = alone && (user == add || !live.count(user));
+      if (!alone) continue;
+      scatter_adds_[add] = s;
+      scatters_in_adds_.insert(s);
+      break;
+    }
+  }
+}
+
+Kernel CpuBackend::lowerAddScatter(const Node& add, const Node& scatter, LoweringContext& ctx) const {
+  const int a = ctx.operand(add.operand(0) == &scatter ? 1 : 0).slot;
+  const int dy = ctx.operandOf(scatter, 0).slot, idx = ctx.operandOf(scatter, 1).slot;
+  const int y = ctx.result();
+  const int64_t n_idx = scatter.operand(1)->shape().numElements();
+  const int64_t rows = add.shape().dim(0), cols = add.shape().dim(1);
+  return [=](const RunContext& rc) {
+    k::addScatter(rc.as<float>(a), rc.as<float>(dy), rc.as<int32_t>(idx), rc.as<float>(y), n_idx, rows, cols);
+  };
 }
 
 // A quant_params node P fuses into the quantize Q of the same operand when P computes
@@ -917,6 +959,7 @@ Kernel CpuBackend::lowerGraphInterface(const Node& node, LoweringContext& ctx) c
 
 Kernel CpuBackend::lowerElementwise(const Node& node, LoweringContext& ctx) const {
   const Op op = node.op();
+  if (auto it = scatter_adds_.find(&node); it != scatter_adds_.end()) return lowerAddScatter(node, *it->second, ctx);
   if (std::optional<k::BinaryOp> binary = binaryOp(op)) return lowerBinary(node, ctx, *binary);
   int y = ctx.result();
   int x = ctx.operand(0).slot;
@@ -1057,6 +1100,7 @@ Kernel CpuBackend::lowerEmbeddingAndLoss(const Node& node, LoweringContext& ctx)
       };
     }
     case Op::kScatterAdd: {
+      if (scatters_in_adds_.count(&node)) return [](const RunContext&) {};  // its add scatters (addScatter)
       int64_t n_idx = node.operand(1)->shape().numElements();
       int64_t rows = node.shape().dim(0), cols = node.shape().dim(1);
       return [=](const RunContext& rc) {

@@ -35,6 +35,14 @@ class Executor::Lowering : public LoweringContext {
 
   int result() override { return ex_.rootSlot(&node_); }
 
+  OperandRef operandOf(const Node& value, int index) override {
+    Lowering inner(ex_, value, step_);
+    OperandRef ref = inner.operand(index);
+    Slot& slot = ex_.slots_[static_cast<size_t>(ref.slot)];
+    slot.last = std::max(slot.last, step_);
+    return ref;
+  }
+
   int scratch(size_t bytes) override {
     int slot = ex_.newSlot(SlotKind::kArena, bytes, &node_);
     ex_.slots_[static_cast<size_t>(slot)].first = step_;
@@ -250,7 +258,7 @@ void Executor::compile() {
   }
 
   // 3. Lowering, recording the first and last step of every arena slot.
-  backend_->prepare(order);
+  backend_->prepare(order, outputs);
   std::vector<Kernel> init;  // constants are filled once, here
   for (const Node* node : order) {
     if (node->op() == Op::kParameter || node->op() == Op::kInput || node->op() == Op::kReshape ||

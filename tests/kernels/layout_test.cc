@@ -1,6 +1,7 @@
 #include "kernels/layout.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <tuple>
 #include <vector>
@@ -8,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "kernels/elementwise.h"
 #include "kernels/kernel_error.h"
 #include "tests/kernels/f32_test_util.h"
 
@@ -169,6 +171,36 @@ TEST(ScatterAddTest, MatchesIndexOrderSumsExactly) {
       EXPECT_TRUE(g.guardsIntact());
     }
   }
+}
+
+// addScatter is scatterAdd into a table and then the elementwise add, bit for bit: rows
+// hit once, several times and never, a's -0 (which the add of a table's 0 makes +0) and
+// NaN, at 1 and 2 threads; and it refuses an index as scatterAdd does.
+TEST(AddScatterTest, IsScatterAddThenAddBitForBit) {
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {{1, 1, 1}, {7, 3, 5}, {256, 5000, 96}, {300, 40, 17}, {0, 6, 6}};
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (auto [n_idx, rows, cols] : shapes) {
+      const std::vector<float> dy = randomVector(n_idx * cols, 64);
+      std::vector<float> a = randomVector(rows * cols, 65);
+      if (a.size() > 3) {
+        a[0] = -0.0f;
+        a[a.size() - 1] = -0.0f;
+        a[a.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+      }
+      std::vector<int32_t> idx(static_cast<size_t>(n_idx));
+      for (int64_t i = 0; i < n_idx; ++i)
+        idx[static_cast<size_t>(i)] = static_cast<int32_t>((i * i + 5 * i) % std::max<int64_t>(1, rows - 1));
+      std::vector<float> table(a.size()), expected(a.size()), y(a.size(), 123.0f);
+      scatterAdd(dy.data(), idx.data(), table.data(), n_idx, rows, cols);
+      binary(BinaryOp::kAdd, a.data(), Bcast::kFull, table.data(), Bcast::kFull, expected.data(), 1, rows * cols);
+      addScatter(a.data(), dy.data(), idx.data(), y.data(), n_idx, rows, cols);
+      EXPECT_TRUE(testing::bitwiseEqual(y, expected)) << n_idx << "," << rows << "," << cols << " threads " << threads;
+    }
+  }
+  std::vector<float> a(12), dy(6), y(12);
+  const std::vector<int32_t> bad = {0, 4};
+  EXPECT_THROW(addScatter(a.data(), dy.data(), bad.data(), y.data(), 2, 4, 3), KernelError);
 }
 
 // The position of every element of a box of extents `box` in a tensor of dims `dims`

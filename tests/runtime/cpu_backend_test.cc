@@ -63,6 +63,7 @@ class FakeLowering : public LoweringContext {
   OperandRef operand(int index) override { return {index + 1, node_.operand(index), nullptr}; }
   int result() override { return 0; }
   int scratch(size_t bytes) override { return next_++; }
+  OperandRef operandOf(const Node& value, int index) override { return {next_++, value.operand(index), nullptr}; }
 
  private:
   const Node& node_;

@@ -11,7 +11,9 @@
 #include "frontend/transformer.h"
 #include "ir/builder.h"
 #include "ir/parser.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/layout.h"
 #include "kernels/optim.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
@@ -455,6 +457,39 @@ TEST(Executor, ParameterQuantizationsMadeByTheUpdateEqualTheGraphs) {
   fused.run(5, 0, false);
   plain.run(5);
   for (size_t output = 0; output < 3; ++output) EXPECT_TRUE(same(output)) << "output " << output;
+}
+
+// A tied embedding's gradient, add(w.grad, scatter_add(dy, idx)), runs as one kernel
+// (kernels::addScatter; the scatter_add's own does nothing) with the two kernels' result
+// bit for bit; a scatter_add that is also an output keeps its kernel.
+TEST(Executor, AnAddOfAScatterAddScattersInPlace) {
+  auto g = parseGraph(R"pgq(graph @tied {
+  %dy = input() : f32[20,8]
+  %idx = input() : s32[20]
+  %w = input() : f32[50,8]
+  %s = scatter_add(%dy, %idx) : f32[50,8]
+  %g = add(%w, %s) : f32[50,8]
+  %s2 = scatter_add(%dy, %idx) : f32[50,8]
+  %g2 = add(%s2, %w) : f32[50,8]
+  return %g, %g2, %s2
+}
+)pgq");
+  Tensor dy(g->find("dy")->type()), idx(g->find("idx")->type()), w(g->find("w")->type());
+  for (int64_t i = 0; i < dy.numElements(); ++i) dy.data<float>()[i] = std::sin(0.3f * float(i));
+  for (int64_t i = 0; i < w.numElements(); ++i) w.data<float>()[i] = i % 9 == 0 ? -0.0f : std::cos(0.7f * float(i));
+  for (int64_t i = 0; i < idx.numElements(); ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 13);
+  Executor exec(*g);
+  exec.bind("dy", dy);
+  exec.bind("idx", idx);
+  exec.bind("w", w);
+  exec.run();
+  std::vector<float> table(400), sum(400);
+  kernels::scatterAdd(dy.data<float>(), idx.data<int32_t>(), table.data(), 20, 50, 8);
+  kernels::binary(kernels::BinaryOp::kAdd, w.data<float>(), kernels::Bcast::kFull, table.data(), kernels::Bcast::kFull,
+                  sum.data(), 1, 400);
+  EXPECT_EQ(std::memcmp(exec.outputData(0), sum.data(), 400 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(exec.outputData(1), sum.data(), 400 * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(exec.outputData(2), table.data(), 400 * sizeof(float)), 0);
 }
 
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {

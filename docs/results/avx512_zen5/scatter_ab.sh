@@ -1,0 +1,50 @@
+#!/bin/bash
+# A tied embedding's gradient scattered into the add (kernels::addScatter) against a
+# build without it, on this AVX-512 CPU, in turn, nothing else running:
+#   scatter_identical.txt  `small` (tied embeddings) after 3 steps, f32: checkpoints (cmp)
+#   scatter_per_op.txt     pgq train --profile-ops, GPT-2 124M's exact shape, f32, both
+#                          builds: the kernel time, add and scatter_add
+#   scatter_steps_ab.txt   train_step_bench f32 and F+B at GPT-2's exact shape, 2 rounds
+#   BASE=/path/to/base/build BASE_REV=e4bd30f bash docs/results/avx512_zen5/scatter_ab.sh   (~6 min)
+# (With BASE_REV=e4bd30f the F+B step also has the optimizer's int8 weight copies, which
+# update_ab.sh measures; the f32 step and its per-op split differ by the scatter alone.)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+base=${BASE:?BASE=the base build directory}
+new=$root/build
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$here"
+{
+  echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
+  for b in base new; do
+    dir=${!b}
+    "$dir/pgq" train --model small --steps 3 --no-progress --out "$work/$b" >/dev/null 2>&1
+  done
+  if cmp "$work/base/checkpoint.pgqckpt" "$work/new/checkpoint.pgqckpt"; then
+    echo "small, f32, 3 steps: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
+  else
+    echo "small, f32, 3 steps: checkpoints DIFFER"
+  fi
+} >scatter_identical.txt
+{
+  for b in base new; do
+    dir=${!b}
+    echo "## $b: pgq train --model bench/gpt2_124m_exact.yaml --steps 4 --profile-ops"
+    "$dir/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 4 --profile-ops --no-progress \
+      --out "$work/gpt2_$b" 2>&1 | grep -E 'kernel time|^  (add|scatter_add) |embed/wte.grad|scatter_add  '
+  done
+} >scatter_per_op.txt
+{
+  filter='(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB)/threads:2'
+  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true, base and new in turn, 2 rounds"
+  for round in 1 2; do
+    for b in base new; do
+      dir=${!b}
+      echo "## round $round $b"
+      "$dir/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
+        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
+    done
+  done
+} >scatter_steps_ab.txt
