@@ -14,6 +14,7 @@ new=$root/build
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$here"
+source ./ab_lib.sh
 {
   echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
   for b in base new; do
@@ -38,16 +39,7 @@ cd "$here"
   done
 } >quant_ab.txt
 {
-  filter='(f32Step|quantizedStep)/(small|small_FB|medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2'
-  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true, base and new in turn, 2 rounds"
-  for round in 1 2; do
-    for b in base new; do
-      dir=${!b}
-      echo "## round $round $b"
-      "$dir/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
-        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
-    done
-  done
+  ab_steps '(f32Step|quantizedStep)/(small|small_FB|medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2'
   for b in base new; do
     dir=${!b}
     echo "## perf_smoke --no-step, $b"

@@ -16,6 +16,7 @@ new=$root/build
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$here"
+source ./ab_lib.sh
 {
   echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
   for b in base new; do
@@ -37,14 +38,5 @@ cd "$here"
   done
 } >scatter_per_op.txt
 {
-  filter='(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB)/threads:2'
-  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true, base and new in turn, 2 rounds"
-  for round in 1 2; do
-    for b in base new; do
-      dir=${!b}
-      echo "## round $round $b"
-      "$dir/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
-        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
-    done
-  done
+  ab_steps '(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB)/threads:2'
 } >scatter_steps_ab.txt

@@ -21,6 +21,7 @@ new=$root/build
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$here"
+source ./ab_lib.sh
 parts=${*:-identical kernel steps per_op}
 want() { [[ " $parts " == *" $1 "* ]]; }
 want identical && {
@@ -67,16 +68,7 @@ want kernel && {
   done
 } >update_kernel.txt
 want steps && {
-  filter='(f32Step|quantizedStep)/(small|small_FB|medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2'
-  echo "# train_step_bench --benchmark_filter='$filter' --benchmark_min_time=2 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true, base and new in turn, 2 rounds"
-  for round in 1 2; do
-    for b in base new; do
-      dir=${!b}
-      echo "## round $round $b"
-      "$dir/bench/train_step_bench" --benchmark_filter="$filter" --benchmark_min_time=2 --benchmark_repetitions=3 \
-        --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
-    done
-  done
+  ab_steps '(f32Step|quantizedStep)/(small|small_FB|medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2'
 } >update_steps_ab.txt
 gpt2=$root/bench/gpt2_124m_exact.yaml
 want per_op && "$new/pgq" train --model "$gpt2" --steps 3 --profile-warmup 1 --profile-steps 2 \
