@@ -77,6 +77,13 @@ class Backend {
     (void)schedule;
     (void)outputs;
   }
+  // Whether `node`'s computation runs inside another node's kernel (planned in
+  // prepare()): the executor gives it no buffer and no kernel of its own, and only that
+  // kernel reads its operands (LoweringContext::operandOf).
+  virtual bool absorbed(const Node& node) const {
+    (void)node;
+    return false;
+  }
   // For a quantize node of a parameter whose scales (its quant_params operand) come from
   // the parameter's values alone, how kernels::adamwUpdateQuantized makes both (its
   // buffers left empty); nullopt otherwise. The executor then lets the optimizer make

@@ -185,6 +185,7 @@ class CpuBackend final : public Backend {
   bool readsBroadcastInPlace(const Node& user, int index) const override;
   Kernel lower(const Node& node, LoweringContext& ctx) const override;
   void prepare(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) override;
+  bool absorbed(const Node& node) const override { return scatters_in_adds_.count(&node) > 0; }
 
  private:
   bool supportsCollective(const Node& node, std::string* why) const;
@@ -237,7 +238,8 @@ class CpuBackend final : public Backend {
 
   // add(a, scatter_add(dy, idx)) where the scatter_add is read by nothing else and is not
   // an output (a tied embedding's gradient): the add runs kernels::addScatter, and the
-  // scatter_add's own kernel does nothing (planScatterAdds). By add, its scatter_add.
+  // scatter_add is absorbed: no buffer, no kernel (planScatterAdds). By add, its
+  // scatter_add.
   std::unordered_map<const Node*, const Node*> scatter_adds_;
   std::unordered_set<const Node*> scatters_in_adds_;
   void planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
@@ -1100,7 +1102,6 @@ Kernel CpuBackend::lowerEmbeddingAndLoss(const Node& node, LoweringContext& ctx)
       };
     }
     case Op::kScatterAdd: {
-      if (scatters_in_adds_.count(&node)) return [](const RunContext&) {};  // its add scatters (addScatter)
       int64_t n_idx = node.operand(1)->shape().numElements();
       int64_t rows = node.shape().dim(0), cols = node.shape().dim(1);
       return [=](const RunContext& rc) {

@@ -227,7 +227,12 @@ void Executor::compile() {
     }
   }
 
-  // 2. Storage. Broadcasts that every user reads in place need none.
+  // The backend plans kernels that work together (and absorbs nodes into others).
+  backend_->prepare(order, outputs);
+  auto absorbed = [&](const Node* node) { return backend_->absorbed(*node); };
+
+  // 2. Storage. Broadcasts that every user reads in place need none, nor do the nodes
+  // the backend absorbed.
   for (const Node* node : order) {
     if (node->op() != Op::kBroadcast || outputs.count(node)) continue;
     bool in_place = !node->users().empty();
@@ -240,7 +245,7 @@ void Executor::compile() {
   }
   for (const Node* node : order) {
     size_t bytes = static_cast<size_t>(node->shape().numElements()) * dtypeSize(node->dtype());
-    if (virtual_.count(node)) continue;
+    if (virtual_.count(node) || absorbed(node)) continue;
     if (node->op() == Op::kReshape) {
       slot_of_[node] = rootSlot(node->operand(0));
     } else if (node->op() == Op::kParameter || node->op() == Op::kInput) {
@@ -258,11 +263,10 @@ void Executor::compile() {
   }
 
   // 3. Lowering, recording the first and last step of every arena slot.
-  backend_->prepare(order, outputs);
   std::vector<Kernel> init;  // constants are filled once, here
   for (const Node* node : order) {
     if (node->op() == Op::kParameter || node->op() == Op::kInput || node->op() == Op::kReshape ||
-        virtual_.count(node))
+        virtual_.count(node) || absorbed(node))
       continue;
     int step = static_cast<int>(steps_.size());
     Lowering lowering(*this, *node, step);
@@ -275,6 +279,7 @@ void Executor::compile() {
     out.first = by_caller.count(node) ? 0 : step;
     out.last = std::max(out.last, step);
     for (int i = 0; i < node->numOperands(); ++i) {
+      if (absorbed(node->operand(i))) continue;  // its operands were read through operandOf
       Slot& in = slots_[static_cast<size_t>(lowering.operand(i).slot)];
       in.last = std::max(in.last, step);
     }
