@@ -104,12 +104,12 @@ bool fusesIntoUpdate(const OperandView& view, const QuantFormat& format) {
 
 void adamwUpdateQuantized(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
                           float grad_scale, std::span<const ParamQuantization> quantizations) {
-  vec::checkSizes("adamwUpdateQuantized", {n});
-  const AdamW adamw(p, grad_scale);
   if (quantizations.empty()) {
     adamwUpdate(param, grad, m, v, n, p, grad_scale);
     return;
   }
+  vec::checkSizes("adamwUpdateQuantized", {n});
+  const AdamW adamw(p, grad_scale);
   const OperandView& first = quantizations[0].view;
   const int64_t rows = first.batch * first.rows, cols = first.cols;
   std::vector<const ParamQuantization*> along_rows, along_cols;
