@@ -227,6 +227,61 @@ void BM_AdamWQuantize(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);
 }
 
+// BM_AdamWQuantize from memory, as in a training step: eight such weights in turn (each
+// with its own grad, moments and int8 copies, ~300 MB in all, far beyond the L3), so every
+// iteration reads its arrays cold. Args as BM_AdamWQuantize, and two more variants that
+// time the fused kernel's parts alone: 3 the column-scaled copy's pass (quantize with
+// given scales, K along the rows: what follows the chunks), 4 the row-scaled copy
+// (quantizeDynamic, K along the columns: what each chunk does while in cache).
+void BM_AdamWQuantizeCold(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  omp_set_num_threads(threads);
+  constexpr int64_t kRows = 768, kCols = 3072, n = kRows * kCols, kWeights = 8;
+  struct Weight {
+    std::vector<float> p, g, m, v, fwd_scales, dgrad_scales;
+    std::vector<int8_t> fwd_q, dgrad_q;
+  };
+  std::vector<Weight> weights(kWeights);
+  for (Weight& w : weights) {
+    w.p = randomData(n);
+    w.g = randomData(n);
+    w.m.assign(n, 0.0f);
+    w.v.assign(n, 0.0f);
+    w.fwd_scales.assign(kCols, 0.01f);
+    w.dgrad_scales.resize(kRows);
+    w.fwd_q.resize(n);
+    w.dgrad_q.resize(n);
+  }
+  AdamWParams params{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+  const QuantFormat format = QuantFormat::parse("int8:channel:rtn");
+  const OperandView fwd{1, kRows, kCols, false}, dgrad{1, kRows, kCols, true};
+  const int64_t variant = state.range(1);
+  int64_t next = 0;
+  for (auto _ : state) {
+    Weight& w = weights[static_cast<size_t>(next++ % kWeights)];
+    if (variant == 3) {
+      quantize(w.p, fwd, format, w.fwd_scales, std::span<int8_t>(w.fwd_q));
+    } else if (variant == 4) {
+      quantizeDynamic(w.p, dgrad, format, w.dgrad_scales, std::span<int8_t>(w.dgrad_q));
+    } else if (variant == 2) {
+      const ParamQuantization qs[] = {{fwd, format, GemmSide::kRhs, w.fwd_scales, w.fwd_q.data()},
+                                      {dgrad, format, GemmSide::kRhs, w.dgrad_scales, w.dgrad_q.data()}};
+      adamwUpdateQuantized(w.p.data(), w.g.data(), w.m.data(), w.v.data(), n, params, 1.0f, qs);
+    } else {
+      adamwUpdate(w.p.data(), w.g.data(), w.m.data(), w.v.data(), n, params, 1.0f);
+      if (variant == 1) {
+        computeQuantParams(w.p, fwd, format, w.fwd_scales);
+        quantize(w.p, fwd, format, w.fwd_scales, std::span<int8_t>(w.fwd_q));
+        quantizeDynamic(w.p, dgrad, format, w.dgrad_scales, std::span<int8_t>(w.dgrad_q));
+      }
+    }
+    if (next % kWeights == 0) ++params.step;
+  }
+  static const char* const kLabels[] = {"update", "update, then the graph's quantizations", "fused",
+                                        "column-scaled copy alone", "row-scaled copy alone"};
+  state.SetLabel(kLabels[variant]);
+}
+
 void BM_SumSquares(benchmark::State& state) {
   setUp(state);
   const std::vector<float> g = randomData(kParams);
@@ -251,6 +306,7 @@ PGQ_THREADS(BM_TransposeLastTwo);
 PGQ_THREADS(BM_AdamW);
 PGQ_THREADS(BM_SumSquares);
 BENCHMARK(BM_AdamWQuantize)->ArgsProduct({{1, 2}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamWQuantizeCold)->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pgq::kernels
