@@ -40,24 +40,64 @@ class AdamW {
   // match torch to an ulp or so rather than only to the formula. Element-wise: the
   // result does not depend on how the elements are split.
   void update(float* param, const float* grad, float* m, float* v, int64_t begin, int64_t end) const {
-    for (int64_t i = begin; i < end; i += 8) {
-      const int64_t k = end - i;
-      const __m256 g = _mm256_mul_ps(vec::loadPart(grad + i, k), scale_);
-      const __m256 pw = _mm256_mul_ps(vec::loadPart(param + i, k), decay_);
-      const __m256 mv = _mm256_add_ps(_mm256_mul_ps(vec::loadPart(m + i, k), b1_), _mm256_mul_ps(g, one_minus_b1_));
-      // addcmul_(g, g, value=c) is self + (c * g) * g; addcdiv_(m, d, value=c) is
-      // self + (c * m) / d.
-      const __m256 vv = _mm256_add_ps(_mm256_mul_ps(vec::loadPart(v + i, k), b2_),
-                                      _mm256_mul_ps(_mm256_mul_ps(one_minus_b2_, g), g));
-      const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bias2_sqrt_), eps_);
-      const __m256 pn = _mm256_add_ps(pw, _mm256_div_ps(_mm256_mul_ps(neg_step_size_, mv), denom));
-      vec::storePart(m + i, k, mv);
-      vec::storePart(v + i, k, vv);
-      vec::storePart(param + i, k, pn);
+    for (int64_t i = begin; i < end; i += 8) step(param, grad, m, v, i, end - i);
+  }
+
+  // update() of rows [r0, r1) of a [rows, cols] parameter that also folds each new value's
+  // magnitude bits (|x| as uint32; finite magnitudes order like their bits) into its row's
+  // maximum, row_bits[r - r0], and, when col_bits is given, into its column's, col_bits[c].
+  // The folds are integer max on values already in registers: where the update waits on
+  // memory they cost nothing, where a separate pass over the chunk would read it again.
+  void updateFolding(float* param, const float* grad, float* m, float* v, int64_t r0, int64_t r1, int64_t cols,
+                     uint32_t* row_bits, uint32_t* col_bits) const {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+    const int64_t whole = cols - cols % 8;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t row = r * cols;
+      __m256i top = _mm256_setzero_si256();
+      for (int64_t c = 0; c < whole; c += 8) {
+        const __m256i bits = _mm256_and_si256(_mm256_castps_si256(step(param, grad, m, v, row + c, 8)), abs_mask);
+        top = _mm256_max_epu32(top, bits);
+        if (col_bits) {
+          __m256i* acc = reinterpret_cast<__m256i*>(col_bits + c);
+          _mm256_storeu_si256(acc, _mm256_max_epu32(_mm256_loadu_si256(acc), bits));
+        }
+      }
+      __m128i h = _mm_max_epu32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
+      h = _mm_max_epu32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+      h = _mm_max_epu32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+      uint32_t row_top = uint32_t(_mm_cvtsi128_si32(h));
+      if (whole < cols) {
+        step(param, grad, m, v, row + whole, cols - whole);
+        for (int64_t c = whole; c < cols; ++c) {
+          const uint32_t bits = std::bit_cast<uint32_t>(param[row + c]) & 0x7FFFFFFFu;
+          row_top = std::max(row_top, bits);
+          if (col_bits) col_bits[c] = std::max(col_bits[c], bits);
+        }
+      }
+      row_bits[r - r0] = row_top;
     }
   }
 
  private:
+  // Elements [i, i + min(k, 8)): stores the new param, m and v and returns the new param
+  // (lanes past k are 0).
+  __m256 step(float* param, const float* grad, float* m, float* v, int64_t i, int64_t k) const {
+    const __m256 g = _mm256_mul_ps(vec::loadPart(grad + i, k), scale_);
+    const __m256 pw = _mm256_mul_ps(vec::loadPart(param + i, k), decay_);
+    const __m256 mv = _mm256_add_ps(_mm256_mul_ps(vec::loadPart(m + i, k), b1_), _mm256_mul_ps(g, one_minus_b1_));
+    // addcmul_(g, g, value=c) is self + (c * g) * g; addcdiv_(m, d, value=c) is
+    // self + (c * m) / d.
+    const __m256 vv = _mm256_add_ps(_mm256_mul_ps(vec::loadPart(v + i, k), b2_),
+                                    _mm256_mul_ps(_mm256_mul_ps(one_minus_b2_, g), g));
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bias2_sqrt_), eps_);
+    const __m256 pn = _mm256_add_ps(pw, _mm256_div_ps(_mm256_mul_ps(neg_step_size_, mv), denom));
+    vec::storePart(m + i, k, mv);
+    vec::storePart(v + i, k, vv);
+    vec::storePart(param + i, k, pn);
+    return pn;
+  }
+
   __m256 decay_, b1_, one_minus_b1_, b2_, one_minus_b2_, neg_step_size_, bias2_sqrt_, eps_, scale_;
 };
 
@@ -138,9 +178,21 @@ void adamwUpdateQuantized(float* param, const float* grad, float* m, float* v, i
   std::vector<std::vector<uint32_t>> top(sets);
   std::vector<std::vector<float>> mn(sets), mx(sets);
   auto magnitudes = [&](size_t q) { return !along_cols[q]->format.asymmetric; };
+  // The update itself folds the new values' magnitudes (updateFolding): per row for the
+  // symmetric per-channel quantizations along the rows, and per column for the first
+  // symmetric one along the columns; the others read the chunk again.
+  auto rowFromBits = [](const ParamQuantization& q) {
+    return !q.format.asymmetric && q.format.granularity == Granularity::kPerChannel;
+  };
+  const bool row_bits_used = std::any_of(along_rows.begin(), along_rows.end(), [&](auto* q) { return rowFromBits(*q); });
+  size_t folded_q = along_cols.size();
+  for (size_t q = 0; q < along_cols.size() && folded_q == along_cols.size(); ++q)
+    if (magnitudes(q)) folded_q = q;
+  const bool folding = row_bits_used || folded_q < along_cols.size();
 #pragma omp parallel num_threads(threads)
   {
     const size_t t = static_cast<size_t>(omp_get_thread_num());
+    std::vector<uint32_t> row_bits(folding ? static_cast<size_t>(chunk_rows) : 0);
     for (size_t q = 0; q < along_cols.size(); ++q) {
       const size_t set = q * threads + t;
       if (magnitudes(q)) {
@@ -153,12 +205,19 @@ void adamwUpdateQuantized(float* param, const float* grad, float* m, float* v, i
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t r0 = c * chunk_rows, r1 = std::min(rows, r0 + chunk_rows);
-      adamw.update(param, grad, m, v, r0 * cols, r1 * cols);
+      if (folding) {
+        uint32_t* col_bits = folded_q < along_cols.size() ? top[folded_q * threads + t].data() : nullptr;
+        adamw.updateFolding(param, grad, m, v, r0, r1, cols, row_bits.data(), col_bits);
+      } else {
+        adamw.update(param, grad, m, v, r0 * cols, r1 * cols);
+      }
       for (const ParamQuantization* q : along_rows)
         detail::quantizeRowsNearest(param, r0, r1, cols, q->format, q->params.data(),
-                                    quantGroupCount(q->view, q->format), q->out, q->side);
+                                    quantGroupCount(q->view, q->format), q->out, q->side,
+                                    rowFromBits(*q) ? row_bits.data() : nullptr);
       for (size_t q = 0; q < along_cols.size(); ++q) {
         const size_t set = q * threads + t;
+        if (q == folded_q) continue;
         if (magnitudes(q))
           foldMagnitudeBits(param + r0 * cols, r1 - r0, cols, top[set].data());
         else

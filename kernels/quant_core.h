@@ -587,8 +587,13 @@ void foldColumnRanges(const float* x, int64_t rows, int64_t cols, const QuantFor
 // cols], per channel or per block, no clipping), rounded to nearest, serial: the
 // scales go to params (`groups` of them, zero points after), the stored integers to
 // out (u8 for kLhs, s8 for kRhs). Bit for bit quantizeDynamic's result for those rows.
+// row_bits, when given for a per-channel format that reads magnitudes only (symmetric),
+// holds the largest magnitude bits (|x| as uint32) of each row, row_bits[r - r0]: a row
+// whose bits are finite takes its range from them and is read once, by the rounding; a
+// row with a NaN or Inf is ranged as without them.
 void quantizeRowsNearest(const float* x, int64_t r0, int64_t r1, int64_t cols, const QuantFormat& format,
-                         float* params, int64_t groups, void* out, GemmSide side);
+                         float* params, int64_t groups, void* out, GemmSide side,
+                         const uint32_t* row_bits = nullptr);
 
 // Throws KernelError unless every scale of params is finite and >= kMinScale and every
 // zero point (asymmetric) is an integer on the grid: a params buffer computed for

@@ -562,7 +562,8 @@ void quantizeInto(std::span<const float> x, const OperandView& view, const Quant
 // increasing index order, as stochastic rounding's noise buffer wants.
 template <typename T>
 void quantizeRowsDynamic(const float* x, int64_t r0, int64_t r1, int64_t cols, const QuantFormat& format,
-                         float* params, int64_t groups, T* out, detail::SrState& sr_state, GemmSide side) {
+                         float* params, int64_t groups, T* out, detail::SrState& sr_state, GemmSide side,
+                         const uint32_t* row_bits = nullptr) {
   const int64_t blocks = format.granularity == Granularity::kPerBlock ? (cols + format.block - 1) / format.block : 1;
   const int64_t block = format.granularity == Granularity::kPerBlock ? format.block : cols;
   const int offset = storageOffset(format, side);
@@ -570,13 +571,23 @@ void quantizeRowsDynamic(const float* x, int64_t r0, int64_t r1, int64_t cols, c
   const bool stochastic = format.rounding == Rounding::kStochastic;
   const bool wide = !stochastic && avx512Kernels();
   const auto range = readsMagnitudeOnly(format) ? finiteMagnitude : finiteRange;
+  if (row_bits && !(blocks == 1 && readsMagnitudeOnly(format)))
+    throw KernelError::format("quantizeRowsNearest: row magnitudes given for {}, which is not per channel and "
+                              "symmetric", format.toString());
   StoreSink<T> sink{out};
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t j = 0; j < blocks; ++j) {
       const int64_t index = r * cols + j * block;
       const int64_t len = std::min(cols, (j + 1) * block) - j * block;
       float mn = 0.0f, mx = 0.0f;
-      range(x + index, len, mn, mx);
+      if (row_bits && row_bits[r - r0] <= kMaxFiniteBits) {
+        // finiteMagnitude's fold of the given bits.
+        const float a = std::bit_cast<float>(row_bits[r - r0]);
+        mn = std::min(mn, -a);
+        mx = std::max(mx, a);
+      } else {
+        range(x + index, len, mn, mx);
+      }
       const detail::GroupParams p = detail::paramsFromRange(mn, mx, format);
       params[r * blocks + j] = p.scale;
       if (format.asymmetric) params[groups + r * blocks + j] = p.zero_point;
@@ -635,14 +646,14 @@ void detail::foldColumnRanges(const float* x, int64_t rows, int64_t cols, const 
 }
 
 void detail::quantizeRowsNearest(const float* x, int64_t r0, int64_t r1, int64_t cols, const QuantFormat& format,
-                                 float* params, int64_t groups, void* out, GemmSide side) {
+                                 float* params, int64_t groups, void* out, GemmSide side, const uint32_t* row_bits) {
   if (format.rounding != Rounding::kNearest)
     throw KernelError::format("quantizeRowsNearest: format {} does not round to nearest", format.toString());
   detail::SrState none(SrStream{});
   if (side == GemmSide::kLhs)
-    quantizeRowsDynamic(x, r0, r1, cols, format, params, groups, static_cast<uint8_t*>(out), none, side);
+    quantizeRowsDynamic(x, r0, r1, cols, format, params, groups, static_cast<uint8_t*>(out), none, side, row_bits);
   else
-    quantizeRowsDynamic(x, r0, r1, cols, format, params, groups, static_cast<int8_t*>(out), none, side);
+    quantizeRowsDynamic(x, r0, r1, cols, format, params, groups, static_cast<int8_t*>(out), none, side, row_bits);
 }
 
 namespace {
