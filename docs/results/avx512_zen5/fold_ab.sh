@@ -1,0 +1,45 @@
+#!/bin/bash
+# The fused update folding the new weights' magnitudes as it writes them (AdamW's
+# updateFolding) against the build before it, on this AVX-512 CPU, in turn, nothing else
+# running:
+#   fold_identical.txt  medium's F+B recipe after 3 steps: checkpoints of both builds (cmp)
+#   fold_kernel.txt     elementwise_bench AdamWQuantizeCold (a GPT-2 MLP weight read from
+#                       memory): the update alone and fused, medians of 3, 3 rounds
+#   fold_steps_ab.txt   train_step_bench f32 and F+B at GPT-2 124M's exact shape, F+B on
+#                       `medium`, medians of 3 repetitions, 2 rounds
+#   BASE=/path/to/base/build BASE_REV=a873470 bash docs/results/avx512_zen5/fold_ab.sh   (~7 min)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+base=${BASE:?BASE=the base build directory}
+new=$root/build
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$here"
+source ./ab_lib.sh
+{
+  echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
+  for b in base new; do
+    dir=${!b}
+    "$dir/pgq" train --model medium --steps 3 --recipe FB_medium.yaml --no-progress --out "$work/$b" >/dev/null 2>&1
+  done
+  if cmp "$work/base/checkpoint.pgqckpt" "$work/new/checkpoint.pgqckpt"; then
+    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
+  else
+    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints DIFFER"
+  fi
+} >fold_identical.txt
+{
+  echo "# elementwise_bench --benchmark_filter='AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true, base and new in turn, 3 rounds"
+  for round in 1 2 3; do
+    for b in base new; do
+      dir=${!b}
+      echo "## round $round $b"
+      "$dir/bench/elementwise_bench" --benchmark_filter='AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 \
+        --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
+    done
+  done
+} >fold_kernel.txt
+{
+  ab_steps '(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB|medium_FB)/threads:2'
+} >fold_steps_ab.txt
