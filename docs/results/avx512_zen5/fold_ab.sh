@@ -5,9 +5,11 @@
 #   fold_identical.txt  medium's F+B recipe after 3 steps: checkpoints of both builds (cmp)
 #   fold_kernel.txt     elementwise_bench AdamWQuantizeCold (a GPT-2 MLP weight read from
 #                       memory): the update alone and fused, medians of 3, 3 rounds
+#   fold_quant.txt      quant_bench's quantizeDynamic (it walks rows through the function the
+#                       fold now feeds, with no bits given), 2 rounds
 #   fold_steps_ab.txt   train_step_bench f32 and F+B at GPT-2 124M's exact shape, F+B on
 #                       `medium`, medians of 3 repetitions, 2 rounds
-#   BASE=/path/to/base/build BASE_REV=a873470 bash docs/results/avx512_zen5/fold_ab.sh   (~7 min)
+#   BASE=/path/to/base/build BASE_REV=a873470 bash docs/results/avx512_zen5/fold_ab.sh   (~8 min)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -40,6 +42,18 @@ source ./ab_lib.sh
     done
   done
 } >fold_kernel.txt
+{
+  filter='(act2048x1024|weight1024x1024)/dynamic/threads'
+  echo "# quant_bench --benchmark_filter='$filter' --benchmark_min_time=0.5, base and new in turn, 2 rounds"
+  for round in 1 2; do
+    for b in base new; do
+      dir=${!b}
+      echo "## round $round $b"
+      "$dir/bench/quant_bench" --benchmark_filter="$filter" --benchmark_min_time=0.5 2>&1 |
+        sed 's/\x1b\[[0-9;]*m//g' | grep 'dynamic/threads'
+    done
+  done
+} >fold_quant.txt
 {
   ab_steps '(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB|medium_FB)/threads:2'
 } >fold_steps_ab.txt
