@@ -19,41 +19,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$here"
 source ./ab_lib.sh
-{
-  echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
-  for b in base new; do
-    dir=${!b}
-    "$dir/pgq" train --model medium --steps 3 --recipe FB_medium.yaml --no-progress --out "$work/$b" >/dev/null 2>&1
-  done
-  if cmp "$work/base/checkpoint.pgqckpt" "$work/new/checkpoint.pgqckpt"; then
-    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
-  else
-    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints DIFFER"
-  fi
-} >fold_identical.txt
-{
-  echo "# elementwise_bench --benchmark_filter='AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true, base and new in turn, 3 rounds"
-  for round in 1 2 3; do
-    for b in base new; do
-      dir=${!b}
-      echo "## round $round $b"
-      "$dir/bench/elementwise_bench" --benchmark_filter='AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 \
-        --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>&1 | grep -E '_median'
-    done
-  done
-} >fold_kernel.txt
-{
-  filter='(act2048x1024|weight1024x1024)/dynamic/threads'
-  echo "# quant_bench --benchmark_filter='$filter' --benchmark_min_time=0.5, base and new in turn, 2 rounds"
-  for round in 1 2; do
-    for b in base new; do
-      dir=${!b}
-      echo "## round $round $b"
-      "$dir/bench/quant_bench" --benchmark_filter="$filter" --benchmark_min_time=0.5 2>&1 |
-        sed 's/\x1b\[[0-9;]*m//g' | grep 'dynamic/threads'
-    done
-  done
-} >fold_quant.txt
-{
-  ab_steps '(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB|medium_FB)/threads:2'
-} >fold_steps_ab.txt
+ab_identical_medium "$work" >fold_identical.txt
+ab_bench 3 elementwise_bench 'AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 --benchmark_repetitions=3 \
+  --benchmark_report_aggregates_only=true >fold_kernel.txt
+ab_bench 2 quant_bench '(act2048x1024|weight1024x1024)/dynamic/threads' --benchmark_min_time=0.5 >fold_quant.txt
+ab_steps '(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB|medium_FB)/threads:2' >fold_steps_ab.txt
