@@ -15,18 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$here"
 source ./ab_lib.sh
-{
-  echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
-  for b in base new; do
-    dir=${!b}
-    "$dir/pgq" train --model medium --steps 3 --recipe FB_medium.yaml --no-progress --out "$work/$b" >/dev/null 2>&1
-  done
-  if cmp "$work/base/checkpoint.pgqckpt" "$work/new/checkpoint.pgqckpt"; then
-    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
-  else
-    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints DIFFER"
-  fi
-} >identical.txt
+ab_identical_medium "$work" >identical.txt
 {
   filter='(act2048x1024|weight1024x1024|wgrad2048x8192)/(rtn|dynamic)/threads:1'
   echo "# quant_bench --benchmark_filter='$filter' --benchmark_min_time=0.5, base and new in turn, 3 rounds (GB/s per thread)"
