@@ -7,14 +7,7 @@
 #                   medians of 3 repetitions, 2 rounds; and the perf smoke without steps
 #   BASE=/path/to/base/build BASE_REV=3f78a9b bash docs/results/avx512_zen5/ab.sh   (~10 min)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-base=${BASE:?BASE=the base build directory}
-new=$root/build
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$here"
-source ./ab_lib.sh
+source "$(dirname "$0")/ab_lib.sh"
 ab_identical_medium "$work" >identical.txt
 {
   filter='(act2048x1024|weight1024x1024|wgrad2048x8192)/(rtn|dynamic)/threads:1'

@@ -1,6 +1,14 @@
 #!/bin/bash
-# Sourced by this folder's A/B scripts (ab.sh, update_ab.sh, scatter_ab.sh), which set
-# `base` and `new` to the two build directories.
+# Sourced by this folder's A/B scripts (ab.sh, update_ab.sh, scatter_ab.sh, fold_ab.sh,
+# prefetch_ab.sh): `base` is the build directory BASE names, `new` the tree's build/, `work`
+# a temporary folder removed at exit; the script then runs in this folder.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+base=${BASE:?BASE=the base build directory}
+new=$root/build
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$here"
 
 # ab_steps FILTER: train_step_bench's medians of 3 repetitions in random order, base and
 # new in turn, 2 rounds.

@@ -11,14 +11,7 @@
 #                       `medium`, medians of 3 repetitions, 2 rounds
 #   BASE=/path/to/base/build BASE_REV=a873470 bash docs/results/avx512_zen5/fold_ab.sh   (~8 min)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-base=${BASE:?BASE=the base build directory}
-new=$root/build
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$here"
-source ./ab_lib.sh
+source "$(dirname "$0")/ab_lib.sh"
 ab_identical_medium "$work" >fold_identical.txt
 ab_bench 3 elementwise_bench 'AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true >fold_kernel.txt

@@ -11,14 +11,7 @@
 #                           and F+B on `medium`, medians of 3 repetitions, 2 rounds
 #   BASE=/path/to/base/build BASE_REV=2cd666f bash docs/results/avx512_zen5/prefetch_ab.sh   (~9 min)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-base=${BASE:?BASE=the base build directory}
-new=$root/build
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$here"
-source ./ab_lib.sh
+source "$(dirname "$0")/ab_lib.sh"
 ab_identical_medium "$work" >prefetch_identical.txt
 ab_bench 2 quant_bench '(weight1024x1024|wgrad2048x8192)/(rtn|dynamic)/threads|act2048x1024/rtn/threads' \
   --benchmark_min_time=0.5 >prefetch_quant.txt

@@ -9,14 +9,7 @@
 # (With BASE_REV=e4bd30f the F+B step also has the optimizer's int8 weight copies, which
 # update_ab.sh measures; the f32 step and its per-op split differ by the scatter alone.)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-base=${BASE:?BASE=the base build directory}
-new=$root/build
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$here"
-source ./ab_lib.sh
+source "$(dirname "$0")/ab_lib.sh"
 {
   echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
   for b in base new; do

@@ -14,14 +14,7 @@
 #   BASE=/path/to/base/build BASE_REV=e4bd30f bash docs/results/avx512_zen5/update_ab.sh [PART...]
 #   (~14 min; PART: identical kernel steps per_op; default all)
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-base=${BASE:?BASE=the base build directory}
-new=$root/build
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$here"
-source ./ab_lib.sh
+source "$(dirname "$0")/ab_lib.sh"
 parts=${*:-identical kernel steps per_op}
 want() { [[ " $parts " == *" $1 "* ]]; }
 want identical && {
