@@ -378,6 +378,16 @@ void addScatter(const float* a, const float* dy, const int32_t* idx, float* y, i
       addRow(sums.data() + place[static_cast<size_t>(idx[i])] * cols + c0, dy + i * cols + c0, c1 - c0);
   });
   const __m256 zero = _mm256_setzero_ps();
+  if (a == y) {
+    // In place: the touched rows alone, each by one thread.
+    std::vector<int64_t> rows_touched(static_cast<size_t>(touched));
+    for (int64_t r = 0; r < rows; ++r)
+      if (place[static_cast<size_t>(r)] >= 0) rows_touched[static_cast<size_t>(place[static_cast<size_t>(r)])] = r;
+    vec::parallelRanges(touched, cols, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) addRow(y + rows_touched[static_cast<size_t>(t)] * cols, sums.data() + t * cols, cols);
+    });
+    return;
+  }
   vec::parallelRanges(rows, cols, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t at = place[static_cast<size_t>(r)];

@@ -52,7 +52,9 @@ void scatterAdd(const float* dy, const int32_t* idx, float* table_grad, int64_t 
 // 0 in index order in a buffer of the touched rows only, then added to a's row; an
 // untouched row is a + 0. It reads a and writes y once, where the two kernels also wrote
 // and read the whole table (a tied embedding's gradient: the vocabulary's rows, of which
-// a batch touches a few hundred). Throws like gather.
+// a batch touches a few hundred). With y == a (in place) only the touched rows are read
+// and written: an untouched row keeps a's bits, where a + 0 would turn a -0 into +0 (the
+// one difference from the two kernels). Throws like gather.
 void addScatter(const float* a, const float* dy, const int32_t* idx, float* y, int64_t n_idx, int64_t rows,
                 int64_t cols);
 

@@ -84,6 +84,14 @@ class Backend {
     (void)node;
     return false;
   }
+  // The operand whose buffer `node`'s kernel writes its result over (planned in
+  // prepare(), for an operand nothing else reads and that is not an output), or -1. The
+  // executor then gives the result that operand's storage, where the operand's own kernel
+  // (which runs earlier) writes.
+  virtual int inPlaceOperand(const Node& node) const {
+    (void)node;
+    return -1;
+  }
   // For a quantize node of a parameter whose scales (its quant_params operand) come from
   // the parameter's values alone, how kernels::adamwUpdateQuantized makes both (its
   // buffers left empty); nullopt otherwise. The executor then lets the optimizer make

@@ -186,6 +186,10 @@ class CpuBackend final : public Backend {
   Kernel lower(const Node& node, LoweringContext& ctx) const override;
   void prepare(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) override;
   bool absorbed(const Node& node) const override { return scatters_in_adds_.count(&node) > 0; }
+  int inPlaceOperand(const Node& node) const override {
+    auto it = adds_in_place_.find(&node);
+    return it == adds_in_place_.end() ? -1 : it->second;
+  }
 
  private:
   bool supportsCollective(const Node& node, std::string* why) const;
@@ -242,6 +246,8 @@ class CpuBackend final : public Backend {
   // scatter_add.
   std::unordered_map<const Node*, const Node*> scatter_adds_;
   std::unordered_set<const Node*> scatters_in_adds_;
+  // Such adds that write over their other operand, by the operand's index (planScatterAdds).
+  std::unordered_map<const Node*, int> adds_in_place_;
   void planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
   Kernel lowerAddScatter(const Node& add, const Node& scatter, LoweringContext& ctx) const;
 
@@ -767,6 +773,7 @@ void CpuBackend::prepare(std::span<const Node* const> schedule, const std::unord
 void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) {
   scatter_adds_.clear();
   scatters_in_adds_.clear();
+  adds_in_place_.clear();
   std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
   for (const Node* add : schedule) {
     if (add->op() != Op::kAdd || add->dtype() != DType::kF32 || add->shape().rank() != 2) continue;
@@ -781,6 +788,12 @@ void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const st
       if (!alone) continue;
       scatter_adds_[add] = s;
       scatters_in_adds_.insert(s);
+      // The add writes over a when nothing else reads a (a weight gradient's GEMM output):
+      // only the touched rows change, and a's buffer and the pass over it go.
+      bool a_alone = !outputs.count(a) && a->op() != Op::kParameter && a->op() != Op::kInput &&
+                     a->op() != Op::kConstant && a->op() != Op::kReshape && a->dtype() == DType::kF32;
+      for (const Node* user : a->users()) a_alone = a_alone && (user == add || !live.count(user));
+      if (a_alone) adds_in_place_[add] = 1 - k;
       break;
     }
   }

@@ -243,9 +243,25 @@ void Executor::compile() {
     }
     if (in_place) virtual_[node] = node;
   }
+  // A result written over an operand (Backend::inPlaceOperand) shares the operand's
+  // arena slot, kept to its first writer's step below; an output keeps it alive.
+  std::unordered_set<const Node*> in_place;
   for (const Node* node : order) {
     size_t bytes = static_cast<size_t>(node->shape().numElements()) * dtypeSize(node->dtype());
     if (virtual_.count(node) || absorbed(node)) continue;
+    const int over = backend_->inPlaceOperand(*node);
+    if (over >= 0) {
+      const Node* operand = node->operand(over);
+      auto it = slot_of_.find(operand);
+      if (it != slot_of_.end() && slots_[static_cast<size_t>(it->second)].kind == SlotKind::kArena &&
+          slots_[static_cast<size_t>(it->second)].node == operand && !outputs.count(operand) &&
+          operand->dtype() == node->dtype() && operand->shape() == node->shape()) {
+        slot_of_[node] = it->second;
+        if (outputs.count(node)) slots_[static_cast<size_t>(it->second)].kind = SlotKind::kPersistent;
+        in_place.insert(node);
+        continue;
+      }
+    }
     if (node->op() == Op::kReshape) {
       slot_of_[node] = rootSlot(node->operand(0));
     } else if (node->op() == Op::kParameter || node->op() == Op::kInput) {
@@ -276,7 +292,7 @@ void Executor::compile() {
       continue;
     }
     Slot& out = slots_[static_cast<size_t>(rootSlot(node))];
-    out.first = by_caller.count(node) ? 0 : step;
+    if (!in_place.count(node)) out.first = by_caller.count(node) ? 0 : step;
     out.last = std::max(out.last, step);
     for (int i = 0; i < node->numOperands(); ++i) {
       if (absorbed(node->operand(i))) continue;  // its operands were read through operandOf

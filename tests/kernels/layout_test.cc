@@ -196,6 +196,17 @@ TEST(AddScatterTest, IsScatterAddThenAddBitForBit) {
       binary(BinaryOp::kAdd, a.data(), Bcast::kFull, table.data(), Bcast::kFull, expected.data(), 1, rows * cols);
       addScatter(a.data(), dy.data(), idx.data(), y.data(), n_idx, rows, cols);
       EXPECT_TRUE(testing::bitwiseEqual(y, expected)) << n_idx << "," << rows << "," << cols << " threads " << threads;
+      // In place (y == a): the touched rows as above; an untouched row keeps a's bits,
+      // its -0 included (a + 0 would be +0).
+      std::vector<bool> touched(static_cast<size_t>(rows), false);
+      for (int32_t r : idx) touched[static_cast<size_t>(r)] = true;
+      std::vector<float> in_place = a, expected_in_place = expected;
+      for (int64_t r = 0; r < rows; ++r)
+        if (!touched[static_cast<size_t>(r)])
+          std::copy_n(a.begin() + r * cols, cols, expected_in_place.begin() + r * cols);
+      addScatter(in_place.data(), dy.data(), idx.data(), in_place.data(), n_idx, rows, cols);
+      EXPECT_TRUE(testing::bitwiseEqual(in_place, expected_in_place))
+          << "in place " << n_idx << "," << rows << "," << cols << " threads " << threads;
     }
   }
   std::vector<float> a(12), dy(6), y(12);

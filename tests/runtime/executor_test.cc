@@ -498,6 +498,58 @@ TEST(Executor, AnAddOfAScatterAddScattersInPlace) {
   EXPECT_EQ(std::memcmp(exec.outputData(2), table.data(), 400 * sizeof(float)), 0);
 }
 
+// An add of a scatter_add writes over its other operand when nothing else reads that
+// value (a weight gradient's GEMM output): no buffer of its own and no pass over the
+// untouched rows. A value read again after the add, or returned, keeps its own buffer.
+TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
+  const std::string head = R"pgq(graph @tied {
+  %dy = input() : f32[20,8]
+  %idx = input() : s32[20]
+  %w = input() : f32[50,8]
+  %v = input() : f32[50,8]
+  %a = mul(%w, %v) : f32[50,8]
+  %s = scatter_add(%dy, %idx) : f32[50,8]
+  %g = add(%a, %s) : f32[50,8]
+)pgq";
+  struct Case {
+    std::string tail;
+    size_t arena_bytes, persistent_bytes;
+  };
+  const Case cases[] = {
+      {"  return %g\n}\n", 0, 1600},                                           // in place: a's buffer is g's
+      {"  %c = mul(%a, %v) : f32[50,8]\n  return %g, %c\n}\n", 1600, 3200},  // a read after the add
+      {"  return %g, %a\n}\n", 0, 3200},                                       // a returned
+  };
+  for (const Case& c : cases) {
+    auto g = parseGraph(head + c.tail);
+    Tensor dy(g->find("dy")->type()), idx(g->find("idx")->type()), w(g->find("w")->type()), v(g->find("v")->type());
+    for (int64_t i = 0; i < dy.numElements(); ++i) dy.data<float>()[i] = std::sin(0.3f * float(i));
+    for (int64_t i = 0; i < w.numElements(); ++i) w.data<float>()[i] = std::cos(0.7f * float(i));
+    for (int64_t i = 0; i < v.numElements(); ++i) v.data<float>()[i] = 1.0f + 0.01f * float(i);
+    for (int64_t i = 0; i < idx.numElements(); ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 13);
+    Executor exec(*g);
+    exec.bind("dy", dy);
+    exec.bind("idx", idx);
+    exec.bind("w", w);
+    exec.bind("v", v);
+    exec.run();
+    EXPECT_EQ(exec.memory().arena_bytes, c.arena_bytes) << c.tail;
+    EXPECT_EQ(exec.memory().persistent_bytes, c.persistent_bytes) << c.tail;
+    std::vector<float> a(400), table(400), sum(400), again(400);
+    for (size_t i = 0; i < 400; ++i) a[i] = w.data<float>()[i] * v.data<float>()[i];
+    kernels::scatterAdd(dy.data<float>(), idx.data<int32_t>(), table.data(), 20, 50, 8);
+    for (size_t i = 0; i < 400; ++i) sum[i] = a[i] + table[i];
+    for (size_t i = 0; i < 400; ++i) again[i] = a[i] * v.data<float>()[i];
+    EXPECT_EQ(std::memcmp(exec.outputData(0), sum.data(), 400 * sizeof(float)), 0) << c.tail;
+    if (c.tail.find("%c") != std::string::npos) {
+      EXPECT_EQ(std::memcmp(exec.outputData(1), again.data(), 400 * sizeof(float)), 0) << c.tail;
+    }
+    if (c.tail.find("%g, %a") != std::string::npos) {
+      EXPECT_EQ(std::memcmp(exec.outputData(1), a.data(), 400 * sizeof(float)), 0) << c.tail;
+    }
+  }
+}
+
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
   std::vector<BufferRequest> requests = {
       {1000, 0, 2}, {500, 1, 3}, {1000, 3, 5}, {200, 4, 4}, {4000, 6, 7}, {64, 0, 7}};

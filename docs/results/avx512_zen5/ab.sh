@@ -8,7 +8,7 @@
 #   BASE=/path/to/base/build BASE_REV=3f78a9b bash docs/results/avx512_zen5/ab.sh   (~10 min)
 set -euo pipefail
 source "$(dirname "$0")/ab_lib.sh"
-ab_identical_medium "$work" >identical.txt
+ab_identical_medium >identical.txt
 {
   filter='(act2048x1024|weight1024x1024|wgrad2048x8192)/(rtn|dynamic)/threads:1'
   echo "# quant_bench --benchmark_filter='$filter' --benchmark_min_time=0.5, base and new in turn, 3 rounds (GB/s per thread)"

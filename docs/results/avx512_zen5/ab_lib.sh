@@ -25,20 +25,40 @@ ab_steps() {
   done
 }
 
-# ab_identical_medium WORK: `medium`'s F+B recipe (FB_medium.yaml) trained 3 steps by both
-# builds, checkpoints compared byte for byte.
-ab_identical_medium() {
-  local work=$1 b dir
+# ab_identical LABEL TRAIN_ARGS...: `pgq train TRAIN_ARGS` run by both builds (in $work),
+# checkpoints compared byte for byte; one line after the builds' header.
+ab_identical() {
+  local label=$1 b dir
+  shift
   echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
   for b in base new; do
     dir=${!b}
-    "$dir/pgq" train --model medium --steps 3 --recipe FB_medium.yaml --no-progress --out "$work/$b" >/dev/null 2>&1
+    rm -rf "$work/$b"
+    "$dir/pgq" train "$@" --no-progress --out "$work/$b" >/dev/null 2>&1
   done
   if cmp "$work/base/checkpoint.pgqckpt" "$work/new/checkpoint.pgqckpt"; then
-    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
+    echo "$label: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
   else
-    echo "medium, F+B recipe FB_medium.yaml, 3 steps: checkpoints DIFFER"
+    echo "$label: checkpoints DIFFER"
   fi
+}
+
+# ab_identical_medium: `medium`'s F+B recipe (FB_medium.yaml) trained 3 steps by both builds.
+ab_identical_medium() {
+  ab_identical "medium, F+B recipe FB_medium.yaml, 3 steps" --model medium --steps 3 --recipe FB_medium.yaml
+}
+
+# ab_gpt2_per_op PATTERN [TRAIN_ARGS...]: `pgq train --profile-ops` at GPT-2 124M's exact
+# shape, 4 steps, both builds: the per-op lines PATTERN (grep -E) selects.
+ab_gpt2_per_op() {
+  local pattern=$1 b dir
+  shift
+  for b in base new; do
+    dir=${!b}
+    echo "## $b: pgq train --model bench/gpt2_124m_exact.yaml --steps 4 --profile-ops $*"
+    "$dir/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 4 --profile-ops "$@" --no-progress \
+      --out "$work/gpt2_$b" 2>&1 | grep -E "$pattern"
+  done
 }
 
 # ab_bench ROUNDS BENCH FILTER [ARGS...]: a Google Benchmark program of both builds in turn,

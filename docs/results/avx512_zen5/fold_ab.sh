@@ -12,7 +12,7 @@
 #   BASE=/path/to/base/build BASE_REV=a873470 bash docs/results/avx512_zen5/fold_ab.sh   (~8 min)
 set -euo pipefail
 source "$(dirname "$0")/ab_lib.sh"
-ab_identical_medium "$work" >fold_identical.txt
+ab_identical_medium >fold_identical.txt
 ab_bench 3 elementwise_bench 'AdamWQuantizeCold/2/[02]' --benchmark_min_time=1 --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true >fold_kernel.txt
 ab_bench 2 quant_bench '(act2048x1024|weight1024x1024)/dynamic/threads' --benchmark_min_time=0.5 >fold_quant.txt

@@ -12,7 +12,7 @@
 #   BASE=/path/to/base/build BASE_REV=2cd666f bash docs/results/avx512_zen5/prefetch_ab.sh   (~9 min)
 set -euo pipefail
 source "$(dirname "$0")/ab_lib.sh"
-ab_identical_medium "$work" >prefetch_identical.txt
+ab_identical_medium >prefetch_identical.txt
 ab_bench 2 quant_bench '(weight1024x1024|wgrad2048x8192)/(rtn|dynamic)/threads|act2048x1024/rtn/threads' \
   --benchmark_min_time=0.5 >prefetch_quant.txt
 ab_bench 3 elementwise_bench 'AdamWQuantizeCold/2/[23]' --benchmark_min_time=1 --benchmark_repetitions=3 \

@@ -10,26 +10,8 @@
 # update_ab.sh measures; the f32 step and its per-op split differ by the scatter alone.)
 set -euo pipefail
 source "$(dirname "$0")/ab_lib.sh"
-{
-  echo "# base: $base (${BASE_REV:-revision not given: BASE_REV=...}), new: $new ($(git -C "$root" rev-parse --short HEAD))"
-  for b in base new; do
-    dir=${!b}
-    "$dir/pgq" train --model small --steps 3 --no-progress --out "$work/$b" >/dev/null 2>&1
-  done
-  if cmp "$work/base/checkpoint.pgqckpt" "$work/new/checkpoint.pgqckpt"; then
-    echo "small, f32, 3 steps: checkpoints equal byte for byte ($(stat -c %s "$work/new/checkpoint.pgqckpt") bytes)"
-  else
-    echo "small, f32, 3 steps: checkpoints DIFFER"
-  fi
-} >scatter_identical.txt
-{
-  for b in base new; do
-    dir=${!b}
-    echo "## $b: pgq train --model bench/gpt2_124m_exact.yaml --steps 4 --profile-ops"
-    "$dir/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 4 --profile-ops --no-progress \
-      --out "$work/gpt2_$b" 2>&1 | grep -E 'kernel time|^  (add|scatter_add) |embed/wte.grad|scatter_add  '
-  done
-} >scatter_per_op.txt
+ab_identical "small, f32, 3 steps" --model small --steps 3 >scatter_identical.txt
+ab_gpt2_per_op 'kernel time|^  (add|scatter_add) |embed/wte.grad|scatter_add  ' >scatter_per_op.txt
 {
   ab_steps '(f32Step|quantizedStep)/(gpt2_exact|gpt2_exact_FB)/threads:2'
 } >scatter_steps_ab.txt
