@@ -368,9 +368,13 @@ void addScatter(const float* a, const float* dy, const int32_t* idx, float* y, i
   if (rows * cols == 0) return;
   // Each touched row's place in the buffer, in order of first appearance.
   std::vector<int64_t> place(static_cast<size_t>(rows), -1);
+  std::vector<int64_t> rows_touched;  // by place
   int64_t touched = 0;
   for (int64_t i = 0; i < n_idx; ++i)
-    if (place[static_cast<size_t>(idx[i])] < 0) place[static_cast<size_t>(idx[i])] = touched++;
+    if (place[static_cast<size_t>(idx[i])] < 0) {
+      place[static_cast<size_t>(idx[i])] = touched++;
+      rows_touched.push_back(idx[i]);
+    }
   std::vector<float> sums(static_cast<size_t>(touched * cols), 0.0f);
   // scatterAdd's sums: every element in index order, threads owning column ranges.
   vec::parallelRanges(cols, n_idx, 16, [&](int64_t c0, int64_t c1) {
@@ -380,9 +384,6 @@ void addScatter(const float* a, const float* dy, const int32_t* idx, float* y, i
   const __m256 zero = _mm256_setzero_ps();
   if (a == y) {
     // In place: the touched rows alone, each by one thread.
-    std::vector<int64_t> rows_touched(static_cast<size_t>(touched));
-    for (int64_t r = 0; r < rows; ++r)
-      if (place[static_cast<size_t>(r)] >= 0) rows_touched[static_cast<size_t>(place[static_cast<size_t>(r)])] = r;
     vec::parallelRanges(touched, cols, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) addRow(y + rows_touched[static_cast<size_t>(t)] * cols, sums.data() + t * cols, cols);
     });

@@ -185,9 +185,8 @@ void adamwUpdateQuantized(float* param, const float* grad, float* m, float* v, i
     return !q.format.asymmetric && q.format.granularity == Granularity::kPerChannel;
   };
   const bool row_bits_used = std::any_of(along_rows.begin(), along_rows.end(), [&](auto* q) { return rowFromBits(*q); });
-  size_t folded_q = along_cols.size();
-  for (size_t q = 0; q < along_cols.size() && folded_q == along_cols.size(); ++q)
-    if (magnitudes(q)) folded_q = q;
+  size_t folded_q = 0;
+  while (folded_q < along_cols.size() && !magnitudes(folded_q)) ++folded_q;
   const bool folding = row_bits_used || folded_q < along_cols.size();
 #pragma omp parallel num_threads(threads)
   {

@@ -775,6 +775,11 @@ void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const st
   scatters_in_adds_.clear();
   adds_in_place_.clear();
   std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
+  auto readOnlyBy = [&](const Node* value, const Node* reader) {
+    for (const Node* user : value->users())
+      if (user != reader && live.count(user)) return false;
+    return true;
+  };
   for (const Node* add : schedule) {
     if (add->op() != Op::kAdd || add->dtype() != DType::kF32 || add->shape().rank() != 2) continue;
     for (int k = 0; k < 2; ++k) {
@@ -783,17 +788,14 @@ void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const st
       if (s->op() != Op::kScatterAdd || a == s || outputs.count(s) || !(a->shape() == add->shape()) ||
           !(s->shape() == add->shape()) || a->op() == Op::kBroadcast)
         continue;
-      bool alone = true;
-      for (const Node* user : s->users()) alone = alone && (user == add || !live.count(user));
-      if (!alone) continue;
+      if (!readOnlyBy(s, add)) continue;
       scatter_adds_[add] = s;
       scatters_in_adds_.insert(s);
       // The add writes over a when nothing else reads a (a weight gradient's GEMM output):
       // only the touched rows change, and a's buffer and the pass over it go.
-      bool a_alone = !outputs.count(a) && a->op() != Op::kParameter && a->op() != Op::kInput &&
-                     a->op() != Op::kConstant && a->op() != Op::kReshape && a->dtype() == DType::kF32;
-      for (const Node* user : a->users()) a_alone = a_alone && (user == add || !live.count(user));
-      if (a_alone) adds_in_place_[add] = 1 - k;
+      if (!outputs.count(a) && a->op() != Op::kParameter && a->op() != Op::kInput && a->op() != Op::kConstant &&
+          a->op() != Op::kReshape && a->dtype() == DType::kF32 && readOnlyBy(a, add))
+        adds_in_place_[add] = 1 - k;
       break;
     }
   }
