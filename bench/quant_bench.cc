@@ -10,6 +10,11 @@
 //               VNNI: scales and statistics in int8 and int7 per channel, each with
 //               rtn and sr, through the many-format calls (one scales pass, one
 //               statistics pass) or format by format; 4 bytes per element once
+//   grad2, fwd1   stage (i)'s statistics on a VNNI CPU: a gradient operand (int8 per
+//               channel, rtn and sr) and a forward operand (int8 per channel, rtn), each
+//               one scales pass and one many-format statistics call, as the statistics
+//               node runs them; 4 bytes per element once. grad2_256, fwd1_256: the same
+//               with pgq's 512-bit paths off (setAvx512Kernels), for the ratio
 //   coherent    coherentErrorMeanSquare in int8 rtn with precomputed params (the
 //               bias-aware SQNR of --profile-metrics: quantize/dequantize, then the
 //               error's sums along the contracting dim), 4 bytes per element
@@ -40,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/float_quant.h"
 #include "kernels/threads.h"
 #include "kernels/quant_stats.h"
@@ -65,6 +71,7 @@ const NamedView kViews[] = {
 enum class Mode {
   kParams, kRtn, kSr, kDynamic, kStatsRtn, kStatsSr,
   kE4m3Rtn, kE5m2Sr, kMxfp8Rtn, kStatsE4m3, kStatsMxfp8, kCoherent, kGrad4, kGrad4Each,
+  kGrad2, kGrad2Narrow, kFwd1, kFwd1Narrow,
 };
 const char* modeName(Mode mode) {
   switch (mode) {
@@ -82,6 +89,10 @@ const char* modeName(Mode mode) {
     case Mode::kCoherent: return "coherent";
     case Mode::kGrad4: return "grad4";
     case Mode::kGrad4Each: return "grad4_each";
+    case Mode::kGrad2: return "grad2";
+    case Mode::kGrad2Narrow: return "grad2_256";
+    case Mode::kFwd1: return "fwd1";
+    case Mode::kFwd1Narrow: return "fwd1_256";
   }
   return "?";
 }
@@ -121,6 +132,18 @@ void gradientStats(std::span<const float> x, const OperandView& view, bool toget
     benchmark::DoNotOptimize(quantStatsWithParams(x, view, formats[f], f % 2 == 0 ? p8 : p7, sr, true));
 }
 
+// Stage (i)'s statistics of one operand on a VNNI CPU (cpu_backend.cc's statistics node):
+// int8 per channel, with sr as well for a gradient; one scales buffer for both roundings.
+void stageStats(std::span<const float> x, const OperandView& view, bool gradient, uint64_t step) {
+  static const QuantFormat formats[] = {perChannelFormat(8), perChannelFormat(8, Rounding::kStochastic)};
+  std::vector<float> p8(quantParamCount(view, formats[0]));
+  const SrStream sr{7, step};
+  computeQuantParams(x, view, formats[0], p8, sr);
+  const std::span<const float> in[] = {p8, p8};
+  benchmark::DoNotOptimize(
+      quantStatsWithParams(x, view, std::span(formats, gradient ? 2 : 1), std::span(in, gradient ? 2 : 1), sr, true));
+}
+
 void runQuant(benchmark::State& state, OperandView view, Mode mode) {
   omp_set_num_threads(int(state.range(0)));
   std::mt19937 gen(1);
@@ -133,6 +156,12 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
   std::vector<float> fake(format.isEmulated() ? x.size() : 0);
   computeQuantParams(x, view, format, params);
   uint64_t step = 0;
+  const bool narrow = mode == Mode::kGrad2Narrow || mode == Mode::kFwd1Narrow;
+  struct Wide {
+    bool was = avx512Kernels();
+    ~Wide() { setAvx512Kernels(was); }
+  } restore;
+  if (narrow) setAvx512Kernels(false);
   for (auto _ : state) {
     switch (mode) {
       case Mode::kParams: computeQuantParams(x, view, format, params); break;
@@ -151,6 +180,10 @@ void runQuant(benchmark::State& state, OperandView view, Mode mode) {
       case Mode::kCoherent: benchmark::DoNotOptimize(coherentErrorMeanSquare(x, view, format, params)); break;
       case Mode::kGrad4:
       case Mode::kGrad4Each: gradientStats(x, view, mode == Mode::kGrad4, step++); break;
+      case Mode::kGrad2:
+      case Mode::kGrad2Narrow: stageStats(x, view, true, step++); break;
+      case Mode::kFwd1:
+      case Mode::kFwd1Narrow: stageStats(x, view, false, step++); break;
     }
     benchmark::DoNotOptimize(q.data());
     benchmark::DoNotOptimize(fake.data());
@@ -230,6 +263,15 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       }
       std::printf("%-28s %8.2f %11.2f %8.2fx\n", key.c_str(), g["grad4"], g["grad4_each"], g["grad4"] / g["grad4_each"]);
     }
+    std::printf("\nStage (i)'s statistics on a VNNI CPU, GB/s per thread, with pgq's 512-bit paths and without\n"
+                "%-28s %8s %9s %7s %8s %9s %7s\n", "tensor threads", "grad2", "grad2_256", "ratio", "fwd1", "fwd1_256",
+                "ratio");
+    for (const std::string& key : order_) {
+      auto& g = gbps_[key];
+      if (g["grad2"] == 0 || g["grad2_256"] == 0) continue;
+      std::printf("%-28s %8.2f %9.2f %6.2fx %8.2f %9.2f %6.2fx\n", key.c_str(), g["grad2"], g["grad2_256"],
+                  g["grad2"] / g["grad2_256"], g["fwd1"], g["fwd1_256"], g["fwd1_256"] > 0 ? g["fwd1"] / g["fwd1_256"] : 0.0);
+    }
   }
 
  private:
@@ -247,7 +289,7 @@ int main(int argc, char** argv) {
     for (Mode mode : {Mode::kParams, Mode::kRtn, Mode::kSr, Mode::kDynamic, Mode::kStatsRtn,
                       Mode::kStatsSr, Mode::kE4m3Rtn, Mode::kE5m2Sr, Mode::kMxfp8Rtn,
                       Mode::kStatsE4m3, Mode::kStatsMxfp8, Mode::kCoherent, Mode::kGrad4,
-                      Mode::kGrad4Each}) {
+                      Mode::kGrad4Each, Mode::kGrad2, Mode::kGrad2Narrow, Mode::kFwd1, Mode::kFwd1Narrow}) {
       if (v.beyond_caches && mode != Mode::kParams && mode != Mode::kDynamic && mode != Mode::kGrad4) continue;
       std::string name = std::string(v.name) + "/" + modeName(mode);
       benchmark::RegisterBenchmark(name.c_str(), runQuant, v.view, mode)

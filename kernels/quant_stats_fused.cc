@@ -11,12 +11,18 @@
 // or an Inf, a run with a prescaled stochastic group (scales below ~2^-112) and a unit
 // whose float sums overflow go through quantStatsWithParams()'s own code, format by
 // format, so that rare cases have one implementation.
+//
+// Where the CPU has AVX-512 (avx512Kernels()), two consecutive blocks go through one
+// pass of 512-bit vectors, each 256-bit half one block's lanes exactly as the 256-bit
+// path holds them (fusedPair), so that every lane computes what it computes there and the
+// sums take the blocks' values in the same order: the statistics are the same bit for bit.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kernel_error.h"
 #include "kernels/quant_core.h"
 #include "kernels/quant_stats.h"
@@ -221,6 +227,240 @@ __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t a
   return true;
 }
 
+// The 512-bit pair path (avx512Kernels()). Lane j < 8 of a vector holds what lane j of
+// the 256-bit path holds for the first block, lane 8 + j what it holds for the second;
+// every operation below is lane-wise and the same as fusedBlock's, and the two blocks'
+// float sums are added to each sink's double sums first block first, as two fusedBlock
+// calls add them. Counts and maxima (order-free) are kept in 512-bit lanes for a run and
+// folded into the sinks at its end.
+// GCC 12 warns that its own _mm512_undefined_* placeholders are (or "may be") used
+// uninitialized once the intrinsics are inlined; they are never read.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#define PGQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// The 8 floats at a, then the 8 at b.
+PGQ_AVX512 __attribute__((always_inline)) inline __m512 pairLoad(const float* a, const float* b) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a))),
+                                             _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+PGQ_AVX512 __attribute__((always_inline)) inline __m512i pairOf(__m256i a, __m256i b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+// Each block's float sums widened as Sink::addBlock widens them (lanes j and j + 4 of
+// the block in double, added), first block to a, second to b.
+PGQ_AVX512 __attribute__((always_inline)) inline void blockSums(__m512 v, __m256d& a, __m256d& b) {
+  const __m512d first = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+  const __m512d second = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  a = _mm256_add_pd(_mm512_castpd512_pd256(first), _mm512_extractf64x4_pd(first, 1));
+  b = _mm256_add_pd(_mm512_castpd512_pd256(second), _mm512_extractf64x4_pd(second, 1));
+}
+
+// Adds to the counter `into` (its lanes are summed in the end) the lanes that were 0: of
+// `vectors` vectors of 16 lanes, those not counted in `nonzero`.
+PGQ_AVX512 __attribute__((always_inline)) inline __m256i foldZeros(__m256i into, __m512i nonzero, int64_t vectors) {
+  const __m512i zero = _mm512_sub_epi32(_mm512_set1_epi32(int32_t(vectors)), nonzero);
+  return _mm256_add_epi32(into, _mm256_add_epi32(_mm512_castsi512_si256(zero), _mm512_extracti64x4_epi64(zero, 1)));
+}
+
+// A run's parameters, order-free counts in 512-bit lanes, and the sinks' double sums
+// (copied back to the sinks around a pair that goes block by block, and at the end).
+// The counts are of lanes that are NOT zero (x) or not on the zero point (t): one
+// unsigned min(v, 1) and one add a vector on the integer pipes, where a compare into a
+// mask and a masked add made the pass ~8% slower (quant_bench grad2 on the Zen 5 of
+// docs/PERFORMANCE.md); the fold takes them off the lanes seen (`vectors` of 16).
+template <int N>
+struct WideState {
+  __m256d signal[N];
+  __m256d noise[N];
+  __m512 mul[N];  // broadcast runs
+  __m512 scale[N];
+  __m512i lo16[N];
+  __m512i hi16[N];
+  __m512i nonzero_t[N];
+  __m512i nonzero_x;
+  int64_t vectors;
+  __m512i absmax_bits;
+};
+
+// Format f's share of two fast blocks (addFormat on both), the first block's sums first.
+template <int N>
+PGQ_AVX512 __attribute__((always_inline)) inline void addFormatPair(int f, WideState<N>& w, const __m512 (&t)[4],
+                                                                    const __m512i (&nonzero)[4],
+                                                                    const __m512 (&x)[4], const __m512 (&scale)[4],
+                                                                    __m256d signal_a, __m256d signal_b) {
+  __m512 block_noise = _mm512_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    w.nonzero_t[f] = _mm512_add_epi32(w.nonzero_t[f], nonzero[k]);
+    const __m512 err = _mm512_fmsub_ps(t[k], scale[k], x[k]);
+    block_noise = _mm512_fmadd_ps(err, err, block_noise);
+  }
+  __m256d noise_a, noise_b;
+  blockSums(block_noise, noise_a, noise_b);
+  w.signal[f] = _mm256_add_pd(_mm256_add_pd(w.signal[f], signal_a), signal_b);
+  w.noise[f] = _mm256_add_pd(_mm256_add_pd(w.noise[f], noise_a), noise_b);
+}
+
+// stochasticFormat on two blocks: the fixed-point products, the noise words of both.
+template <int N>
+PGQ_AVX512 __attribute__((always_inline)) inline void stochasticPair(int f, WideState<N>& w, const __m512i (&fixed_in)[4],
+                                                                     const __m512 (&x)[4], const __m512 (&scale)[4],
+                                                                     __m512i w0, __m512i w1, __m256d signal_a,
+                                                                     __m256d signal_b) {
+  __m512 t[4];
+  __m512i nonzero[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m512i fixed = _mm512_min_epi32(_mm512_max_epi32(fixed_in[k], w.lo16[f]), w.hi16[f]);
+    const __m512i word = k < 2 ? w0 : w1;
+    const __m512i bits = k % 2 == 0 ? _mm512_and_si512(word, _mm512_set1_epi32(0xFFFF)) : _mm512_srli_epi32(word, 16);
+    const __m512i ti = _mm512_srai_epi32(_mm512_add_epi32(fixed, bits), 16);
+    t[k] = _mm512_cvtepi32_ps(ti);
+    nonzero[k] = _mm512_min_epu32(ti, _mm512_set1_epi32(1));  // 0 where ti = 0, else 1
+  }
+  addFormatPair<N>(f, w, t, nonzero, x, scale, signal_a, signal_b);
+}
+
+// Format f's multipliers and scales for the two blocks at offset `at` of the run.
+template <int R, int S, bool kPerElement>
+PGQ_AVX512 __attribute__((always_inline)) inline void pairParams(const FusedRun<R, S, kPerElement>& run,
+                                                                 const WideState<R + S>& w, int f, int64_t at,
+                                                                 __m512 (&mul)[4], __m512 (&scale)[4]) {
+  for (int k = 0; k < 4; ++k) {
+    mul[k] = kPerElement ? pairLoad(run.mul_at[f] + at + 8 * k, run.mul_at[f] + at + 32 + 8 * k) : w.mul[f];
+    scale[k] = kPerElement ? pairLoad(run.scale_at[f] + at + 8 * k, run.scale_at[f] + at + 32 + 8 * k) : w.scale[f];
+  }
+}
+
+// fusedBlock on the blocks xs[0, 32) and xs[32, 64) at once (noise words wa0, wa1 and
+// wb0, wb1). Returns false, having added nothing, unless all 64 are finite.
+template <int R, int S, bool kPaired, bool kPerElement>
+PGQ_AVX512 __attribute__((always_inline)) inline bool fusedPair(const float* xs, int64_t at,
+                                                                const FusedRun<R, S, kPerElement>& run,
+                                                                const __m256i (&words)[4], WideState<R + S>& w,
+                                                                FusedSinks<R + S>& s) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i zero_i = _mm512_setzero_si512();
+  __m512 x[4];
+  __m512i ax[4];
+  for (int k = 0; k < 4; ++k) {
+    x[k] = pairLoad(xs + 8 * k, xs + 32 + 8 * k);
+    ax[k] = _mm512_and_si512(_mm512_castps_si512(x[k]), abs_mask);
+  }
+  const __m512i top = _mm512_max_epi32(_mm512_max_epi32(ax[0], ax[1]), _mm512_max_epi32(ax[2], ax[3]));
+  if (__builtin_expect(_mm512_cmpgt_epi32_mask(top, _mm512_set1_epi32(0x7F7FFFFF)) != 0, 0)) return false;
+  s.fast += 64;
+  w.vectors += 4;
+  w.absmax_bits = _mm512_max_epi32(w.absmax_bits, top);
+  __m512 block_signal = zero;
+  for (int k = 0; k < 4; ++k) {
+    w.nonzero_x = _mm512_add_epi32(w.nonzero_x, _mm512_min_epu32(ax[k], _mm512_set1_epi32(1)));  // x = +-0: 0
+    block_signal = _mm512_fmadd_ps(x[k], x[k], block_signal);
+  }
+  __m256d signal_a, signal_b;
+  blockSums(block_signal, signal_a, signal_b);
+  const __m512i w0 = S > 0 ? pairOf(words[0], words[2]) : zero_i;
+  const __m512i w1 = S > 0 ? pairOf(words[1], words[3]) : zero_i;
+  for (int f = 0; f < R; ++f) {
+    __m512 mul[4], scale[4], v[4], t[4];
+    __m512i nonzero[4];
+    pairParams(run, w, f, at, mul, scale);
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm512_mul_ps(x[k], mul[k]);
+      t[k] = _mm512_roundscale_ps(v[k], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i tb = _mm512_castps_si512(t[k]);
+      // t = +-0: its bits doubled (the sign shifted out) are 0.
+      nonzero[k] = _mm512_min_epu32(_mm512_add_epi32(tb, tb), _mm512_set1_epi32(1));
+    }
+    addFormatPair<R + S>(f, w, t, nonzero, x, scale, signal_a, signal_b);
+    if constexpr (kPaired) {
+      __m512i fixed[4];
+      const __m512i times_2_16 = _mm512_set1_epi32(16 << 23);
+      for (int k = 0; k < 4; ++k)
+        fixed[k] = _mm512_cvttps_epi32(_mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(v[k]), times_2_16)));
+      stochasticPair<R + S>(R + f, w, fixed, x, scale, w0, w1, signal_a, signal_b);
+    }
+  }
+  if constexpr (!kPaired) {
+    for (int f = R; f < R + S; ++f) {
+      __m512 mul[4], scale[4];
+      __m512i fixed[4];
+      pairParams(run, w, f, at, mul, scale);
+      for (int k = 0; k < 4; ++k) fixed[k] = _mm512_cvttps_epi32(_mm512_fmadd_ps(x[k], mul[k], zero));
+      stochasticPair<R + S>(f, w, fixed, x, scale, w0, w1, signal_a, signal_b);
+    }
+  }
+  return true;
+}
+
+// The blocks of a run from pos on, two at a time while two fit, as fusedRun's loop takes
+// them one at a time: a pair with a non-finite element goes block by block (fusedBlock,
+// then `single`). Returns where it stopped (fewer than 64 elements left).
+template <int R, int S, bool kPaired, bool kPerElement, typename Single>
+PGQ_AVX512 int64_t fusedPairs(const float* x, int64_t index, int64_t pos, int64_t len,
+                              const FusedRun<R, S, kPerElement>& run, detail::SrState& noise, FusedSinks<R + S>& s,
+                              Single&& single) {
+  constexpr int N = R + S;
+  WideState<N> w;
+  for (int f = 0; f < N; ++f) {
+    if constexpr (!kPerElement) {
+      w.mul[f] = _mm512_set1_ps(_mm256_cvtss_f32(run.mul[f]));
+      w.scale[f] = _mm512_set1_ps(_mm256_cvtss_f32(run.scale[f]));
+    }
+    w.lo16[f] = _mm512_set1_epi32(_mm256_cvtsi256_si32(run.lo16[f]));
+    w.hi16[f] = _mm512_set1_epi32(_mm256_cvtsi256_si32(run.hi16[f]));
+    w.nonzero_t[f] = _mm512_setzero_si512();
+    w.signal[f] = s.sinks[f].signal;
+    w.noise[f] = s.sinks[f].noise;
+  }
+  w.nonzero_x = _mm512_setzero_si512();
+  w.vectors = 0;
+  w.absmax_bits = _mm512_setzero_si512();
+  for (; pos + 64 <= len; pos += 64) {
+    __m256i words[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    if constexpr (S > 0) {
+      // at() may refill its buffer: the first block's words are read before the second's.
+      const uint32_t* a = noise.at(index + pos);
+      words[0] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a));
+      words[1] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a + 8));
+      const uint32_t* b = noise.at(index + pos + 32);
+      words[2] = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+      words[3] = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 8));
+    }
+    if (fusedPair<R, S, kPaired, kPerElement>(x + pos, pos, run, words, w, s)) continue;
+    // Block by block, through the sinks.
+    for (int f = 0; f < N; ++f) {
+      s.sinks[f].signal = w.signal[f];
+      s.sinks[f].noise = w.noise[f];
+    }
+    if (!fusedBlock<R, S, kPaired, kPerElement>(x + pos, pos, run, words[0], words[1], s)) single(pos, 32);
+    if (!fusedBlock<R, S, kPaired, kPerElement>(x + pos + 32, pos + 32, run, words[2], words[3], s))
+      single(pos + 32, 32);
+    for (int f = 0; f < N; ++f) {
+      w.signal[f] = s.sinks[f].signal;
+      w.noise[f] = s.sinks[f].noise;
+    }
+  }
+  for (int f = 0; f < N; ++f) {
+    s.sinks[f].signal = w.signal[f];
+    s.sinks[f].noise = w.noise[f];
+    s.sinks[f].underflow = foldZeros(s.sinks[f].underflow, w.nonzero_t[f], w.vectors);
+  }
+  s.zeros = foldZeros(s.zeros, w.nonzero_x, w.vectors);
+  s.absmax_bits = _mm256_max_epi32(s.absmax_bits, _mm256_max_epi32(_mm512_castsi512_si256(w.absmax_bits),
+                                                                    _mm512_extracti64x4_epi64(w.absmax_bits, 1)));
+  return pos;
+}
+#undef PGQ_AVX512
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 // Elements [at, at + n) of the run x (element indices index ..) in format f alone,
 // through quantStatsWithParams()'s own pass.
 template <bool kPerElement>
@@ -256,6 +496,7 @@ void fusedRun(const float* x, int64_t index, int64_t len, const RunParams (&p)[R
     pos = std::min<int64_t>(len, (32 - (index & 31)) & 31);
     if (pos > 0) single(0, pos);
   }
+  if (avx512Kernels()) pos = fusedPairs<R, S, kPaired, kPerElement>(x, index, pos, len, run, noise, s, single);
   for (; pos + 32 <= len; pos += 32) {
     __m256i w0 = _mm256_setzero_si256(), w1 = _mm256_setzero_si256();
     if constexpr (S > 0) {
@@ -287,13 +528,15 @@ void fusedUnit(const QuantPlan* const* plans, int64_t unit, const float* x, SrSt
   for (int f = 0; f < N; ++f) out[f] = s.result(f);
 }
 
-// fusedUnit for r formats with round to nearest and s stochastic, 2 <= r + s <= kMaxFused;
+// fusedUnit for r formats with round to nearest and s stochastic, 1 <= r + s <= kMaxFused;
 // paired: r = s and stochastic format r + i has the scales of format i.
 void fusedUnitAny(int r, int s, bool paired, const QuantPlan* const* plans, int64_t unit, const float* x, SrStream sr,
                   Partial* out) {
   if (paired && r == 1) return fusedUnit<1, 1, true>(plans, unit, x, sr, out);
   if (paired && r == 2) return fusedUnit<2, 2, true>(plans, unit, x, sr, out);
   switch (r * 8 + s) {
+    case 1: return fusedUnit<0, 1>(plans, unit, x, sr, out);
+    case 8: return fusedUnit<1, 0>(plans, unit, x, sr, out);
     case 2: return fusedUnit<0, 2>(plans, unit, x, sr, out);
     case 3: return fusedUnit<0, 3>(plans, unit, x, sr, out);
     case 4: return fusedUnit<0, 4>(plans, unit, x, sr, out);
@@ -328,7 +571,7 @@ bool pairByScales(std::span<const std::span<const float>> params, int r, std::ve
   return true;
 }
 
-// The statistics of x in formats[which[0..n)] (2 <= n <= kMaxFused): formats that share
+// The statistics of x in formats[which[0..n)] (1 <= n <= kMaxFused): formats that share
 // a pass, those with round to nearest first.
 void fusedStats(std::span<const float> x, const OperandView& view, std::span<const QuantFormat> formats,
                 std::span<const std::span<const float>> params, SrStream sr, std::vector<size_t> which,
@@ -386,7 +629,9 @@ std::vector<QuantStats> quantStatsWithParams(std::span<const float> x, const Ope
       }
     }
     for (size_t j : which) done[j] = true;
-    if (which.size() == 1) {
+    // A fusable format alone takes the fused pass too: its blocks skip the clamp and the
+    // masks that quantStatsWithParams()'s general pass needs, with the same sums.
+    if (which.size() == 1 && !fusable(formats[i], params_from_x)) {
       stats[i] = quantStatsWithParams(x, view, formats[i], params[i], sr, params_from_x);
       continue;
     }

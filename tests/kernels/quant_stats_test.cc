@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/float_quant.h"
 #include "kernels/kernel_error.h"
 #include "quant_test_util.h"
@@ -397,6 +398,10 @@ TEST(QuantStats, ManyFormatsAtOnceEqualEachAlone) {
       {"int8:block32:rtn", "int7:block32:rtn", "int5:block32:rtn", "int8:block32:sr", "int7:block32:sr"},
       {"int8:channel:rtn", "int8:channel:rtn:asym", "int7:channel:rtn", "e4m3:channel:rtn", "int6:channel:rtn",
        "int5:channel:rtn", "int4:channel:rtn", "int3:channel:rtn", "int7:tensor:rtn:clip=mse"},
+      // One fusable format alone takes the fused pass as well (a forward operand).
+      {"int8:channel:rtn"},
+      {"int8:tensor:sr"},
+      {"int8:block32:rtn"},
   };
   for (OperandView view : {OperandView{2, 30, 70, true}, OperandView{1, 64, 96, false}, OperandView{1, 3, 40000, true},
                            OperandView{2, 33, 64, false}}) {
@@ -443,6 +448,70 @@ TEST(QuantStats, ManyFormatsAtOnceEqualEachAlone) {
       }
     }
   }
+}
+
+// Where the CPU has AVX-512, the fused pass takes two blocks per 512-bit pass
+// (quant_stats_fused.cc, fusedPair): the statistics must be those of the 256-bit pass bit
+// for bit, with a non-finite value in the first or the second block of a pair (the pair
+// goes block by block), runs of an odd number of blocks and ragged ends, broadcast and
+// per-element scales, both roundings, paired and not. On a CPU without AVX-512 the switch
+// must stay off.
+TEST(QuantStats, WidePathGivesTheStatisticsOfThe256BitPath) {
+  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+  struct Restore {
+    ~Restore() { setAvx512Kernels(true); }
+  } restore;
+  setAvx512Kernels(true);
+  ASSERT_EQ(avx512Kernels(), cpu) << "the switch turned on a path this CPU does not have";
+  if (!cpu) return;  // the 256-bit pass is the only one here
+  const std::vector<std::vector<const char*>> lists = {
+      {"int8:channel:rtn"},
+      {"int8:channel:rtn", "int8:channel:sr"},
+      {"int8:channel:sr", "int7:channel:rtn", "int8:channel:rtn"},
+      {"int8:tensor:rtn", "int4:tensor:sr"},
+      {"int8:block32:rtn", "int7:block32:sr"},
+      {"int8:channel:sr"},
+  };
+  int64_t compared = 0;
+  for (OperandView view : {OperandView{2, 30, 224, true}, OperandView{1, 96, 160, false}, OperandView{1, 3, 40000, true},
+                           OperandView{1, 5, 100, true}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<float> x = qtest::normalData(view.elements(), 71 + variant);
+      for (int64_t i = 3; i < view.elements(); i += 13) x[i] = i % 2 ? 0.0f : -0.0f;
+      if (variant == 1) {  // a NaN in a pair's first block, an Inf in another pair's second
+        x[5] = kNan;
+        x[view.elements() / 2 + 40] = -kInf;
+      } else if (variant == 2) {  // squares overflow float: units summed again in double
+        for (int64_t i = 0; i < view.elements(); i += 301) x[i] = 3e20f;
+      }
+      for (const auto& list : lists) {
+        std::vector<QuantFormat> formats;
+        std::vector<std::vector<float>> buffers;
+        const SrStream sr{5, 2};
+        for (const char* text : list) {
+          formats.push_back(QuantFormat::parse(text));
+          buffers.emplace_back(quantParamCount(view, formats.back()));
+          computeQuantParams(x, view, formats.back(), buffers.back(), sr);
+        }
+        const std::vector<std::span<const float>> params(buffers.begin(), buffers.end());
+        for (int threads : {1, 2}) {
+          ThreadCount t(threads);
+          setAvx512Kernels(true);
+          const std::vector<QuantStats> wide = quantStatsWithParams(x, view, formats, params, sr, true);
+          setAvx512Kernels(false);
+          const std::vector<QuantStats> narrow = quantStatsWithParams(x, view, formats, params, sr, true);
+          for (size_t f = 0; f < formats.size(); ++f) {
+            expectSameStats(wide[f], narrow[f],
+                            fmt::format("{} on [{},{},{},{}] variant {}, {} threads", list[f], view.batch, view.rows,
+                                        view.cols, view.contract_along_cols, variant, threads));
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 4 * 3 * 2 * 11);  // views, variants, thread counts, formats
 }
 
 TEST(QuantStats, IndependentOfThreadCount) {
