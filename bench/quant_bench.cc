@@ -24,9 +24,9 @@
 //   mxfp8_rtn   mxfp8_e4m3 (e4m3:block32:rtn:scale=e8m0)
 //   stats_e4m3, stats_mxfp8   quantStats in e4m3:tensor:rtn and mxfp8_e4m3 (4 bytes)
 // on an activation [2048, 1024] (per-row scales), a weight [1024, 1024] (per-column
-// scales) and the small model's activation [2048, 256] (fits in L2+L3); params, dynamic
-// and grad4 also on a weight gradient's operand [2048, 8192] (per-column scales, 64 MB:
-// read from memory, as in a step, like `medium`'s logits gradient). After the usual
+// scales) and the small model's activation [2048, 256] (fits in L2+L3); params, dynamic,
+// grad4, grad2 and grad2_256 also on a weight gradient's operand [2048, 8192] (per-column
+// scales, 64 MB: read from memory, as in a step, like `medium`'s logits gradient). After the usual
 // output, a table gives GB/s per thread and the SR / RTN time ratio, and a second one the
 // emulated rows with the ratios of fakeQuantize to int8 rtn in elements per second.
 // srnoise/<isa>: the noise generator of stochastic rounding alone (kernels/sr_noise.h,
@@ -290,7 +290,9 @@ int main(int argc, char** argv) {
                       Mode::kStatsSr, Mode::kE4m3Rtn, Mode::kE5m2Sr, Mode::kMxfp8Rtn,
                       Mode::kStatsE4m3, Mode::kStatsMxfp8, Mode::kCoherent, Mode::kGrad4,
                       Mode::kGrad4Each, Mode::kGrad2, Mode::kGrad2Narrow, Mode::kFwd1, Mode::kFwd1Narrow}) {
-      if (v.beyond_caches && mode != Mode::kParams && mode != Mode::kDynamic && mode != Mode::kGrad4) continue;
+      if (v.beyond_caches && mode != Mode::kParams && mode != Mode::kDynamic && mode != Mode::kGrad4 && mode != Mode::kGrad2 &&
+          mode != Mode::kGrad2Narrow)
+        continue;
       std::string name = std::string(v.name) + "/" + modeName(mode);
       benchmark::RegisterBenchmark(name.c_str(), runQuant, v.view, mode)
           ->ArgName("threads")
