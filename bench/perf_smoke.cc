@@ -1,4 +1,4 @@
-// The performance smoke test that CI runs (scripts/test.sh): eight speed ratios, each
+// The performance smoke test that CI runs (scripts/test.sh): nine speed ratios, each
 // measured inside this one process on this one machine, with bounds wide enough that
 // machine noise never trips them and a 2x regression of the measured code always does.
 //
@@ -20,6 +20,12 @@
 //   bf16      f32 GEMM / native bf16 GEMM (f32 accumulation), same shape, 1 thread, on
 //             CPUs with bf16 dot products (AVX512-BF16, AMX; not measured elsewhere).
 //             Fails below 1.2x (bf16 GEMMs that fell back to f32 arithmetic).
+//   stats512  a gradient operand's statistics pass (int8 per channel, rtn and sr, one
+//             many-format call) with pgq's 256-bit paths / with its 512-bit ones, on a
+//             [2048,1024] activation, 1 thread, on CPUs with AVX-512 (not measured
+//             elsewhere). Expected ~1.3-1.4x on a Zen 5 (full-width 512-bit units; a
+//             CPU that splits them, like Zen 4, may gain little); fails below 0.9x: a
+//             512-bit path slower than the one it replaces.
 //   step      f32 training step of `small` / the same step with the F+B recipe, all
 //             threads. Expected ~2.0x with VNNI, ~1.4-1.6x without; fails below 1.2x.
 //   profiled  the stage (i) step (statistics of every GEMM operand) / the plain f32
@@ -48,6 +54,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,8 +62,10 @@
 #include <fmt/format.h>
 
 #include "kernels/convert.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 #include "kernels/threads.h"
+#include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
@@ -267,6 +276,38 @@ std::optional<Check> bf16Ratio() {
                f32 / bf16, 1.2, true, "build/bench/gemm_bench --benchmark_filter=bf16"};
 }
 
+// The statistics pass of stage (i) with the 256-bit paths / with the 512-bit ones
+// (kernels::setAvx512Kernels), 1 thread: a gradient operand's int8 rtn and sr in one
+// call, as the statistics node runs it (the scales are computed once, outside the
+// timing). The profiles are equal either way (QuantStats tests); this guards the speed.
+std::optional<Check> stats512Ratio() {
+  using namespace pgq::kernels;
+  if (!avx512Kernels()) {
+    fmt::print("perf smoke stats512: not measured: this CPU has no AVX-512 (F, BW, VL)\n");
+    return std::nullopt;
+  }
+  omp_set_num_threads(1);
+  const OperandView view{1, 2048, 1024, true};
+  const std::vector<float> x = randomData(size_t(view.elements()), 8);
+  const QuantFormat formats[] = {perChannelFormat(8), perChannelFormat(8, Rounding::kStochastic)};
+  std::vector<float> params(quantParamCount(view, formats[0]));
+  computeQuantParams(x, view, formats[0], params);
+  const std::span<const float> both[] = {params, params};
+  uint64_t step = 0;
+  auto statsAt = [&](bool wide) {
+    return [&, wide] {
+      setAvx512Kernels(wide);
+      volatile double sink = quantStatsWithParams(x, view, formats, both, {7, step++}, true)[0].sqnr;
+      (void)sink;
+    };
+  };
+  auto [narrow, wide] = minTimes(15, statsAt(false), statsAt(true));
+  setAvx512Kernels(true);
+  return Check{"stats512", fmt::format("statistics (int8 rtn + sr) {:.3f} ms with 256-bit / {:.3f} ms with 512-bit "
+                                       "vectors, 2048x1024, 1 thread", narrow, wide),
+               narrow / wide, 0.9, true, "build/bench/quant_bench --benchmark_filter=grad2"};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,7 +322,7 @@ int main(int argc, char** argv) {
   };
   std::vector<std::function<std::vector<Check>()>> groups = {[] { return std::vector<Check>{gemmRatio()}; },
                                                              quantizeRatios, asGroup(threadsRatio),
-                                                             asGroup(bf16Ratio)};
+                                                             asGroup(bf16Ratio), asGroup(stats512Ratio)};
   if (with_step) groups.emplace_back(stepRatios);
   std::vector<Check> checks;
   for (const auto& measure : groups) {
