@@ -1,11 +1,14 @@
 #include "kernels/softmax.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kernel_error.h"
 #include "tests/kernels/f32_test_util.h"
 
@@ -255,6 +258,50 @@ TEST(SoftmaxFamilyTest, ResultsDoNotDependOnThreadCount) {
   EXPECT_TRUE(testing::bitwiseEqual(s1, s2));
   EXPECT_EQ(l1, l2);
   EXPECT_TRUE(testing::bitwiseEqual(g1, g2));
+}
+
+// Where the CPU has AVX-512, the exponentials and their row sums take 16 lanes at a time
+// (softmax.cc, expShiftSumAvx512): softmax, the loss and its gradient must be those of
+// the 256-bit path bit for bit, for rows shorter than a vector, ragged blocks, several
+// blocks, masked (-inf) and underflowing entries, huge logits and a NaN. On a CPU
+// without AVX-512 the switch must stay off.
+TEST(SoftmaxFamilyTest, WidePathGivesTheResultsOfThe256BitPath) {
+  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+  struct Restore {
+    ~Restore() { setAvx512Kernels(true); }
+  } restore;
+  setAvx512Kernels(true);
+  ASSERT_EQ(avx512Kernels(), cpu) << "the switch turned on a path this CPU does not have";
+  if (!cpu) return;  // the 256-bit path is the only one here
+  int64_t compared = 0;
+  for (int64_t cols : {1, 7, 8, 31, 32, 33, 100, 512, 513, 1031, 50257}) {
+    const int64_t rows = 5;
+    std::vector<float> x = randomVector(rows * cols, 50 + static_cast<uint32_t>(cols), -20.0f, 20.0f);
+    for (int64_t i = 0; i < rows * cols; i += 11) x[static_cast<size_t>(i)] = -kInf;       // masked
+    for (int64_t i = 5; i < rows * cols; i += 13) x[static_cast<size_t>(i)] = -150.0f;    // exp underflows
+    x[static_cast<size_t>(cols - 1)] = 80.0f;  // row 0: a huge logit
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(2 * cols + c)] = -kInf;  // row 2 fully masked
+    x[static_cast<size_t>(3 * cols + cols / 2)] = std::numeric_limits<float>::quiet_NaN();  // row 3
+    std::vector<int32_t> t = randomTargets(rows, cols, 7);
+    t[2] = 0;
+    auto run = [&](bool wide) {
+      setAvx512Kernels(wide);
+      std::vector<float> s(x.size()), g(x.size());
+      softmax(x.data(), s.data(), rows, cols);
+      // The loss over the rows without NaN or full masks, and the gradient of all.
+      const float loss = crossEntropy(x.data(), t.data(), 2, cols);
+      crossEntropyGrad(x.data(), t.data(), 0.5f, g.data(), rows, cols);
+      return std::make_tuple(s, loss, g);
+    };
+    const auto [s_wide, l_wide, g_wide] = run(true);
+    const auto [s_narrow, l_narrow, g_narrow] = run(false);
+    EXPECT_TRUE(testing::bitwiseEqual(s_wide, s_narrow)) << "softmax, cols " << cols;
+    EXPECT_EQ(std::memcmp(&l_wide, &l_narrow, sizeof(float)), 0) << "loss, cols " << cols;
+    EXPECT_TRUE(testing::bitwiseEqual(g_wide, g_narrow)) << "gradient, cols " << cols;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 11);
 }
 
 }  // namespace
