@@ -70,6 +70,25 @@ void BM_GeluGrad(benchmark::State& state) {
   finish(state, 3 * n * kF);
 }
 
+// SwiGLU's gate (LLaMA-style models) and its gradient, same size.
+void BM_Silu(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kFf;
+  const std::vector<float> x = randomData(n);
+  std::vector<float> y(x.size());
+  for (auto _ : state) unary(UnaryOp::kSilu, x.data(), y.data(), n);
+  finish(state, 2 * n * kF);
+}
+
+void BM_SiluGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kFf;
+  const std::vector<float> x = randomData(n), dy = randomData(n);
+  std::vector<float> dx(x.size());
+  for (auto _ : state) siluGrad(x.data(), dy.data(), dx.data(), n);
+  finish(state, 3 * n * kF);
+}
+
 void BM_RmsNorm(benchmark::State& state) {
   setUp(state);
   const int64_t n = kTokens * kModel;
@@ -292,6 +311,8 @@ void BM_SumSquares(benchmark::State& state) {
 #define PGQ_THREADS(bm) BENCHMARK(bm)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond)
 PGQ_THREADS(BM_Gelu);
 PGQ_THREADS(BM_GeluGrad);
+PGQ_THREADS(BM_Silu);
+PGQ_THREADS(BM_SiluGrad);
 PGQ_THREADS(BM_RmsNorm);
 PGQ_THREADS(BM_RmsNormGrad);
 PGQ_THREADS(BM_Softmax);

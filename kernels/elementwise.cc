@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include "kernels/kernel_error.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/vec_math.h"
+#include "kernels/vec_math512.h"
 
 namespace pgq::kernels {
 namespace {
@@ -46,6 +48,57 @@ void mapBinary(const float* a, const float* b, float* y, int64_t n, Op op) {
       _mm256_storeu_ps(y + i, op(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
     if (i < end) storeTail(y + i, end - i, op(loadTail(a + i, end - i), loadTail(b + i, end - i)));
   });
+}
+
+// The exp-based activations and their gradients on 16 lanes where the CPU has AVX-512
+// (avx512Kernels()): vec_math512.h's twins of the 256-bit functions, so each element
+// gets the 256-bit path's bits; the last < 16 elements of a range take that path itself.
+// Measured in docs/PERFORMANCE.md (the Zen 5 section).
+enum class WideOp { kGelu, kSilu, kGeluGrad, kSiluGrad };
+
+PGQ_AVX512_BEGIN
+template <WideOp kOp>
+PGQ_AVX512 __attribute__((always_inline)) inline __m512 wideOp(__m512 x, __m512 g) {
+  if constexpr (kOp == WideOp::kGelu) return vec::vgelu512(x);
+  if constexpr (kOp == WideOp::kSilu) return vec::vsilu512(x);
+  if constexpr (kOp == WideOp::kGeluGrad) return _mm512_mul_ps(g, vec::vgeluGrad512(x));
+  return _mm512_mul_ps(g, vec::vsiluGrad512(x));
+}
+
+template <WideOp kOp>
+inline __m256 narrowOp(__m256 x, __m256 g) {
+  if constexpr (kOp == WideOp::kGelu) return vec::vgelu(x);
+  if constexpr (kOp == WideOp::kSilu) return vec::vsilu(x);
+  if constexpr (kOp == WideOp::kGeluGrad) return _mm256_mul_ps(g, vec::vgeluGrad(x));
+  return _mm256_mul_ps(g, vec::vsiluGrad(x));
+}
+
+// y[begin, end) = op(x, dy) (dy unread for the activations themselves).
+template <WideOp kOp>
+PGQ_AVX512 void mapWide(const float* x, const float* dy, float* y, int64_t begin, int64_t end) {
+  constexpr bool kGrad = kOp == WideOp::kGeluGrad || kOp == WideOp::kSiluGrad;
+  const __m512 zero = _mm512_setzero_ps();
+  int64_t i = begin;
+  // Two vectors per iteration: two independent chains of the exp polynomial.
+  for (; i + 32 <= end; i += 32) {
+    const __m512 r0 = wideOp<kOp>(_mm512_loadu_ps(x + i), kGrad ? _mm512_loadu_ps(dy + i) : zero);
+    const __m512 r1 = wideOp<kOp>(_mm512_loadu_ps(x + i + 16), kGrad ? _mm512_loadu_ps(dy + i + 16) : zero);
+    _mm512_storeu_ps(y + i, r0);
+    _mm512_storeu_ps(y + i + 16, r1);
+  }
+  for (; i + 16 <= end; i += 16)
+    _mm512_storeu_ps(y + i, wideOp<kOp>(_mm512_loadu_ps(x + i), kGrad ? _mm512_loadu_ps(dy + i) : zero));
+  const __m256 zero8 = _mm256_setzero_ps();
+  for (; i + 8 <= end; i += 8)
+    _mm256_storeu_ps(y + i, narrowOp<kOp>(_mm256_loadu_ps(x + i), kGrad ? _mm256_loadu_ps(dy + i) : zero8));
+  if (i < end)
+    storeTail(y + i, end - i, narrowOp<kOp>(loadTail(x + i, end - i), kGrad ? loadTail(dy + i, end - i) : zero8));
+}
+PGQ_AVX512_END
+
+template <WideOp kOp>
+void mapWideRanges(const float* x, const float* dy, float* y, int64_t n) {
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) { mapWide<kOp>(x, dy, y, begin, end); });
 }
 
 template <BinaryOp kOp>
@@ -143,11 +196,15 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n) {
     case UnaryOp::kRelu:
       // maxps returns its second operand when one is NaN: NaN propagates like torch.
       return mapUnary(x, y, n, [](__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); });
-    case UnaryOp::kGelu: return mapUnary(x, y, n, vec::vgelu);
+    case UnaryOp::kGelu:
+      if (avx512Kernels()) return mapWideRanges<WideOp::kGelu>(x, nullptr, y, n);
+      return mapUnary(x, y, n, vec::vgelu);
     case UnaryOp::kSqrt: return mapUnary(x, y, n, [](__m256 v) { return _mm256_sqrt_ps(v); });
     case UnaryOp::kSigmoid: return mapUnary(x, y, n, vec::vsigmoid);
     case UnaryOp::kErf: return mapUnary(x, y, n, vec::verf);
-    case UnaryOp::kSilu: return mapUnary(x, y, n, vec::vsilu);
+    case UnaryOp::kSilu:
+      if (avx512Kernels()) return mapWideRanges<WideOp::kSilu>(x, nullptr, y, n);
+      return mapUnary(x, y, n, vec::vsilu);
     case UnaryOp::kGeluErf: return mapUnary(x, y, n, vec::vgeluErf);
   }
   throw KernelError::format("unary: unknown UnaryOp {}", static_cast<int>(op));
@@ -180,11 +237,13 @@ void binary(BinaryOp op, const float* a, Bcast a_bcast, const float* b, Bcast b_
 
 void geluGrad(const float* x, const float* dy, float* dx, int64_t n) {
   vec::checkSizes("geluGrad", {n});
+  if (avx512Kernels()) return mapWideRanges<WideOp::kGeluGrad>(x, dy, dx, n);
   mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vgeluGrad(xv)); });
 }
 
 void siluGrad(const float* x, const float* dy, float* dx, int64_t n) {
   vec::checkSizes("siluGrad", {n});
+  if (avx512Kernels()) return mapWideRanges<WideOp::kSiluGrad>(x, dy, dx, n);
   mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vsiluGrad(xv)); });
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/kernel_error.h"
 #include "kernels/vec_math.h"
+#include "kernels/vec_math512.h"
 
 namespace pgq::kernels {
 namespace {
@@ -39,39 +40,7 @@ float rowMax(const float* x, int64_t n) {
 // 32, p2, p3 another over [i + 16, i + 32), the block's ragged end goes to p0 through
 // the 256-bit exp, and each block is folded as (p0 + p1) + (p2 + p3) into double.
 // Measured in docs/PERFORMANCE.md (the Zen 5 section).
-// GCC 12 warns that its own _mm512_undefined_* placeholders are (or "may be") used
-// uninitialized once the intrinsics are inlined; they are never read.
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#define PGQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-PGQ_AVX512 __attribute__((always_inline)) inline __m512 vexp512(__m512 x) {
-  const __mmask16 zero = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_LE_OQ);
-  x = _mm512_maskz_mov_ps(__mmask16(~zero), x);
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(88.8f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i ni = _mm512_cvtps_epi32(n);
-  const __m512i n1 = _mm512_srai_epi32(ni, 1);
-  const __m512i n2 = _mm512_sub_epi32(ni, n1);
-  const __m512i bias = _mm512_set1_epi32(127);
-  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
-  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
-  return _mm512_maskz_mov_ps(__mmask16(~zero), _mm512_mul_ps(_mm512_mul_ps(p, s1), s2));
-}
-
+PGQ_AVX512_BEGIN
 PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float max) {
   constexpr int64_t kBlock = 4 * 16 * 8;  // sumVectors' block
   const __m512 vm = _mm512_set1_ps(max);
@@ -81,8 +50,8 @@ PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float m
     const int64_t block_end = std::min(n, i + kBlock);
     __m512 p01 = _mm512_setzero_ps(), p23 = p01;
     for (; i + 32 <= block_end; i += 32) {
-      const __m512 e01 = vexp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
-      const __m512 e23 = vexp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
+      const __m512 e01 = vec::vexp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+      const __m512 e23 = vec::vexp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
       if (y != nullptr) {
         _mm512_storeu_ps(y + i, e01);
         _mm512_storeu_ps(y + i + 16, e23);
@@ -105,10 +74,7 @@ PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float m
   }
   return vec::hsumDouble(total);
 }
-#undef PGQ_AVX512
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+PGQ_AVX512_END
 
 // Writes exp(x - max) to y (when y is not null) and returns its sum. Tail lanes load
 // as -inf, so they add exp(-inf) = 0.

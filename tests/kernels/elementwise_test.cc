@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kernel_error.h"
 #include "tests/kernels/f32_test_util.h"
 
@@ -455,6 +456,51 @@ TEST(ActivationGradTest, ExtremeInputsStayFinite) {
       EXPECT_NEAR(dx[i], c.ref(x[i]), 1e-6) << c.name << " " << x[i];
     }
   }
+}
+
+// Where the CPU has AVX-512, gelu, silu and their gradients take 16 lanes at a time
+// (elementwise.cc, mapWide): every element must get the 256-bit path's bits, over
+// lengths that end in a full 512-bit vector, a 256-bit one and a masked tail, at 1 and
+// 2 threads, with NaN, infinities, -0, denormals and exponents that overflow. On a CPU
+// without AVX-512 the switch must stay off.
+TEST(ActivationGradTest, WidePathGivesTheResultsOfThe256BitPath) {
+  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+  struct Restore {
+    ~Restore() { setAvx512Kernels(true); }
+  } restore;
+  setAvx512Kernels(true);
+  ASSERT_EQ(avx512Kernels(), cpu) << "the switch turned on a path this CPU does not have";
+  if (!cpu) return;  // the 256-bit path is the only one here
+  const float kSpecial[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -0.0f, 0.0f, 1e-40f, -1e-40f,
+                            100.0f, -100.0f, 88.5f, -88.5f, 1e30f, -1e30f, 3.0f, -3.0f, 0.5f};
+  int64_t compared = 0;
+  for (int threads : {1, 2}) {
+    ThreadCount tc(threads);
+    for (int64_t n : {1, 15, 16, 17, 24, 31, 32, 33, 47, 100, 4099, 40000}) {
+      std::vector<float> x = randomVector(n, 90 + static_cast<uint32_t>(n), -12.0f, 12.0f);
+      const std::vector<float> dy = randomVector(n, 91 + static_cast<uint32_t>(n));
+      for (int64_t i = 0; i < n; i += 3) x[static_cast<size_t>(i)] = kSpecial[(i / 3) % 16];
+      auto run = [&](bool wide) {
+        setAvx512Kernels(wide);
+        std::vector<float> g(x.size()), s(x.size()), gg(x.size()), sg(x.size());
+        unary(UnaryOp::kGelu, x.data(), g.data(), n);
+        unary(UnaryOp::kSilu, x.data(), s.data(), n);
+        geluGrad(x.data(), dy.data(), gg.data(), n);
+        siluGrad(x.data(), dy.data(), sg.data(), n);
+        return std::vector<std::vector<float>>{g, s, gg, sg};
+      };
+      const auto wide = run(true);
+      const auto narrow = run(false);
+      const char* names[] = {"gelu", "silu", "geluGrad", "siluGrad"};
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_TRUE(testing::bitwiseEqual(wide[k], narrow[k])) << names[k] << ", n " << n << ", " << threads << " threads";
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 12 * 4);
 }
 
 TEST(SelectTest, PicksWhereConditionIsNonzero) {
