@@ -27,6 +27,7 @@
 #include "kernels/quant_core.h"
 #include "kernels/quant_stats.h"
 #include "kernels/stats_sink.h"
+#include "kernels/vec_math512.h"
 
 namespace pgq::kernels {
 namespace {
@@ -233,14 +234,7 @@ __attribute__((always_inline)) inline bool fusedBlock(const float* xs, int64_t a
 // float sums are added to each sink's double sums first block first, as two fusedBlock
 // calls add them. Counts and maxima (order-free) are kept in 512-bit lanes for a run and
 // folded into the sinks at its end.
-// GCC 12 warns that its own _mm512_undefined_* placeholders are (or "may be") used
-// uninitialized once the intrinsics are inlined; they are never read.
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#define PGQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+PGQ_AVX512_BEGIN
 
 // The 8 floats at a, then the 8 at b.
 PGQ_AVX512 __attribute__((always_inline)) inline __m512 pairLoad(const float* a, const float* b) {
@@ -456,10 +450,7 @@ PGQ_AVX512 int64_t fusedPairs(const float* x, int64_t index, int64_t pos, int64_
                                                                     _mm512_extracti64x4_epi64(w.absmax_bits, 1)));
   return pos;
 }
-#undef PGQ_AVX512
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+PGQ_AVX512_END
 
 // Elements [at, at + n) of the run x (element indices index ..) in format f alone,
 // through quantStatsWithParams()'s own pass.

@@ -14,6 +14,7 @@
 #include "kernels/kernel_error.h"
 #include "kernels/quant_clip.h"
 #include "kernels/quant_core.h"
+#include "kernels/vec_math512.h"
 
 namespace pgq::kernels {
 namespace detail {
@@ -462,13 +463,7 @@ struct StoreSink {
 // vpmovusdb) where the 256-bit path packs twice and permutes. A ragged end is a masked
 // vector. kPerElement: inv and add per element (from x's position), else one group's.
 // Measured in docs/PERFORMANCE.md ("Issue 34 on an AVX-512 CPU without AMX").
-// GCC 12 warns that its own _mm512_undefined_* placeholders "may be used uninitialized"
-// once the intrinsics are inlined; they are never read.
-#if !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#define PGQ_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+PGQ_AVX512_BEGIN
 template <typename T, bool kPerElement>
 PGQ_AVX512 __attribute__((always_inline)) inline void roundStoreVector(
     const float* x, const float* inv, const float* add, __m512 vinv, __m512 vadd, __m512 vlo,
@@ -512,10 +507,7 @@ PGQ_AVX512 void roundStoreAvx512(const float* x, int64_t len, const float* inv, 
                                      __mmask16((1u << (len - i)) - 1));
   }
 }
-#undef PGQ_AVX512
-#if !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+PGQ_AVX512_END
 
 // A run as QuantPlan::forEachRun gives it (processRun's layouts), rounded to nearest by
 // roundStoreAvx512: per element, rows of row_len with one group each, or one group.

@@ -1,11 +1,13 @@
 #pragma once
-// Internal to kernels/: 512-bit versions of vec_math.h's exp and the activations built
-// on it, for the paths pgq takes where the CPU has AVX-512 (avx512Kernels()). Each is
-// its 256-bit twin's operations in the same order on 16 lanes (a masked move where the
-// twin ands with a compare's all-ones lanes), so every lane's result is the twin's bit
-// for bit; tests compare the paths (softmax_test.cc, elementwise_test.cc).
-// Functions here carry the target attribute: call them only from functions that have
-// it too (PGQ_AVX512), and only when avx512Kernels() is true.
+// Internal to kernels/: what pgq's 512-bit paths share (where the CPU has AVX-512,
+// avx512Kernels(): quantize.cc, quant_stats_fused.cc, softmax.cc, elementwise.cc): the
+// target attribute and diagnostics macros, and 512-bit versions of vec_math.h's exp and
+// the activations built on it. Each function is its 256-bit twin's operations in the
+// same order on 16 lanes (a masked move where the twin ands with a compare's all-ones
+// lanes), so every lane's result is the twin's bit for bit; tests compare the paths
+// (softmax_test.cc, elementwise_test.cc). Functions here carry the target attribute:
+// call them only from functions that have it too (PGQ_AVX512), and only when
+// avx512Kernels() is true.
 #include <immintrin.h>
 
 #include "kernels/vec_math.h"
