@@ -52,42 +52,30 @@ void finish(benchmark::State& state, int64_t bytes_per_call) {
 
 constexpr int64_t kF = sizeof(float);
 
-void BM_Gelu(benchmark::State& state) {
+// An activation of the MLP ([tokens, d_ff]) and its gradient.
+void activation(benchmark::State& state, UnaryOp op) {
   setUp(state);
   const int64_t n = kTokens * kFf;
   const std::vector<float> x = randomData(n);
   std::vector<float> y(x.size());
-  for (auto _ : state) unary(UnaryOp::kGelu, x.data(), y.data(), n);
+  for (auto _ : state) unary(op, x.data(), y.data(), n);
   finish(state, 2 * n * kF);
 }
 
-void BM_GeluGrad(benchmark::State& state) {
+void activationGrad(benchmark::State& state, void (*grad)(const float*, const float*, float*, int64_t)) {
   setUp(state);
   const int64_t n = kTokens * kFf;
   const std::vector<float> x = randomData(n), dy = randomData(n);
   std::vector<float> dx(x.size());
-  for (auto _ : state) geluGrad(x.data(), dy.data(), dx.data(), n);
+  for (auto _ : state) grad(x.data(), dy.data(), dx.data(), n);
   finish(state, 3 * n * kF);
 }
 
+void BM_Gelu(benchmark::State& state) { activation(state, UnaryOp::kGelu); }
+void BM_GeluGrad(benchmark::State& state) { activationGrad(state, geluGrad); }
 // SwiGLU's gate (LLaMA-style models) and its gradient, same size.
-void BM_Silu(benchmark::State& state) {
-  setUp(state);
-  const int64_t n = kTokens * kFf;
-  const std::vector<float> x = randomData(n);
-  std::vector<float> y(x.size());
-  for (auto _ : state) unary(UnaryOp::kSilu, x.data(), y.data(), n);
-  finish(state, 2 * n * kF);
-}
-
-void BM_SiluGrad(benchmark::State& state) {
-  setUp(state);
-  const int64_t n = kTokens * kFf;
-  const std::vector<float> x = randomData(n), dy = randomData(n);
-  std::vector<float> dx(x.size());
-  for (auto _ : state) siluGrad(x.data(), dy.data(), dx.data(), n);
-  finish(state, 3 * n * kF);
-}
+void BM_Silu(benchmark::State& state) { activation(state, UnaryOp::kSilu); }
+void BM_SiluGrad(benchmark::State& state) { activationGrad(state, siluGrad); }
 
 void BM_RmsNorm(benchmark::State& state) {
   setUp(state);

@@ -13,6 +13,7 @@
 #include "kernels/float_quant.h"
 #include "kernels/kernel_error.h"
 #include "quant_test_util.h"
+#include "tests/kernels/wide_paths.h"
 
 namespace pgq::kernels {
 namespace {
@@ -457,14 +458,8 @@ TEST(QuantStats, ManyFormatsAtOnceEqualEachAlone) {
 // per-element scales, both roundings, paired and not. On a CPU without AVX-512 the switch
 // must stay off.
 TEST(QuantStats, WidePathGivesTheStatisticsOfThe256BitPath) {
-  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl");
-  struct Restore {
-    ~Restore() { setAvx512Kernels(true); }
-  } restore;
-  setAvx512Kernels(true);
-  ASSERT_EQ(avx512Kernels(), cpu) << "the switch turned on a path this CPU does not have";
-  if (!cpu) return;  // the 256-bit pass is the only one here
+  const testing::WidePaths wide_paths;
+  if (!wide_paths.available()) return;  // the 256-bit path is the only one here
   const std::vector<std::vector<const char*>> lists = {
       {"int8:channel:rtn"},
       {"int8:channel:rtn", "int8:channel:sr"},

@@ -13,6 +13,7 @@
 #include "kernels/quant_core.h"
 #include "kernels/sr_noise.h"
 #include "quant_test_util.h"
+#include "tests/kernels/wide_paths.h"
 
 namespace pgq::kernels {
 namespace {
@@ -165,15 +166,8 @@ TEST(Quantize, DynamicEqualsParamsThenQuantize) {
 // half steps, the grid's ends and beyond, subnormals, zeros of both signs, NaN and Inf.
 // Where the CPU has no AVX-512 the switch must stay off.
 TEST(Quantize, WidePathStoresTheBytesOfThe256BitPath) {
-  const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl");
-  ASSERT_EQ(avx512Kernels(), cpu);
-  struct Restore {
-    ~Restore() { setAvx512Kernels(true); }
-  } restore;
-  setAvx512Kernels(true);
-  ASSERT_EQ(avx512Kernels(), cpu) << "the switch turned on a path this CPU does not have";
-  if (!cpu) return;  // nothing else runs here: the 256-bit path is the only one
+  const testing::WidePaths wide_paths;
+  if (!wide_paths.available()) return;  // nothing else runs here: the 256-bit path is the only one
   std::vector<OperandView> views = kViews;
   views.push_back({1, 1, 21, true});   // one row, a masked end (awkwardData needs 18+)
   views.push_back({3, 5, 17, true});   // rows shorter than a vector
