@@ -458,7 +458,6 @@ class QuantPlan {
   }
   int lo() const { return lo_; }
   int hi() const { return hi_; }
-  const QuantFormat& format() const { return format_; }
 
   // f(index, len, RunParams, per_element) for every run of the unit. With rows_at_once,
   // the rows of a unit with per-row groups may come as one run with RunParams::row_len

@@ -526,26 +526,6 @@ void roundStoreRunAvx512(const float* x, int64_t len, const detail::RunParams& p
   }
 }
 
-// One work unit of `plan` (quantize()'s pass), serial.
-template <typename T>
-void quantizeUnit(const detail::QuantPlan& plan, int64_t unit, const float* x, T* out, SrStream sr) {
-  const bool stochastic = plan.format().rounding == Rounding::kStochastic;
-  const bool wide = !stochastic && avx512Kernels();
-  detail::SrState sr_state(sr);
-  StoreSink<T> sink{out};
-  plan.forEachRun(
-      unit,
-      [&](int64_t index, int64_t len, const detail::RunParams& p, bool per_elem) {
-        if (wide) {
-          roundStoreRunAvx512(x + index, len, p, per_elem, plan.lo(), plan.hi(), out + index);
-          return;
-        }
-        detail::processRunAny(stochastic, per_elem, x + index, index, len, p, plan.lo(), plan.hi(), &sr_state,
-                              sink);
-      },
-      /*rows_at_once=*/true);
-}
-
 template <typename T>
 void quantizeInto(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                   std::span<const float> params, std::span<T> out, SrStream sr, GemmSide side) {
@@ -556,8 +536,25 @@ void quantizeInto(std::span<const float> x, const OperandView& view, const Quant
                               view.elements());
   }
   detail::QuantPlan plan(view, format, params, storageOffset(format, side));
+  const bool stochastic = format.rounding == Rounding::kStochastic;
+  const bool wide = !stochastic && avx512Kernels();
 #pragma omp parallel for schedule(static)
-  for (int64_t unit = 0; unit < plan.units(); ++unit) quantizeUnit(plan, unit, x.data(), out.data(), sr);
+  for (int64_t unit = 0; unit < plan.units(); ++unit) {
+    detail::SrState sr_state(sr);
+    StoreSink<T> sink{out.data()};
+    plan.forEachRun(
+        unit,
+        [&](int64_t index, int64_t len, const detail::RunParams& p, bool per_elem) {
+          if (wide) {
+            roundStoreRunAvx512(x.data() + index, len, p, per_elem, plan.lo(), plan.hi(),
+                                out.data() + index);
+            return;
+          }
+          detail::processRunAny(stochastic, per_elem, x.data() + index, index, len, p, plan.lo(),
+                                plan.hi(), &sr_state, sink);
+        },
+        /*rows_at_once=*/true);
+  }
 }
 
 // Rows [r0, r1) of quantizeDynamic's fused path (per-channel or per-block scales along
@@ -619,8 +616,7 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
   checkIntStorage("quantizeDynamic", format);
   const bool fused = view.contract_along_cols && format.granularity != Granularity::kPerTensor &&
                      format.clipping == Clipping::kNone;
-  const bool per_item = quantizeDynamicReadsOnce(view, format) && !fused;
-  if (!fused && !per_item) {
+  if (!fused) {
     computeQuantParams(x, view, format, params);
     quantizeInto(x, view, format, std::span<const float>(params), out, sr, side);
     return;
@@ -628,35 +624,6 @@ void quantizeDynamicInto(std::span<const float> x, const OperandView& view,
   if (int64_t(out.size()) != view.elements()) {
     throw KernelError::format("quantizeDynamic: output has {} elements, the view needs {}",
                               out.size(), view.elements());
-  }
-  if (per_item) {
-    // A batch of matrices with one scale per column (an attention's P^T or dS^T, each
-    // item [rows, cols] small enough for L2): each item's column ranges (exact, as
-    // groupRanges folds them), scales, then its rounding while it is in cache, so x is
-    // read from memory once. The groups of item b are b * cols + c in params (zero
-    // points after all groups), the item's own order shifted.
-    const OperandView item{1, view.rows, view.cols, false};
-    const int64_t cols = view.cols, per = view.rows * cols, groups = quantGroupCount(view, format);
-    const int offset = storageOffset(format, side);
-#pragma omp parallel
-    {
-      std::vector<float> mn(cols), mx(cols), p(quantParamCount(item, format));
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < view.batch; ++b) {
-        const float* xb = x.data() + b * per;
-        std::fill(mn.begin(), mn.end(), 0.0f);
-        std::fill(mx.begin(), mx.end(), 0.0f);
-        detail::foldColumnRanges(xb, view.rows, cols, format, mn.data(), mx.data());
-        for (int64_t c = 0; c < cols; ++c) {
-          const detail::GroupParams g = detail::paramsFromRange(mn[c], mx[c], format);
-          p[c] = params[b * cols + c] = g.scale;
-          if (format.asymmetric) p[cols + c] = params[groups + b * cols + c] = g.zero_point;
-        }
-        const detail::QuantPlan plan(item, format, p, offset);
-        for (int64_t unit = 0; unit < plan.units(); ++unit) quantizeUnit(plan, unit, xb, out.data() + b * per, sr);
-      }
-    }
-    return;
   }
   const int64_t rows = view.batch * view.rows;
   const int64_t groups = quantGroupCount(view, format);
@@ -791,13 +758,6 @@ void quantize(std::span<const float> x, const OperandView& view, const QuantForm
 void quantize(std::span<const float> x, const OperandView& view, const QuantFormat& format,
               std::span<const float> params, std::span<int8_t> out, SrStream sr) {
   quantizeInto(x, view, format, params, out, sr, GemmSide::kRhs);
-}
-
-bool quantizeDynamicReadsOnce(const OperandView& view, const QuantFormat& format) {
-  if (format.isEmulated() || format.clipping != Clipping::kNone) return false;
-  if (view.contract_along_cols) return format.granularity != Granularity::kPerTensor;
-  return view.batch > 1 && format.granularity == Granularity::kPerChannel &&
-         format.rounding == Rounding::kNearest && view.rows * view.cols * int64_t(sizeof(float)) <= kDynamicItemBytes;
 }
 
 void quantizeDynamic(std::span<const float> x, const OperandView& view, const QuantFormat& format,

@@ -61,18 +61,10 @@ void quantize(std::span<const float> x, const OperandView& view, const QuantForm
 // computeQuantParams + quantize in one call, with results identical to the two calls.
 // For per-channel and per-block scales along the rows of the stored matrix (A [M,K],
 // B stored [N,K]) without clipping, each row's scales are computed and the row
-// quantized while it is still in L1, saving one read of x. For a batch of matrices with
-// per-channel scales along the columns (K along the rows: an attention's P^T, dS^T),
-// rounded to nearest, each item of at most kDynamicItemBytes gets its scales and is
-// quantized while it is in L2. Other cases run the two passes.
+// quantized while it is still in L1, saving one read of x; other cases run the two
+// passes.
 void quantizeDynamic(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                      std::span<float> params, std::span<uint8_t> out, SrStream sr = {});
-// The largest batch item quantizeDynamic quantizes while it is in cache (a 1 MB L2 holds it
-// with its bytes).
-inline constexpr int64_t kDynamicItemBytes = int64_t(512) << 10;
-// Whether quantizeDynamic reads x from memory once for this view and format (the cases
-// above), so that a separate scales pass is worth fusing into it.
-bool quantizeDynamicReadsOnce(const OperandView& view, const QuantFormat& format);
 void quantizeDynamic(std::span<const float> x, const OperandView& view, const QuantFormat& format,
                      std::span<float> params, std::span<int8_t> out, SrStream sr = {});
 

@@ -814,8 +814,7 @@ Kernel CpuBackend::lowerAddScatter(const Node& add, const Node& scatter, Lowerin
 
 // A quant_params node P fuses into the quantize Q of the same operand when P computes
 // the scales just in time (no amax history or prediction) of an integer format without
-// clipping, in a layout quantizeDynamic reads in one pass (k::quantizeDynamicReadsOnce:
-// scales along the rows, or a batch of small column-scaled items rounded to nearest), Q
+// clipping, with scales along the rows (the layout quantizeDynamic reads in one pass), Q
 // is P's only quantize and in the same format but for rounding (which the
 // scales do not read), and every other reader of P (the qmatmul) runs after Q.
 void CpuBackend::planFusedScales(std::span<const Node* const> schedule) {
@@ -832,6 +831,7 @@ void CpuBackend::planFusedScales(std::span<const Node* const> schedule) {
     const k::QuantFormat format = p->attrs().getFormat(AttrKey::kFormat);
     if (format.isEmulated() || format.clipping != Clipping::kNone) continue;
     const k::OperandView view = quantView(*p);
+    if (!view.contract_along_cols || format.granularity == Granularity::kPerTensor) continue;
     const Node* quantize = nullptr;
     int quantizes = 0;
     for (const Node* user : p->users()) {
@@ -843,9 +843,6 @@ void CpuBackend::planFusedScales(std::span<const Node* const> schedule) {
         !sameAttr(*p, *quantize, AttrKey::kContractDims) || !sameAttr(*p, *quantize, AttrKey::kBatchDims))
       continue;
     k::QuantFormat q_format = quantize->attrs().getFormat(AttrKey::kFormat);
-    // Only where quantizeDynamic reads x once (scales along the rows, or a batch of
-    // column-scaled items rounded to nearest): elsewhere it runs the two passes anyway.
-    if (!k::quantizeDynamicReadsOnce(view, q_format)) continue;
     q_format.rounding = format.rounding;
     if (!(q_format == format)) continue;
     bool after = true;

@@ -325,9 +325,8 @@ TEST(Executor, ShowsItsMemoryPlanBeforeAllocatingAndCanBeRefused) {
 // (quantizeDynamic) where that quantize is the scales' only one: every result must equal
 // the kernels' two calls, computeQuantParams then quantize, and the int8 GEMM of those,
 // bit for bit; the scales' other readers (the qmatmul, a graph output) read them after
-// the quantize wrote them. %ps (a batch of column-scaled items, as an attention's P^T)
-// fuses too; %ws (K along the rows, one matrix) and %gs (two quantizes, RTN and SR) keep
-// their own kernel.
+// the quantize wrote them. %ws (K along the rows) and %gs (two quantizes, RTN and SR)
+// keep their own kernel.
 TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
   auto g = parseGraph(R"pgq(graph @fused {
   %x = input() : f32[37,70]
@@ -340,10 +339,7 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
   %gs = quant_params(%x) {format="int7:channel:sr", side="lhs", contract_dims=[1]} : f32[37]
   %gq = quantize(%x, %gs) {format="int7:channel:sr", side="lhs", contract_dims=[1], seed=5} : u8[37,70]
   %gr = quantize(%x, %gs) {format="int7:channel:rtn", side="lhs", contract_dims=[1], seed=0} : u8[37,70]
-  %p = input() : f32[5,33,20]
-  %ps = quant_params(%p) {format="int8:channel:rtn", side="lhs", contract_dims=[1], batch_dims=[0]} : f32[100]
-  %pq = quantize(%p, %ps) {format="int8:channel:rtn", side="lhs", contract_dims=[1], batch_dims=[0], seed=0} : u8[5,33,20]
-  return %h, %xs, %xq, %gq, %gr, %ps, %pq
+  return %h, %xs, %xq, %gq, %gr
 }
 )pgq");
   Tensor x(g->find("x")->type()), w(g->find("w")->type());
@@ -352,14 +348,9 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
   for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.11f * float(i)) * 0.05f;
   std::memcpy(x.raw(), xv.data(), x.bytes());
   std::memcpy(w.raw(), wv.data(), w.bytes());
-  Tensor p(g->find("p")->type());
-  std::vector<float> pv(5 * 33 * 20);
-  for (size_t i = 0; i < pv.size(); ++i) pv[i] = std::sin(0.53f * float(i)) * (i % 29 == 0 ? 7.0f : 1.0f);
-  std::memcpy(p.raw(), pv.data(), p.bytes());
   Executor exec(*g);
   exec.bind("x", x);
   exec.bind("w", w);
-  exec.bind("p", p);
   const int64_t step = 3;
   exec.run(step);
 
@@ -387,14 +378,6 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
   EXPECT_TRUE(same(2, xq.data(), xq.size()));
   EXPECT_TRUE(same(3, gq.data(), gq.size()));
   EXPECT_TRUE(same(4, gr.data(), gr.size()));
-  const k::OperandView pview{5, 33, 20, false};
-  ASSERT_TRUE(k::quantizeDynamicReadsOnce(pview, f8));
-  std::vector<float> ps(100);
-  std::vector<uint8_t> pq(pv.size());
-  k::computeQuantParams(pv, pview, f8, ps);
-  k::quantize(pv, pview, f8, ps, std::span<uint8_t>(pq), {0, step});
-  EXPECT_TRUE(same(5, ps.data(), ps.size() * sizeof(float)));
-  EXPECT_TRUE(same(6, pq.data(), pq.size()));
 }
 
 // With ExecutorOptions::parameter_quantizations, a parameter's round-to-nearest
