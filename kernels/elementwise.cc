@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "kernels/kernel_error.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/kernel_error.h"
 #include "kernels/vec_math.h"
 #include "kernels/vec_math512.h"
 

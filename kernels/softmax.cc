@@ -42,7 +42,7 @@ float rowMax(const float* x, int64_t n) {
 // Measured in docs/PERFORMANCE.md (the Zen 5 section).
 PGQ_AVX512_BEGIN
 PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float max) {
-  constexpr int64_t kBlock = 4 * 16 * 8;  // sumVectors' block
+  constexpr int64_t kBlock = vec::kSumBlock;
   const __m512 vm = _mm512_set1_ps(max);
   const __m256 vm8 = _mm256_set1_ps(max);
   __m256d total = _mm256_setzero_pd();

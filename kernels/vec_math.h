@@ -111,9 +111,11 @@ inline float hmax(__m256 v) {
 // reduction at one vector per 3-4 cycles). Each chain adds about 16 terms per lane
 // (at most 19, in the last block) before the block is folded into f64, so a row of 1024 loses no more than a few f32
 // roundings per 16 terms, and long sums (sumSquares over millions) stay accurate.
+inline constexpr int64_t kSumBlock = 4 * 16 * 8;  // sumVectors' block (softmax.cc's 512-bit path keeps it)
+
 template <typename Term>
 double sumVectors(int64_t n, Term term) {
-  constexpr int64_t kBlock = 4 * 16 * 8;
+  constexpr int64_t kBlock = kSumBlock;
   __m256d total = _mm256_setzero_pd();
   for (int64_t i = 0; i < n;) {
     const int64_t block_end = std::min(n, i + kBlock);
