@@ -402,7 +402,7 @@ MemoryStats Executor::memory() const {
 std::vector<NodeProfile> Executor::profile() const {
   std::vector<NodeProfile> out;
   for (size_t i = 0; i < steps_.size(); ++i)
-    out.push_back({steps_[i].node, step_ms_[i], step_calls_[i]});
+    out.push_back({steps_[i].node, step_ms_[i], step_calls_[i], backend_->inPlaceOperand(*steps_[i].node)});
   return out;
 }
 

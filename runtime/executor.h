@@ -48,6 +48,8 @@ struct NodeProfile {
   const Node* node = nullptr;
   double total_ms = 0;
   int64_t calls = 0;
+  // The operand the node's kernel writes its result over (Backend::inPlaceOperand), or -1.
+  int in_place_operand = -1;
 };
 
 class Executor {

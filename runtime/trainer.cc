@@ -125,6 +125,14 @@ std::vector<OpTiming> opTimings(const Executor& exec) {
     }
     double bytes = bytesOf(p.node);
     for (const Node* operand : p.node->operands()) bytes += bytesOf(operand);
+    const Node* scatter = p.in_place_operand >= 0 ? p.node->operand(1 - p.in_place_operand) : nullptr;
+    if (scatter && scatter->op() == Op::kScatterAdd) {
+      // An add of scattered rows written over its other operand (CpuBackend's in-place
+      // scatter add) reads the updates and indices and reads and writes only the rows they
+      // touch: as many as the updates have, at most.
+      const double updates = bytesOf(scatter->operand(0));
+      bytes = 3 * updates + bytesOf(scatter->operand(1));
+    }
     timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops, dtype,
                        bytes, p.total_ms, p.calls});
   }

@@ -24,7 +24,8 @@ struct OpTiming {
   std::string label;  // GEMM label, empty for other ops
   double flops = 0;   // per call, GEMMs only
   std::string dtype;  // GEMMs: what they multiply (int8, bf16, f32)
-  double bytes = 0;   // per call: the operands' and the result's bytes (a lower bound on the traffic)
+  double bytes = 0;   // per call: the operands' and the result's bytes (a lower bound on the traffic; an in-place
+                      // scatter add: its updates, indices and the rows they touch, at most)
   double total_ms = 0;
   int64_t calls = 0;
 };

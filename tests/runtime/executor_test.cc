@@ -501,6 +501,8 @@ TEST(Executor, AnAddOfAScatterAddScattersInPlace) {
 // An add of a scatter_add writes over its other operand when nothing else reads that
 // value (a weight gradient's GEMM output): no buffer of its own and no pass over the
 // untouched rows. A value read again after the add, or returned, keeps its own buffer.
+// The executor's profile says which operand was written over (--profile-ops counts that
+// add's bytes by it).
 TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
   const std::string head = R"pgq(graph @tied {
   %dy = input() : f32[20,8]
@@ -514,11 +516,12 @@ TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
   struct Case {
     std::string tail;
     size_t arena_bytes, persistent_bytes;
+    int in_place_operand;
   };
   const Case cases[] = {
-      {"  return %g\n}\n", 0, 1600},                                           // in place: a's buffer is g's
-      {"  %c = mul(%a, %v) : f32[50,8]\n  return %g, %c\n}\n", 1600, 3200},  // a read after the add
-      {"  return %g, %a\n}\n", 0, 3200},                                       // a returned
+      {"  return %g\n}\n", 0, 1600, 0},                                           // in place: a's buffer is g's
+      {"  %c = mul(%a, %v) : f32[50,8]\n  return %g, %c\n}\n", 1600, 3200, -1},  // a read after the add
+      {"  return %g, %a\n}\n", 0, 3200, -1},                                       // a returned
   };
   for (const Case& c : cases) {
     auto g = parseGraph(head + c.tail);
@@ -527,12 +530,18 @@ TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
     for (int64_t i = 0; i < w.numElements(); ++i) w.data<float>()[i] = std::cos(0.7f * float(i));
     for (int64_t i = 0; i < v.numElements(); ++i) v.data<float>()[i] = 1.0f + 0.01f * float(i);
     for (int64_t i = 0; i < idx.numElements(); ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 13);
-    Executor exec(*g);
+    ExecutorOptions options;
+    options.profile = true;
+    Executor exec(*g, options);
     exec.bind("dy", dy);
     exec.bind("idx", idx);
     exec.bind("w", w);
     exec.bind("v", v);
     exec.run();
+    int reported = -2;
+    for (const NodeProfile& p : exec.profile())
+      if (p.node->name() == "g") reported = p.in_place_operand;
+    EXPECT_EQ(reported, c.in_place_operand) << c.tail;
     EXPECT_EQ(exec.memory().arena_bytes, c.arena_bytes) << c.tail;
     EXPECT_EQ(exec.memory().persistent_bytes, c.persistent_bytes) << c.tail;
     std::vector<float> a(400), table(400), sum(400), again(400);
