@@ -2,6 +2,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -23,6 +24,17 @@
 
 namespace pgq {
 namespace {
+
+// An executor of g that times its kernels (profile() lists them), with the named
+// inputs bound, after one run.
+std::unique_ptr<Executor> runProfiled(const Graph& g, std::initializer_list<std::pair<const char*, Tensor*>> inputs) {
+  ExecutorOptions options;
+  options.profile = true;
+  auto exec = std::make_unique<Executor>(g, options);
+  for (const auto& [name, tensor] : inputs) exec->bind(name, *tensor);
+  exec->run();
+  return exec;
+}
 
 // Feeds the same random values to the executor and the reference evaluator.
 struct BothRunners {
@@ -478,13 +490,8 @@ TEST(Executor, AnAddOfAScatterAddScattersInPlace) {
   for (int64_t i = 0; i < dy.numElements(); ++i) dy.data<float>()[i] = std::sin(0.3f * float(i));
   for (int64_t i = 0; i < w.numElements(); ++i) w.data<float>()[i] = i % 9 == 0 ? -0.0f : std::cos(0.7f * float(i));
   for (int64_t i = 0; i < idx.numElements(); ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 13);
-  ExecutorOptions options;
-  options.profile = true;
-  Executor exec(*g, options);
-  exec.bind("dy", dy);
-  exec.bind("idx", idx);
-  exec.bind("w", w);
-  exec.run();
+  const std::unique_ptr<Executor> run = runProfiled(*g, {{"dy", &dy}, {"idx", &idx}, {"w", &w}});
+  const Executor& exec = *run;
   std::vector<std::string> ran;
   for (const NodeProfile& p : exec.profile()) ran.push_back(p.node->name());
   EXPECT_EQ(ran, (std::vector<std::string>{"g", "s2", "g2"}));
@@ -530,14 +537,8 @@ TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
     for (int64_t i = 0; i < w.numElements(); ++i) w.data<float>()[i] = std::cos(0.7f * float(i));
     for (int64_t i = 0; i < v.numElements(); ++i) v.data<float>()[i] = 1.0f + 0.01f * float(i);
     for (int64_t i = 0; i < idx.numElements(); ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 13);
-    ExecutorOptions options;
-    options.profile = true;
-    Executor exec(*g, options);
-    exec.bind("dy", dy);
-    exec.bind("idx", idx);
-    exec.bind("w", w);
-    exec.bind("v", v);
-    exec.run();
+    const std::unique_ptr<Executor> run = runProfiled(*g, {{"dy", &dy}, {"idx", &idx}, {"w", &w}, {"v", &v}});
+    const Executor& exec = *run;
     int reported = -2;
     for (const NodeProfile& p : exec.profile())
       if (p.node->name() == "g") reported = p.in_place_operand;
