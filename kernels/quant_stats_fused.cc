@@ -330,8 +330,9 @@ PGQ_AVX512 __attribute__((always_inline)) inline void pairParams(const FusedRun<
   }
 }
 
-// fusedBlock on the blocks xs[0, 32) and xs[32, 64) at once (noise words wa0, wa1 and
-// wb0, wb1). Returns false, having added nothing, unless all 64 are finite.
+// fusedBlock on the blocks xs[0, 32) and xs[32, 64) at once (noise words: words[0],
+// words[1] for the first, words[2], words[3] for the second). Returns false, having added
+// nothing, unless all 64 are finite.
 template <int R, int S, bool kPaired, bool kPerElement>
 PGQ_AVX512 __attribute__((always_inline)) inline bool fusedPair(const float* xs, int64_t at,
                                                                 const FusedRun<R, S, kPerElement>& run,
