@@ -380,7 +380,13 @@ void Autodiff::backprop(Node* node, Node* dy) {
       return layoutGrad(node, dy);
     case Op::kReduceSum: case Op::kReduceMean: case Op::kReduceMax:
       return reduceGrad(node, dy);
-    case Op::kSoftmax: accumulate(op0(), b_.create(Op::kSoftmaxGrad, {node, dy}, {})); return;
+    case Op::kSoftmax: {  // the gradient takes the softmax's scale and causal mask with it
+      Attrs prologue;
+      for (AttrKey key : {AttrKey::kScale, AttrKey::kCausal})
+        if (node->attrs().has(key)) prologue.set(key, node->attrs().getFloat(key));
+      accumulate(op0(), b_.create(Op::kSoftmaxGrad, {node, dy}, std::move(prologue)));
+      return;
+    }
     case Op::kCausalMask: accumulate(op0(), b_.causalMask(dy, 0.0)); return;
     case Op::kRope: {  // a rotation is orthogonal: its gradient is the rotation back
       const Attrs& a = node->attrs();

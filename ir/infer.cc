@@ -63,6 +63,16 @@ class Rule {
     if (!(eps > 0.0) || !std::isfinite(eps)) fail(fmt::format("eps must be > 0, got {}", eps));
   }
 
+  // softmax's optional prologue: a finite nonzero scale; a causal mask needs [.., tq, tk].
+  void requireSoftmaxPrologue() const {
+    if (attrs_.has(AttrKey::kScale)) {
+      const double scale = attrs_.getFloat(AttrKey::kScale);
+      const auto f = static_cast<float>(scale);  // the kernels' scale
+      if (!std::isfinite(f) || f == 0.0f) fail(fmt::format("scale must be a finite nonzero f32, got {}", scale));
+    }
+    if (attrs_.has(AttrKey::kCausal)) requireMinRank(0, 2);
+  }
+
   // Sorted, unique, in-range axes.
   std::vector<int64_t> axes(AttrKey key, int rank) const {
     requireAttr(key);
@@ -529,7 +539,9 @@ TensorType Rule::run() const {
 
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
     case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad:
+      return elementwise(2);
     case Op::kSoftmaxGrad:
+      requireSoftmaxPrologue();
       return elementwise(2);
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh:
     case Op::kRelu: case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
@@ -549,6 +561,7 @@ TensorType Rule::run() const {
 
     case Op::kSoftmax:
       requireMinRank(0, 1);
+      requireSoftmaxPrologue();
       return elementwise(1);
     case Op::kCausalMask:
       requireMinRank(0, 2);

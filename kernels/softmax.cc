@@ -101,37 +101,86 @@ void checkTargets(const char* kernel, const int32_t* targets, int64_t rows, int6
   }
 }
 
+// Query i of a [tq, tk] matrix sees keys 0 .. i + (tk - tq): how many of its row's
+// entries the causal mask keeps.
+int64_t keptKeys(int64_t i, int64_t tq, int64_t tk) { return std::clamp<int64_t>(i + (tk - tq) + 1, 0, tk); }
+
+int64_t keptOfRow(int64_t r, int64_t cols, const SoftmaxPrologue& p) {
+  return p.causal ? keptKeys(r % p.tq, p.tq, cols) : cols;
+}
+
+void checkPrologue(const char* kernel, int64_t rows, const SoftmaxPrologue& p) {
+  if (p.causal && rows > 0 && (p.tq <= 0 || rows % p.tq != 0))
+    throw KernelError::format("{}: {} rows are not whole [{}, cols] causal matrices", kernel, rows, p.tq);
+}
+
+// One row's softmax of xr into yr (xr may be yr).
+void softmaxRow(const float* xr, float* yr, int64_t cols) {
+  const float max = rowMax(xr, cols);
+  if (max == kNegInf) {
+    std::memset(yr, 0, static_cast<size_t>(cols) * sizeof(float));
+    return;
+  }
+  const double sum = expShiftSum(xr, yr, cols, max);
+  scaleRow(yr, cols, static_cast<float>(1.0 / sum));
+}
+
 }  // namespace
 
-void softmax(const float* x, float* y, int64_t rows, int64_t cols) {
+void softmax(const float* x, float* y, int64_t rows, int64_t cols) { softmax(x, y, rows, cols, {}); }
+
+void softmax(const float* x, float* y, int64_t rows, int64_t cols, const SoftmaxPrologue& prologue) {
   vec::checkSizes("softmax", {rows, cols});
+  checkPrologue("softmax", rows, prologue);
   if (cols == 0) return;
+  const bool scaled = prologue.scale != 1.0f;
+  const __m256 vs = _mm256_set1_ps(prologue.scale), vf = _mm256_set1_ps(prologue.fill);
   forRows(rows, cols, [&](int64_t r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
-    const float max = rowMax(xr, cols);
-    if (max == kNegInf) {
-      std::memset(yr, 0, static_cast<size_t>(cols) * sizeof(float));
-      return;
+    if (!scaled && !prologue.causal) return softmaxRow(xr, yr, cols);
+    // The prologue writes the row's softmax input into y, where it stays in cache.
+    const int64_t keep = keptOfRow(r, cols, prologue);
+    if (scaled) {
+      for (int64_t j = 0; j < keep; j += 8)
+        storePart(yr + j, keep - j, _mm256_mul_ps(loadPart(xr + j, keep - j), vs));
+    } else if (xr != yr) {
+      std::memcpy(yr, xr, static_cast<size_t>(keep) * sizeof(float));
     }
-    const double sum = expShiftSum(xr, yr, cols, max);
-    scaleRow(yr, cols, static_cast<float>(1.0 / sum));
+    for (int64_t j = keep; j < cols; j += 8) storePart(yr + j, cols - j, vf);
+    softmaxRow(yr, yr, cols);
   });
 }
 
 void softmaxGrad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols) {
+  softmaxGrad(y, dy, dx, rows, cols, {});
+}
+
+void softmaxGrad(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                 const SoftmaxPrologue& prologue) {
   vec::checkSizes("softmaxGrad", {rows, cols});
+  checkPrologue("softmaxGrad", rows, prologue);
+  const bool scaled = prologue.scale != 1.0f;
+  const __m256 vs = _mm256_set1_ps(prologue.scale);
+  // A masked entry's gradient: the mask's 0, then scaled, as the separate kernels give it.
+  const __m256 masked = scaled ? _mm256_mul_ps(_mm256_setzero_ps(), vs) : _mm256_setzero_ps();
   forRows(rows, cols, [&](int64_t r) {
     const float* yr = y + r * cols;
     const float* gr = dy + r * cols;
+    // Over the whole row, masked entries too: the sum is softmaxGrad's, and a non-finite
+    // dy there still reaches the row as it does through the separate kernels.
     const double dot = vec::sumVectors(
         cols, [&](int64_t i, int64_t k) { return _mm256_mul_ps(loadPart(yr + i, k), loadPart(gr + i, k)); });
     const __m256 vd = _mm256_set1_ps(static_cast<float>(dot));
     float* out = dx + r * cols;
-    for (int64_t i = 0; i < cols; i += 8) {
-      const int64_t k = cols - i;
-      storePart(out + i, k, _mm256_mul_ps(loadPart(yr + i, k), _mm256_sub_ps(loadPart(gr + i, k), vd)));
+    const int64_t keep = keptOfRow(r, cols, prologue);
+    for (int64_t i = 0; i < keep; i += 8) {
+      const int64_t k = keep - i;
+      __m256 g = _mm256_mul_ps(loadPart(yr + i, k), _mm256_sub_ps(loadPart(gr + i, k), vd));
+      if (scaled) g = _mm256_mul_ps(g, vs);
+      storePart(out + i, k, g);
     }
+    for (int64_t i = keep; i < cols; i += 8) storePart(out + i, cols - i, masked);
   });
 }
 
@@ -140,9 +189,7 @@ void causalMask(const float* x, float* y, int64_t batch, int64_t tq, int64_t tk,
   if (tk == 0) return;
   const __m256 vv = _mm256_set1_ps(value);
   forRows(batch * tq, tk, [&](int64_t r) {
-    const int64_t i = r % tq;
-    // Query i sees keys 0 .. i + (tk - tq).
-    const int64_t keep = std::clamp<int64_t>(i + (tk - tq) + 1, 0, tk);
+    const int64_t keep = keptKeys(r % tq, tq, tk);
     const float* xr = x + r * tk;
     float* yr = y + r * tk;
     if (xr != yr) std::memcpy(yr, xr, static_cast<size_t>(keep) * sizeof(float));

@@ -97,7 +97,9 @@ Split propagate(const Node& node) {
     case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad: case Op::kSelect:
     case Op::kConvert: case Op::kQuantize: case Op::kFakeQuant:
       return elementwise(node);
-    case Op::kSoftmax: case Op::kSoftmaxGrad: case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kLayerNorm:
+    case Op::kSoftmax: case Op::kSoftmaxGrad:  // a causal mask depends on the positions too
+      return keepUnlessTrailing(node, node.attrs().has(AttrKey::kCausal) ? 2 : 1);
+    case Op::kRmsNorm: case Op::kRmsNormGrad: case Op::kLayerNorm:
     case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
       return keepUnlessTrailing(node, 1);
     case Op::kCausalMask: case Op::kRope:  // rope's angles depend on the position (dim 2)

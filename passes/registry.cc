@@ -8,6 +8,7 @@
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
 #include "passes/fuse_decomposed.h"
+#include "passes/fuse_softmax.h"
 #include "passes/data_parallel.h"
 #include "passes/instrument_stats.h"
 #include "passes/partition_spmd.h"

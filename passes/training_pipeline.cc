@@ -5,6 +5,7 @@
 #include "passes/dce.h"
 #include "passes/estimate_speedup.h"
 #include "passes/fuse_decomposed.h"
+#include "passes/fuse_softmax.h"
 #include "passes/data_parallel.h"
 #include "passes/instrument_stats.h"
 #include "passes/partition_spmd.h"
@@ -17,6 +18,7 @@ namespace pgq {
 std::unique_ptr<Pipeline> buildForwardPipeline() {
   auto pipeline = std::make_unique<Pipeline>("forward");
   pipeline->add(std::make_unique<FuseDecomposed>());
+  pipeline->add(std::make_unique<FuseSoftmax>());
   pipeline->add(std::make_unique<DeadCodeElimination>());
   return pipeline;
 }

@@ -175,7 +175,21 @@ std::optional<BcastView> bcastView(const Node& broadcast) {
 }
 
 int64_t lastDim(const Node& node) { return node.shape().dim(node.shape().rank() - 1); }
-int64_t rowsOf(const Node& node) { return node.shape().numElements() / lastDim(node); }
+// A zero-width last dim has no rows to run (and no division by zero).
+int64_t rowsOf(const Node& node) { return lastDim(node) == 0 ? 0 : node.shape().numElements() / lastDim(node); }
+
+// softmax's and softmax_grad's optional scale and causal mask (ops.def).
+k::SoftmaxPrologue softmaxPrologue(const Node& node) {
+  k::SoftmaxPrologue p;
+  const Attrs& a = node.attrs();
+  if (a.has(AttrKey::kScale)) p.scale = static_cast<float>(a.getFloat(AttrKey::kScale));
+  if (a.has(AttrKey::kCausal)) {
+    p.causal = true;
+    p.fill = static_cast<float>(a.getFloat(AttrKey::kCausal));
+    p.tq = node.shape().dim(node.shape().rank() - 2);
+  }
+  return p;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -1062,12 +1076,14 @@ Kernel CpuBackend::lowerAttentionAndNorm(const Node& node, LoweringContext& ctx)
   switch (op) {
     case Op::kSoftmax: {
       int64_t rows = rowsOf(node), cols = lastDim(node);
-      return [=](const RunContext& rc) { k::softmax(rc.as<float>(x), rc.as<float>(y), rows, cols); };
+      const k::SoftmaxPrologue prologue = softmaxPrologue(node);
+      return [=](const RunContext& rc) { k::softmax(rc.as<float>(x), rc.as<float>(y), rows, cols, prologue); };
     }
     case Op::kSoftmaxGrad: {
       int64_t rows = rowsOf(node), cols = lastDim(node);
+      const k::SoftmaxPrologue prologue = softmaxPrologue(node);
       return [=](const RunContext& rc) {
-        k::softmaxGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), rows, cols);
+        k::softmaxGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), rows, cols, prologue);
       };
     }
     case Op::kCausalMask: {

@@ -399,6 +399,32 @@ void evaluateLayout(const OpValues& v) {
   }
 }
 
+// softmax's optional scale and causal mask (ops.def): how many entries of row r (of
+// [.., tq, tk] rows) the mask keeps, the scale, and the masked entries' value.
+struct RowPrologue {
+  double scale = 1.0;
+  bool causal = false;
+  double fill = 0.0;
+  int64_t tq = 1;
+
+  int64_t kept(int64_t row, int64_t tk) const {
+    return causal ? std::clamp<int64_t>(row % tq + (tk - tq) + 1, 0, tk) : tk;
+  }
+};
+
+RowPrologue softmaxPrologue(const OpValues& v) {
+  RowPrologue p;
+  const Attrs& a = v.node.attrs();
+  // The scale as the kernels and the unfused graph's f32 constant hold it.
+  if (a.has(AttrKey::kScale)) p.scale = static_cast<float>(a.getFloat(AttrKey::kScale));
+  if (a.has(AttrKey::kCausal)) {
+    p.causal = true;
+    p.fill = a.getFloat(AttrKey::kCausal);
+    p.tq = v.shape().dim(v.shape().rank() - 2);
+  }
+  return p;
+}
+
 // Attention over the last dims: softmax and its gradient, the causal mask, rotary
 // position embedding.
 void evaluateAttention(const OpValues& v) {
@@ -406,16 +432,32 @@ void evaluateAttention(const OpValues& v) {
   Values& y = v.y;
   switch (v.node.op()) {
     // softmax over the last dim, the row max subtracted before exp.
-    case Op::kSoftmax:
-      return forEachRow(shape, [&](int64_t o, int64_t n) { softmaxRow(&v.in(0)[o], &y[o], n); });
-    // softmax_grad(y, dy) = y * (dy - sum_lastdim(dy * y)).
-    case Op::kSoftmaxGrad:
+    // With `scale` and `causal` (fuse_softmax), of x * scale masked as causal_mask does.
+    case Op::kSoftmax: {
+      const RowPrologue p = softmaxPrologue(v);
+      std::vector<double> row;
+      return forEachRow(shape, [&](int64_t o, int64_t n) {
+        row.assign(&v.in(0)[o], &v.in(0)[o] + n);
+        const int64_t keep = p.kept(o / n, n);
+        for (int64_t j = 0; j < n; ++j) {
+          double& e = row[static_cast<size_t>(j)];
+          e = j < keep ? e * p.scale : p.fill;
+        }
+        softmaxRow(row.data(), &y[o], n);
+      });
+    }
+    // softmax_grad(y, dy) = y * (dy - sum_lastdim(dy * y)); with `scale` and `causal`,
+    // masked entries 0 and the rest times scale.
+    case Op::kSoftmaxGrad: {
+      const RowPrologue p = softmaxPrologue(v);
       return forEachRow(shape, [&](int64_t o, int64_t n) {
         const double* s = &v.in(0)[o];
         const double* dy = &v.in(1)[o];
         const double d = dotOf(dy, s, n);
-        for (int64_t j = 0; j < n; ++j) y[o + j] = s[j] * (dy[j] - d);
+        const int64_t keep = p.kept(o / n, n);
+        for (int64_t j = 0; j < n; ++j) y[static_cast<size_t>(o + j)] = j < keep ? s[j] * (dy[j] - d) * p.scale : 0.0;
       });
+    }
     // causal_mask(x){value}: over the last two dims [tq, tk], element (i, j) becomes
     // `value` where j > i + (tk - tq) (query i sees the keys up to its own position
     // when the queries are the last tq of tk positions); the rest is unchanged.

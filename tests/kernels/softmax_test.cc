@@ -175,6 +175,60 @@ TEST(CausalMaskTest, MasksFutureKeys) {
   }
 }
 
+// softmax with a prologue (fuse_softmax's scale and causal mask) must give, element for
+// element, what the separate kernels give: x * scale in f32, the mask, the softmax; and
+// backward softmaxGrad, the mask with 0, then * scale. Ragged rows, tq < tk and tq > tk,
+// a negative scale, both fills, in place and not, on 1 and 2 threads.
+TEST(SoftmaxTest, PrologueGivesTheSeparateKernelsResultsBitForBit) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {2, 5, 5}, {3, 4, 9}, {1, 6, 3}, {4, 16, 17}, {2, 37, 37}, {2, 64, 300}};
+  int64_t compared = 0;
+  for (int threads : kThreadCounts) {
+    ThreadCount tc(threads);
+    for (const auto& s : shapes) {
+      const int64_t batch = s[0], tq = s[1], tk = s[2], rows = batch * tq, n = rows * tk;
+      const std::vector<float> x = randomVector(n, 61, -8.0f, 8.0f), dy = randomVector(n, 62);
+      for (float scale : {1.0f, 0.125f, static_cast<float>(1.0 / std::sqrt(3.0)), -0.5f})
+        for (bool causal : {false, true})
+          for (float fill : {-kInf, -1e9f}) {
+            if (!causal && fill != -kInf) continue;
+            SCOPED_TRACE(::testing::Message() << batch << "x" << tq << "x" << tk << " scale " << scale
+                                              << " causal " << causal << " fill " << fill << ", " << threads
+                                              << " threads");
+            const SoftmaxPrologue p{.scale = scale, .causal = causal, .fill = fill, .tq = tq};
+            std::vector<float> t(x.size()), want(x.size());
+            for (size_t i = 0; i < x.size(); ++i) t[i] = x[i] * scale;
+            if (causal) causalMask(t.data(), t.data(), batch, tq, tk, fill);
+            softmax(t.data(), want.data(), rows, tk);
+            Guarded got(n);
+            softmax(x.data(), got.data(), rows, tk, p);
+            EXPECT_TRUE(got.guardsIntact());
+            ASSERT_TRUE(testing::bitwiseEqual(got.values(), want)) << "forward";
+            std::vector<float> in_place = x;
+            softmax(in_place.data(), in_place.data(), rows, tk, p);
+            ASSERT_TRUE(testing::bitwiseEqual(in_place, want)) << "forward in place";
+
+            std::vector<float> g(x.size());
+            softmaxGrad(want.data(), dy.data(), g.data(), rows, tk);
+            if (causal) causalMask(g.data(), g.data(), batch, tq, tk, 0.0f);
+            for (float& v : g) v *= scale;
+            Guarded dx(n);
+            softmaxGrad(want.data(), dy.data(), dx.data(), rows, tk, p);
+            EXPECT_TRUE(dx.guardsIntact());
+            ASSERT_TRUE(testing::bitwiseEqual(dx.values(), g)) << "backward";
+            std::vector<float> over_dy = dy;
+            softmaxGrad(want.data(), over_dy.data(), over_dy.data(), rows, tk, p);
+            ASSERT_TRUE(testing::bitwiseEqual(over_dy, g)) << "backward over dy";
+            ++compared;
+          }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 7 * 4 * 3);
+  // The causal rows must be whole [tq, cols] matrices.
+  std::vector<float> v(6 * 4);
+  EXPECT_THROW(softmax(v.data(), v.data(), 6, 4, {.causal = true, .tq = 4}), KernelError);
+  EXPECT_THROW(softmaxGrad(v.data(), v.data(), v.data(), 6, 4, {.causal = true, .tq = 0}), KernelError);
+}
+
 TEST(CrossEntropyTest, LossMatchesF64Reference) {
   for (int threads : kThreadCounts) {
     ThreadCount tc(threads);

@@ -22,7 +22,7 @@ Recipe everyGemmInInt8() {
 }
 
 TEST(TrainingPipeline, FusesTheForwardGraphFirst) {
-  EXPECT_EQ(buildForwardPipeline()->passNames(), (Names{"fuse_decomposed", "dce"}));
+  EXPECT_EQ(buildForwardPipeline()->passNames(), (Names{"fuse_decomposed", "fuse_softmax", "dce"}));
 }
 
 TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {

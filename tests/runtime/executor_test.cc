@@ -18,6 +18,7 @@
 #include "kernels/optim.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
+#include "passes/pipeline.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "runtime/reference.h"
@@ -304,6 +305,36 @@ TEST(Executor, TinyLlamaLossAndGradientsMatchTheReference) {
   for (size_t i = 1; i < t.graph->outputs().size(); ++i) {
     SCOPED_TRACE(t.graph->outputs()[i]->name());
     EXPECT_LT(runners.relError(i), 1e-4);
+  }
+}
+
+// fuse_softmax (in every compiled model) must not change a number: the training graph of
+// a GPT-2-style and a LLaMA-style block with the fused softmax gives the unfused graph's
+// loss and gradients bit for bit on this backend, and still matches the reference.
+TEST(Executor, TheFusedSoftmaxGivesTheUnfusedLossAndGradientsBitForBit) {
+  for (std::string spec : {std::string("tiny"), std::string(PGQ_SOURCE_DIR) + "/tests/parity/tiny_llama.yaml"}) {
+    SCOPED_TRACE(spec);
+    ModelConfig config = loadModelConfig(spec);
+    TransformerGraph plain = buildTransformer(config), fused = buildTransformer(config);
+    PassContext ctx;
+    ASSERT_TRUE(parsePipeline("fuse_softmax,dce")->run(*fused.graph, ctx));
+    appendBackward(*plain.graph, plain.loss, plain.params);
+    appendBackward(*fused.graph, fused.loss, fused.params);
+    int prologues = 0;
+    for (const Node* n : fused.graph->nodes())
+      prologues += n->op() == Op::kSoftmaxGrad && n->attrs().has(AttrKey::kCausal) && n->attrs().has(AttrKey::kScale);
+    EXPECT_EQ(prologues, config.n_layers);
+    // The same values in the same order: both graphs create their inputs alike.
+    BothRunners a(*plain.graph), b(*fused.graph);
+    a.run();
+    b.run();
+    ASSERT_EQ(plain.graph->outputs().size(), fused.graph->outputs().size());
+    for (size_t i = 0; i < plain.graph->outputs().size(); ++i) {
+      SCOPED_TRACE(plain.graph->outputs()[i]->name());
+      const size_t bytes = static_cast<size_t>(a.exec.outputNode(i)->shape().numElements()) * sizeof(float);
+      EXPECT_EQ(std::memcmp(a.exec.outputData(i), b.exec.outputData(i), bytes), 0);
+      EXPECT_LT(b.relError(i), i == 0 ? 1e-6 : 1e-4);
+    }
   }
 }
 
