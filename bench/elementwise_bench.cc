@@ -77,6 +77,46 @@ void BM_GeluGrad(benchmark::State& state) { activationGrad(state, geluGrad); }
 void BM_Silu(benchmark::State& state) { activation(state, UnaryOp::kSilu); }
 void BM_SiluGrad(benchmark::State& state) { activationGrad(state, siluGrad); }
 
+// SwiGLU silu(gate) * up forward and both gradients, [tokens, d_ff]: as the separate
+// kernels run them (arg 0: silu and mul; mul(dy, up), silu_grad and mul(dy, silu)) and
+// as fuse_swiglu's (arg 1: swiglu; swiglu_grad for gate and for up). Bytes: what the
+// fused kernels move (forward 3 arrays, backward 7).
+void BM_Swiglu(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kFf;
+  const std::vector<float> g = randomData(n), u = randomData(n);
+  std::vector<float> s(g.size()), y(g.size());
+  const bool fused = state.range(1) != 0;
+  for (auto _ : state) {
+    if (fused) {
+      swiglu(g.data(), u.data(), y.data(), n);
+    } else {
+      unary(UnaryOp::kSilu, g.data(), s.data(), n);
+      binary(BinaryOp::kMul, s.data(), Bcast::kFull, u.data(), Bcast::kFull, y.data(), 1, n);
+    }
+  }
+  finish(state, 3 * n * kF);
+}
+
+void BM_SwigluGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kTokens * kFf;
+  const std::vector<float> g = randomData(n), u = randomData(n), dy = randomData(n), s = randomData(n);
+  std::vector<float> t(g.size()), dg(g.size()), du(g.size());
+  const bool fused = state.range(1) != 0;
+  for (auto _ : state) {
+    if (fused) {
+      swigluGrad(SwigluOperand::kGate, g.data(), u.data(), dy.data(), dg.data(), n);
+      swigluGrad(SwigluOperand::kUp, g.data(), nullptr, dy.data(), du.data(), n);
+    } else {
+      binary(BinaryOp::kMul, dy.data(), Bcast::kFull, u.data(), Bcast::kFull, t.data(), 1, n);
+      siluGrad(g.data(), t.data(), dg.data(), n);
+      binary(BinaryOp::kMul, dy.data(), Bcast::kFull, s.data(), Bcast::kFull, du.data(), 1, n);
+    }
+  }
+  finish(state, 7 * n * kF);
+}
+
 void BM_RmsNorm(benchmark::State& state) {
   setUp(state);
   const int64_t n = kTokens * kModel;
@@ -120,6 +160,47 @@ void BM_CausalMask(benchmark::State& state) {
   std::vector<float> y(x.size());
   for (auto _ : state) causalMask(x.data(), y.data(), kBatch * kHeads, kSeq, kSeq, -1e9f);
   finish(state, 2 * n * kF);
+}
+
+// An attention's scaled, causally masked softmax as the separate kernels run it (arg 0:
+// mul by the scale, causal_mask, softmax) and as fuse_softmax's one kernel (arg 1).
+void BM_AttentionSoftmax(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kScoreRows * kSeq;
+  const std::vector<float> x = randomData(n, -8.0f, 8.0f), scale{0.125f};
+  std::vector<float> t(x.size()), y(x.size());
+  const bool fused = state.range(1) != 0;
+  const SoftmaxPrologue prologue{.scale = 0.125f, .causal = true, .fill = -INFINITY, .tq = kSeq};
+  for (auto _ : state) {
+    if (fused) {
+      softmax(x.data(), y.data(), kScoreRows, kSeq, prologue);
+    } else {
+      binary(BinaryOp::kMul, x.data(), Bcast::kFull, scale.data(), Bcast::kScalar, t.data(), kScoreRows, kSeq);
+      causalMask(t.data(), t.data(), kBatch * kHeads, kSeq, kSeq, -INFINITY);
+      softmax(t.data(), y.data(), kScoreRows, kSeq);
+    }
+  }
+  finish(state, 2 * n * kF);
+}
+
+// Its gradient: softmax_grad, causal_mask with 0, mul by the scale (arg 0), or fused (1).
+void BM_AttentionSoftmaxGrad(benchmark::State& state) {
+  setUp(state);
+  const int64_t n = kScoreRows * kSeq;
+  const std::vector<float> y = randomData(n, 0.0f, 0.02f), dy = randomData(n), scale{0.125f};
+  std::vector<float> g(y.size()), dx(y.size());
+  const bool fused = state.range(1) != 0;
+  const SoftmaxPrologue prologue{.scale = 0.125f, .causal = true, .fill = -INFINITY, .tq = kSeq};
+  for (auto _ : state) {
+    if (fused) {
+      softmaxGrad(y.data(), dy.data(), dx.data(), kScoreRows, kSeq, prologue);
+    } else {
+      softmaxGrad(y.data(), dy.data(), g.data(), kScoreRows, kSeq);
+      causalMask(g.data(), g.data(), kBatch * kHeads, kSeq, kSeq, 0.0f);
+      binary(BinaryOp::kMul, g.data(), Bcast::kFull, scale.data(), Bcast::kScalar, dx.data(), kScoreRows, kSeq);
+    }
+  }
+  finish(state, 3 * n * kF);
 }
 
 void BM_CrossEntropy(benchmark::State& state) {
@@ -314,6 +395,10 @@ PGQ_THREADS(BM_TransposeHeads);
 PGQ_THREADS(BM_TransposeLastTwo);
 PGQ_THREADS(BM_AdamW);
 PGQ_THREADS(BM_SumSquares);
+BENCHMARK(BM_Swiglu)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SwigluGrad)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionSoftmax)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionSoftmaxGrad)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWQuantize)->ArgsProduct({{1, 2}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWQuantizeCold)->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 

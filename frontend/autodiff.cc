@@ -375,6 +375,15 @@ void Autodiff::backprop(Node* node, Node* dy) {
     case Op::kGelu: case Op::kSilu: case Op::kGeluErf: case Op::kSqrt: case Op::kSigmoid: case Op::kErf:
       return unaryGrad(node, dy);
     case Op::kSelect: return selectGrad(node, dy);
+    case Op::kSwiglu:  // each operand's gradient in one pass over (gate, up, dy)
+      for (GemmOperand wrt : {GemmOperand::kLhs, GemmOperand::kRhs}) {
+        Node* operand = node->operand(wrt == GemmOperand::kLhs ? 0 : 1);
+        if (!needs_grad_.count(operand)) continue;
+        Attrs attrs;
+        attrs.set(AttrKey::kWrt, wrt);
+        accumulate(operand, b_.create(Op::kSwigluGrad, {op0(), op1(), dy}, std::move(attrs)));
+      }
+      return;
     case Op::kConvert: case Op::kTranspose: case Op::kReshape: case Op::kSlice: case Op::kPad:
     case Op::kConcat: case Op::kBroadcast:
       return layoutGrad(node, dy);
@@ -402,7 +411,7 @@ void Autodiff::backprop(Node* node, Node* dy) {
     case Op::kScatterAdd: accumulate(op0(), b_.gather(dy, op1())); return;
     case Op::kCrossEntropy: accumulate(op0(), b_.crossEntropyGrad(op0(), op1(), dy)); return;
     case Op::kMatMul: matmulGrad(node, dy); return;
-    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad:
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad: case Op::kSwigluGrad:
     case Op::kSoftmaxGrad: case Op::kRmsNormGrad: case Op::kLayerNormGrad: case Op::kCrossEntropyGrad:
       throw Error(fmt::format("autodiff: no gradient rule for {} (%{}); second derivatives are not "
                               "supported",

@@ -548,6 +548,10 @@ TensorType Rule::run() const {
     case Op::kSilu: case Op::kGeluErf:
       return elementwise(1);
     case Op::kSelect: return select();
+    case Op::kSwiglu: return elementwise(2);
+    case Op::kSwigluGrad:
+      requireAttr(AttrKey::kWrt);
+      return elementwise(3);
     case Op::kConvert: return convert();
 
     case Op::kTranspose: return transpose();

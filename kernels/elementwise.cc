@@ -11,7 +11,9 @@ namespace pgq::kernels {
 namespace {
 
 using vec::loadTail;
+using vec::loadPart;
 using vec::storeTail;
+using vec::storePart;
 
 // Elementwise work splits at multiples of 16 floats, so that two threads never write
 // the same 64-byte cache line (unless the buffer itself is misaligned).
@@ -99,6 +101,74 @@ PGQ_AVX512_END
 template <WideOp kOp>
 void mapWideRanges(const float* x, const float* dy, float* y, int64_t n) {
   vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) { mapWide<kOp>(x, dy, y, begin, end); });
+}
+
+// SwiGLU and its gradients: (gate, up, dy) -> one output, the 256-bit functions or their
+// 512-bit twins, so each element is what silu/siluGrad and mul give separately.
+enum class GluOp { kForward, kGradGate, kGradUp };
+
+template <GluOp kOp>
+inline __m256 narrowGlu(__m256 g, __m256 u, __m256 d) {
+  if constexpr (kOp == GluOp::kForward) return _mm256_mul_ps(vec::vsilu(g), u);
+  if constexpr (kOp == GluOp::kGradGate) return _mm256_mul_ps(_mm256_mul_ps(d, u), vec::vsiluGrad(g));
+  return _mm256_mul_ps(d, vec::vsilu(g));
+}
+
+template <GluOp kOp>
+struct GluOperands {
+  const float* g;
+  const float* u;  // unread by kGradUp
+  const float* d;  // unread by kForward
+  static constexpr bool kU = kOp != GluOp::kGradUp, kD = kOp != GluOp::kForward;
+  __m256 narrow(int64_t i, int64_t k) const {
+    const __m256 zero = _mm256_setzero_ps();
+    return narrowGlu<kOp>(loadPart(g + i, k), kU ? loadPart(u + i, k) : zero, kD ? loadPart(d + i, k) : zero);
+  }
+};
+
+template <GluOp kOp>
+void mapGluNarrow(const GluOperands<kOp>& in, float* y, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {  // two independent exp chains
+    const __m256 r0 = in.narrow(i, 8), r1 = in.narrow(i + 8, 8);
+    _mm256_storeu_ps(y + i, r0);
+    _mm256_storeu_ps(y + i + 8, r1);
+  }
+  for (; i < end; i += 8) storePart(y + i, end - i, in.narrow(i, end - i));
+}
+
+PGQ_AVX512_BEGIN
+template <GluOp kOp>
+PGQ_AVX512 __attribute__((always_inline)) inline __m512 wideGlu(const GluOperands<kOp>& in, int64_t i) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 g = _mm512_loadu_ps(in.g + i);
+  const __m512 u = GluOperands<kOp>::kU ? _mm512_loadu_ps(in.u + i) : zero;
+  const __m512 d = GluOperands<kOp>::kD ? _mm512_loadu_ps(in.d + i) : zero;
+  if constexpr (kOp == GluOp::kForward) return _mm512_mul_ps(vec::vsilu512(g), u);
+  if constexpr (kOp == GluOp::kGradGate) return _mm512_mul_ps(_mm512_mul_ps(d, u), vec::vsiluGrad512(g));
+  return _mm512_mul_ps(d, vec::vsilu512(g));
+}
+
+template <GluOp kOp>
+PGQ_AVX512 void mapGluWide(const GluOperands<kOp>& in, float* y, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 32 <= end; i += 32) {
+    const __m512 r0 = wideGlu<kOp>(in, i), r1 = wideGlu<kOp>(in, i + 16);
+    _mm512_storeu_ps(y + i, r0);
+    _mm512_storeu_ps(y + i + 16, r1);
+  }
+  for (; i + 16 <= end; i += 16) _mm512_storeu_ps(y + i, wideGlu<kOp>(in, i));
+  for (; i < end; i += 8) storePart(y + i, end - i, in.narrow(i, end - i));
+}
+PGQ_AVX512_END
+
+template <GluOp kOp>
+void mapGlu(const GluOperands<kOp>& in, float* y, int64_t n) {
+  const bool wide = avx512Kernels();
+  vec::parallelRanges(n, 1, kAlign, [&](int64_t begin, int64_t end) {
+    if (wide) mapGluWide<kOp>(in, y, begin, end);
+    else mapGluNarrow<kOp>(in, y, begin, end);
+  });
 }
 
 template <BinaryOp kOp>
@@ -245,6 +315,17 @@ void siluGrad(const float* x, const float* dy, float* dx, int64_t n) {
   vec::checkSizes("siluGrad", {n});
   if (avx512Kernels()) return mapWideRanges<WideOp::kSiluGrad>(x, dy, dx, n);
   mapBinary(x, dy, dx, n, [](__m256 xv, __m256 g) { return _mm256_mul_ps(g, vec::vsiluGrad(xv)); });
+}
+
+void swiglu(const float* gate, const float* up, float* y, int64_t n) {
+  vec::checkSizes("swiglu", {n});
+  mapGlu<GluOp::kForward>({gate, up, nullptr}, y, n);
+}
+
+void swigluGrad(SwigluOperand wrt, const float* gate, const float* up, const float* dy, float* dx, int64_t n) {
+  vec::checkSizes("swigluGrad", {n});
+  if (wrt == SwigluOperand::kGate) return mapGlu<GluOp::kGradGate>({gate, up, dy}, dx, n);
+  mapGlu<GluOp::kGradUp>({gate, nullptr, dy}, dx, n);
 }
 
 void geluErfGrad(const float* x, const float* dy, float* dx, int64_t n) {

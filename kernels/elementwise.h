@@ -59,6 +59,17 @@ void geluErfGrad(const float* x, const float* dy, float* dx, int64_t n);
 // dx = dy where x > 0, else 0. dx may alias x or dy.
 void reluGrad(const float* x, const float* dy, float* dx, int64_t n);
 
+// SwiGLU (LLaMA's MLP activation, fuse_swiglu): y = silu(gate) * up, each element the
+// product of the silu kernel's value and up, as the two separate kernels give it. y may
+// alias gate or up.
+void swiglu(const float* gate, const float* up, float* y, int64_t n);
+
+// Its gradients, each element as the separate kernels give it: with respect to gate,
+// dx = (dy * up) * silu'(gate) (siluGrad of the product); to up, dx = dy * silu(gate)
+// (`up` unread, may be null). dx may alias any operand.
+enum class SwigluOperand { kGate, kUp };
+void swigluGrad(SwigluOperand wrt, const float* gate, const float* up, const float* dy, float* dx, int64_t n);
+
 // y = a where cond != 0 (NaN counts as nonzero), else b. y may alias any operand.
 void select(const float* cond, const float* a, const float* b, float* y, int64_t n);
 

@@ -139,16 +139,37 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     if (!scaled && !prologue.causal) return softmaxRow(xr, yr, cols);
-    // The prologue writes the row's softmax input into y, where it stays in cache.
+    // The prologue writes the row's softmax input into y, where it stays in cache, a
+    // whole vector at a time: the vector holding the row's last kept key takes the fill
+    // by a blend (a masked store costs ~10x a store on AMD cores), and so on.
     const int64_t keep = keptOfRow(r, cols, prologue);
-    if (scaled) {
-      for (int64_t j = 0; j < keep; j += 8)
-        storePart(yr + j, keep - j, _mm256_mul_ps(loadPart(xr + j, keep - j), vs));
-    } else if (xr != yr) {
-      std::memcpy(yr, xr, static_cast<size_t>(keep) * sizeof(float));
+    const int64_t keep8 = std::min(cols, (keep + 7) / 8 * 8);
+    for (int64_t j = 0; j < keep8; j += 8) {
+      __m256 v = loadPart(xr + j, cols - j);
+      if (scaled) v = _mm256_mul_ps(v, vs);
+      if (j + 8 > keep) v = _mm256_blendv_ps(vf, v, _mm256_castsi256_ps(vec::tailMask(keep - j)));
+      storePart(yr + j, cols - j, v);
     }
-    for (int64_t j = keep; j < cols; j += 8) storePart(yr + j, cols - j, vf);
-    softmaxRow(yr, yr, cols);
+    // Where exp(fill - max) is 0 (vexp zeroes x - max <= -104: a -inf fill always), the
+    // masked keys add exact zeros to the sum and get 0 * (1 / sum): only the first `used`
+    // entries are computed, `keep` rounded up to the 32 elements the sum takes per step,
+    // so that every nonzero term lands in the chain it does over the whole row (the same
+    // sum, bit for bit), and the rest is set to 0 * (1 / sum) (NaN in a row with a NaN
+    // score, as over the whole row). A causal row skips half its keys on average.
+    // max(kept, fill) of the first keep8 is the kept keys' max whenever that holds.
+    const float head_max = rowMax(yr, keep8);
+    const bool masked_zero = keep < cols && prologue.fill - head_max <= -104.0f;
+    const int64_t used = masked_zero ? std::min(cols, (keep + 31) / 32 * 32) : cols;
+    for (int64_t j = keep8; j < used; j += 8) storePart(yr + j, used - j, vf);
+    const float max = masked_zero || keep8 == cols ? head_max : rowMax(yr, cols);
+    if (max == kNegInf) {
+      std::memset(yr, 0, static_cast<size_t>(cols) * sizeof(float));
+      return;
+    }
+    const auto inv = static_cast<float>(1.0 / expShiftSum(yr, yr, used, max));
+    scaleRow(yr, used, inv);
+    const __m256 rest = _mm256_mul_ps(_mm256_setzero_ps(), _mm256_set1_ps(inv));
+    for (int64_t j = used; j < cols; j += 8) storePart(yr + j, cols - j, rest);
   });
 }
 
@@ -173,14 +194,17 @@ void softmaxGrad(const float* y, const float* dy, float* dx, int64_t rows, int64
         cols, [&](int64_t i, int64_t k) { return _mm256_mul_ps(loadPart(yr + i, k), loadPart(gr + i, k)); });
     const __m256 vd = _mm256_set1_ps(static_cast<float>(dot));
     float* out = dx + r * cols;
+    // Whole vectors, the one holding the last kept key blended (as softmax above).
     const int64_t keep = keptOfRow(r, cols, prologue);
-    for (int64_t i = 0; i < keep; i += 8) {
-      const int64_t k = keep - i;
+    const int64_t keep8 = std::min(cols, (keep + 7) / 8 * 8);
+    for (int64_t i = 0; i < keep8; i += 8) {
+      const int64_t k = cols - i;
       __m256 g = _mm256_mul_ps(loadPart(yr + i, k), _mm256_sub_ps(loadPart(gr + i, k), vd));
       if (scaled) g = _mm256_mul_ps(g, vs);
+      if (i + 8 > keep) g = _mm256_blendv_ps(masked, g, _mm256_castsi256_ps(vec::tailMask(keep - i)));
       storePart(out + i, k, g);
     }
-    for (int64_t i = keep; i < cols; i += 8) storePart(out + i, cols - i, masked);
+    for (int64_t i = keep8; i < cols; i += 8) storePart(out + i, cols - i, masked);
   });
 }
 

@@ -8,21 +8,15 @@
 #include <unordered_set>
 #include <vector>
 
+#include "passes/fusion_util.h"
+
 namespace pgq {
 namespace {
 
 bool near(double value, double want) { return std::abs(value - want) <= 1e-4 * std::abs(want); }
 
-// The value of a splat: a constant, or a reshape or broadcast of one.
-std::optional<double> splatValue(const Node* n) {
-  while (n->op() == Op::kReshape || n->op() == Op::kBroadcast) n = n->operand(0);
-  if (n->op() != Op::kConstant || !n->attrs().has(AttrKey::kValue)) return std::nullopt;
-  return n->attrs().getFloat(AttrKey::kValue);
-}
-
-bool isOutput(const Graph& graph, const Node* n) {
-  return std::find(graph.outputs().begin(), graph.outputs().end(), n) != graph.outputs().end();
-}
+using fusion::isOutput;
+using fusion::splatValue;
 
 bool lastDimIn(const std::vector<int64_t>& dims, const Shape& shape) {
   return std::find(dims.begin(), dims.end(), shape.rank() - 1) != dims.end();
@@ -282,14 +276,6 @@ class Matcher {
   const Graph& graph_;
 };
 
-// "/blocks.0/mlp/Mul_3" -> "/blocks.0/mlp/gelu": the fused node stays in its scope.
-std::string fusedName(const Graph& graph, const Match& m) {
-  const std::string& root = m.root->name();
-  const size_t slash = root.rfind('/');
-  const std::string scope = slash == std::string::npos ? "" : root.substr(0, slash + 1);
-  return graph.uniqueName(scope + std::string(opName(m.op)));
-}
-
 }  // namespace
 
 bool FuseDecomposed::run(Graph& graph, PassContext&) {
@@ -298,12 +284,12 @@ bool FuseDecomposed::run(Graph& graph, PassContext&) {
   // Operands first: a pattern is matched at its last node, after the nodes inside it,
   // and a fused value is in place before its users are matched.
   for (Node* node : graph.postOrder()) {
-    if (node->users().empty() && !isOutput(graph, node)) continue;  // dead
+    if (fusion::isDead(graph, node)) continue;
     std::optional<Match> m = matcher.match(node);
     if (!m || !(m->x->type() == m->root->type())) continue;
     Attrs attrs;
     if (m->op == Op::kRmsNorm || m->op == Op::kLayerNorm) attrs.set(AttrKey::kEps, m->eps);
-    Node* fused = graph.create(m->op, {m->x}, std::move(attrs), std::nullopt, fusedName(graph, *m));
+    Node* fused = graph.create(m->op, {m->x}, std::move(attrs), std::nullopt, fusion::fusedName(graph, m->root, opName(m->op)));
     graph.replaceAllUsesWith(m->root, fused);
     changed = true;
   }

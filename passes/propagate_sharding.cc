@@ -95,6 +95,7 @@ Split propagate(const Node& node) {
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh: case Op::kRelu:
     case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf: case Op::kSilu: case Op::kGeluErf:
     case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad: case Op::kSelect:
+    case Op::kSwiglu: case Op::kSwigluGrad:
     case Op::kConvert: case Op::kQuantize: case Op::kFakeQuant:
       return elementwise(node);
     case Op::kSoftmax: case Op::kSoftmaxGrad:  // a causal mask depends on the positions too

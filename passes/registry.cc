@@ -9,6 +9,7 @@
 #include "passes/estimate_speedup.h"
 #include "passes/fuse_decomposed.h"
 #include "passes/fuse_softmax.h"
+#include "passes/fuse_swiglu.h"
 #include "passes/data_parallel.h"
 #include "passes/instrument_stats.h"
 #include "passes/partition_spmd.h"

@@ -22,7 +22,7 @@ bool isModelGemm(const Graph& graph, const Node& node) { return isGemm(node) && 
 bool isGradientOp(Op op) {
   return op == Op::kCrossEntropyGrad || op == Op::kSoftmaxGrad || op == Op::kGeluGrad || op == Op::kReluGrad ||
          op == Op::kSiluGrad || op == Op::kGeluErfGrad || op == Op::kRmsNormGrad || op == Op::kLayerNormGrad ||
-         op == Op::kScatterAdd;
+         op == Op::kSwigluGrad || op == Op::kScatterAdd;
 }
 
 const Node* throughConverts(const Node* node) {

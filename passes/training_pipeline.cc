@@ -6,6 +6,7 @@
 #include "passes/estimate_speedup.h"
 #include "passes/fuse_decomposed.h"
 #include "passes/fuse_softmax.h"
+#include "passes/fuse_swiglu.h"
 #include "passes/data_parallel.h"
 #include "passes/instrument_stats.h"
 #include "passes/partition_spmd.h"
@@ -19,6 +20,7 @@ std::unique_ptr<Pipeline> buildForwardPipeline() {
   auto pipeline = std::make_unique<Pipeline>("forward");
   pipeline->add(std::make_unique<FuseDecomposed>());
   pipeline->add(std::make_unique<FuseSoftmax>());
+  pipeline->add(std::make_unique<FuseSwiglu>());
   pipeline->add(std::make_unique<DeadCodeElimination>());
   return pipeline;
 }

@@ -2,7 +2,7 @@
 // The pipelines every training graph goes through. On the forward graph, before
 // autodiff (so the backward is derived from the fused ops):
 //
-//   fuse_decomposed, fuse_softmax, dce
+//   fuse_decomposed, fuse_softmax, fuse_swiglu, dce
 //
 // and on the training graph, built from typed options:
 //

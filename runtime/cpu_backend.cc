@@ -100,7 +100,7 @@ OpFamily familyOf(Op op) {
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh: case Op::kRelu:
     case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf: case Op::kSilu:
     case Op::kGeluErf: case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad:
-    case Op::kGeluErfGrad: case Op::kSelect:
+    case Op::kGeluErfGrad: case Op::kSelect: case Op::kSwiglu: case Op::kSwigluGrad:
       return OpFamily::kElementwise;
     case Op::kConvert:
       return OpFamily::kConvert;
@@ -1009,6 +1009,17 @@ Kernel CpuBackend::lowerElementwise(const Node& node, LoweringContext& ctx) cons
       return [=](const RunContext& rc) { k::siluGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
     case Op::kGeluErfGrad:
       return [=](const RunContext& rc) { k::geluErfGrad(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
+    case Op::kSwiglu:
+      return [=](const RunContext& rc) { k::swiglu(rc.as<float>(x), rc.as<float>(x1), rc.as<float>(y), n); };
+    case Op::kSwigluGrad: {
+      int x2 = ctx.operand(2).slot;
+      const k::SwigluOperand wrt = node.attrs().getOperand(AttrKey::kWrt) == GemmOperand::kLhs
+                                       ? k::SwigluOperand::kGate
+                                       : k::SwigluOperand::kUp;
+      return [=](const RunContext& rc) {
+        k::swigluGrad(wrt, rc.as<float>(x), rc.as<float>(x1), rc.as<float>(x2), rc.as<float>(y), n);
+      };
+    }
     case Op::kSelect: {
       int x2 = ctx.operand(2).slot;
       return [=](const RunContext& rc) {

@@ -283,6 +283,7 @@ void evaluateElementwise(const OpValues& v) {
     case Op::kErf: return v.unary([](double x) { return std::erf(x); });
     // silu: x sigmoid(x).
     case Op::kSilu: return v.unary([](double x) { return x * sigmoid(x); });
+    case Op::kSwiglu: return v.binary([](double gate, double up) { return gate * sigmoid(gate) * up; });
     // gelu_erf: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), torch's exact gelu.
     case Op::kGeluErf: return v.unary([](double x) { return x * normalCdf(x); });
     // select(cond, a, b): a where cond != 0 (NaN counts as nonzero), else b.
@@ -310,6 +311,16 @@ void evaluateActivationGrad(const OpValues& v) {
         const double s = sigmoid(x);
         return dy * s * (1.0 + x * (1.0 - s));
       });
+    // swiglu_grad(gate, up, dy){wrt}: dy * up * silu'(gate) (lhs) or dy * silu(gate) (rhs).
+    case Op::kSwigluGrad: {
+      const bool gate = v.node.attrs().getOperand(AttrKey::kWrt) == GemmOperand::kLhs;
+      const Values &g = v.in(0), &u = v.in(1), &dy = v.in(2);
+      for (size_t i = 0; i < v.y.size(); ++i) {
+        const double s = sigmoid(g[i]);
+        v.y[i] = gate ? dy[i] * u[i] * s * (1.0 + g[i] * (1.0 - s)) : dy[i] * g[i] * s;
+      }
+      return;
+    }
     // gelu_erf_grad(x, dy): dy (Phi(x) + x phi(x)).
     case Op::kGeluErfGrad:
       return v.binary([](double x, double dy) { return dy * (normalCdf(x) + x * normalPdf(x)); });
@@ -750,10 +761,10 @@ RefTensor ReferenceEvaluator::evaluate(const Node& node) const {
     case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv: case Op::kMax: case Op::kGe:
     case Op::kNeg: case Op::kExp: case Op::kLog: case Op::kRsqrt: case Op::kTanh: case Op::kRelu:
     case Op::kGelu: case Op::kSqrt: case Op::kSigmoid: case Op::kErf: case Op::kSilu:
-    case Op::kGeluErf: case Op::kSelect:
+    case Op::kGeluErf: case Op::kSelect: case Op::kSwiglu:
       evaluateElementwise(v);
       return result;
-    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad:
+    case Op::kReluGrad: case Op::kGeluGrad: case Op::kSiluGrad: case Op::kGeluErfGrad: case Op::kSwigluGrad:
       evaluateActivationGrad(v);
       return result;
     case Op::kConvert: evaluateConvert(v); return result;

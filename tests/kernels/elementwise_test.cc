@@ -498,6 +498,57 @@ TEST(ActivationGradTest, WidePathGivesTheResultsOfThe256BitPath) {
   EXPECT_EQ(compared, 2 * 12 * 4);
 }
 
+// swiglu and its gradients must give, element for element, what the separate kernels
+// give: silu then mul forward; mul(dy, up) then siluGrad, and mul(dy, silu) backward
+// (autodiff's order; a NaN may differ in sign, equalUpToNanBits); on the 256-bit and, where the CPU has it,
+// the 512-bit path, ragged sizes, 1 and 2 threads, in place.
+TEST(SwigluTest, GivesTheSeparateKernelsResultsBitForBit) {
+  const testing::WidePaths wide_paths;
+  const float kSpecial[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -0.0f, 1e-40f, 100.0f, -100.0f, 88.5f, 1e30f};
+  int64_t compared = 0;
+  for (bool wide : {false, true}) {
+    if (wide && !wide_paths.available()) continue;
+    setAvx512Kernels(wide);
+    for (int threads : kThreadCounts) {
+      ThreadCount tc(threads);
+      for (int64_t n : {1, 7, 15, 16, 17, 31, 33, 100, 4099, 40000}) {
+        SCOPED_TRACE(::testing::Message() << "n " << n << ", " << threads << " threads, wide " << wide);
+        std::vector<float> g = randomVector(n, 95, -12.0f, 12.0f), u = randomVector(n, 96), dy = randomVector(n, 97);
+        for (int64_t i = 0; i < n; i += 5) g[static_cast<size_t>(i)] = kSpecial[(i / 5) % 9];
+        for (int64_t i = 2; i < n; i += 7) u[static_cast<size_t>(i)] = kSpecial[(i / 7) % 9];
+        for (int64_t i = 3; i < n; i += 11) dy[static_cast<size_t>(i)] = kSpecial[(i / 11) % 9];
+        auto mul = [&](const std::vector<float>& a, const std::vector<float>& b) {
+          std::vector<float> y(a.size());
+          binary(BinaryOp::kMul, a.data(), Bcast::kFull, b.data(), Bcast::kFull, y.data(), 1, n);
+          return y;
+        };
+        std::vector<float> s(g.size()), want_dg(g.size());
+        unary(UnaryOp::kSilu, g.data(), s.data(), n);
+        const std::vector<float> want_y = mul(s, u), dsilu = mul(dy, u), want_du = mul(dy, s);
+        siluGrad(g.data(), dsilu.data(), want_dg.data(), n);
+
+        Guarded y(n), dg(n), du(n);
+        swiglu(g.data(), u.data(), y.data(), n);
+        swigluGrad(SwigluOperand::kGate, g.data(), u.data(), dy.data(), dg.data(), n);
+        swigluGrad(SwigluOperand::kUp, g.data(), nullptr, dy.data(), du.data(), n);
+        EXPECT_TRUE(y.guardsIntact() && dg.guardsIntact() && du.guardsIntact());
+        ASSERT_TRUE(testing::equalUpToNanBits(y.values(), want_y)) << "swiglu";
+        ASSERT_TRUE(testing::equalUpToNanBits(dg.values(), want_dg)) << "gradient of gate";
+        ASSERT_TRUE(testing::equalUpToNanBits(du.values(), want_du)) << "gradient of up";
+        std::vector<float> over_up = u, over_dy = dy;
+        swiglu(g.data(), over_up.data(), over_up.data(), n);
+        swigluGrad(SwigluOperand::kGate, g.data(), u.data(), over_dy.data(), over_dy.data(), n);
+        EXPECT_TRUE(testing::equalUpToNanBits(over_up, want_y)) << "in place";
+        EXPECT_TRUE(testing::equalUpToNanBits(over_dy, want_dg)) << "in place";
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, (wide_paths.available() ? 2 : 1) * 2 * 10);
+  EXPECT_THROW(swiglu(nullptr, nullptr, nullptr, -1), KernelError);
+}
+
 TEST(SelectTest, PicksWhereConditionIsNonzero) {
   for (int threads : kThreadCounts) {
     ThreadCount tc(threads);

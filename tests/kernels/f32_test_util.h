@@ -88,4 +88,19 @@ inline bool bitwiseEqual(const std::vector<float>& a, const std::vector<float>& 
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+// Bit for bit, except that any NaN equals any NaN: where both operands of a product are
+// NaN, x86 returns the first one's, and the compiler may order a commutative product's
+// operands either way, so a NaN's sign and payload are not part of a kernel's contract.
+inline bool equalUpToNanBits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) {
+      if (std::isnan(a[i]) != std::isnan(b[i])) return false;
+    } else if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace pgq::kernels::testing

@@ -223,6 +223,27 @@ TEST(SoftmaxTest, PrologueGivesTheSeparateKernelsResultsBitForBit) {
     }
   }
   EXPECT_EQ(compared, 2 * 7 * 4 * 3);
+  // A NaN score turns its row into NaN, masked keys included, as the separate kernels do
+  // (the NaN's sign and payload may differ: maxps drops a NaN depending on where it is).
+  {
+    const int64_t batch = 2, tq = 40, tk = 40, rows = batch * tq, n = rows * tk;
+    std::vector<float> x = randomVector(n, 63, -8.0f, 8.0f);
+    x[static_cast<size_t>(5 * tk + 2)] = std::numeric_limits<float>::quiet_NaN();   // row 5 keeps 6 keys
+    x[static_cast<size_t>(45 * tk + 3)] = std::numeric_limits<float>::quiet_NaN();  // row 45 keeps 6
+    x[static_cast<size_t>(7 * tk + 30)] = std::numeric_limits<float>::quiet_NaN();  // row 7: masked, no effect
+    std::vector<float> t(x.size()), want(x.size()), got(x.size());
+    for (size_t i = 0; i < x.size(); ++i) t[i] = x[i] * 0.25f;
+    causalMask(t.data(), t.data(), batch, tq, tk, -kInf);
+    softmax(t.data(), want.data(), rows, tk);
+    softmax(x.data(), got.data(), rows, tk, {.scale = 0.25f, .causal = true, .fill = -kInf, .tq = tq});
+    int nans = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << i;
+      if (std::isnan(want[i])) ++nans;
+      else ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << i;
+    }
+    EXPECT_EQ(nans, 2 * tk);
+  }
   // The causal rows must be whole [tq, cols] matrices.
   std::vector<float> v(6 * 4);
   EXPECT_THROW(softmax(v.data(), v.data(), 6, 4, {.causal = true, .tq = 4}), KernelError);

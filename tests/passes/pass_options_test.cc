@@ -135,7 +135,7 @@ TEST_F(PassOptions, RefusesBadKeysNamingThePassTheKeyAndTheKnownKeys) {
        "pass 'quantize_gemms': missing required option 'recipe' (options of quantize_gemms: recipe, seed)"},
       {"quantize_gemms", "pass 'quantize_gemms': missing required option 'recipe'"},
       {"cse{x=1}", "pass 'cse': unknown option 'x' (cse takes no options)"},
-      {"tag_metadata,nope{a=1}", "unknown pass 'nope' (known passes: dce, cse, fuse_decomposed, fuse_softmax, bf16_gemms, propagate_sharding, tag_metadata"},
+      {"tag_metadata,nope{a=1}", "unknown pass 'nope' (known passes: dce, cse, fuse_decomposed, fuse_softmax, fuse_swiglu, bf16_gemms, propagate_sharding, tag_metadata"},
   };
   for (const Case& c : cases) EXPECT_NE(errorOf(c.pipeline).find(c.message), std::string::npos) << errorOf(c.pipeline);
 }

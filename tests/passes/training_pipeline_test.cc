@@ -22,7 +22,7 @@ Recipe everyGemmInInt8() {
 }
 
 TEST(TrainingPipeline, FusesTheForwardGraphFirst) {
-  EXPECT_EQ(buildForwardPipeline()->passNames(), (Names{"fuse_decomposed", "fuse_softmax", "dce"}));
+  EXPECT_EQ(buildForwardPipeline()->passNames(), (Names{"fuse_decomposed", "fuse_softmax", "fuse_swiglu", "dce"}));
 }
 
 TEST(TrainingPipeline, HasTheStagesTheOptionsAskFor) {

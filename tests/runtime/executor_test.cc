@@ -308,22 +308,26 @@ TEST(Executor, TinyLlamaLossAndGradientsMatchTheReference) {
   }
 }
 
-// fuse_softmax (in every compiled model) must not change a number: the training graph of
-// a GPT-2-style and a LLaMA-style block with the fused softmax gives the unfused graph's
-// loss and gradients bit for bit on this backend, and still matches the reference.
-TEST(Executor, TheFusedSoftmaxGivesTheUnfusedLossAndGradientsBitForBit) {
+// fuse_softmax and fuse_swiglu (in every compiled model) must not change a number: the
+// training graph of a GPT-2-style and a LLaMA-style block with the fused softmax and
+// SwiGLU gives the unfused graph's loss and gradients bit for bit on this backend, and
+// still matches the reference.
+TEST(Executor, TheFusedOpsGiveTheUnfusedLossAndGradientsBitForBit) {
   for (std::string spec : {std::string("tiny"), std::string(PGQ_SOURCE_DIR) + "/tests/parity/tiny_llama.yaml"}) {
     SCOPED_TRACE(spec);
     ModelConfig config = loadModelConfig(spec);
     TransformerGraph plain = buildTransformer(config), fused = buildTransformer(config);
     PassContext ctx;
-    ASSERT_TRUE(parsePipeline("fuse_softmax,dce")->run(*fused.graph, ctx));
+    ASSERT_TRUE(parsePipeline("fuse_softmax,fuse_swiglu,dce")->run(*fused.graph, ctx));
     appendBackward(*plain.graph, plain.loss, plain.params);
     appendBackward(*fused.graph, fused.loss, fused.params);
     int prologues = 0;
     for (const Node* n : fused.graph->nodes())
       prologues += n->op() == Op::kSoftmaxGrad && n->attrs().has(AttrKey::kCausal) && n->attrs().has(AttrKey::kScale);
     EXPECT_EQ(prologues, config.n_layers);
+    int swiglu_grads = 0;
+    for (const Node* n : fused.graph->nodes()) swiglu_grads += n->op() == Op::kSwigluGrad;
+    EXPECT_EQ(swiglu_grads, config.activation == Activation::kSwiGlu ? 2 * config.n_layers : 0);
     // The same values in the same order: both graphs create their inputs alike.
     BothRunners a(*plain.graph), b(*fused.graph);
     a.run();
