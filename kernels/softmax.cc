@@ -18,6 +18,7 @@ using vec::loadPart;
 using vec::storePart;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kPrefetchRows = 4;
 
 template <typename RowFn>
 void forRows(int64_t rows, int64_t cols, RowFn row_fn) {
@@ -144,6 +145,13 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
     // by a blend (a masked store costs ~10x a store on AMD cores), and so on.
     const int64_t keep = keptOfRow(r, cols, prologue);
     const int64_t keep8 = std::min(cols, (keep + 7) / 8 * 8);
+    // A causal row reads only its first keep8 entries, which hides the stream from the
+    // hardware prefetcher: the kept part of a row kPrefetchRows ahead is asked for here.
+    if (prologue.causal && r + kPrefetchRows < rows) {
+      const int64_t ahead = std::min(cols, keptOfRow(r + kPrefetchRows, cols, prologue) + 8);
+      const char* p = reinterpret_cast<const char*>(xr + kPrefetchRows * cols);
+      for (int64_t b = 0; b < ahead * static_cast<int64_t>(sizeof(float)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    }
     for (int64_t j = 0; j < keep8; j += 8) {
       __m256 v = loadPart(xr + j, cols - j);
       if (scaled) v = _mm256_mul_ps(v, vs);
