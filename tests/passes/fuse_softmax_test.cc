@@ -8,55 +8,19 @@
 #include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "runtime/reference.h"
+#include "tests/passes/pass_test_util.h"
 
 namespace pgq {
 namespace {
 
-struct Fused {
-  std::unique_ptr<Graph> before, after;
-  bool changed = false;
-};
+using testing::count;
+using testing::Fused;
+using testing::replace;
 
-Fused fuse(const std::string& text) {
-  Fused f{parseGraph(text), parseGraph(text)};
-  PassContext ctx;
-  f.changed = parsePipeline("fuse_softmax,dce")->run(*f.after, ctx);
-  return f;
-}
+Fused fuse(const std::string& text) { return testing::fuse(text, "fuse_softmax,dce"); }
 
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op() == op;
-  return n;
-}
-
-std::string replace(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return text.replace(at, from.size(), to);
-}
-
-// Both graphs, and their gradients, on the same random inputs (the reference evaluator,
-// in f64): the fused softmax and its gradient compute what the pattern did.
-void expectSameValues(const Fused& f) {
-  ReferenceEvaluator ra(*f.before), rb(*f.after);
-  uint64_t seed = 1;
-  for (const Node* n : f.before->nodes()) {
-    if (n->op() != Op::kParameter && n->op() != Op::kInput) continue;
-    RefTensor v = randomRefTensor(n->type(), seed++);
-    ra.setInput(n, v);
-    rb.setInput(n->name(), v);
-  }
-  ra.run();
-  rb.run();
-  ASSERT_EQ(f.before->outputs().size(), f.after->outputs().size());
-  for (size_t i = 0; i < f.before->outputs().size(); ++i) {
-    const std::vector<double>& a = ra.output(i).data;
-    const std::vector<double>& b = rb.output(i).data;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 1e-12 * (1 + std::abs(a[j]))) << i << " " << j;
-  }
-}
+// The fused softmax and its gradient compute what the pattern did (in f64).
+void expectSameValues(const Fused& f) { testing::expectSameValues(f, 1e-12); }
 
 // An attention's scores as the transformer builder writes them, a [2, 3, 5] query block
 // against 5 keys; `dy` stands for the gradient arriving at the probabilities, and the

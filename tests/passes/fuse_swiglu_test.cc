@@ -9,21 +9,13 @@
 #include "ir/printer.h"
 #include "passes/pipeline.h"
 #include "runtime/reference.h"
+#include "tests/passes/pass_test_util.h"
 
 namespace pgq {
 namespace {
 
-int count(const Graph& g, Op op) {
-  int n = 0;
-  for (const Node* node : g.nodes()) n += node->op() == op;
-  return n;
-}
-
-std::string replace(std::string text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return text.replace(at, from.size(), to);
-}
+using testing::count;
+using testing::replace;
 
 // LLaMA's MLP activation as the transformer builder writes it, and a loss to
 // differentiate.

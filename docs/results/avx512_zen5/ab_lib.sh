@@ -1,5 +1,5 @@
 #!/bin/bash
-# Sourced by this folder's A/B scripts (ab.sh, update_ab.sh, scatter_ab.sh, fold_ab.sh,
+# Sourced by this folder's A/B scripts (ab.sh, update_ab.sh, scatter_ab.sh, fold_ab.sh, fuse_ab.sh,
 # prefetch_ab.sh): `base` is the build directory BASE names, `new` the tree's build/, `work`
 # a temporary folder removed at exit; the script then runs in this folder.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,6 +59,23 @@ ab_gpt2_per_op() {
     "$dir/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 4 --profile-ops "$@" --no-progress \
       --out "$work/gpt2_$b" 2>&1 | grep -E "$pattern"
   done
+}
+
+# ab_fb_per_op PATTERN: `pgq train --profile-ops`, 4 steps, of `medium`'s F+B recipe
+# (FB_medium.yaml) and of GPT-2 124M's exact shape with the F+B recipe the new build makes
+# from its own profile, both builds: the lines PATTERN (grep -E) selects.
+ab_fb_per_op() {
+  local pattern=$1 b dir
+  for b in base new; do
+    dir=${!b}
+    echo "## $b: pgq train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml"
+    "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
+      --out "$work/medium_$b" 2>&1 | grep -E "$pattern"
+  done
+  "$new/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 3 --profile-warmup 1 --profile-steps 2 \
+    --profile-out "$work/gpt2.yaml" --no-progress --out "$work/gpt2_profile" >/dev/null 2>&1
+  "$new/pgq" recipe --profile "$work/gpt2.yaml" --hardware machine.yaml --policy F+B -o "$work/gpt2_fb.yaml" >/dev/null
+  ab_gpt2_per_op "$pattern" --recipe "$work/gpt2_fb.yaml"
 }
 
 # ab_bench ROUNDS BENCH FILTER [ARGS...]: a Google Benchmark program of both builds in turn,

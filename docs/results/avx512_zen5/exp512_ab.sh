@@ -21,16 +21,5 @@ source "$(dirname "$0")/ab_lib.sh"
 ab_bench 2 elementwise_bench 'BM_(Gelu|GeluGrad|Silu|SiluGrad|Softmax|CrossEntropy|CrossEntropyGrad)/' \
   --benchmark_min_time=0.3 >exp512_kernel.txt
 ops='kernel time|^  (gelu|gelu_grad|silu|silu_grad|softmax|cross_entropy|cross_entropy_grad) '
-{
-  for b in base new; do
-    dir=${!b}
-    echo "## $b: pgq train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml"
-    "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
-      --out "$work/medium_$b" 2>&1 | grep -E "$ops"
-  done
-  "$new/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 3 --profile-warmup 1 --profile-steps 2 \
-    --profile-out "$work/gpt2.yaml" --no-progress --out "$work/gpt2_profile" >/dev/null 2>&1
-  "$new/pgq" recipe --profile "$work/gpt2.yaml" --hardware machine.yaml --policy F+B -o "$work/gpt2_fb.yaml" >/dev/null
-  ab_gpt2_per_op "$ops" --recipe "$work/gpt2_fb.yaml"
-} >exp512_per_op.txt
+ab_fb_per_op "$ops" >exp512_per_op.txt
 ab_steps '(f32Step|quantizedStep)/(medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2' >exp512_steps_ab.txt

@@ -27,16 +27,5 @@ source "$(dirname "$0")/ab_lib.sh"
   done
 } >fuse_kernel.txt
 ops='ms/step \(|kernel time|^  (softmax|softmax_grad|causal_mask|mul|silu|silu_grad|swiglu|swiglu_grad) '
-{
-  for b in base new; do
-    dir=${!b}
-    echo "## $b: pgq train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml"
-    "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
-      --out "$work/medium_$b" 2>&1 | grep -E "$ops"
-  done
-  "$new/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 3 --profile-warmup 1 --profile-steps 2 \
-    --profile-out "$work/gpt2.yaml" --no-progress --out "$work/gpt2_profile" >/dev/null 2>&1
-  "$new/pgq" recipe --profile "$work/gpt2.yaml" --hardware machine.yaml --policy F+B -o "$work/gpt2_fb.yaml" >/dev/null
-  ab_gpt2_per_op "$ops" --recipe "$work/gpt2_fb.yaml"
-} >fuse_per_op.txt
+ab_fb_per_op "$ops" >fuse_per_op.txt
 ab_steps '(f32Step|quantizedStep|profiledStep)/(medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2' >fuse_steps_ab.txt
