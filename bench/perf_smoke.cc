@@ -1,4 +1,4 @@
-// The performance smoke test that CI runs (scripts/test.sh): nine speed ratios, each
+// The performance smoke test that CI runs (scripts/test.sh): ten speed ratios, each
 // measured inside this one process on this one machine, with bounds wide enough that
 // machine noise never trips them and a 2x regression of the measured code always does.
 //
@@ -26,6 +26,13 @@
 //             elsewhere). Expected ~1.3-1.4x on a Zen 5 (full-width 512-bit units; a
 //             CPU that splits them, like Zen 4, may gain little); fails below 0.9x: a
 //             512-bit path slower than the one it replaces.
+//   fused     the separate kernels of an attention's scaled, causally masked softmax and
+//             of SwiGLU, forward and backward / the fused kernels fuse_softmax and
+//             fuse_swiglu run instead, at `medium`'s shapes (scores [16 x 256, 256],
+//             [2048, 1024] activations), 1 thread. Expected ~1.4-1.5x on a Zen 5; fails
+//             below 1.0x: the fused kernels slower than what they replace (a masked store
+//             at each softmax row's end once made the fused forward slower than the
+//             separate kernels).
 //   step      f32 training step of `small` / the same step with the F+B recipe, all
 //             threads. Expected ~2.0x with VNNI, ~1.4-1.6x without; fails below 1.2x.
 //   profiled  the stage (i) step (statistics of every GEMM operand) / the plain f32
@@ -63,10 +70,12 @@
 
 #include "kernels/convert.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/threads.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
+#include "kernels/softmax.h"
 #include "plan/hardware.h"
 #include "plan/policy.h"
 #include "plan/recipe_generator.h"
@@ -308,6 +317,44 @@ std::optional<Check> stats512Ratio() {
                narrow / wide, 0.9, true, "build/bench/quant_bench --benchmark_filter=grad2"};
 }
 
+Check fusedRatio() {
+  using namespace pgq::kernels;
+  omp_set_num_threads(1);
+  const int64_t heads = 16, t = 256, rows = heads * t, scores = rows * t, act = 2048 * 1024;
+  const std::vector<float> x = randomData(size_t(scores), 9), dp = randomData(size_t(scores), 10);
+  const std::vector<float> gate = randomData(size_t(act), 11), up = randomData(size_t(act), 12),
+                           dact = randomData(size_t(act), 13);
+  std::vector<float> a(static_cast<size_t>(scores)), p(a.size()), ds(a.size());
+  std::vector<float> s(static_cast<size_t>(act)), y(s.size()), dg(s.size()), du(s.size());
+  const float scale[1] = {0.0625f};
+  const SoftmaxPrologue prologue{.scale = 0.0625f, .causal = true, .fill = -INFINITY, .tq = t};
+  auto separate = [&] {
+    binary(BinaryOp::kMul, x.data(), Bcast::kFull, scale, Bcast::kScalar, a.data(), rows, t);
+    causalMask(a.data(), a.data(), heads, t, t, -INFINITY);
+    softmax(a.data(), p.data(), rows, t);
+    softmaxGrad(p.data(), dp.data(), ds.data(), rows, t);
+    causalMask(ds.data(), ds.data(), heads, t, t, 0.0f);
+    binary(BinaryOp::kMul, ds.data(), Bcast::kFull, scale, Bcast::kScalar, ds.data(), rows, t);
+    unary(UnaryOp::kSilu, gate.data(), s.data(), act);
+    binary(BinaryOp::kMul, s.data(), Bcast::kFull, up.data(), Bcast::kFull, y.data(), 1, act);
+    binary(BinaryOp::kMul, dact.data(), Bcast::kFull, up.data(), Bcast::kFull, du.data(), 1, act);
+    siluGrad(gate.data(), du.data(), dg.data(), act);
+    binary(BinaryOp::kMul, dact.data(), Bcast::kFull, s.data(), Bcast::kFull, du.data(), 1, act);
+  };
+  auto fused = [&] {
+    softmax(x.data(), p.data(), rows, t, prologue);
+    softmaxGrad(p.data(), dp.data(), ds.data(), rows, t, prologue);
+    swiglu(gate.data(), up.data(), y.data(), act);
+    swigluGrad(SwigluOperand::kGate, gate.data(), up.data(), dact.data(), dg.data(), act);
+    swigluGrad(SwigluOperand::kUp, gate.data(), nullptr, dact.data(), du.data(), act);
+  };
+  auto [t_separate, t_fused] = minTimes(15, separate, fused);
+  return Check{"fused", fmt::format("attention softmax and SwiGLU, forward and backward: separate kernels {:.3f} ms / "
+                                    "fused {:.3f} ms, 1 thread", t_separate, t_fused),
+               t_separate / t_fused, 1.0, true,
+               "build/bench/elementwise_bench --benchmark_filter='BM_(AttentionSoftmax|Swiglu)'"};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -322,7 +369,8 @@ int main(int argc, char** argv) {
   };
   std::vector<std::function<std::vector<Check>()>> groups = {[] { return std::vector<Check>{gemmRatio()}; },
                                                              quantizeRatios, asGroup(threadsRatio),
-                                                             asGroup(bf16Ratio), asGroup(stats512Ratio)};
+                                                             asGroup(bf16Ratio), asGroup(stats512Ratio),
+                                                             [] { return std::vector<Check>{fusedRatio()}; }};
   if (with_step) groups.emplace_back(stepRatios);
   std::vector<Check> checks;
   for (const auto& measure : groups) {

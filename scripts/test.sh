@@ -3,7 +3,7 @@
 #   1. scripts/setup.sh: install missing Debian packages, Release build in ./build
 #   2. ctest on that build: unit tests, golden IR files, gradient checks, parity with
 #      PyTorch, training runs, the installed-package example
-#   3. the performance smoke: nine speed ratios (one fewer where the CPU has no bf16 dot
+#   3. the performance smoke: ten speed ratios (one fewer where the CPU has no bf16 dot
 #      products, one fewer where it has no AVX-512)
 #      measured in one process (bench/perf_smoke.cc)
 #   4. every test again under AddressSanitizer + UBSan (./build-asan), but PyTorch parity
