@@ -289,7 +289,8 @@ bool FuseDecomposed::run(Graph& graph, PassContext&) {
     if (!m || !(m->x->type() == m->root->type())) continue;
     Attrs attrs;
     if (m->op == Op::kRmsNorm || m->op == Op::kLayerNorm) attrs.set(AttrKey::kEps, m->eps);
-    Node* fused = graph.create(m->op, {m->x}, std::move(attrs), std::nullopt, fusion::fusedName(graph, m->root, opName(m->op)));
+    Node* fused =
+        graph.create(m->op, {m->x}, std::move(attrs), std::nullopt, fusion::fusedName(graph, m->root, opName(m->op)));
     graph.replaceAllUsesWith(m->root, fused);
     changed = true;
   }

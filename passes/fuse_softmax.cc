@@ -39,7 +39,8 @@ bool FuseSoftmax::run(Graph& graph, PassContext&) {
       }
     }
     if (x == softmax->operand(0)) continue;
-    Node* fused = graph.create(Op::kSoftmax, {x}, std::move(attrs), std::nullopt, fusion::fusedName(graph, softmax, "softmax"));
+    Node* fused =
+        graph.create(Op::kSoftmax, {x}, std::move(attrs), std::nullopt, fusion::fusedName(graph, softmax, "softmax"));
     graph.replaceAllUsesWith(softmax, fused);
     changed = true;
   }
