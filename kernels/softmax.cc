@@ -42,7 +42,8 @@ float rowMax(const float* x, int64_t n) {
 // the 256-bit exp, and each block is folded as (p0 + p1) + (p2 + p3) into double.
 // Measured in docs/PERFORMANCE.md (the Zen 5 section).
 PGQ_AVX512_BEGIN
-PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float max) {
+template <typename Loader>
+PGQ_AVX512 inline double expShiftSumAvx512(const Loader& in, float* y, int64_t n, float max) {
   constexpr int64_t kBlock = vec::kSumBlock;
   const __m512 vm = _mm512_set1_ps(max);
   const __m256 vm8 = _mm256_set1_ps(max);
@@ -51,8 +52,8 @@ PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float m
     const int64_t block_end = std::min(n, i + kBlock);
     __m512 p01 = _mm512_setzero_ps(), p23 = p01;
     for (; i + 32 <= block_end; i += 32) {
-      const __m512 e01 = vec::vexp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
-      const __m512 e23 = vec::vexp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
+      const __m512 e01 = vec::vexp512(_mm512_sub_ps(in.load16(i), vm));
+      const __m512 e23 = vec::vexp512(_mm512_sub_ps(in.load16(i + 16), vm));
       if (y != nullptr) {
         _mm512_storeu_ps(y + i, e01);
         _mm512_storeu_ps(y + i + 16, e23);
@@ -65,7 +66,7 @@ PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float m
     const __m256 p2 = _mm512_castps512_ps256(p23);
     const __m256 p3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p23), 1));
     for (; i < block_end; i += 8) {
-      const __m256 e = vec::vexp(_mm256_sub_ps(loadPart(x + i, n - i, kNegInf), vm8));
+      const __m256 e = vec::vexp(_mm256_sub_ps(in.load8(i, n - i), vm8));
       if (y != nullptr) storePart(y + i, n - i, e);
       p0 = _mm256_add_ps(p0, e);
     }
@@ -75,18 +76,74 @@ PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float m
   }
   return vec::hsumDouble(total);
 }
+
+struct PlainLoader {
+  const float* x;
+  PGQ_AVX512 __attribute__((always_inline)) __m512 load16(int64_t i) const { return _mm512_loadu_ps(x + i); }
+  __attribute__((always_inline)) __m256 load8(int64_t i, int64_t k) const { return loadPart(x + i, k, kNegInf); }
+};
+
+// The fused softmax's prologue as its row is read: elements [i, i + 8) of x * scale,
+// `fill` from `keep` on, -inf from k on (the tail lanes an exp sum must not count). The
+// same operations as the separate mul and causal mask, so the same values.
+struct Prologue8 {
+  const float* x;
+  int64_t keep;
+  bool scaled;
+  float scale, fill;
+  __attribute__((always_inline)) __m256 load8(int64_t i, int64_t k) const {
+    __m256 v = loadPart(x + i, k);
+    if (scaled) v = _mm256_mul_ps(v, _mm256_set1_ps(scale));
+    if (i + 8 > keep)
+      v = _mm256_blendv_ps(_mm256_set1_ps(fill), v, _mm256_castsi256_ps(vec::tailMask(std::max<int64_t>(keep - i, 0))));
+    if (k < 8) v = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), v, _mm256_castsi256_ps(vec::tailMask(k)));
+    return v;
+  }
+};
+
+// ... and elements [i, i + 16), for expShiftSumAvx512.
+struct Prologue16 : Prologue8 {
+  PGQ_AVX512 __attribute__((always_inline)) __m512 load16(int64_t i) const {
+    __m512 v = _mm512_loadu_ps(x + i);
+    if (scaled) v = _mm512_mul_ps(v, _mm512_set1_ps(scale));
+    if (i + 16 > keep) {
+      const auto k = static_cast<unsigned>(std::clamp<int64_t>(keep - i, 0, 16));
+      v = _mm512_mask_blend_ps(static_cast<__mmask16>((1u << k) - 1), _mm512_set1_ps(fill), v);
+    }
+    return v;
+  }
+};
+
+PGQ_AVX512 double expShiftSumAvx512(const float* x, float* y, int64_t n, float max) {
+  return expShiftSumAvx512(PlainLoader{x}, y, n, max);
+}
+PGQ_AVX512 double expShiftSumAvx512(const Prologue16& in, float* y, int64_t n, float max) {
+  return expShiftSumAvx512<Prologue16>(in, y, n, max);
+}
 PGQ_AVX512_END
+
+// The 256-bit path of expShiftSum over in.load8's elements.
+template <typename Loader>
+double expShiftSum256(const Loader& in, float* y, int64_t n, float max) {
+  const __m256 vm = _mm256_set1_ps(max);
+  return vec::sumVectors(n, [&](int64_t i, int64_t k) {
+    const __m256 e = vec::vexp(_mm256_sub_ps(in.load8(i, k), vm));
+    if (y != nullptr) storePart(y + i, k, e);
+    return e;
+  });
+}
 
 // Writes exp(x - max) to y (when y is not null) and returns its sum. Tail lanes load
 // as -inf, so they add exp(-inf) = 0.
 double expShiftSum(const float* x, float* y, int64_t n, float max) {
   if (avx512Kernels()) return expShiftSumAvx512(x, y, n, max);
-  const __m256 vm = _mm256_set1_ps(max);
-  return vec::sumVectors(n, [&](int64_t i, int64_t k) {
-    const __m256 e = vec::vexp(_mm256_sub_ps(loadPart(x + i, k, kNegInf), vm));
-    if (y != nullptr) storePart(y + i, k, e);
-    return e;
-  });
+  return expShiftSum256(PlainLoader{x}, y, n, max);
+}
+
+// The same of the fused softmax's prologue.
+double expShiftSum(const Prologue16& in, float* y, int64_t n, float max) {
+  if (avx512Kernels()) return expShiftSumAvx512(in, y, n, max);
+  return expShiftSum256(in, y, n, max);
 }
 
 void scaleRow(float* y, int64_t n, float scale) {
@@ -135,14 +192,15 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
   checkPrologue("softmax", rows, prologue);
   if (cols == 0) return;
   const bool scaled = prologue.scale != 1.0f;
-  const __m256 vs = _mm256_set1_ps(prologue.scale), vf = _mm256_set1_ps(prologue.fill);
   forRows(rows, cols, [&](int64_t r) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
     if (!scaled && !prologue.causal) return softmaxRow(xr, yr, cols);
-    // The prologue writes the row's softmax input into y, where it stays in cache, a
-    // whole vector at a time: the vector holding the row's last kept key takes the fill
-    // by a blend (a masked store costs ~10x a store on AMD cores), and so on.
+    // The row's softmax input (x * scale, `fill` from `keep` on) is made as the max and
+    // the exponentials read the row (Prologue16), never stored: written into y and read
+    // back, it cost more than the separate kernels on short rows (a 512-bit load waits
+    // for the two 256-bit stores it spans). Whole vectors, with a blend where the mask
+    // starts (a masked store costs ~10x a store on AMD cores).
     const int64_t keep = keptOfRow(r, cols, prologue);
     const int64_t keep8 = std::min(cols, (keep + 7) / 8 * 8);
     // A causal row reads only its first keep8 entries, which hides the stream from the
@@ -152,12 +210,12 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
       const char* p = reinterpret_cast<const char*>(xr + kPrefetchRows * cols);
       for (int64_t b = 0; b < ahead * static_cast<int64_t>(sizeof(float)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
     }
-    for (int64_t j = 0; j < keep8; j += 8) {
-      __m256 v = loadPart(xr + j, cols - j);
-      if (scaled) v = _mm256_mul_ps(v, vs);
-      if (j + 8 > keep) v = _mm256_blendv_ps(vf, v, _mm256_castsi256_ps(vec::tailMask(keep - j)));
-      storePart(yr + j, cols - j, v);
-    }
+    const Prologue16 in{{xr, keep, scaled, prologue.scale, prologue.fill}};
+    auto rowMaxOf = [&](int64_t n) {
+      __m256 m = _mm256_set1_ps(kNegInf);
+      for (int64_t j = 0; j < n; j += 8) m = _mm256_max_ps(m, in.load8(j, n - j));
+      return vec::hmax(m);
+    };
     // Where exp(fill - max) is 0 (vexp zeroes x - max <= -104: a -inf fill always), the
     // masked keys add exact zeros to the sum and get 0 * (1 / sum): only the first `used`
     // entries are computed, `keep` rounded up to the 32 elements the sum takes per step,
@@ -165,16 +223,15 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
     // sum, bit for bit), and the rest is set to 0 * (1 / sum) (NaN in a row with a NaN
     // score, as over the whole row). A causal row skips half its keys on average.
     // max(kept, fill) of the first keep8 is the kept keys' max whenever that holds.
-    const float head_max = rowMax(yr, keep8);
+    const float head_max = rowMaxOf(keep8);
     const bool masked_zero = keep < cols && prologue.fill - head_max <= -104.0f;
     const int64_t used = masked_zero ? std::min(cols, (keep + 31) / 32 * 32) : cols;
-    for (int64_t j = keep8; j < used; j += 8) storePart(yr + j, used - j, vf);
-    const float max = masked_zero || keep8 == cols ? head_max : rowMax(yr, cols);
+    const float max = masked_zero || keep8 == cols ? head_max : rowMaxOf(cols);
     if (max == kNegInf) {
       std::memset(yr, 0, static_cast<size_t>(cols) * sizeof(float));
       return;
     }
-    const auto inv = static_cast<float>(1.0 / expShiftSum(yr, yr, used, max));
+    const auto inv = static_cast<float>(1.0 / expShiftSum(in, yr, used, max));
     scaleRow(yr, used, inv);
     const __m256 rest = _mm256_mul_ps(_mm256_setzero_ps(), _mm256_set1_ps(inv));
     for (int64_t j = used; j < cols; j += 8) storePart(yr + j, cols - j, rest);

@@ -181,8 +181,12 @@ TEST(CausalMaskTest, MasksFutureKeys) {
 // a negative scale, both fills, in place and not, on 1 and 2 threads.
 TEST(SoftmaxTest, PrologueGivesTheSeparateKernelsResultsBitForBit) {
   const int64_t shapes[][3] = {{1, 1, 1}, {2, 5, 5}, {3, 4, 9}, {1, 6, 3}, {4, 16, 17}, {2, 37, 37}, {2, 64, 300}};
+  const testing::WidePaths wide_paths;
   int64_t compared = 0;
-  for (int threads : kThreadCounts) {
+  for (int threads : kThreadCounts)
+  for (bool wide : {false, true}) {  // the 256-bit path, and the 512-bit one where the CPU has it
+    if (wide && !wide_paths.available()) continue;
+    setAvx512Kernels(wide);
     ThreadCount tc(threads);
     for (const auto& s : shapes) {
       const int64_t batch = s[0], tq = s[1], tk = s[2], rows = batch * tq, n = rows * tk;
@@ -193,7 +197,7 @@ TEST(SoftmaxTest, PrologueGivesTheSeparateKernelsResultsBitForBit) {
             if (!causal && fill != -kInf) continue;
             SCOPED_TRACE(::testing::Message() << batch << "x" << tq << "x" << tk << " scale " << scale
                                               << " causal " << causal << " fill " << fill << ", " << threads
-                                              << " threads");
+                                              << " threads, wide " << wide);
             const SoftmaxPrologue p{.scale = scale, .causal = causal, .fill = fill, .tq = tq};
             std::vector<float> t(x.size()), want(x.size());
             for (size_t i = 0; i < x.size(); ++i) t[i] = x[i] * scale;
@@ -222,7 +226,8 @@ TEST(SoftmaxTest, PrologueGivesTheSeparateKernelsResultsBitForBit) {
           }
     }
   }
-  EXPECT_EQ(compared, 2 * 7 * 4 * 3);
+  EXPECT_EQ(compared, (wide_paths.available() ? 2 : 1) * 2 * 7 * 4 * 3);
+  setAvx512Kernels(true);
   // A NaN score turns its row into NaN, masked keys included, as the separate kernels do
   // (the NaN's sign and payload may differ: maxps drops a NaN depending on where it is).
   {
