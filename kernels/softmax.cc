@@ -27,15 +27,8 @@ void forRows(int64_t rows, int64_t cols, RowFn row_fn) {
   });
 }
 
-// Max of a row. maxps may drop a NaN here, but a NaN entry still turns the row's sum
-// of exponentials into NaN, which is what the callers need.
-float rowMax(const float* x, int64_t n) {
-  __m256 m = _mm256_set1_ps(kNegInf);
-  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, loadPart(x + i, n - i, kNegInf));
-  return vec::hmax(m);
-}
-
-// The 512-bit path of expShiftSum (avx512Kernels()): vexp's operations on 16 lanes, lane
+// The 512-bit path of expShiftSum (avx512Kernels()) over a loader's elements (a row of
+// floats, or the fused softmax's prologue): vexp's operations on 16 lanes, lane
 // for lane in its order, so each exp is the 256-bit one; and the sum in sumVectors'
 // order: its chains p0, p1 are one 512-bit vector over elements [i, i + 16) of each
 // 32, p2, p3 another over [i + 16, i + 32), the block's ragged end goes to p0 through
@@ -121,6 +114,18 @@ PGQ_AVX512 double expShiftSumAvx512(const Prologue16& in, float* y, int64_t n, f
   return expShiftSumAvx512<Prologue16>(in, y, n, max);
 }
 PGQ_AVX512_END
+
+// Max of a row of in.load8's elements (a row of floats: PlainLoader). maxps may drop a
+// NaN here, but a NaN entry still turns the row's sum of exponentials into NaN, which is
+// what the callers need.
+template <typename Loader>
+float rowMax(const Loader& in, int64_t n) {
+  __m256 m = _mm256_set1_ps(kNegInf);
+  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, in.load8(i, n - i));
+  return vec::hmax(m);
+}
+
+float rowMax(const float* x, int64_t n) { return rowMax(PlainLoader{x}, n); }
 
 // The 256-bit path of expShiftSum over in.load8's elements.
 template <typename Loader>
@@ -211,11 +216,6 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
       for (int64_t b = 0; b < ahead * static_cast<int64_t>(sizeof(float)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
     }
     const Prologue16 in{{xr, keep, scaled, prologue.scale, prologue.fill}};
-    auto rowMaxOf = [&](int64_t n) {
-      __m256 m = _mm256_set1_ps(kNegInf);
-      for (int64_t j = 0; j < n; j += 8) m = _mm256_max_ps(m, in.load8(j, n - j));
-      return vec::hmax(m);
-    };
     // Where exp(fill - max) is 0 (vexp zeroes x - max <= -104: a -inf fill always), the
     // masked keys add exact zeros to the sum and get 0 * (1 / sum): only the first `used`
     // entries are computed, `keep` rounded up to the 32 elements the sum takes per step,
@@ -223,10 +223,10 @@ void softmax(const float* x, float* y, int64_t rows, int64_t cols, const Softmax
     // sum, bit for bit), and the rest is set to 0 * (1 / sum) (NaN in a row with a NaN
     // score, as over the whole row). A causal row skips half its keys on average.
     // max(kept, fill) of the first keep8 is the kept keys' max whenever that holds.
-    const float head_max = rowMaxOf(keep8);
+    const float head_max = rowMax(in, keep8);
     const bool masked_zero = keep < cols && prologue.fill - head_max <= -104.0f;
     const int64_t used = masked_zero ? std::min(cols, (keep + 31) / 32 * 32) : cols;
-    const float max = masked_zero || keep8 == cols ? head_max : rowMaxOf(cols);
+    const float max = masked_zero || keep8 == cols ? head_max : rowMax(in, cols);
     if (max == kNegInf) {
       std::memset(yr, 0, static_cast<size_t>(cols) * sizeof(float));
       return;

@@ -32,11 +32,9 @@ const char* kMlp = R"(graph @g {
 )";
 
 std::unique_ptr<Graph> fused(const std::string& text, bool* changed = nullptr) {
-  auto g = parseGraph(text);
-  PassContext ctx;
-  const bool c = parsePipeline("fuse_swiglu,dce")->run(*g, ctx);
-  if (changed) *changed = c;
-  return g;
+  testing::Fused f = testing::fuse(text, "fuse_swiglu,dce");
+  if (changed) *changed = f.changed;
+  return std::move(f.after);
 }
 
 // The loss and every parameter's gradient (autodiff) of a graph, in f64.
