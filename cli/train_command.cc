@@ -202,6 +202,14 @@ void addTrainCommand(CLI::App& app) {
                  o.profile_steps, r.profile_write_ms, r.profile_path);
     if (o.profile_ops) {
       printOpProfile(r.op_profile, "training steps");
+      if (r.optimizer_steps > 0)
+        fmt::print("\noutside the graph's kernels ({} steps): gradient norm {:.2f} ms/step, AdamW update {:.2f} "
+                   "ms/step{}\n",
+                   r.optimizer_steps, r.norm_ms_per_step, r.update_ms_per_step,
+                   r.weight_copies_per_step > 0
+                       ? fmt::format(" (it also makes {} int8 copies of weights for the next step's GEMMs)",
+                                     r.weight_copies_per_step)
+                       : std::string());
       printOpProfile(r.profiled_op_profile, "profiled steps (stage i)");
     }
     if (o.profile_ops && job)

@@ -477,6 +477,12 @@ TrainResult TrainLoop::run() {
       spdlog::debug("wrote profile {} in {:.0f} ms", o_.profile_out, result.profile_write_ms);
     }
     if (bar) bar->update({step + 1, record.loss, record.val_loss, record.val_bpb, tokens_per_s, record.step_ms});
+    if (!profiling(step)) {
+      result.norm_ms_per_step += record.norm_ms;
+      result.update_ms_per_step += record.update_ms;
+      result.weight_copies_per_step = record.weight_copies;
+      ++result.optimizer_steps;
+    }
     result.history.push_back(record);
     if (record.val_loss) result.final_val_loss = record.val_loss;
     if (record.val_bpb) result.final_val_bpb = record.val_bpb;
@@ -489,6 +495,10 @@ TrainResult TrainLoop::run() {
     result.collective_bytes_per_step = (now.bytes - collectives_before->bytes) / steps;
     result.collective_ms_per_step = (now.ms - collectives_before->ms) / steps;
     result.collective_calls_per_step = static_cast<double>(now.calls - collectives_before->calls) / steps;
+  }
+  if (result.optimizer_steps > 0) {
+    result.norm_ms_per_step /= static_cast<double>(result.optimizer_steps);
+    result.update_ms_per_step /= static_cast<double>(result.optimizer_steps);
   }
   result.memory = session_->executor().memory();
   result.op_profile = opTimings(session_->executor());

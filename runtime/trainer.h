@@ -37,6 +37,12 @@ struct TrainResult {
   MemoryStats memory;               // of the training executor
   std::vector<OpTiming> op_profile;           // the plain training steps
   std::vector<OpTiming> profiled_op_profile;  // the stage (i) steps, when any were logged
+  // The plain training steps' time outside the graph's kernels, per step (StepRecord's
+  // norm_ms, update_ms, weight_copies averaged over `optimizer_steps` steps).
+  double norm_ms_per_step = 0;
+  double update_ms_per_step = 0;
+  int64_t weight_copies_per_step = 0;
+  int64_t optimizer_steps = 0;
   std::string checkpoint_path;
   std::string metrics_path;
   std::string profile_path;      // set when a profile was written

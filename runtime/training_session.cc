@@ -367,7 +367,11 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   exec.run(step, s.weight_step, s.quantized_for == &exec);
   s.quantized_for = nullptr;
   double loss = exec.outputScalar(0);
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  const Clock::time_point norm_start = Clock::now();
   double norm = s.gradNorm(exec);
+  const double norm_ms = since(norm_start);
   if (!std::isfinite(loss) || !std::isfinite(norm))
     throw Error(fmt::format("step {}: the training {} is {}", step + 1,
                             std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss));
@@ -375,6 +379,8 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   double lr = learningRate(opt, step, s.o.steps);
   float scale = 1.0f;
   if (opt.grad_clip > 0 && norm > opt.grad_clip) scale = static_cast<float>(opt.grad_clip / norm);
+  const Clock::time_point update_start = Clock::now();
+  int64_t weight_copies = 0;
   for (size_t i = 0; i < s.state.values.size(); ++i) {
     kernels::AdamWParams p;
     p.lr = static_cast<float>(lr);
@@ -388,12 +394,14 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
     // The next run's int8 copies of the weight are made while the update writes it.
     const std::vector<kernels::ParamQuantization> quantizations =
         exec.parameterQuantizations(s.train.params[i]->name());
+    weight_copies += static_cast<int64_t>(quantizations.size());
     kernels::adamwUpdateQuantized(s.state.values[i].data<float>(), g.data(), s.state.m[i].data<float>(),
                                   s.state.v[i].data<float>(), s.state.values[i].numElements(), p, scale,
                                   quantizations);
   }
   s.quantized_for = &exec;
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double update_ms = since(update_start);
+  double ms = since(start);
   // The update just applied moved each weight element by at most about lr (exactly: lr
   // x adamUpdateBound): what the profile's predicted weight scales add to this step's
   // absmax to predict the next one's.
@@ -409,6 +417,9 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   record.lr = lr;
   record.grad_norm = norm;
   record.step_ms = ms;
+  record.norm_ms = norm_ms;
+  record.update_ms = update_ms;
+  record.weight_copies = weight_copies;
   return record;
 }
 

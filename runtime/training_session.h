@@ -28,6 +28,12 @@ struct StepRecord {
   double lr = 0;
   double grad_norm = 0;
   double step_ms = 0;
+  // Parts of step_ms outside the graph's kernels: the gradient norm (sums of squares of
+  // every gradient) and the optimizer's update, which also makes `weight_copies` int8
+  // copies of weights for the next step's GEMMs.
+  double norm_ms = 0;
+  double update_ms = 0;
+  int64_t weight_copies = 0;
 };
 
 // What stage (i) profiles for `options` on this CPU (plan/profile_request.h: the

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -952,6 +953,26 @@ TEST_F(Cli, ProfileOpsSplitsTrainingAndProfiledSteps) {
   ASSERT_EQ(both.code, 0) << both.out;
   EXPECT_NE(both.out.find("per-op time split of the training steps (3 steps"), std::string::npos) << both.out;
   EXPECT_NE(both.out.find("per-op time split of the profiled steps (stage i) (2 steps"), std::string::npos) << both.out;
+  // The plain steps' time outside the kernels; in f32 the update makes no int8 copies.
+  EXPECT_NE(both.out.find("outside the graph's kernels (3 steps): gradient norm "), std::string::npos) << both.out;
+  EXPECT_EQ(both.out.find("int8 copies"), std::string::npos) << both.out;
+  EXPECT_EQ(all.out.find("outside the graph's kernels"), std::string::npos) << all.out;
+  // With every GEMM in int8 (round to nearest), the update makes each weight's two copies
+  // (K along its rows for the forward GEMM, along its columns for the input gradient's).
+  std::string forced = write("rtn.yaml", R"(gemms:
+  - match: ".*"
+    decision: int8
+    lhs_format: int8:channel:rtn
+    rhs_format: int7:channel:rtn
+)");
+  Result q = pgq("train --model tiny --steps 2 --no-progress --profile-ops --recipe " + forced +
+                 " --hardware epyc-zen3-2c --out " + (dir_ / "q").string());
+  ASSERT_EQ(q.code, 0) << q.out;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(q.out, match, std::regex(R"(AdamW update [0-9.]+ ms/step \(it also makes ([0-9]+) int8 copies)")))
+      << q.out;
+  EXPECT_GT(std::stoi(match[1]), 0) << q.out;
+  EXPECT_EQ(std::stoi(match[1]) % 2, 0) << q.out;
 }
 
 // Every operand of a profile records how often delayed scaling would have clipped it,
