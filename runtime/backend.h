@@ -39,6 +39,18 @@ class RunContext {
 
 using Kernel = std::function<void(const RunContext&)>;
 
+// What a kernel carries from one run to the next (delayed scaling's amax history, a
+// predicted weight scale), as bytes: a checkpoint keeps it, so that a resumed run goes on
+// as the uninterrupted one would (Transformer Engine keeps its FP8 amax history in the
+// module's state dict for the same reason).
+class KernelState {
+ public:
+  virtual ~KernelState() = default;
+  virtual std::string save() const = 0;
+  // False, changing nothing, when `bytes` is not what save() of such a kernel gives.
+  virtual bool load(std::string_view bytes) = 0;
+};
+
 // One operand as the kernel should read it.
 struct OperandRef {
   int slot = -1;
@@ -99,6 +111,12 @@ class Backend {
   virtual std::optional<kernels::ParamQuantization> parameterQuantization(const Node& quantize) const {
     (void)quantize;
     return std::nullopt;
+  }
+  // The state of `node`'s kernel, once lower() has made it; null for a kernel that keeps
+  // none.
+  virtual std::shared_ptr<KernelState> kernelState(const Node& node) const {
+    (void)node;
+    return nullptr;
   }
 };
 

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -222,6 +224,10 @@ class CpuBackend final : public Backend {
   Kernel lowerErrorStats(const Node& node, LoweringContext& ctx) const;
   Kernel lowerQuantize(const Node& node, LoweringContext& ctx) const;
   std::optional<k::ParamQuantization> parameterQuantization(const Node& quantize) const override;
+  std::shared_ptr<KernelState> kernelState(const Node& node) const override {
+    auto it = states_.find(&node);
+    return it == states_.end() ? nullptr : it->second;
+  }
   uint64_t noiseSeed(const Node& node) const;
   Kernel lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const;
   Kernel lowerPredictedScale(const Node& node, int x, int y, size_t n) const;
@@ -252,6 +258,8 @@ class CpuBackend final : public Backend {
   // one read of the operand from memory instead of two). Their own kernel does nothing;
   // every other reader of the scales runs after that quantize (planFusedScales).
   std::unordered_set<const Node*> fused_params_;
+  // The kernels that keep a state from run to run, as lower() makes them.
+  mutable std::unordered_map<const Node*, std::shared_ptr<KernelState>> states_;
   void planFusedScales(std::span<const Node* const> schedule);
 
   // add(a, scatter_add(dy, idx)) where the scatter_add is read by nothing else and is not
@@ -664,18 +672,102 @@ Kernel CpuBackend::lowerQuantize(const Node& node, LoweringContext& ctx) const {
 // `history` steps. The first step has no history and scales just in time. As TE's
 // _default_sf_compute, an amax of 0 keeps the scale of the step before (at first 1): the
 // smallest scale it gave instead flushed the next step's whole tensor (a LoRA B or a
-// gradient that is all zero for a step). The history lives with the lowered kernel: it
-// starts empty in every process (and after a resume).
+// gradient that is all zero for a step). The history lives with the lowered kernel and
+// a checkpoint keeps it (KernelState): a resumed run scales as the uninterrupted one.
+namespace {
+
+// Bytes of trivially copyable values, in order, and back.
+class ByteWriter {
+ public:
+  template <typename T>
+  void put(const T& value) {
+    const char* p = reinterpret_cast<const char*>(&value);
+    bytes_.append(p, sizeof(T));
+  }
+  std::string take() { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(std::string_view bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool get(T& value) {
+    if (bytes_.size() < sizeof(T)) return false;
+    std::memcpy(&value, bytes_.data(), sizeof(T));
+    bytes_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool done() const { return bytes_.empty(); }
+
+ private:
+  std::string_view bytes_;
+};
+
+struct DelayedScaleState final : KernelState {
+  explicit DelayedScaleState(int64_t history) : amax(static_cast<size_t>(history), 0.0f) {}
+  // Saved as the history's length, the number of steps it holds (at most its length), the
+  // last scale given, and the history oldest first, zeros after: what the ring means,
+  // whatever its position, in as many bytes at every step.
+  std::string save() const override {
+    const int64_t length = static_cast<int64_t>(amax.size());
+    const int64_t have = std::min(seen, length);
+    ByteWriter out;
+    out.put(length);
+    out.put(have);
+    out.put(scale);
+    for (int64_t i = 0; i < length; ++i) out.put(i < have ? amax[static_cast<size_t>((seen - have + i) % length)] : 0.0f);
+    return out.take();
+  }
+  bool load(std::string_view bytes) override {
+    ByteReader in(bytes);
+    int64_t length = 0, have = 0;
+    float given = 0;
+    if (!in.get(length) || length != static_cast<int64_t>(amax.size()) || !in.get(have) || have < 0 ||
+        have > length || !in.get(given) || !std::isfinite(given) || !(given > 0.0f))
+      return false;
+    std::vector<float> ring(amax.size(), 0.0f);
+    for (float& value : ring)
+      if (!in.get(value) || !std::isfinite(value) || value < 0.0f) return false;
+    if (!in.done()) return false;
+    amax = std::move(ring);
+    seen = have;
+    scale = given;
+    return true;
+  }
+
+  std::vector<float> amax;  // ring of the last `history` amax values
+  int64_t seen = 0;
+  float scale = 1.0f;  // the last scale given
+};
+
+// The predicted amax: < 0 until the first run measures it.
+struct PredictedScaleState final : KernelState {
+  std::string save() const override {
+    ByteWriter out;
+    out.put(amax);
+    return out.take();
+  }
+  bool load(std::string_view bytes) override {
+    ByteReader in(bytes);
+    double value = 0;
+    if (!in.get(value) || !in.done() || !std::isfinite(value)) return false;
+    amax = value < 0 ? -1.0 : value;
+    return true;
+  }
+
+  double amax = -1.0;
+};
+
+}  // namespace
+
 Kernel CpuBackend::lowerDelayedScale(const Node& node, int x, int y, size_t n, int64_t history) const {
   const k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
   const bool most_recent = node.attrs().getStringOr(AttrKey::kAmaxCompute, "max") == "most_recent";
-  struct State {
-    std::vector<float> amax;  // ring of the last `history` amax values
-    int64_t seen = 0;
-    float scale = 1.0f;  // the last scale given
-  };
-  auto state = std::make_shared<State>();
-  state->amax.assign(static_cast<size_t>(history), 0.0f);
+  auto state = std::make_shared<DelayedScaleState>(history);
+  states_[&node] = state;
   return [=](const RunContext& rc) {
     const float now = k::finiteAbsmax(rc.as<float>(x), static_cast<int64_t>(n));
     float amax = now;
@@ -695,16 +787,18 @@ Kernel CpuBackend::lowerDelayedScale(const Node& node, int x, int y, size_t n, i
 // every later run adds the largest move the optimizer update since the previous run
 // could have made (RunContext::weightStep: lr x AdamW's exact step bound), so the
 // predicted amax is never below the true one and no max reduction runs. Like the amax
-// history, the prediction lives with the lowered kernel (a resumed run measures anew).
+// history, the prediction lives with the lowered kernel and a checkpoint keeps it.
 Kernel CpuBackend::lowerPredictedScale(const Node& node, int x, int y, size_t n) const {
   const k::QuantFormat format = node.attrs().getFormat(AttrKey::kFormat);
-  auto amax = std::make_shared<double>(-1.0);
+  auto state = std::make_shared<PredictedScaleState>();
+  states_[&node] = state;
   return [=](const RunContext& rc) {
-    if (*amax < 0)
-      *amax = k::finiteAbsmax(rc.as<float>(x), static_cast<int64_t>(n));
+    double& amax = state->amax;
+    if (amax < 0)
+      amax = k::finiteAbsmax(rc.as<float>(x), static_cast<int64_t>(n));
     else
-      *amax += rc.weightStep();
-    *rc.as<float>(y) = k::emulatedScaleFromAbsmax(*amax, *amax, format);
+      amax += rc.weightStep();
+    *rc.as<float>(y) = k::emulatedScaleFromAbsmax(amax, amax, format);
   };
 }
 

@@ -300,6 +300,7 @@ void Executor::compile() {
       in.last = std::max(in.last, step);
     }
     steps_.push_back({node, std::move(kernel), by_caller.count(node) > 0});
+    if (std::shared_ptr<KernelState> state = backend_->kernelState(*node)) states_.emplace_back(node, std::move(state));
   }
 
   std::vector<BufferRequest> requests;
@@ -409,6 +410,41 @@ std::vector<NodeProfile> Executor::profile() const {
 void Executor::resetProfile() {
   std::fill(step_ms_.begin(), step_ms_.end(), 0.0);
   std::fill(step_calls_.begin(), step_calls_.end(), 0);
+}
+
+std::vector<std::pair<std::string, std::string>> Executor::kernelStates() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [node, state] : states_) out.emplace_back(node->name(), state->save());
+  return out;
+}
+
+void Executor::loadKernelStates(const std::vector<std::pair<std::string, std::string>>& states,
+                                const std::string& source) {
+  std::unordered_map<std::string_view, const std::string*> by_name;
+  for (const auto& [name, bytes] : states)
+    if (!by_name.emplace(name, &bytes).second)
+      throw Error(fmt::format("{}: the state of kernel %{} is there twice", source, name));
+  for (const auto& [node, state] : states_)
+    if (!by_name.count(node->name()))
+      throw Error(fmt::format("{}: no state for kernel %{}, which keeps one", source, node->name()));
+  if (by_name.size() != states_.size()) {
+    std::unordered_set<std::string_view> known;
+    for (const auto& entry : states_) known.insert(entry.first->name());
+    for (const auto& entry : states)
+      if (!known.count(entry.first))
+        throw Error(fmt::format("{}: a state for %{}, which is not a stateful kernel of this graph", source,
+                                entry.first));
+  }
+  // Every state is tried on its kernel (which then gets its own back) before any is kept,
+  // so that a bad one leaves every kernel as it was.
+  for (const auto& [node, state] : states_) {
+    const std::string saved = state->save();
+    if (!state->load(*by_name.at(node->name())))
+      throw Error(fmt::format("{}: the state of kernel %{} ({} bytes) does not fit it", source, node->name(),
+                              by_name.at(node->name())->size()));
+    state->load(saved);
+  }
+  for (const auto& [node, state] : states_) state->load(*by_name.at(node->name()));
 }
 
 }  // namespace pgq

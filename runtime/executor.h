@@ -77,6 +77,15 @@ class Executor {
   // reads them from; empty when there are none.
   std::vector<kernels::ParamQuantization> parameterQuantizations(std::string_view name) const;
 
+  // The state each stateful kernel carries from run to run (Backend::kernelState), by
+  // node name, in schedule order; empty when no kernel keeps one.
+  std::vector<std::pair<std::string, std::string>> kernelStates() const;
+  // Gives each stateful kernel the state `states` has under its node's name, as
+  // kernelStates() of an executor of the same graph gave it. Throws pgq::Error naming
+  // `source` and the node when a state is missing, unknown or does not fit its kernel;
+  // no kernel's state changes then.
+  void loadKernelStates(const std::vector<std::pair<std::string, std::string>>& states, const std::string& source);
+
   const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
   const void* outputData(size_t i) const;
   template <typename T>
@@ -124,6 +133,7 @@ class Executor {
   std::unordered_map<const Node*, int> slot_of_;          // values with storage
   std::unordered_map<const Node*, const Node*> virtual_;  // broadcast read in place -> itself
   std::vector<Step> steps_;
+  std::vector<std::pair<const Node*, std::shared_ptr<KernelState>>> states_;  // in schedule order
   std::unordered_map<const Node*, std::vector<ParameterQuantization>> parameter_quantizations_;  // by parameter
   std::vector<void*> ptrs_;
   std::byte* arena_ = nullptr;

@@ -160,6 +160,10 @@ class TrainLoop {
   // Rank 0's part of loadFrom: the checkpoint's whole tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> readCheckpoint(const std::string& path, bool same_run);
   void finishLoadChecks(const std::string& path, bool same_run);
+  // Moves the kernels' states out of `ckpt` (rank 0), into kernel_states_ when the run
+  // continues (`same_run`) and they fit this run's kernels; warns when such a run's
+  // kernels keep a state the checkpoint cannot give them.
+  void takeKernelStates(Checkpoint& ckpt, const std::string& path, bool same_run);
   // Why the checkpoint just read (start_step_ set) cannot start this run, or nothing:
   // finishLoadChecks throws it, and readCheckpoint gives no warnings before it.
   std::optional<std::string> checkpointRefusal(const std::string& path) const;
@@ -174,6 +178,8 @@ class TrainLoop {
   int64_t start_step_ = 0;
   std::string checkpoint_path_;
   std::optional<int64_t> last_checkpoint_step_;
+  // The checkpoint's kernel states in kernelStateTypes() order, while loadFrom runs.
+  std::vector<std::pair<std::string, Tensor>> kernel_states_;
 };
 
 void TrainLoop::loadFrom(const std::string& path, bool same_run) {
@@ -188,6 +194,19 @@ void TrainLoop::loadFrom(const std::string& path, bool same_run) {
     for (auto& [name, tensor] : ordered) o_.collectives->broadcast(tensor.raw(), static_cast<int64_t>(tensor.bytes()), 0);
   }
   session_->loadState(std::move(ordered), path);
+  // The kernels' states (amax histories, predicted scales) when rank 0 found them fit to
+  // continue with, each rank's row from rank 0's file.
+  int32_t load_states = lead_ && !kernel_states_.empty() ? 1 : 0;
+  if (worldSize() > 1) {
+    o_.collectives->broadcast(&load_states, sizeof load_states, 0);
+    if (load_states && !lead_)
+      for (const auto& [name, type] : session_->kernelStateTypes()) kernel_states_.emplace_back(name, Tensor(type));
+    if (load_states)
+      for (auto& [name, tensor] : kernel_states_)
+        o_.collectives->broadcast(tensor.raw(), static_cast<int64_t>(tensor.bytes()), 0);
+  }
+  if (load_states) session_->loadKernelStates(kernel_states_, start_step_, path);
+  kernel_states_.clear();
   finishLoadChecks(path, same_run);
 }
 
@@ -223,6 +242,7 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
     throw Error(fmt::format("{}: the run was trained with {}; resume it with the same recipe (or start a new run "
                             "from it with --init-from)",
                             path, ckpt.recipe.empty() ? std::string("no recipe") : "another recipe"));
+  takeKernelStates(ckpt, path, same_run);
   checkCheckpointMatches(ckpt, session_->stateTypes(), path);
   // Put the tensors in the session's order.
   std::vector<std::pair<std::string, Tensor>> ordered;
@@ -247,6 +267,40 @@ std::vector<std::pair<std::string, Tensor>> TrainLoop::readCheckpoint(const std:
     spdlog::warn("the run was trained with {}, now {}: the optimizer changes from here on", optimizer->second,
                  optimizerFlags(o_.optimizer));
   return ordered;
+}
+
+void TrainLoop::takeKernelStates(Checkpoint& ckpt, const std::string& path, bool same_run) {
+  std::vector<std::pair<std::string, Tensor>> found;
+  std::erase_if(ckpt.tensors, [&](auto& entry) {
+    if (!entry.first.starts_with("kernel_state/")) return false;
+    found.push_back(std::move(entry));
+    return true;
+  });
+  const std::vector<std::pair<std::string, TensorType>> expected = session_->kernelStateTypes();
+  // A new run from the checkpoint (--init-from) may have another recipe and batch: its
+  // scaling starts anew.
+  if (!same_run || expected.empty()) return;
+  std::vector<std::pair<std::string, Tensor>> ordered;
+  for (const auto& [name, type] : expected) {
+    auto it = std::find_if(found.begin(), found.end(), [&](const auto& entry) { return entry.first == name; });
+    if (it == found.end() || it->second.type() != type) break;
+    ordered.emplace_back(name, std::move(it->second));
+  }
+  if (ordered.size() == expected.size() && found.size() == expected.size()) {
+    kernel_states_ = std::move(ordered);
+    return;
+  }
+  const TensorType& first = expected.front().second;
+  auto written = std::find_if(found.begin(), found.end(), [](const auto& entry) { return entry.second.shape().rank() == 2; });
+  const std::string why =
+      found.empty() ? std::string("it keeps none: an earlier pgq wrote it")
+      : written != found.end() && written->second.shape().dims()[0] != first.shape.dims()[0]
+          ? fmt::format("it keeps those of {} processes, this run has {}", written->second.shape().dims()[0],
+                        first.shape.dims()[0])
+          : std::string("they are not those of this run's kernels");
+  spdlog::warn("{}: the checkpoint cannot give this run's delayed or predicted scaling its amax histories ({}): they "
+               "start anew, and the steps from here can differ from an uninterrupted run's",
+               path, why);
 }
 
 std::optional<std::string> TrainLoop::checkpointRefusal(const std::string& path) const {
@@ -288,6 +342,7 @@ void TrainLoop::saveCheckpointAt(int64_t step) {
   ckpt.info["optimizer"] = optimizerFlags(o_.optimizer);
   ckpt.recipe = recipe_text_;
   ckpt.tensors = session_->state();  // every rank: split tensors are gathered
+  for (auto& entry : session_->kernelStates()) ckpt.tensors.push_back(std::move(entry));  // every rank's
   if (lead_) saveCheckpoint(checkpoint_path_, ckpt);
   last_checkpoint_step_ = step;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include <fmt/format.h>
@@ -453,6 +454,66 @@ std::vector<std::pair<std::string, TensorType>> TrainingSession::stateTypes() co
     types.emplace_back("adam_v/" + p->name(), globalType(*p));
   }
   return types;
+}
+
+namespace {
+
+constexpr std::string_view kKernelStatePrefix = "kernel_state/";
+
+// The executors whose kernels' states a checkpoint keeps, by the name it keeps them under.
+std::vector<std::pair<std::string_view, Executor*>> statefulExecutors(Executor* train, Executor* eval) {
+  return {{"train", train}, {"eval", eval}};
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, TensorType>> TrainingSession::kernelStateTypes() const {
+  const Impl& s = *impl_;
+  const int64_t ranks = s.job.comm->worldSize();
+  std::vector<std::pair<std::string, TensorType>> types;
+  for (const auto& [exec_name, exec] : statefulExecutors(s.train_exec.get(), s.eval_exec.get()))
+    for (const auto& [node, bytes] : exec->kernelStates())
+      types.emplace_back(fmt::format("{}{}/{}", kKernelStatePrefix, exec_name, node),
+                         TensorType{DType::kU8, Shape({ranks, static_cast<int64_t>(bytes.size())})});
+  return types;
+}
+
+std::vector<std::pair<std::string, Tensor>> TrainingSession::kernelStates() const {
+  const Impl& s = *impl_;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [exec_name, exec] : statefulExecutors(s.train_exec.get(), s.eval_exec.get()))
+    for (const auto& [node, bytes] : exec->kernelStates()) {
+      const std::vector<std::string> ranks = s.job.comm->allGatherStrings(bytes);
+      Tensor t(TensorType{DType::kU8, Shape({static_cast<int64_t>(ranks.size()), static_cast<int64_t>(bytes.size())})});
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        PGQ_ASSERT(ranks[r].size() == bytes.size(), "kernel state of %{}: {} bytes on rank {}, {} here", node,
+                   ranks[r].size(), r, bytes.size());
+        std::memcpy(t.data<uint8_t>() + r * bytes.size(), ranks[r].data(), bytes.size());
+      }
+      out.emplace_back(fmt::format("{}{}/{}", kKernelStatePrefix, exec_name, node), std::move(t));
+    }
+  return out;
+}
+
+void TrainingSession::loadKernelStates(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t steps,
+                                       const std::string& source) {
+  Impl& s = *impl_;
+  const size_t rank = static_cast<size_t>(s.job.comm->worldRank());
+  for (const auto& [exec_name, exec] : statefulExecutors(s.train_exec.get(), s.eval_exec.get())) {
+    const std::string prefix = fmt::format("{}{}/", kKernelStatePrefix, exec_name);
+    std::vector<std::pair<std::string, std::string>> states;
+    for (const auto& [name, t] : tensors) {
+      if (!name.starts_with(prefix)) continue;
+      const size_t bytes = static_cast<size_t>(t.shape().dims().back());
+      const char* row = reinterpret_cast<const char*>(t.data<uint8_t>()) + rank * bytes;
+      states.emplace_back(name.substr(prefix.size()), std::string(row, bytes));
+    }
+    exec->loadKernelStates(states, source);
+  }
+  // As step() sets it after step `steps` (its index steps - 1).
+  const OptimizerConfig& opt = s.o.optimizer;
+  s.weight_step = steps > 0 ? learningRate(opt, steps - 1, s.o.steps) * adamUpdateBound(opt.beta1, opt.beta2, steps)
+                            : 0.0;
 }
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::state() const {

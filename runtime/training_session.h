@@ -91,6 +91,18 @@ class TrainingSession {
   std::vector<std::pair<std::string, Tensor>> state() const;
   void loadState(std::vector<std::pair<std::string, Tensor>> tensors, const std::string& source);
   std::vector<std::pair<std::string, TensorType>> stateTypes() const;
+  // The state the training and evaluation executors' kernels carry from step to step
+  // (delayed scaling's amax histories, predicted weight scales; Executor::kernelStates)
+  // as checkpoint tensors "kernel_state/<train|eval>/<node>", u8 [world size, bytes]:
+  // every rank's (each computes its own amax), gathered. Every rank must call it.
+  std::vector<std::pair<std::string, Tensor>> kernelStates() const;
+  std::vector<std::pair<std::string, TensorType>> kernelStateTypes() const;
+  // This rank's row of each tensor kernelStateTypes() names, saved after `steps` steps;
+  // throws pgq::Error naming `source` when one does not fit its kernel. The next step's
+  // predicted scales then add the bound of the update of step `steps`, as they would
+  // have without the stop.
+  void loadKernelStates(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t steps,
+                        const std::string& source);
   // Bytes the session holds: parameters, AdamW moments, the batch and the buffers of its
   // executors (what the memory check compared with the available memory).
   double plannedBytes() const;

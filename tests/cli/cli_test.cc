@@ -20,6 +20,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "plan/profile.h"
+#include "runtime/checkpoint.h"
 #include "runtime/run_dir_lock.h"
 
 namespace {
@@ -707,6 +708,41 @@ TEST_F(Cli, ResumingWithoutTheEarlierMetricsSaysSo) {
   r = pgq("train --model tiny --steps 12 --resume --no-progress --out " + run);  // rows 7-9 there: resumes at 9
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("[warning] metrics"), std::string::npos) << r.out;
+}
+
+// A checkpoint without the kernels' states (an earlier pgq wrote it) still resumes, saying
+// that delayed scaling starts anew; a state that does not fit its kernel (a forged
+// file) is refused, naming the checkpoint and the kernel, before the run goes on.
+TEST_F(Cli, ResumingWithoutTheScalingStateSaysSoAndABadOneIsRefused) {
+  const std::string recipe = write("fp8.yaml", "gemms:\n  - {match: \".*\", decision: fp8, lhs_format: "
+                                               "\"e4m3:tensor:rtn\", rhs_format: \"e4m3:tensor:rtn\", amax_history: 4}\n");
+  const std::string run = (dir_ / "run").string(), path = run + "/checkpoint.pgqckpt";
+  ASSERT_EQ(pgq("train --model tiny --steps 8 --stop-after 3 --no-progress --recipe " + recipe + " --out " + run).code, 0);
+  auto rewrite = [&](auto change) {
+    pgq::Checkpoint c = pgq::loadCheckpoint(path);
+    change(c);
+    pgq::saveCheckpoint(path, c);
+  };
+  // A forged history length: refused, exit 2, the step count unchanged.
+  rewrite([](pgq::Checkpoint& c) {
+    for (auto& [name, t] : c.tensors)
+      if (name == "kernel_state/train/layer0/attn/q.lhs_scales") t.data<uint8_t>()[0] ^= 1;
+  });
+  Result bad = pgq("train --model tiny --steps 8 --resume --no-progress --recipe " + recipe + " --out " + run);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find(path + ": the state of kernel %layer0/attn/q.lhs_scales"), std::string::npos) << bad.out;
+  EXPECT_EQ(pgq::loadCheckpoint(path).step, 3);
+  // None at all: a warning, and the run goes on.
+  rewrite([](pgq::Checkpoint& c) {
+    std::erase_if(c.tensors, [](const auto& entry) { return entry.first.starts_with("kernel_state/"); });
+  });
+  Result old = pgq("train --model tiny --steps 8 --resume --no-progress --recipe " + recipe + " --out " + run);
+  EXPECT_EQ(old.code, 0) << old.out;
+  EXPECT_NE(old.out.find("the checkpoint cannot give this run's delayed or predicted scaling its amax histories (it "
+                         "keeps none: an earlier pgq wrote it)"),
+            std::string::npos)
+      << old.out;
+  EXPECT_EQ(pgq::loadCheckpoint(path).step, 8);
 }
 
 // An int8 GEMM whose K passes exact int32 accumulation (a wgrad over 4200 x 16 tokens)

@@ -6,10 +6,14 @@
 // the GEMMs contract over other splits. Every check is an EXPECT (never ASSERT), so a
 // failing rank still calls every collective the others wait in.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -249,6 +253,50 @@ TEST(MpiTraining, DelayedScalingTakesTheReplicasMaxPerStep) {
     }
   // Activations and gradients change between steps: some grow.
   EXPECT_GT(clipped, 0u);
+}
+
+// A checkpoint keeps every rank's amax histories (each replica scales its own
+// activations and gradients) and predicted weight scales: a job stopped and resumed ends
+// with the uninterrupted job's checkpoint, byte for byte.
+TEST(MpiTraining, ResumeKeepsEveryRanksScalingState) {
+  std::unique_ptr<Collectives> job = makeMpiCollectives(g_tensor_parallel);
+  int64_t id = job->worldRank() == 0 ? static_cast<int64_t>(::getpid()) : 0;
+  job->broadcast(&id, sizeof id, 0);
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / fmt::format("pgq_mpi_resume_{}", id);
+  const std::string recipe = (dir / "fp8.yaml").string();
+  if (job->worldRank() == 0) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(recipe) << "gemms:\n"
+                             "  - {match: \"layer./mlp/(up|down)\", decision: fp8, lhs_format: \"e4m3:tensor:rtn\", "
+                             "rhs_format: \"e4m3:tensor:rtn\", predict_weight_scale: true}\n"
+                             "  - {match: \".*\", decision: fp8, lhs_format: \"e4m3:tensor:rtn\", "
+                             "rhs_format: \"e4m3:tensor:rtn\", amax_history: 3}\n";
+  }
+  job->barrier();
+  TrainOptions whole = tinyOptions(g_tensor_parallel, job.get());
+  whole.steps = 8;
+  whole.recipe_path = recipe;
+  whole.out_dir = (dir / "whole").string();
+  train(whole);
+  TrainOptions part = whole;
+  part.out_dir = (dir / "part").string();
+  part.stop_after = 4;
+  train(part);
+  part.stop_after = 0;
+  part.resume = true;
+  EXPECT_EQ(train(part).history.front().step, 5);
+  if (job->worldRank() == 0) {
+    auto bytes = [](const std::filesystem::path& path) {
+      std::ifstream in(path, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string a = bytes(dir / "whole/checkpoint.pgqckpt"), b = bytes(dir / "part/checkpoint.pgqckpt");
+    EXPECT_GT(a.size(), 0u);
+    EXPECT_TRUE(a == b) << "the resumed job's checkpoint differs from the uninterrupted one's";
+    EXPECT_NE(a.find(fmt::format("kernel_state/train/layer0/attn/q.lhs_scales")), std::string::npos);
+  }
+  job->barrier();
+  if (job->worldRank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

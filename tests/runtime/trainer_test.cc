@@ -149,6 +149,54 @@ TEST_F(TrainerTest, ResumeIsBitExact) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(steps[static_cast<size_t>(i)], std::to_string(i + 1));
 }
 
+// A checkpoint keeps what the kernels carry from step to step (delayed scaling's amax
+// histories, predicted weight scales), and the first resumed step's predicted scales add
+// the bound of the update before the stop: a stopped and resumed FP8 run ends with the
+// uninterrupted run's checkpoint, byte for byte. A new run from the stopped one's
+// checkpoint (--init-from) scales anew, and its first step differs.
+TEST_F(TrainerTest, ResumeKeepsDelayedAndPredictedScaling) {
+  const fs::path recipe = dir_ / "fp8.yaml";
+  std::ofstream(recipe) << "gemms:\n"
+                           "  - {match: \"layer./mlp/(up|down)\", decision: fp8, lhs_format: \"e4m3:tensor:rtn\", "
+                           "rhs_format: \"e4m3:tensor:rtn\", predict_weight_scale: true}\n"
+                           "  - {match: \".*\", decision: fp8, lhs_format: \"e4m3:tensor:rtn\", "
+                           "rhs_format: \"e4m3:tensor:rtn\", amax_history: 3}\n";
+  TrainOptions whole = tinyOptions("whole");
+  whole.steps = 8;
+  whole.recipe_path = recipe.string();
+  const TrainResult uninterrupted = train(whole);
+  TrainOptions part = whole;
+  part.out_dir = (dir_ / "part").string();
+  part.stop_after = 4;
+  train(part);
+  fs::copy_file(dir_ / "part/checkpoint.pgqckpt", dir_ / "at4.pgqckpt");
+  part.stop_after = 0;
+  part.resume = true;
+  const TrainResult resumed = train(part);
+  ASSERT_EQ(resumed.history.front().step, 5);
+  EXPECT_EQ(resumed.history.front().loss, uninterrupted.history[4].loss);
+  Checkpoint a = loadCheckpoint((dir_ / "whole/checkpoint.pgqckpt").string());
+  Checkpoint b = loadCheckpoint((dir_ / "part/checkpoint.pgqckpt").string());
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  int delayed = 0, predicted = 0;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    SCOPED_TRACE(a.tensors[i].first);
+    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+    ASSERT_EQ(a.tensors[i].second.bytes(), b.tensors[i].second.bytes());
+    EXPECT_EQ(std::memcmp(a.tensors[i].second.raw(), b.tensors[i].second.raw(), a.tensors[i].second.bytes()), 0);
+    if (a.tensors[i].first == "kernel_state/train/layer0/attn/q.lhs_scales") ++delayed;
+    if (a.tensors[i].first == "kernel_state/train/layer0/mlp/up.rhs_scales") ++predicted;
+  }
+  EXPECT_EQ(delayed, 1);
+  EXPECT_EQ(predicted, 1);
+  TrainOptions fresh = whole;
+  fresh.out_dir = (dir_ / "fresh").string();
+  fresh.init_from = (dir_ / "at4.pgqckpt").string();
+  const TrainResult anew = train(fresh);
+  ASSERT_EQ(anew.history.front().step, 5);
+  EXPECT_NE(anew.history.front().loss, uninterrupted.history[4].loss);
+}
+
 TEST_F(TrainerTest, InitFromStartsANewRunThatContinuesTheDataOrder) {
   TrainOptions whole = tinyOptions("whole");
   train(whole);
