@@ -1,7 +1,8 @@
 #pragma once
 // Training checkpoints: the state a run needs to resume (step, seed, model config,
-// recipe, parameters and optimizer moments), in one binary file that is written
-// atomically and checked fully when read.
+// recipe, parameters and optimizer moments, and what stateful kernels carry from step to
+// step: TrainingSession::kernelStates), in one binary file that is written atomically
+// and checked fully when read.
 //
 // Format, version 1. Every integer is little-endian; a string is a u64 byte count
 // followed by the bytes (no terminator).
