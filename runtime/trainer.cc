@@ -280,14 +280,15 @@ void TrainLoop::takeKernelStates(Checkpoint& ckpt, const std::string& path, bool
   // A new run from the checkpoint (--init-from) may have another recipe and batch: its
   // scaling starts anew.
   if (!same_run || expected.empty()) return;
-  std::vector<std::pair<std::string, Tensor>> ordered;
-  for (const auto& [name, type] : expected) {
-    auto it = std::find_if(found.begin(), found.end(), [&](const auto& entry) { return entry.first == name; });
-    if (it == found.end() || it->second.type() != type) break;
-    ordered.emplace_back(name, std::move(it->second));
-  }
-  if (ordered.size() == expected.size() && found.size() == expected.size()) {
-    kernel_states_ = std::move(ordered);
+  auto find = [&](const std::string& name) {
+    return std::find_if(found.begin(), found.end(), [&](const auto& entry) { return entry.first == name; });
+  };
+  const bool fit = found.size() == expected.size() && std::all_of(expected.begin(), expected.end(), [&](const auto& e) {
+                     auto it = find(e.first);
+                     return it != found.end() && it->second.type() == e.second;
+                   });
+  if (fit) {
+    for (const auto& [name, type] : expected) kernel_states_.emplace_back(name, std::move(find(name)->second));
     return;
   }
   const TensorType& first = expected.front().second;
