@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 
 #include "ir/analysis.h"
-#include "kernels/optim.h"
 #include "runtime/memory_plan.h"
 #include "support/errors.h"
 
@@ -325,28 +324,6 @@ void Executor::compile() {
     }
   RunContext rc(ptrs_.data(), 0);
   for (const Kernel& kernel : init) kernel(rc);
-  // The step after which each output of ExecutorOptions::sum_squares_outputs is final:
-  // the last that writes its buffer (an in-place result shares its operand's), or the
-  // last step when an all_reduce runs (a bucket writes its members when it ends).
-  if (!options_.sum_squares_outputs.empty() && !steps_.empty()) {
-    sums_after_step_.assign(steps_.size(), {});
-    const bool collectives = std::any_of(steps_.begin(), steps_.end(), [](const Step& s) {
-      return s.node->op() == Op::kAllReduce;
-    });
-    for (size_t i : options_.sum_squares_outputs) {
-      PGQ_ASSERT(i < graph_.outputs().size() && graph_.outputs()[i]->dtype() == DType::kF32,
-                 "sum_squares_outputs: output {} is not an f32 output", i);
-      const int root = rootSlot(graph_.outputs()[i]);
-      size_t last = steps_.size() - 1;
-      if (!collectives)
-        for (size_t j = steps_.size(); j-- > 0;)
-          if (auto it = slot_of_.find(steps_[j].node); it != slot_of_.end() && it->second == root) {
-            last = j;
-            break;
-          }
-      sums_after_step_[last].push_back(i);
-    }
-  }
   step_ms_.assign(steps_.size(), 0.0);
   step_calls_.assign(steps_.size(), 0);
   spdlog::debug("executor: {} kernels, arena {:.1f} MiB, {} values", steps_.size(),
@@ -378,41 +355,19 @@ void Executor::run(int64_t step, double weight_step, bool parameters_quantized) 
       throw Error(fmt::format("executor: {} %{} is not bound", opName(slots_[s].node->op()),
                               slots_[s].node->name()));
   RunContext rc(ptrs_.data(), step, weight_step);
-  sum_squares_ms_ = 0;
-  const bool sums = !sums_after_step_.empty();
   if (!options_.profile) {
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      if (!(parameters_quantized && steps_[i].parameter_quantization)) steps_[i].kernel(rc);
-      if (sums) takeSums(i);
-    }
+    for (const Step& s : steps_)
+      if (!(parameters_quantized && s.parameter_quantization)) s.kernel(rc);
     return;
   }
   using Clock = std::chrono::steady_clock;
   for (size_t i = 0; i < steps_.size(); ++i) {
-    if (!(parameters_quantized && steps_[i].parameter_quantization)) {
-      auto start = Clock::now();
-      steps_[i].kernel(rc);
-      step_ms_[i] += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-      ++step_calls_[i];
-    }
-    if (sums) takeSums(i);
+    if (parameters_quantized && steps_[i].parameter_quantization) continue;
+    auto start = Clock::now();
+    steps_[i].kernel(rc);
+    step_ms_[i] += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    ++step_calls_[i];
   }
-}
-
-void Executor::takeSums(size_t step) {
-  if (sums_after_step_[step].empty()) return;
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t i : sums_after_step_[step]) {
-    const Node* node = graph_.outputs()[i];
-    output_sums_[i] = kernels::sumSquares(static_cast<const float*>(outputData(i)), node->shape().numElements());
-  }
-  sum_squares_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Executor::outputSumSquares(size_t i) const {
-  auto it = output_sums_.find(i);
-  PGQ_ASSERT(it != output_sums_.end(), "output {} has no sum of squares (ExecutorOptions::sum_squares_outputs)", i);
-  return it->second;
 }
 
 std::vector<kernels::ParamQuantization> Executor::parameterQuantizations(std::string_view name) const {

@@ -42,13 +42,6 @@ struct ExecutorOptions {
   // the parameter between runs (the optimizer's fused update, parameterQuantizations())
   // and run() can skip it.
   bool parameter_quantizations = false;
-  // Outputs (indices into the graph's outputs, f32) whose sum of squares run() takes
-  // (kernels::sumSquares, so the same value) as soon as the kernel that makes each has
-  // run, while it is still in cache, instead of the caller reading every gradient again
-  // from memory for the gradient norm; outputSumSquares() gives them. In a graph with
-  // collectives (a bucketed all_reduce writes its members at the bucket's end) they are
-  // taken at the end of the run.
-  std::vector<size_t> sum_squares_outputs;
 };
 
 struct NodeProfile {
@@ -92,11 +85,6 @@ class Executor {
   // `source` and the node when a state is missing, unknown or does not fit its kernel;
   // no kernel's state changes then.
   void loadKernelStates(const std::vector<std::pair<std::string, std::string>>& states, const std::string& source);
-
-  // The sum of squares of output `i` in the last run (ExecutorOptions::sum_squares_outputs),
-  // and the time run() spent taking them.
-  double outputSumSquares(size_t i) const;
-  double sumSquaresMs() const { return sum_squares_ms_; }
 
   const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
   const void* outputData(size_t i) const;
@@ -151,12 +139,6 @@ class Executor {
   std::byte* arena_ = nullptr;
   std::vector<std::unique_ptr<std::byte, void (*)(std::byte*)>> owned_;
   size_t arena_bytes_ = 0;
-  // ExecutorOptions::sum_squares_outputs: per step, the outputs whose sums it makes
-  // (all at the last step in a graph with collectives); the sums by output index.
-  std::vector<std::vector<size_t>> sums_after_step_;
-  std::unordered_map<size_t, double> output_sums_;
-  double sum_squares_ms_ = 0;
-  void takeSums(size_t step);
   std::vector<double> step_ms_;
   std::vector<int64_t> step_calls_;
 };

@@ -163,13 +163,8 @@ struct TrainingSession::Impl {
 
   // Options of an executor whose plan is checked against the available memory.
   ExecutorOptions executorOptions(bool profile);
-  // `training`: the graph's outputs after the loss are the parameters' gradients, whose
-  // sums of squares (the gradient norm) the executor takes as each is made.
-  std::unique_ptr<Executor> makeExecutor(const Graph& graph, bool profile, bool training) {
-    ExecutorOptions options = executorOptions(profile);
-    if (training)
-      for (size_t i = 0; i < train.params.size(); ++i) options.sum_squares_outputs.push_back(i + 1);
-    return std::make_unique<Executor>(graph, std::move(options), makeCpuBackend(job.comm));
+  std::unique_ptr<Executor> makeExecutor(const Graph& graph, bool profile) {
+    return std::make_unique<Executor>(graph, executorOptions(profile), makeCpuBackend(job.comm));
   }
   void bindParams();
   void buildInstrumented();
@@ -224,8 +219,8 @@ TrainingSession::Impl::Impl(const TrainOptions& options)
   };
   for (const Node* p : train.params) memory.planned += 3 * bytes(p);
   memory.planned += 2 * bytes(train.tokens);
-  train_exec = makeExecutor(*train.graph, o.profile_ops, true);
-  eval_exec = makeExecutor(*eval.graph, false, false);
+  train_exec = makeExecutor(*train.graph, o.profile_ops);
+  eval_exec = makeExecutor(*eval.graph, false);
   initParameters();
   tokens = Tensor(train.tokens->type());
   // A model whose loss reads only the tokens (an imported logits model) has no targets.
@@ -300,7 +295,7 @@ void TrainingSession::Impl::bindParams() {
 void TrainingSession::Impl::buildInstrumented() {
   // Its parameters are bound to the training graph's tensors.
   profiling.graph = compileModel(lo.model, {.pipeline = graphPipeline(lo, true, nullptr, nullptr, job.replicas > 1)});
-  profiling.exec = makeExecutor(*profiling.graph.graph, o.profile_ops, true);
+  profiling.exec = makeExecutor(*profiling.graph.graph, o.profile_ops);
   profiling.exec->bind(profiling.graph.tokens, tokens);
   if (profiling.graph.targets) profiling.exec->bind(profiling.graph.targets, targets);
   profiling.collector = std::make_unique<ProfileCollector>(*profiling.graph.graph, o.profile_amax_history);
@@ -312,7 +307,8 @@ void TrainingSession::Impl::buildInstrumented() {
 double TrainingSession::Impl::gradNorm(const Executor& exec) const {
   double split_sum = 0, whole_sum = 0;
   for (size_t i = 0; i < state.values.size(); ++i) {
-    const double squares = exec.outputSumSquares(i + 1);  // kernels::sumSquares of the gradient
+    std::span<const float> g = exec.output<float>(i + 1);
+    const double squares = kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
     (state.splits[i] ? split_sum : whole_sum) += squares;
     if (spdlog::should_log(spdlog::level::trace))
       spdlog::trace("gradient of {}: sum of squares {} ({})", train.params[i]->name(), squares,
@@ -376,7 +372,7 @@ StepRecord TrainingSession::step(int64_t step, bool profile) {
   auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
   const Clock::time_point norm_start = Clock::now();
   double norm = s.gradNorm(exec);
-  const double norm_ms = since(norm_start) + exec.sumSquaresMs();
+  const double norm_ms = since(norm_start);
   if (!std::isfinite(loss) || !std::isfinite(norm))
     throw Error(fmt::format("step {}: the training {} is {}", step + 1,
                             std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss));

@@ -595,47 +595,6 @@ TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
   }
 }
 
-// The sums of squares of outputs (the gradient norm's) are taken as each output is made,
-// and equal kernels::sumSquares of the finished output: %g is written over %a's buffer
-// by the in-place add after the mul wrote %a there (a sum taken after the mul would be
-// a's), %w is a bound input no kernel writes, %e an ordinary result. A second run with
-// other inputs gives that run's sums.
-TEST(Executor, SumsOfSquaresOfOutputsAreThoseOfTheFinishedOutputs) {
-  auto g = parseGraph(R"pgq(graph @sums {
-  %dy = input() : f32[20,8]
-  %idx = input() : s32[20]
-  %w = input() : f32[50,8]
-  %v = input() : f32[50,8]
-  %a = mul(%w, %v) : f32[50,8]
-  %s = scatter_add(%dy, %idx) : f32[50,8]
-  %g = add(%a, %s) : f32[50,8]
-  %e = mul(%v, %v) : f32[50,8]
-  return %g, %w, %e
-}
-)pgq");
-  ExecutorOptions options;
-  options.sum_squares_outputs = {0, 1, 2};
-  Executor exec(*g, options);
-  Tensor dy(g->find("dy")->type()), idx(g->find("idx")->type()), w(g->find("w")->type()), v(g->find("v")->type());
-  exec.bind("dy", dy);
-  exec.bind("idx", idx);
-  exec.bind("w", w);
-  exec.bind("v", v);
-  for (float phase : {0.0f, 1.0f}) {
-    for (int64_t i = 0; i < dy.numElements(); ++i) dy.data<float>()[i] = std::sin(0.3f * float(i) + phase);
-    for (int64_t i = 0; i < w.numElements(); ++i) w.data<float>()[i] = std::cos(0.7f * float(i) - phase);
-    for (int64_t i = 0; i < v.numElements(); ++i) v.data<float>()[i] = 1.0f + 0.01f * float(i) + phase;
-    for (int64_t i = 0; i < idx.numElements(); ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 7) % 13);
-    exec.run();
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_EQ(exec.outputSumSquares(i), kernels::sumSquares(exec.output<float>(i).data(), 400))
-          << "output " << i << ", phase " << phase;
-    std::vector<float> a(400);
-    for (size_t i = 0; i < 400; ++i) a[i] = w.data<float>()[i] * v.data<float>()[i];
-    EXPECT_NE(exec.outputSumSquares(0), kernels::sumSquares(a.data(), 400));
-  }
-}
-
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
   std::vector<BufferRequest> requests = {
       {1000, 0, 2}, {500, 1, 3}, {1000, 3, 5}, {200, 4, 4}, {4000, 6, 7}, {64, 0, 7}};
