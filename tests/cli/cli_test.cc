@@ -63,6 +63,13 @@ class Cli : public ::testing::Test {
     std::ofstream(dir_ / name, std::ios::binary) << text;
     return (dir_ / name).string();
   }
+  // A recipe that runs every GEMM in int8 (the weight-side operand int7 with `rounding`:
+  // exact on CPUs without VNNI), written by hand as a user edits one: every tiny GEMM is
+  // too small to win on this CPU, so a policy would keep them.
+  std::string allInt8Recipe(const std::string& name, const std::string& rounding) {
+    return write(name, "gemms:\n  - match: \".*\"\n    decision: int8\n    lhs_format: int8:channel:rtn\n"
+                       "    rhs_format: int7:channel:" + rounding + "\n");
+  }
   static std::string read(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -946,14 +953,7 @@ TEST_F(Cli, RecipeThenQuantizedTraining) {
   EXPECT_NE(json.find("\"layer0.attn.q\": {\n      \"label\": \"layer0/attn/q\""), std::string::npos) << json;
   EXPECT_NE(json.find("{\"label\": \"layer0/attn/scores\", \"direction\": \"fwd\""), std::string::npos) << json;
   EXPECT_NE(read(dir_ / "F+B.py").find("def module_filter_fn(module, fqn):"), std::string::npos);
-  // Every tiny GEMM is too small to win on this CPU; force them all to int8 by hand,
-  // the way a user edits a recipe.
-  std::string forced = write("forced.yaml", R"(gemms:
-  - match: ".*"
-    decision: int8
-    lhs_format: int8:channel:rtn
-    rhs_format: int7:channel:sr
-)");
+  std::string forced = allInt8Recipe("forced.yaml", "sr");
   Result q = pgq("train --model tiny --steps 40 --eval-every 20 --no-progress --profile-ops --recipe " + forced +
                  " --hardware epyc-zen3-2c --out " + (dir_ / "q").string());
   ASSERT_EQ(q.code, 0) << q.out;
@@ -995,12 +995,7 @@ TEST_F(Cli, ProfileOpsSplitsTrainingAndProfiledSteps) {
   EXPECT_EQ(all.out.find("outside the graph's kernels"), std::string::npos) << all.out;
   // With every GEMM in int8 (round to nearest), the update makes each weight's two copies
   // (K along its rows for the forward GEMM, along its columns for the input gradient's).
-  std::string forced = write("rtn.yaml", R"(gemms:
-  - match: ".*"
-    decision: int8
-    lhs_format: int8:channel:rtn
-    rhs_format: int7:channel:rtn
-)");
+  std::string forced = allInt8Recipe("rtn.yaml", "rtn");
   Result q = pgq("train --model tiny --steps 2 --no-progress --profile-ops --recipe " + forced +
                  " --hardware epyc-zen3-2c --out " + (dir_ / "q").string());
   ASSERT_EQ(q.code, 0) << q.out;
