@@ -15,13 +15,21 @@
 
 namespace {
 
-std::string modelPath() {
-  static const std::string path = [] {
-    const std::filesystem::path dir =
-        std::filesystem::temp_directory_path() / ("pgq_onnx_fuzz_" + std::to_string(::getpid()));
+// The folder, removed when the fuzzer exits (each run left one in /tmp).
+struct ModelDir {
+  ModelDir() : dir(std::filesystem::temp_directory_path() / ("pgq_onnx_fuzz_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(dir);
-    return (dir / "model.onnx").string();
-  }();
+  }
+  ~ModelDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+  std::filesystem::path dir;
+};
+
+std::string modelPath() {
+  static const ModelDir model_dir;
+  static const std::string path = (model_dir.dir / "model.onnx").string();
   return path;
 }
 
