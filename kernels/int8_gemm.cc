@@ -99,8 +99,6 @@ struct SegmentTerms {
   // S = P - dza[m] * cb[n] - ra[m] * zb[n]  (gemm.h), all in wrapping int32.
   std::vector<int32_t> dza, ra, zb, cb;
   bool compensate = false;
-  // S = P - zcb[n] where the constant lhs zero point is compensated here (zc_here).
-  std::vector<int32_t> zcb;
 };
 
 // The s32 result of the K segments of a per-block GEMM, reused across calls.
@@ -206,14 +204,6 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
   const bool lhs_row_zero = fa.asymmetric && fa.granularity != Granularity::kPerTensor;
   const int32_t zc = lhs_row_zero ? 0 : a.storedZero(0);
   const bool rhs_zero = fb.asymmetric;
-  // Where K is short against M (the weight gradients of short sequences, e.g. GPT-2's
-  // logits' [50257 x 256] x [256 x 768]), oneDNN 2.6's brgemm applies that constant zero
-  // point at a cost that grows with C: ~20% of the GEMM at that shape, measured on Zen 5
-  // (docs/PERFORMANCE.md). There the pass below subtracts zc x B's column sums instead,
-  // one more int32 per element of the pass it makes anyway, for one read of B (K x N, the
-  // smaller operand there). Both give the exact result (kMaxInt8GemmK keeps
-  // the u8 x s8 sums within int32).
-  const bool zc_here = zc != 0 && !lhs_row_zero && !rhs_zero && m >= k;
 
   const std::vector<int64_t> bounds = segmentBounds(k, fa, fb);
   const size_t segments = bounds.size() - 1;
@@ -247,8 +237,8 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
                           kb,
                           {m * k, shape.trans_a ? 1 : k, shape.trans_a ? m : 1},
                           {k * n, shape.trans_b ? 1 : n, shape.trans_b ? k : 1},
-                          zc != 0 && !zc_here};
-    detail::runMatmul(key, qa.data() + a_offset, qb.data() + b_offset, s32, zc_here ? 0 : zc);
+                          zc != 0};
+    detail::runMatmul(key, qa.data() + a_offset, qb.data() + b_offset, s32, zc);
 
     const int64_t ja = fa.granularity == Granularity::kPerBlock ? k0 / fa.block : 0;
     const int64_t jb = fb.granularity == Granularity::kPerBlock ? k0 / fb.block : 0;
@@ -270,13 +260,6 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
                 t.ra.data());
       for (int32_t& v : t.ra) v = int32_t(uint32_t(v) - uint32_t(kb) * uint32_t(zc));
     }
-    if (zc_here) {
-      // zcb[n] = zc * sum_k qb[k,n]
-      t.zcb.resize(size_t(batch * n));
-      sumAlongK(qb.data(), batch, n, k0, k1, shape.trans_b ? 1 : n, shape.trans_b ? k : 1, k * n,
-                t.zcb.data());
-      for (int32_t& v : t.zcb) v = int32_t(uint32_t(v) * uint32_t(zc));
-    }
     if (lhs_row_zero) {
       // cb[n] = sum_k qb[k,n] - kb * zb[n]
       sumAlongK(qb.data(), batch, n, k0, k1, shape.trans_b ? 1 : n, shape.trans_b ? k : 1, k * n,
@@ -293,7 +276,6 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
       const int32_t* p = s32 + row * n;
       const int32_t* zb = t.compensate ? t.zb.data() + bi * n : nullptr;
       const int32_t* cb = t.compensate ? t.cb.data() + bi * n : nullptr;
-      const int32_t* zcb = zc_here ? t.zcb.data() + bi * n : nullptr;
       const int32_t dza = t.compensate ? t.dza[row] : 0;
       const int32_t ra = t.compensate ? t.ra[row] : 0;
       const float sa = t.sa[row];
@@ -310,7 +292,6 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
           v = _mm256_sub_epi32(v, _mm256_mullo_epi32(vdza, loadInt(cb + j)));
           v = _mm256_sub_epi32(v, _mm256_mullo_epi32(vra, loadInt(zb + j)));
         }
-        if (zc_here) v = _mm256_sub_epi32(v, loadInt(zcb + j));
         if constexpr (kS32Out) {
           int32_t* out = static_cast<int32_t*>(c_out) + row * n + j;
           if (!first) v = _mm256_add_epi32(v, loadInt(out));
@@ -328,7 +309,6 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
         std::memcpy(&raw, p + j, sizeof(raw));
         int64_t wide = int64_t(raw);
         if (t.compensate) wide -= int64_t(dza) * cb[j] + int64_t(ra) * zb[j];
-        if (zc_here) wide -= zcb[j];
         int32_t v = int32_t(uint32_t(uint64_t(wide)));
         if constexpr (kS32Out) {
           int32_t* out = static_cast<int32_t*>(c_out) + row * n + j;
