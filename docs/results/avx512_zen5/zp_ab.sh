@@ -6,8 +6,9 @@
 #                     shape with the F+B recipe the new build makes from its own profile,
 #                     and `medium` with FB_medium.yaml
 #   zp_kernel.txt     gemm_bench int8_raw (operands quantized beforehand) at GPT-2 124M's
-#                     shapes, base and new in turn, 2 rounds (its first run, at 933c8d9, lost
-#                     the figures to the benchmark's colours; tried_s24.txt has them by hand)
+#                     shapes, base and new in turn, 2 rounds (its first run, at 933c8d9, kept
+#                     only the summary table's empty columns and was removed; tried_s24.txt
+#                     has the figures, measured by hand)
 #   zp_per_op.txt     `pgq train --profile-ops` at GPT-2's exact shape with that recipe,
 #                     4 steps, both builds: qmatmul and the slowest GEMMs
 #   zp_steps_ab.txt   train_step_bench f32 and F+B steps of `medium` and of GPT-2 124M's
@@ -23,16 +24,6 @@ source "$(dirname "$0")/ab_lib.sh"
     --recipe "$work/gpt2_fb.yaml"
   ab_identical_medium | tail -n 1
 } >zp_identical.txt
-{
-  echo "# gemm_bench --benchmark_filter='gpt2_124m.*int8_raw' --benchmark_min_time=0.5, base and new in turn, 2 rounds"
-  for round in 1 2; do
-    for b in base new; do
-      dir=${!b}
-      echo "## round $round $b"
-      "$dir/bench/gemm_bench" --benchmark_filter='gpt2_124m.*int8_raw' --benchmark_min_time=0.5 2>&1 |
-        sed 's/\x1b\[[0-9;]*m//g' | grep -E '^gpt2_124m[^ ]*/int8_raw' | awk '{print $1, $2, $3}'
-    done
-  done
-} >zp_kernel.txt
+ab_bench 2 gemm_bench 'gpt2_124m.*int8_raw' --benchmark_min_time=0.5 >zp_kernel.txt
 ab_gpt2_per_op 'kernel time|^  qmatmul|^  get_logits|wgrad  ' --recipe "$work/gpt2_fb.yaml" >zp_per_op.txt
 ab_steps '(f32Step|quantizedStep)/(medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2' >zp_steps_ab.txt
