@@ -1,7 +1,8 @@
 #!/bin/bash
 # A constant lhs zero point subtracted in pgq's rescale pass where K is short against M
-# (int8_gemm.cc zc_here) instead of oneDNN's, a build of it against the build before it,
-# on this AVX-512 CPU, in turn, nothing else running (build/ is the new build):
+# (int8_gemm.cc zc_here; commit 933c8d9, reverted in bd0fa8f: no gain), a build of 933c8d9
+# against the build before it (df5285b), on this AVX-512 CPU, in turn, nothing else running
+# (run from a checkout of 933c8d9, whose build/ is the new build):
 #   zp_identical.txt  checkpoints of both builds after 3 steps (cmp): GPT-2 124M's exact
 #                     shape with the F+B recipe the new build makes from its own profile,
 #                     and `medium` with FB_medium.yaml
