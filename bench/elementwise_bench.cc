@@ -22,6 +22,7 @@
 #include "kernels/norm.h"
 #include "kernels/optim.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_items.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 
@@ -201,6 +202,78 @@ void BM_AttentionSoftmaxGrad(benchmark::State& state) {
     }
   }
   finish(state, 3 * n * kF);
+}
+
+// An int8 attention's backward at `medium`'s shape (64 batch-heads of [256, 256]) as a
+// step runs it, from memory: the fused softmax_grad makes dS, which is quantized along its
+// rows (for dS K) and its columns (dS^T Q), and P along its columns (P^T dO). Arg 1: the
+// whole value's kernels one after the other (0) or item by item in cache
+// (kernels::quantizeItems, 1). Four such attentions in turn (~270 MB), so each call reads
+// its operands cold.
+void BM_AttentionGradQuantized(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  omp_set_num_threads(threads);
+  constexpr int64_t kItems = 64, kT = 256, n = kItems * kT * kT, kLayers = 4;
+  const QuantFormat format = QuantFormat::parse("int8:channel:rtn");
+  const OperandView by_row{kItems, kT, kT, true}, by_col{kItems, kT, kT, false};
+  const OperandView item_row{1, kT, kT, true}, item_col{1, kT, kT, false};
+  struct Layer {
+    std::vector<float> p, dp, ds, ds_row, ds_col, p_col;
+    std::vector<uint8_t> ds_row_q, ds_col_q, p_col_q;
+  };
+  std::vector<Layer> layers(kLayers);
+  for (Layer& l : layers) {
+    l.p = randomData(n, 0.0f, 0.02f);
+    l.dp = randomData(n);
+    l.ds.resize(n);
+    l.ds_row.resize(kItems * kT);
+    l.ds_col.resize(kItems * kT);
+    l.p_col.resize(kItems * kT);
+    l.ds_row_q.resize(n);
+    l.ds_col_q.resize(n);
+    l.p_col_q.resize(n);
+  }
+  const SoftmaxPrologue prologue{.scale = 0.125f, .causal = true, .fill = -INFINITY, .tq = kT};
+  const bool items = state.range(1) != 0;
+  int64_t next = 0;
+  for (auto _ : state) {
+    Layer& l = layers[static_cast<size_t>(next++ % kLayers)];
+    if (!items) {
+      softmaxGrad(l.p.data(), l.dp.data(), l.ds.data(), kItems * kT, kT, prologue);
+      quantizeDynamic(l.ds, by_row, format, l.ds_row, std::span<uint8_t>(l.ds_row_q));
+      computeQuantParams(l.ds, by_col, format, l.ds_col);
+      quantize(l.ds, by_col, format, l.ds_col, std::span<uint8_t>(l.ds_col_q));
+      computeQuantParams(l.p, by_col, format, l.p_col);
+      quantize(l.p, by_col, format, l.p_col, std::span<uint8_t>(l.p_col_q));
+      continue;
+    }
+    auto entry = [&](const std::vector<float>& x, const OperandView& view, std::vector<float>& params, void* out,
+                     int scales_of, bool dynamic) {
+      ItemQuantization e;
+      e.x = x.data();
+      e.item = view;
+      e.format = format;
+      e.params = params.data();
+      e.out = out;
+      e.u8 = true;
+      e.scales_of = scales_of;
+      e.dynamic = dynamic;
+      return e;
+    };
+    const ItemQuantization entries[] = {entry(l.ds, item_row, l.ds_row, nullptr, -1, false),
+                                        entry(l.ds, item_row, l.ds_row, l.ds_row_q.data(), 0, true),
+                                        entry(l.ds, item_col, l.ds_col, nullptr, -1, false),
+                                        entry(l.ds, item_col, l.ds_col, l.ds_col_q.data(), 2, false),
+                                        entry(l.p, item_col, l.p_col, nullptr, -1, false),
+                                        entry(l.p, item_col, l.p_col, l.p_col_q.data(), 4, false)};
+    quantizeItems(
+        kItems,
+        [&](int64_t b) {
+          softmaxGrad(l.p.data() + b * kT * kT, l.dp.data() + b * kT * kT, l.ds.data() + b * kT * kT, kT, kT, prologue);
+        },
+        entries);
+  }
+  state.SetLabel(items ? "item by item" : "whole values");
 }
 
 void BM_CrossEntropy(benchmark::State& state) {
@@ -399,6 +472,7 @@ BENCHMARK(BM_Swiglu)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchma
 BENCHMARK(BM_SwigluGrad)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionSoftmax)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionSoftmaxGrad)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionGradQuantized)->ArgsProduct({{1, 2}, {0, 1}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWQuantize)->ArgsProduct({{1, 2}, {0, 1, 2}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AdamWQuantizeCold)->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4}})->UseRealTime()->Unit(benchmark::kMicrosecond);
 

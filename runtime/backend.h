@@ -71,6 +71,9 @@ class LoweringContext {
   // kernel takes over (the backend lowers `value` to nothing); it stays alive until this
   // node's kernel has run.
   virtual OperandRef operandOf(const Node& value, int index) = 0;
+  // The buffer of `value`, a node whose result this node's kernel also writes
+  // (Backend::madeBy); it is live from this node's kernel on.
+  virtual int resultOf(const Node& value) = 0;
 };
 
 class Backend {
@@ -95,6 +98,13 @@ class Backend {
   virtual bool absorbed(const Node& node) const {
     (void)node;
     return false;
+  }
+  // The node whose kernel also makes `node`'s result (planned in prepare()), or null. The
+  // executor then gives `node` no kernel of its own; its buffer is live from that
+  // kernel's step (LoweringContext::resultOf) to its last reader.
+  virtual const Node* madeBy(const Node& node) const {
+    (void)node;
+    return nullptr;
   }
   // The operand whose buffer `node`'s kernel writes its result over (planned in
   // prepare(), for an operand nothing else reads and that is not an output), or -1. The

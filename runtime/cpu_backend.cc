@@ -30,6 +30,7 @@
 #include "kernels/quant_format.h"
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_items.h"
 #include "kernels/reduce.h"
 #include "kernels/rope.h"
 #include "kernels/smooth_quant.h"
@@ -206,6 +207,10 @@ class CpuBackend final : public Backend {
     auto it = adds_in_place_.find(&node);
     return it == adds_in_place_.end() ? -1 : it->second;
   }
+  const Node* madeBy(const Node& node) const override {
+    auto it = made_by_.find(&node);
+    return it == made_by_.end() ? nullptr : it->second;
+  }
 
  private:
   bool supportsCollective(const Node& node, std::string* why) const;
@@ -272,6 +277,20 @@ class CpuBackend final : public Backend {
   std::unordered_map<const Node*, int> adds_in_place_;
   void planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
   Kernel lowerAddScatter(const Node& add, const Node& scatter, LoweringContext& ctx) const;
+
+  // A softmax or softmax_grad of [items.., rows, cols] and the quantizations scheduled
+  // right after it of its result or of an operand of its shape, which quantize each
+  // [rows, cols] item on its own (kernels::quantizesItemsAlone): its kernel makes each
+  // item, then quantizes it while it is in cache (kernels::quantizeItems), and those
+  // quantize and quant_params nodes have no kernel of their own (Backend::madeBy). An
+  // int8 attention's probabilities P and their gradient dS are each quantized twice,
+  // along their rows and along their columns (P V, P^T dO; dS K, dS^T Q), and were read
+  // back from memory for each (planItemQuantizations). By node: the softmax that makes
+  // it; by softmax: its quantizations in schedule order.
+  std::unordered_map<const Node*, const Node*> made_by_;
+  std::unordered_map<const Node*, std::vector<const Node*>> item_quantizations_;
+  void planItemQuantizations(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
+  Kernel lowerSoftmaxQuantizingItems(const Node& node, LoweringContext& ctx) const;
 
   Collectives* collectives_;  // not owned
 };
@@ -876,6 +895,138 @@ void CpuBackend::prepare(std::span<const Node* const> schedule, const std::unord
   planFusedScales(schedule);
   planBuckets(schedule);
   planScatterAdds(schedule, outputs);
+  planItemQuantizations(schedule, outputs);
+}
+
+// An item a kernel makes and quantizes in cache is at most this large (Zen 5's L2 per
+// core; a 256-key attention's scores are 256 KiB per head).
+constexpr int64_t kMaxItemBytes = int64_t{1} << 20;
+
+void CpuBackend::planItemQuantizations(std::span<const Node* const> schedule,
+                                       const std::unordered_set<const Node*>& outputs) {
+  made_by_.clear();
+  item_quantizations_.clear();
+  std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const Node* m = schedule[i];
+    if ((m->op() != Op::kSoftmax && m->op() != Op::kSoftmaxGrad) || m->dtype() != DType::kF32 ||
+        m->shape().rank() < 3)
+      continue;
+    const int rank = m->shape().rank();
+    const int64_t rows = m->shape().dim(rank - 2), cols = m->shape().dim(rank - 1);
+    if (rows * cols == 0 || rows * cols * 4 > kMaxItemBytes) continue;
+    const int64_t items = m->shape().numElements() / (rows * cols);
+    if (items < 2) continue;
+    auto source = [&](const Node* v) {
+      if (v == m) return true;
+      for (const Node* operand : m->operands())
+        if (v == operand && v->dtype() == DType::kF32 && v->shape() == m->shape()) return true;
+      return false;
+    };
+    // The batch dims are the leading ones and K is one of the last two, so item b of the
+    // kernels' view is item b of the value.
+    std::vector<int64_t> leading(static_cast<size_t>(rank - 2));
+    std::iota(leading.begin(), leading.end(), 0);
+    auto itemWise = [&](const Node* q) {
+      const std::vector<int64_t> contract = q->attrs().getInts(AttrKey::kContractDims);
+      const int64_t history = q->attrs().has(AttrKey::kAmaxHistory) ? q->attrs().getInt(AttrKey::kAmaxHistory) : 0;
+      const bool predicted = q->attrs().has(AttrKey::kPredictScale) && q->attrs().getInt(AttrKey::kPredictScale) != 0;
+      k::QuantFormat format = q->attrs().getFormat(AttrKey::kFormat);
+      if (q->op() == Op::kQuantParams) format.rounding = Rounding::kNearest;  // scales do not read it
+      return !outputs.count(q) && source(q->operand(0)) && history == 0 && !predicted &&
+             k::quantizesItemsAlone(format) && q->attrs().getIntsOr(AttrKey::kBatchDims, {}) == leading &&
+             contract.size() == 1 && (contract[0] == rank - 1 || contract[0] == rank - 2);
+    };
+    std::vector<const Node*> run;
+    std::unordered_set<const Node*> in_run;
+    for (size_t j = i + 1; j < schedule.size(); ++j) {
+      const Node* q = schedule[j];
+      const bool quantization = q->op() == Op::kQuantParams || (q->op() == Op::kQuantize && in_run.count(q->operand(1)));
+      if (!quantization || !itemWise(q)) break;
+      run.push_back(q);
+      in_run.insert(q);
+    }
+    // Scales are made here only with every quantize that reads them.
+    size_t keep = run.size();
+    for (size_t r = 0; r < run.size(); ++r)
+      if (run[r]->op() == Op::kQuantParams)
+        for (const Node* user : run[r]->users())
+          if (live.count(user) && (user->op() == Op::kQuantize || user->op() == Op::kFakeQuant) && !in_run.count(user))
+            keep = std::min(keep, r);
+    run.resize(keep);
+    if (run.empty()) continue;
+    for (const Node* q : run) made_by_[q] = m;
+    item_quantizations_[m] = std::move(run);
+  }
+}
+
+Kernel CpuBackend::lowerSoftmaxQuantizingItems(const Node& node, LoweringContext& ctx) const {
+  const std::vector<const Node*>& run = item_quantizations_.at(&node);
+  const int rank = node.shape().rank();
+  const int64_t rows = node.shape().dim(rank - 2), cols = node.shape().dim(rank - 1);
+  const int64_t items = node.shape().numElements() / (rows * cols), item = rows * cols;
+  const k::SoftmaxPrologue prologue = softmaxPrologue(node);
+  const bool grad = node.op() == Op::kSoftmaxGrad;
+  const int x = ctx.operand(0).slot, dy = grad ? ctx.operand(1).slot : -1, y = ctx.result();
+  auto slotOf = [&](const Node* value) {
+    if (value == &node) return y;
+    for (int k = 0; k < node.numOperands(); ++k)
+      if (node.operand(k) == value) return ctx.operand(k).slot;
+    throw InternalError(fmt::format("%{} does not read %{}", node.name(), value->name()));
+  };
+  // Per entry: the slots of its value, its scales and its bytes (-1 for scales alone).
+  struct Slots {
+    int x, params, out;
+  };
+  std::vector<k::ItemQuantization> entries;
+  std::vector<Slots> slots;
+  std::unordered_map<const Node*, int> index;
+  for (const Node* q : run) {
+    k::ItemQuantization e;
+    const k::OperandView whole = quantView(*q);
+    e.item = {1, whole.rows, whole.cols, whole.contract_along_cols};
+    e.format = q->attrs().getFormat(AttrKey::kFormat);
+    if (q->op() == Op::kQuantParams) {
+      e.format.rounding = Rounding::kNearest;
+      index[q] = static_cast<int>(entries.size());
+      slots.push_back({slotOf(q->operand(0)), ctx.resultOf(*q), -1});
+    } else {
+      e.scales_of = index.at(q->operand(1));
+      e.u8 = q->dtype() == DType::kU8;
+      e.sr = {noiseSeed(*q), 0};
+      // The scales' only quantize makes them in the same pass where the formats agree.
+      k::ItemQuantization& scales = entries[static_cast<size_t>(e.scales_of)];
+      k::QuantFormat own = e.format;
+      own.rounding = scales.format.rounding;
+      int quantizes = 0;
+      for (const Node* user : q->operand(1)->users()) quantizes += user->op() == Op::kQuantize && made_by_.count(user);
+      e.dynamic = quantizes == 1 && own == scales.format;
+      slots.push_back({slotOf(q->operand(0)), slots[static_cast<size_t>(e.scales_of)].params, ctx.resultOf(*q)});
+    }
+    entries.push_back(e);
+  }
+  return [=](const RunContext& rc) {
+    std::vector<k::ItemQuantization> run_entries = entries;  // this run's buffers
+    for (size_t i = 0; i < entries.size(); ++i) {
+      k::ItemQuantization& e = run_entries[i];
+      e.x = rc.as<float>(slots[i].x);
+      e.params = rc.as<float>(slots[i].params);
+      e.out = slots[i].out < 0 ? nullptr : rc.ptr(slots[i].out);
+      e.sr.offset = static_cast<uint64_t>(rc.step());
+    }
+    const float* in = rc.as<float>(x);
+    const float* grad_in = grad ? rc.as<float>(dy) : nullptr;
+    float* out = rc.as<float>(y);
+    k::quantizeItems(
+        items,
+        [&](int64_t b) {
+          if (grad)
+            k::softmaxGrad(in + b * item, grad_in + b * item, out + b * item, rows, cols, prologue);
+          else
+            k::softmax(in + b * item, out + b * item, rows, cols, prologue);
+        },
+        run_entries);
+  };
 }
 
 void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) {
@@ -1180,11 +1331,13 @@ Kernel CpuBackend::lowerAttentionAndNorm(const Node& node, LoweringContext& ctx)
   const Shape& s = node.shape();
   switch (op) {
     case Op::kSoftmax: {
+      if (item_quantizations_.count(&node)) return lowerSoftmaxQuantizingItems(node, ctx);
       int64_t rows = rowsOf(node), cols = lastDim(node);
       const k::SoftmaxPrologue prologue = softmaxPrologue(node);
       return [=](const RunContext& rc) { k::softmax(rc.as<float>(x), rc.as<float>(y), rows, cols, prologue); };
     }
     case Op::kSoftmaxGrad: {
+      if (item_quantizations_.count(&node)) return lowerSoftmaxQuantizingItems(node, ctx);
       int64_t rows = rowsOf(node), cols = lastDim(node);
       const k::SoftmaxPrologue prologue = softmaxPrologue(node);
       return [=](const RunContext& rc) {

@@ -43,6 +43,14 @@ class Executor::Lowering : public LoweringContext {
     return ref;
   }
 
+  int resultOf(const Node& value) override {
+    PGQ_ASSERT(ex_.backend_->madeBy(value) == &node_, "%{} does not make %{}", node_.name(), value.name());
+    Slot& slot = ex_.slots_[static_cast<size_t>(ex_.rootSlot(&value))];
+    slot.first = step_;
+    slot.last = std::max(slot.last, step_);
+    return ex_.rootSlot(&value);
+  }
+
   int scratch(size_t bytes) override {
     int slot = ex_.newSlot(SlotKind::kArena, bytes, &node_);
     ex_.slots_[static_cast<size_t>(slot)].first = step_;
@@ -281,8 +289,10 @@ void Executor::compile() {
   // 3. Lowering, recording the first and last step of every arena slot.
   std::vector<Kernel> init;  // constants are filled once, here
   for (const Node* node : order) {
+    // A node another kernel makes (Backend::madeBy) has none of its own: that kernel,
+    // earlier in the schedule, reads its operands and starts its buffer's life.
     if (node->op() == Op::kParameter || node->op() == Op::kInput || node->op() == Op::kReshape ||
-        virtual_.count(node) || absorbed(node))
+        virtual_.count(node) || absorbed(node) || backend_->madeBy(*node))
       continue;
     int step = static_cast<int>(steps_.size());
     Lowering lowering(*this, *node, step);

@@ -64,6 +64,7 @@ class FakeLowering : public LoweringContext {
   int result() override { return 0; }
   int scratch(size_t bytes) override { return next_++; }
   OperandRef operandOf(const Node& value, int index) override { return {next_++, value.operand(index), nullptr}; }
+  int resultOf(const Node& value) override { return next_++; }
 
  private:
   const Node& node_;

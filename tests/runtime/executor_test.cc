@@ -2,6 +2,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -19,6 +20,8 @@
 #include "kernels/quant_stats.h"
 #include "kernels/quantize.h"
 #include "passes/pipeline.h"
+#include "passes/training_pipeline.h"
+#include "plan/recipe.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "runtime/reference.h"
@@ -338,6 +341,77 @@ TEST(Executor, TheFusedOpsGiveTheUnfusedLossAndGradientsBitForBit) {
       const size_t bytes = static_cast<size_t>(a.exec.outputNode(i)->shape().numElements()) * sizeof(float);
       EXPECT_EQ(std::memcmp(a.exec.outputData(i), b.exec.outputData(i), bytes), 0);
       EXPECT_LT(b.relError(i), i == 0 ? 1e-6 : 1e-4);
+    }
+  }
+}
+
+// An int8 attention's P and dS are quantized along their rows and their columns. The CPU
+// backend makes those quantizations inside the softmax and softmax_grad kernels, item
+// (batch, head) by item, while each is in cache (kernels::quantizeItems): the
+// quantizations of P along its columns (read beside dS by softmax_grad) included. The
+// training graph of a GPT-2-style and a LLaMA-style block, every GEMM in int8, gives the
+// loss and gradients bit for bit of the same graph whose quantizations read identity
+// copies of P and dS (which no softmax kernel makes).
+TEST(Executor, AnAttentionsQuantizationsMadeInItsSoftmaxKernelsChangeNoBit) {
+  const Recipe recipe = parseRecipe(R"(gemms:
+  - {match: ".*", decision: int8, lhs_format: "int8:channel:rtn", rhs_format: "int8:channel:rtn:asym"}
+)",
+                                    "all_int8.yaml");
+  for (std::string spec : {std::string("tiny"), std::string(PGQ_SOURCE_DIR) + "/tests/parity/tiny_llama.yaml"}) {
+    SCOPED_TRACE(spec);
+    ModelConfig config = loadModelConfig(spec);
+    std::vector<TransformerGraph> graphs;
+    graphs.push_back(buildTransformer(config));
+    graphs.push_back(buildTransformer(config));
+    for (TransformerGraph& t : graphs) {
+      PassContext ctx;
+      buildForwardPipeline()->run(*t.graph, ctx);
+      appendBackward(*t.graph, t.loss, t.params);
+      TrainingPipelineOptions options;
+      options.recipe = recipe;
+      buildTrainingPipeline(options)->run(*t.graph, ctx);
+    }
+    Graph& copies = *graphs[1].graph;
+    auto isSoftmax = [](const Node* n) { return n->op() == Op::kSoftmax || n->op() == Op::kSoftmaxGrad; };
+    std::map<Node*, Node*> copy_of;
+    int quantizations = 0;
+    for (Node* q : copies.postOrder()) {
+      if ((q->op() != Op::kQuantize && q->op() != Op::kQuantParams) || !isSoftmax(q->operand(0))) continue;
+      Node*& copy = copy_of[q->operand(0)];
+      if (!copy) copy = Builder(copies).transpose(q->operand(0), {0, 1, 2, 3});
+      copies.setOperand(q, 0, copy);
+      ++quantizations;
+    }
+    // Per layer: P along its rows and columns, dS along both: scales and bytes each.
+    EXPECT_EQ(quantizations, 8 * config.n_layers);
+    ExecutorOptions profiled;
+    profiled.profile = true;
+    for (const NodeProfile& p : Executor(*graphs[0].graph, profiled).profile())
+      EXPECT_FALSE((p.node->op() == Op::kQuantize || p.node->op() == Op::kQuantParams) && isSoftmax(p.node->operand(0)))
+          << p.node->name() << " has a kernel of its own";
+    // The same values in the same order: both graphs create their inputs alike (the
+    // reference evaluator has no int8 rules, so BothRunners cannot feed them).
+    std::vector<std::unique_ptr<Tensor>> tensors;
+    auto run = [&](const Graph& g) {
+      auto exec = std::make_unique<Executor>(g);
+      uint64_t seed = 7;
+      for (Node* node : g.nodes()) {
+        if (node->op() != Op::kParameter && node->op() != Op::kInput) continue;
+        RefTensor value = node->dtype() == DType::kS32
+                              ? randomIndices(node->type(), BothRunners::indexBound(*node), seed++)
+                              : randomRefTensor(node->type(), seed++, 0.5);
+        tensors.push_back(std::make_unique<Tensor>(toTensor(value)));
+        exec->bind(node, *tensors.back());
+      }
+      exec->run(3);
+      return exec;
+    };
+    std::unique_ptr<Executor> a = run(*graphs[0].graph), b = run(copies);
+    ASSERT_EQ(graphs[0].graph->outputs().size(), copies.outputs().size());
+    for (size_t i = 0; i < copies.outputs().size(); ++i) {
+      SCOPED_TRACE(copies.outputs()[i]->name());
+      const size_t bytes = static_cast<size_t>(a->outputNode(i)->shape().numElements()) * sizeof(float);
+      EXPECT_EQ(std::memcmp(a->outputData(i), b->outputData(i), bytes), 0);
     }
   }
 }
