@@ -90,8 +90,23 @@ BroadcastCopy broadcastCopy(const Shape& in, const Shape& out, const std::vector
   return BroadcastCopy(std::vector<int64_t>(out.dims().begin(), out.dims().end()), strides);
 }
 
+BroadcastCopy::BroadcastCopy(const std::vector<int64_t>& out_dims, const std::vector<int64_t>& src_strides) {
+  // Dim d joins the one before it when that one's stride is d's stride times d's size:
+  // index (i, j) then reads i * size * stride + j * stride, one dim of both sizes.
+  for (size_t d = 0; d < out_dims.size(); ++d) {
+    if (!out_dims_.empty() && src_strides_.back() == src_strides[d] * out_dims[d]) {
+      out_dims_.back() *= out_dims[d];
+      src_strides_.back() = src_strides[d];
+    } else {
+      out_dims_.push_back(out_dims[d]);
+      src_strides_.push_back(src_strides[d]);
+    }
+  }
+}
+
 void BroadcastCopy::run(const float* src, float* out) const {
-  // Odometer over all but the last dim; the last dim is a contiguous copy or a fill.
+  // Rows over all but the last dim; the last dim is a contiguous copy, a fill or a strided
+  // read.
   const size_t rank = out_dims_.size();
   if (rank == 0) {
     out[0] = src[0];
@@ -101,18 +116,25 @@ void BroadcastCopy::run(const float* src, float* out) const {
   const int64_t inner_stride = src_strides_.back();
   int64_t outer = 1;
   for (size_t d = 0; d + 1 < rank; ++d) outer *= out_dims_[d];
-  std::vector<int64_t> index(rank, 0);
-  int64_t src_offset = 0;
-  for (int64_t row = 0; row < outer; ++row) {
-    float* dst = out + row * inner;
-    for (int64_t j = 0; j < inner; ++j) dst[j] = src[src_offset + j * inner_stride];
-    for (size_t d = rank - 1; d-- > 0;) {
-      src_offset += src_strides_[d];
-      if (++index[d] < out_dims_[d]) break;
-      src_offset -= src_strides_[d] * out_dims_[d];
-      index[d] = 0;
+  auto copyRow = [&](int64_t row) {
+    int64_t src_offset = 0;
+    for (size_t d = rank - 1, rest = static_cast<size_t>(row); d-- > 0;) {
+      src_offset += static_cast<int64_t>(rest % static_cast<size_t>(out_dims_[d])) * src_strides_[d];
+      rest /= static_cast<size_t>(out_dims_[d]);
     }
-  }
+    float* dst = out + row * inner;
+    if (inner_stride == 1) {
+      std::memcpy(dst, src + src_offset, static_cast<size_t>(inner) * sizeof(float));
+    } else if (inner_stride == 0) {
+      std::fill(dst, dst + inner, src[src_offset]);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = src[src_offset + j * inner_stride];
+    }
+  };
+  // Small copies stay on one thread: starting a team costs more than they do.
+  constexpr int64_t kParallelElements = int64_t{1} << 16;
+#pragma omp parallel for schedule(static) if (outer > 1 && outer * inner >= kParallelElements)
+  for (int64_t row = 0; row < outer; ++row) copyRow(row);
 }
 
 PartLayout partLayout(const Shape& block, int64_t dim, int64_t parts) {

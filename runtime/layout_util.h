@@ -61,11 +61,13 @@ void toPartMajor(const PartLayout& l, const float* whole, float* part_major);
 void fromPartMajor(const PartLayout& l, const float* part_major, float* whole);
 void copyBlock(const PartLayout& l, const float* whole, int64_t index, float* block);
 
-// Materializes broadcast(x) {dims}: out dims not in `dims` repeat.
+// Materializes broadcast(x) {dims}: out dims not in `dims` repeat. Adjacent dims that
+// step through the source as one (both read along, or both repeated) are merged, so a
+// GQA head broadcast [b, kv, 2, t, d] of [b, kv, t, d] copies whole [t, d] blocks; rows
+// are split among OpenMP threads.
 class BroadcastCopy {
  public:
-  BroadcastCopy(std::vector<int64_t> out_dims, std::vector<int64_t> src_strides)
-      : out_dims_(std::move(out_dims)), src_strides_(std::move(src_strides)) {}
+  BroadcastCopy(const std::vector<int64_t>& out_dims, const std::vector<int64_t>& src_strides);
   void run(const float* src, float* out) const;
 
  private:

@@ -181,12 +181,19 @@ TEST(Executor, BroadcastsInPlaceAndMaterialized) {
   %m = mul(%cb, %a) : f32[3,4,5]
   %s = sub(%m, %mb) : f32[3,4,5]
   %e = exp(%rb) : f32[3,4,5]
-  return %s, %e, %cb
+  %kv = parameter() : f32[2,3,64,128]
+  %heads = broadcast(%kv) {dims=[0,1,3,4]} : f32[2,3,2,64,128]
+  %rows = parameter() : f32[300]
+  %filled = broadcast(%rows) {dims=[0]} : f32[300,400]
+  return %s, %e, %cb, %heads, %filled
 }
 )");
   BothRunners runners(*g);
   runners.run();
   for (size_t i = 0; i < 3; ++i) EXPECT_LT(runners.relError(i), 1e-6) << i;
+  // Copies: exact. A GQA head broadcast (whole [64, 128] blocks) and rows filled with one
+  // value, both large enough for several threads.
+  for (size_t i = 3; i < 5; ++i) EXPECT_EQ(runners.relError(i), 0.0) << i;
 }
 
 TEST(Executor, ReductionsOverAnyAxes) {
