@@ -51,10 +51,13 @@ void gemmBf16(const GemmShape& shape, std::span<const uint16_t> a, std::span<con
 inline constexpr int64_t kMaxInt8GemmK = 65793;
 
 // C = dequantized op(A) x op(B) in f32 (see the header comment). pa/pb are the params
-// buffers computeQuantParams filled for lhsView(shape)/rhsView(shape).
+// buffers computeQuantParams filled for lhsView(shape)/rhsView(shape). With
+// `sum_squares`, also sumSquares(C) (optim.h), bit for bit: a weight gradient's share of
+// the gradient norm. With one K segment and N a multiple of 8 the rescale pass sums the
+// squares as it writes C, in sumSquares' blocks, instead of a pass that reads C again.
 void int8Gemm(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFormat& fa,
               std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
-              std::span<const float> pb, std::span<float> c);
+              std::span<const float> pb, std::span<float> c, double* sum_squares = nullptr);
 
 // The integer part of int8Gemm, for exactness tests: c[b,m,n] = sum over K of
 // (qa - za)(qb - zb), with zero points from the params (scales are ignored).

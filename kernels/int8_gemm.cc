@@ -10,6 +10,8 @@
 #include "kernels/dnnl_context.h"
 #include "kernels/gemm.h"
 #include "kernels/kernel_error.h"
+#include "kernels/optim.h"
+#include "kernels/vec_math.h"
 #include "kernels/quant_core.h"
 
 namespace pgq::kernels {
@@ -167,10 +169,46 @@ inline __m256i loadInt(const int32_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
+// The rescale pass of a one-segment GEMM with N % 8 == 0 (the row loop in runInt8, the
+// same operations on each element) walked in sumSquares' blocks of C, returning
+// sumSquares(C) bit for bit: each block's squares summed by vec::sumVectors as its
+// values are written, in order (no vector of 8 crosses a row), then the blocks in order.
+double rescaleSummingSquares(const int32_t* s32, const SegmentTerms& t, int64_t batch, int64_t m, int64_t n,
+                             float* c) {
+  const int64_t total = batch * m * n;
+  const int64_t blocks = (total + kSumSquaresBlock - 1) / kSumSquaresBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t f0 = block * kSumSquaresBlock;
+    int64_t row = f0 / n, j = f0 % n, bi = row / m;
+    partial[static_cast<size_t>(block)] = vec::sumVectors(std::min(kSumSquaresBlock, total - f0), [&](int64_t, int64_t) {
+      __m256i v = loadInt(s32 + row * n + j);
+      if (t.compensate) {
+        v = _mm256_sub_epi32(v, _mm256_mullo_epi32(_mm256_set1_epi32(t.dza[row]), loadInt(t.cb.data() + bi * n + j)));
+        v = _mm256_sub_epi32(v, _mm256_mullo_epi32(_mm256_set1_epi32(t.ra[row]), loadInt(t.zb.data() + bi * n + j)));
+      }
+      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v),
+                                     _mm256_mul_ps(_mm256_set1_ps(t.sa[row]), _mm256_loadu_ps(t.sb.data() + bi * n + j)));
+      _mm256_storeu_ps(c + row * n + j, f);
+      j += 8;
+      if (j == n) {
+        j = 0;
+        if (++row % m == 0) ++bi;
+      }
+      return _mm256_mul_ps(f, f);
+    });
+  }
+  double sum = 0.0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
 template <bool kS32Out>
 void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFormat& fa,
              std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
-             std::span<const float> pb, void* c_out, size_t c_size, const char* what) {
+             std::span<const float> pb, void* c_out, size_t c_size, const char* what,
+             double* sum_squares = nullptr) {
   GemmShape shape = given;
   shape.validate();
   checkFormat(fa);
@@ -270,6 +308,10 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
     }
 
     const bool first = s == 0;
+    if (!kS32Out && sum_squares != nullptr && segments == 1 && n % 8 == 0) {
+      *sum_squares = rescaleSummingSquares(s32, t, batch, m, n, static_cast<float*>(c_out));
+      return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < batch * m; ++row) {
       const int64_t bi = row / m;
@@ -321,14 +363,16 @@ void runInt8(const GemmShape& given, std::span<const uint8_t> qa, const QuantFor
       }
     }
   }
+  if (!kS32Out && sum_squares != nullptr)
+    *sum_squares = sumSquares(static_cast<const float*>(c_out), static_cast<int64_t>(c_size));
 }
 
 }  // namespace
 
 void int8Gemm(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFormat& fa,
               std::span<const float> pa, std::span<const int8_t> qb, const QuantFormat& fb,
-              std::span<const float> pb, std::span<float> c) {
-  runInt8<false>(shape, qa, fa, pa, qb, fb, pb, c.data(), c.size(), "int8Gemm");
+              std::span<const float> pb, std::span<float> c, double* sum_squares) {
+  runInt8<false>(shape, qa, fa, pa, qb, fb, pb, c.data(), c.size(), "int8Gemm", sum_squares);
 }
 
 void int8GemmS32(const GemmShape& shape, std::span<const uint8_t> qa, const QuantFormat& fa,

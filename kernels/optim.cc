@@ -269,7 +269,7 @@ void adamwUpdateQuantized(float* param, const float* grad, float* m, float* v, i
 
 double sumSquares(const float* x, int64_t n) {
   vec::checkSizes("sumSquares", {n});
-  constexpr int64_t kBlock = 4096;
+  constexpr int64_t kBlock = kSumSquaresBlock;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks));
   vec::parallelRanges(blocks, kBlock, 1, [&](int64_t begin, int64_t end) {

@@ -53,8 +53,10 @@ bool fusesIntoUpdate(const OperandView& view, const QuantFormat& format);
 void adamwUpdateQuantized(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p,
                           float grad_scale, std::span<const ParamQuantization> quantizations);
 
-// Sum of x^2 in f64. Blocks of 4096 elements are summed separately and then added in
-// block order, so the result is identical for any thread count.
+// Sum of x^2 in f64. Blocks of kSumSquaresBlock elements are summed separately (with
+// vec::sumVectors) and then added in block order, so the result is identical for any
+// thread count; int8Gemm (gemm.h) sums its output's squares the same way.
+inline constexpr int64_t kSumSquaresBlock = 4096;
 double sumSquares(const float* x, int64_t n);
 
 }  // namespace pgq::kernels

@@ -106,6 +106,13 @@ class Backend {
     (void)node;
     return nullptr;
   }
+  // The sum of squares of `node`'s result in kernels::sumSquares' order, bit for bit, as
+  // its kernel computed it while writing the result in the last run, for an output whose
+  // kernel does (planned in prepare()); nullopt otherwise.
+  virtual std::optional<double> sumOfSquares(const Node& node) const {
+    (void)node;
+    return std::nullopt;
+  }
   // The operand whose buffer `node`'s kernel writes its result over (planned in
   // prepare(), for an operand nothing else reads and that is not an output), or -1. The
   // executor then gives the result that operand's storage, where the operand's own kernel

@@ -207,6 +207,11 @@ class CpuBackend final : public Backend {
     auto it = adds_in_place_.find(&node);
     return it == adds_in_place_.end() ? -1 : it->second;
   }
+  std::optional<double> sumOfSquares(const Node& node) const override {
+    auto it = squares_.find(&node);
+    if (it == squares_.end()) return std::nullopt;
+    return *it->second;
+  }
   const Node* madeBy(const Node& node) const override {
     auto it = made_by_.find(&node);
     return it == made_by_.end() ? nullptr : it->second;
@@ -287,6 +292,10 @@ class CpuBackend final : public Backend {
   // along their rows and along their columns (P V, P^T dO; dS K, dS^T Q), and were read
   // back from memory for each (planItemQuantizations). By node: the softmax that makes
   // it; by softmax: its quantizations in schedule order.
+  // int8 GEMMs whose result is a graph output (a weight gradient): their rescale pass sums
+  // the squares for the gradient norm as it writes (kernels::int8Gemm), here, by node.
+  std::unordered_map<const Node*, std::shared_ptr<double>> squares_;
+
   std::unordered_map<const Node*, const Node*> made_by_;
   std::unordered_map<const Node*, std::vector<const Node*>> item_quantizations_;
   void planItemQuantizations(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
@@ -838,10 +847,12 @@ Kernel CpuBackend::lowerQMatMul(const Node& node, LoweringContext& ctx) const {
   int y = ctx.result();
   size_t na = static_cast<size_t>(node.operand(2)->shape().numElements());
   size_t nb = static_cast<size_t>(node.operand(3)->shape().numElements());
+  auto squares = squares_.find(&node);
+  std::shared_ptr<double> sum_squares = squares == squares_.end() ? nullptr : squares->second;
   return [=](const RunContext& rc) {
     k::int8Gemm(shape, {rc.as<uint8_t>(qa), static_cast<size_t>(shape.sizeA())}, fa, {rc.as<float>(pa), na},
                 {rc.as<int8_t>(qb), static_cast<size_t>(shape.sizeB())}, fb, {rc.as<float>(pb), nb},
-                {rc.as<float>(y), static_cast<size_t>(shape.sizeC())});
+                {rc.as<float>(y), static_cast<size_t>(shape.sizeC())}, sum_squares.get());
   };
 }
 
@@ -896,6 +907,9 @@ void CpuBackend::prepare(std::span<const Node* const> schedule, const std::unord
   planBuckets(schedule);
   planScatterAdds(schedule, outputs);
   planItemQuantizations(schedule, outputs);
+  squares_.clear();
+  for (const Node* node : outputs)
+    if (node->op() == Op::kQMatMul && node->dtype() == DType::kF32) squares_[node] = std::make_shared<double>(0.0);
 }
 
 // An item a kernel makes and quantizes in cache is at most this large (Zen 5's L2 per

@@ -396,6 +396,10 @@ std::vector<kernels::ParamQuantization> Executor::parameterQuantizations(std::st
   return out;
 }
 
+std::optional<double> Executor::outputSumOfSquares(size_t i) const {
+  return backend_->sumOfSquares(*graph_.outputs()[i]);
+}
+
 const void* Executor::outputData(size_t i) const {
   return ptrs_[static_cast<size_t>(rootSlot(graph_.outputs()[i]))];
 }

@@ -87,6 +87,10 @@ class Executor {
   void loadKernelStates(const std::vector<std::pair<std::string, std::string>>& states, const std::string& source);
 
   const Node* outputNode(size_t i) const { return graph_.outputs()[i]; }
+  // The sum of squares of output i in kernels::sumSquares' order, bit for bit, where its
+  // kernel summed them while writing it in the last run (Backend::sumOfSquares: an int8
+  // weight gradient); nullopt otherwise.
+  std::optional<double> outputSumOfSquares(size_t i) const;
   const void* outputData(size_t i) const;
   template <typename T>
   std::span<const T> output(size_t i) const {

@@ -307,8 +307,10 @@ void TrainingSession::Impl::buildInstrumented() {
 double TrainingSession::Impl::gradNorm(const Executor& exec) const {
   double split_sum = 0, whole_sum = 0;
   for (size_t i = 0; i < state.values.size(); ++i) {
+    // An int8 weight gradient's squares were summed as its GEMM wrote it.
     std::span<const float> g = exec.output<float>(i + 1);
-    const double squares = kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
+    const std::optional<double> summed = exec.outputSumOfSquares(i + 1);
+    const double squares = summed ? *summed : kernels::sumSquares(g.data(), static_cast<int64_t>(g.size()));
     (state.splits[i] ? split_sum : whole_sum) += squares;
     if (spdlog::should_log(spdlog::level::trace))
       spdlog::trace("gradient of {}: sum of squares {} ({})", train.params[i]->name(), squares,

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/cpu_isa.h"
 #include "kernels/gemm.h"
 #include "kernels/kernel_error.h"
+#include "kernels/optim.h"
 #include "kernels/quant_stats.h"
 #include "quant_test_util.h"
 
@@ -103,6 +106,49 @@ TEST(Int8Gemm, BitExactOnFullRangeInputs) {
           ASSERT_EQ(c[i], float(ref[i])) << test.lhs << " x " << test.rhs << " element " << i;
         }
       }
+    }
+  }
+}
+
+// A weight gradient's share of the gradient norm, summed while the rescale writes C: the
+// same C, and sumSquares(C) bit for bit, for one segment with N % 8 == 0 (the fused pass:
+// blocks of 4096 that cross rows and batch items, with and without zero-point
+// compensation) and otherwise (N % 8 != 0, per-block segments: a pass after), at 1 and 2
+// threads. Random scales make every square a different float.
+TEST(Int8Gemm, SumsTheSquaresOfItsOutputAsSumSquaresDoes) {
+  struct SquaresCase {
+    const char* lhs;
+    const char* rhs;
+    GemmShape shape;
+  };
+  const std::vector<SquaresCase> cases = {
+      {"int7:channel:rtn", "int7:channel:rtn", {1, 37, 24, 70}},
+      {"int7:channel:rtn", "int7:channel:rtn", {1, 700, 48, 16, true, false}},
+      {"int7:channel:rtn:asym", "int7:channel:rtn:asym", {3, 130, 40, 33}},
+      {"int7:channel:rtn", "int7:channel:rtn", {1, 20, 13, 9}},
+      {"int7:block16:rtn", "int7:channel:rtn", {1, 50, 24, 48}},
+  };
+  for (const SquaresCase& test : cases) {
+    const QuantFormat fa = QuantFormat::parse(test.lhs), fb = QuantFormat::parse(test.rhs);
+    const GemmShape s = test.shape;
+    SCOPED_TRACE(fmt::format("{} x {}, batch {} m {} n {} k {}", test.lhs, test.rhs, s.batch, s.m, s.n, s.k));
+    const std::vector<uint8_t> qa = qtest::randomInts<uint8_t>(s.sizeA(), 11, 0, 127);
+    const std::vector<int8_t> qb = qtest::randomInts<int8_t>(s.sizeB(), 12, -64, 63);
+    std::vector<float> pa = makeParams(lhsView(s), fa, 1.0f, 13), pb = makeParams(rhsView(s), fb, 1.0f, 14);
+    const std::vector<float> sa = qtest::uniformData(quantGroupCount(lhsView(s), fa), 15, 1e-3f, 2e-3f),
+                             sb = qtest::uniformData(quantGroupCount(rhsView(s), fb), 16, 1e-3f, 2e-3f);
+    std::copy(sa.begin(), sa.end(), pa.begin());
+    std::copy(sb.begin(), sb.end(), pb.begin());
+    std::vector<float> plain(s.sizeC());
+    int8Gemm(s, qa, fa, pa, qb, fb, pb, plain);
+    for (int threads : testing::kThreadCounts) {
+      testing::ThreadCount guard(threads);
+      std::vector<float> c(s.sizeC(), -1.0f);
+      double squares = -1.0;
+      int8Gemm(s, qa, fa, pa, qb, fb, pb, c, &squares);
+      EXPECT_EQ(std::memcmp(c.data(), plain.data(), c.size() * sizeof(float)), 0) << threads;
+      const double want = sumSquares(plain.data(), s.sizeC());
+      EXPECT_EQ(std::memcmp(&squares, &want, sizeof(double)), 0) << threads << ": " << squares << " vs " << want;
     }
   }
 }

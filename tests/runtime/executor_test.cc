@@ -502,6 +502,13 @@ TEST(Executor, ScalesComputedInsideTheirQuantizeAreTheKernelsOwn) {
     return std::memcmp(exec.outputData(output), want, bytes) == 0;
   };
   EXPECT_TRUE(same(0, h.data(), h.size() * sizeof(float)));
+  // The int8 GEMM's output summed its squares as it was written (for the gradient norm):
+  // sumSquares' value bit for bit. The other outputs have none.
+  const std::optional<double> squares = exec.outputSumOfSquares(0);
+  ASSERT_TRUE(squares.has_value());
+  const double want = k::sumSquares(h.data(), static_cast<int64_t>(h.size()));
+  EXPECT_EQ(std::memcmp(&*squares, &want, sizeof(double)), 0) << *squares << " vs " << want;
+  EXPECT_FALSE(exec.outputSumOfSquares(1).has_value());
   EXPECT_TRUE(same(1, xs.data(), xs.size() * sizeof(float)));
   EXPECT_TRUE(same(2, xq.data(), xq.size()));
   EXPECT_TRUE(same(3, gq.data(), gq.size()));
