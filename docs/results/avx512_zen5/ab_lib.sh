@@ -61,10 +61,9 @@ ab_gpt2_per_op() {
   done
 }
 
-# ab_fb_per_op PATTERN: `pgq train --profile-ops`, 4 steps, of `medium`'s F+B recipe
-# (FB_medium.yaml) and of GPT-2 124M's exact shape with the F+B recipe the new build makes
-# from its own profile, both builds: the lines PATTERN (grep -E) selects.
-ab_fb_per_op() {
+# ab_medium_per_op PATTERN: `pgq train --profile-ops`, 4 steps, of `medium`'s F+B recipe
+# (FB_medium.yaml), both builds: the lines PATTERN (grep -E) selects.
+ab_medium_per_op() {
   local pattern=$1 b dir
   for b in base new; do
     dir=${!b}
@@ -72,6 +71,13 @@ ab_fb_per_op() {
     "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
       --out "$work/medium_$b" 2>&1 | grep -E "$pattern"
   done
+}
+
+# ab_fb_per_op PATTERN: ab_medium_per_op, then GPT-2 124M's exact shape with the F+B recipe
+# the new build makes from its own profile, both builds: the lines PATTERN (grep -E) selects.
+ab_fb_per_op() {
+  local pattern=$1
+  ab_medium_per_op "$pattern"
   "$new/pgq" train --model "$root/bench/gpt2_124m_exact.yaml" --steps 3 --profile-warmup 1 --profile-steps 2 \
     --profile-out "$work/gpt2.yaml" --no-progress --out "$work/gpt2_profile" >/dev/null 2>&1
   "$new/pgq" recipe --profile "$work/gpt2.yaml" --hardware machine.yaml --policy F+B -o "$work/gpt2_fb.yaml" >/dev/null

@@ -23,12 +23,5 @@ ab_identical_medium >items_identical.txt
       sed 's/\x1b\[[0-9;]*m//g' | grep -E '^BM_'
   done
 } >items_kernel.txt
-{
-  for b in base new; do
-    dir=${!b}
-    echo "## $b: pgq train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml"
-    "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
-      --out "$work/medium_$b" 2>&1 | grep -E 'ms/step \(|kernel time|^  (quantize|quant_params|softmax|softmax_grad) '
-  done
-} >items_per_op.txt
+ab_medium_per_op 'ms/step \(|kernel time|^  (quantize|quant_params|softmax|softmax_grad) ' >items_per_op.txt
 ab_steps '(f32Step|quantizedStep)/(medium|medium_FB)/threads:2' >items_steps_ab.txt

@@ -24,12 +24,7 @@ source "$(dirname "$0")/ab_lib.sh"
 } >s25_identical.txt
 pattern='ms/step \(|kernel time|^  (qmatmul|quantize|quant_params|softmax|softmax_grad|broadcast) |outside'
 {
-  for b in base new; do
-    dir=${!b}
-    echo "## $b: pgq train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml"
-    "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
-      --out "$work/medium_$b" 2>&1 | grep -E "$pattern"
-  done
+  ab_medium_per_op "$pattern"
   ab_gpt2_per_op "$pattern" --recipe "$work/gpt2_fb.yaml"
 } >s25_per_op.txt
 ab_steps '(f32Step|quantizedStep)/(medium|medium_FB|gpt2_exact|gpt2_exact_FB)/threads:2' >s25_steps_ab.txt
