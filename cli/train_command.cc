@@ -36,7 +36,7 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   double total = 0, gemm = 0;
   int64_t calls = 0;
   for (const OpTiming& p : op_profile) {
-    std::string kind(opName(p.op));
+    const std::string& kind = p.kind;
     by_kind[kind] += p.total_ms;
     bytes_by_kind[kind] += p.bytes * static_cast<double>(p.calls);
     total += p.total_ms;
@@ -56,9 +56,9 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   auto rate = [](double bytes, double ms) {
     return ms < 1e-3 ? std::string("-") : fmt::format("{:.1f}", bytes / (ms * 1e6));
   };
-  fmt::print("  {:<20} {:>10} {:>7} {:>7}\n", "op", "ms/step", "share", "GB/s");
+  fmt::print("  {:<22} {:>10} {:>7} {:>7}\n", "op", "ms/step", "share", "GB/s");
   for (const auto& [ms, kind] : rows)
-    fmt::print("  {:<20} {:>10.2f} {:>6.1f}% {:>7}\n", kind, ms / static_cast<double>(calls),
+    fmt::print("  {:<22} {:>10.2f} {:>6.1f}% {:>7}\n", kind, ms / static_cast<double>(calls),
                100.0 * ms / std::max(total, 1e-9), rate(bytes_by_kind[kind], ms));
   // GEMMs by label: where the GEMM time goes and how fast each shape runs.
   std::vector<const OpTiming*> gemms;
@@ -80,11 +80,11 @@ void printOpProfile(const std::vector<OpTiming>& op_profile, std::string_view st
   // ms/step per call of the node; one that ran in fewer steps than the rest (a weight's
   // quantization, which the optimizer makes after the first step) says in how many.
   constexpr size_t kOthers = 40;
-  fmt::print("\n  {:<40} {:<18} {:>8} {:>7} {:>7}\n", fmt::format("other kernels (slowest {})", kOthers), "op",
+  fmt::print("\n  {:<40} {:<22} {:>8} {:>7} {:>7}\n", fmt::format("other kernels (slowest {})", kOthers), "op",
              "ms/step", "MB", "GB/s");
   for (size_t i = 0; i < std::min(kOthers, others.size()); ++i) {
     double ms = others[i]->total_ms / static_cast<double>(others[i]->calls);
-    fmt::print("  {:<40} {:<18} {:>8.2f} {:>7.1f} {:>7}{}\n", others[i]->node, opName(others[i]->op), ms,
+    fmt::print("  {:<40} {:<22} {:>8.2f} {:>7.1f} {:>7}{}\n", others[i]->node, others[i]->kind, ms,
                others[i]->bytes / 1e6, rate(others[i]->bytes, ms),
                others[i]->calls < calls ? fmt::format("  (ran in {} of {} steps)", others[i]->calls, calls) : "");
   }

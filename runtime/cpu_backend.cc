@@ -292,14 +292,14 @@ class CpuBackend final : public Backend {
   // along their rows and along their columns (P V, P^T dO; dS K, dS^T Q), and were read
   // back from memory for each (planItemQuantizations). By node: the softmax that makes
   // it; by softmax: its quantizations in schedule order.
-  // int8 GEMMs whose result is a graph output (a weight gradient): their rescale pass sums
-  // the squares for the gradient norm as it writes (kernels::int8Gemm), here, by node.
-  std::unordered_map<const Node*, std::shared_ptr<double>> squares_;
-
   std::unordered_map<const Node*, const Node*> made_by_;
   std::unordered_map<const Node*, std::vector<const Node*>> item_quantizations_;
   void planItemQuantizations(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
   Kernel lowerSoftmaxQuantizingItems(const Node& node, LoweringContext& ctx) const;
+
+  // int8 GEMMs whose result is a graph output (a weight gradient): their rescale pass sums
+  // the squares for the gradient norm as it writes (kernels::int8Gemm), here, by node.
+  std::unordered_map<const Node*, std::shared_ptr<double>> squares_;
 
   Collectives* collectives_;  // not owned
 };

@@ -415,9 +415,16 @@ MemoryStats Executor::memory() const {
 }
 
 std::vector<NodeProfile> Executor::profile() const {
+  std::unordered_map<const Node*, std::vector<const Node*>> makes;
+  for (const Node* node : graph_.nodes())
+    if (const Node* maker = backend_->madeBy(*node)) makes[maker].push_back(node);
   std::vector<NodeProfile> out;
-  for (size_t i = 0; i < steps_.size(); ++i)
-    out.push_back({steps_[i].node, step_ms_[i], step_calls_[i], backend_->inPlaceOperand(*steps_[i].node)});
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Node* node = steps_[i].node;
+    auto it = makes.find(node);
+    out.push_back({node, step_ms_[i], step_calls_[i], backend_->inPlaceOperand(*node),
+                   it == makes.end() ? std::vector<const Node*>{} : it->second});
+  }
   return out;
 }
 

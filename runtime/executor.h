@@ -50,6 +50,9 @@ struct NodeProfile {
   int64_t calls = 0;
   // The operand the node's kernel writes its result over (Backend::inPlaceOperand), or -1.
   int in_place_operand = -1;
+  // The other nodes whose results the node's kernel also makes (Backend::madeBy), which
+  // have no kernel and no time of their own.
+  std::vector<const Node*> makes;
 };
 
 class Executor {

@@ -133,8 +133,11 @@ std::vector<OpTiming> opTimings(const Executor& exec) {
       const double updates = bytesOf(scatter->operand(0));
       bytes = 3 * updates + bytesOf(scatter->operand(1));
     }
-    timings.push_back({p.node->name(), p.node->op(), p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops, dtype,
-                       bytes, p.total_ms, p.calls});
+    std::string kind(opName(p.node->op()));
+    if (!p.makes.empty()) kind += "+quantize";
+    for (const Node* made : p.makes) bytes += bytesOf(made);
+    timings.push_back({p.node->name(), p.node->op(), kind, p.node->attrs().getStringOr(AttrKey::kLabel, ""), flops,
+                       dtype, bytes, p.total_ms, p.calls});
   }
   return timings;
 }

@@ -21,11 +21,15 @@ namespace pgq {
 struct OpTiming {
   std::string node;   // IR value name
   Op op;
+  // What its kernel does: the op's name, with "+quantize" where it also makes
+  // quantizations (an attention's softmax, CpuBackend::planItemQuantizations).
+  std::string kind;
   std::string label;  // GEMM label, empty for other ops
   double flops = 0;   // per call, GEMMs only
   std::string dtype;  // GEMMs: what they multiply (int8, bf16, f32)
   double bytes = 0;   // per call: the operands' and the result's bytes (a lower bound on the traffic; an in-place
-                      // scatter add: its updates, indices and the rows they touch, at most)
+                      // scatter add: its updates, indices and the rows they touch, at most), and those of
+                      // the results it also makes
   double total_ms = 0;
   int64_t calls = 0;
 };

@@ -1004,6 +1004,9 @@ TEST_F(Cli, ProfileOpsSplitsTrainingAndProfiledSteps) {
       << q.out;
   EXPECT_GT(std::stoi(match[1]), 0) << q.out;
   EXPECT_EQ(std::stoi(match[1]) % 2, 0) << q.out;
+  // The attention's softmax kernels quantize P and dS item by item: the split says so.
+  EXPECT_NE(q.out.find("  softmax+quantize "), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("  softmax_grad+quantize "), std::string::npos) << q.out;
 }
 
 // Every operand of a profile records how often delayed scaling would have clipped it,
