@@ -204,8 +204,8 @@ class CpuBackend final : public Backend {
   void prepare(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) override;
   bool absorbed(const Node& node) const override { return scatters_in_adds_.count(&node) > 0; }
   int inPlaceOperand(const Node& node) const override {
-    auto it = adds_in_place_.find(&node);
-    return it == adds_in_place_.end() ? -1 : it->second;
+    auto it = in_place_.find(&node);
+    return it == in_place_.end() ? -1 : it->second;
   }
   std::optional<double> sumOfSquares(const Node& node) const override {
     auto it = squares_.find(&node);
@@ -278,9 +278,17 @@ class CpuBackend final : public Backend {
   // scatter_add.
   std::unordered_map<const Node*, const Node*> scatter_adds_;
   std::unordered_set<const Node*> scatters_in_adds_;
-  // Such adds that write over their other operand, by the operand's index (planScatterAdds).
-  std::unordered_map<const Node*, int> adds_in_place_;
+  // Kernels that write their result over an operand, by the operand's index: such adds
+  // over their other operand (planScatterAdds), and elementwise maps over an operand
+  // nothing else reads (planElementwiseInPlace).
+  std::unordered_map<const Node*, int> in_place_;
   void planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
+  // A map whose kernel may write over an operand (unary and binary elementwise ops, the
+  // activations' gradients, rope) writes over one that is f32 of its shape, read by
+  // nothing else and not an output, made by a kernel of this graph: its result then
+  // needs no buffer of its own, and the store no read of fresh lines (PyTorch's in-place
+  // ops). The executor keeps the operand's arena slot for the result.
+  void planElementwiseInPlace(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
   Kernel lowerAddScatter(const Node& add, const Node& scatter, LoweringContext& ctx) const;
 
   // A softmax or softmax_grad of [items.., rows, cols] and the quantizations scheduled
@@ -907,9 +915,35 @@ void CpuBackend::prepare(std::span<const Node* const> schedule, const std::unord
   planBuckets(schedule);
   planScatterAdds(schedule, outputs);
   planItemQuantizations(schedule, outputs);
+  planElementwiseInPlace(schedule, outputs);
   squares_.clear();
   for (const Node* node : outputs)
     if (node->op() == Op::kQMatMul && node->dtype() == DType::kF32) squares_[node] = std::make_shared<double>(0.0);
+}
+
+void CpuBackend::planElementwiseInPlace(std::span<const Node* const> schedule,
+                                        const std::unordered_set<const Node*>& outputs) {
+  std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
+  for (const Node* node : schedule) {
+    const Op op = node->op();
+    // The kernels that say their result may alias these operands (kernels/elementwise.h,
+    // kernels/rope.h); a binary op's broadcast operand is read in place, never written.
+    const bool maps = unaryOp(op) || binaryOp(op) || op == Op::kRope || op == Op::kGeluGrad ||
+                      op == Op::kSiluGrad || op == Op::kGeluErfGrad || op == Op::kReluGrad;
+    if (!maps || node->dtype() != DType::kF32 || in_place_.count(node) || scatter_adds_.count(node)) continue;
+    for (int k = 0; k < node->numOperands(); ++k) {
+      const Node* x = node->operand(k);
+      bool alone = true;
+      for (const Node* user : x->users()) alone = alone && (user == node || !live.count(user));
+      for (int j = 0; j < node->numOperands(); ++j) alone = alone && (j == k || node->operand(j) != x);
+      if (!alone || outputs.count(x) || x->dtype() != DType::kF32 || !(x->shape() == node->shape()) ||
+          x->op() == Op::kParameter || x->op() == Op::kInput || x->op() == Op::kConstant || x->op() == Op::kReshape ||
+          x->op() == Op::kBroadcast || made_by_.count(x) || scatters_in_adds_.count(x))
+        continue;
+      in_place_[node] = k;
+      break;
+    }
+  }
 }
 
 // An item a kernel makes and quantizes in cache is at most this large (Zen 5's L2 per
@@ -1046,7 +1080,7 @@ Kernel CpuBackend::lowerSoftmaxQuantizingItems(const Node& node, LoweringContext
 void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs) {
   scatter_adds_.clear();
   scatters_in_adds_.clear();
-  adds_in_place_.clear();
+  in_place_.clear();
   std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
   auto readOnlyBy = [&](const Node* value, const Node* reader) {
     for (const Node* user : value->users())
@@ -1068,7 +1102,7 @@ void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const st
       // only the touched rows change, and a's buffer and the pass over it go.
       if (!outputs.count(a) && a->op() != Op::kParameter && a->op() != Op::kInput && a->op() != Op::kConstant &&
           a->op() != Op::kReshape && a->dtype() == DType::kF32 && readOnlyBy(a, add))
-        adds_in_place_[add] = 1 - k;
+        in_place_[add] = 1 - k;
       break;
     }
   }

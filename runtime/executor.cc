@@ -252,8 +252,11 @@ void Executor::compile() {
     if (in_place) virtual_[node] = node;
   }
   // A result written over an operand (Backend::inPlaceOperand) shares the operand's
-  // arena slot, kept to its first writer's step below; an output keeps it alive.
+  // arena slot, kept to its first writer's step below; an output keeps it alive. The
+  // operand must be the value the slot holds last (a chain of such results shares one
+  // slot), not a view of another value (a reshape).
   std::unordered_set<const Node*> in_place;
+  std::unordered_map<int, const Node*> holds;  // arena slot -> the value written there last
   for (const Node* node : order) {
     size_t bytes = static_cast<size_t>(node->shape().numElements()) * dtypeSize(node->dtype());
     if (virtual_.count(node) || absorbed(node)) continue;
@@ -262,9 +265,10 @@ void Executor::compile() {
       const Node* operand = node->operand(over);
       auto it = slot_of_.find(operand);
       if (it != slot_of_.end() && slots_[static_cast<size_t>(it->second)].kind == SlotKind::kArena &&
-          slots_[static_cast<size_t>(it->second)].node == operand && !outputs.count(operand) &&
-          operand->dtype() == node->dtype() && operand->shape() == node->shape()) {
+          holds[it->second] == operand && !outputs.count(operand) && operand->dtype() == node->dtype() &&
+          operand->shape() == node->shape()) {
         slot_of_[node] = it->second;
+        holds[it->second] = node;
         if (outputs.count(node)) slots_[static_cast<size_t>(it->second)].kind = SlotKind::kPersistent;
         in_place.insert(node);
         continue;
@@ -278,6 +282,7 @@ void Executor::compile() {
       slot_of_[node] = newSlot(SlotKind::kPersistent, bytes, node);
     } else {
       slot_of_[node] = newSlot(SlotKind::kArena, bytes, node);
+      holds[slot_of_[node]] = node;
     }
   }
   // An output that aliases an arena value (a reshape) keeps that value alive.

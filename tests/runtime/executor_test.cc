@@ -683,6 +683,45 @@ TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
   }
 }
 
+// Elementwise maps write over an operand nothing else reads (CpuBackend's
+// planElementwiseInPlace): a chain of them needs one buffer, and gives the results of the
+// same chain with every value returned (each in a buffer of its own) bit for bit. A value
+// read again later, returned, or an input is not written over.
+TEST(Executor, ElementwiseMapsWriteOverOperandsNothingElseReads) {
+  const std::string body = R"pgq(graph @maps {
+  %x = input() : f32[2,3,16,8]
+  %y = input() : f32[2,3,16,8]
+  %a = mul(%x, %y) : f32[2,3,16,8]
+  %b = exp(%a) : f32[2,3,16,8]
+  %c = add(%y, %b) : f32[2,3,16,8]
+  %r = rope(%c) {theta=10000.0, rotation="forward"} : f32[2,3,16,8]
+  %d = gelu_grad(%x, %r) : f32[2,3,16,8]
+  %k = mul(%d, %x) : f32[2,3,16,8]
+)pgq";
+  auto alone = parseGraph(body + "  return %k\n}\n");
+  auto all = parseGraph(body + "  return %k, %a, %b, %c, %r, %d\n}\n");
+  Tensor x(alone->find("x")->type()), y(alone->find("y")->type());
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    x.data<float>()[i] = std::sin(0.37f * float(i));
+    y.data<float>()[i] = 0.5f * std::cos(0.11f * float(i));
+  }
+  const std::unique_ptr<Executor> a = runProfiled(*alone, {{"x", &x}, {"y", &y}});
+  const std::unique_ptr<Executor> b = runProfiled(*all, {{"x", &x}, {"y", &y}});
+  std::map<std::string, int> over;
+  for (const NodeProfile& p : a->profile()) over[p.node->name()] = p.in_place_operand;
+  EXPECT_EQ(over["a"], -1);  // both operands are inputs
+  EXPECT_EQ(over["b"], 0);
+  EXPECT_EQ(over["c"], 1);   // y is an input
+  EXPECT_EQ(over["r"], 0);
+  EXPECT_EQ(over["d"], 1);   // x is an input
+  EXPECT_EQ(over["k"], 0);
+  const size_t bytes = 2 * 3 * 16 * 8 * sizeof(float);
+  EXPECT_EQ(a->memory().arena_bytes, 0u);  // every value lives in the output's buffer
+  EXPECT_EQ(a->memory().persistent_bytes, bytes);
+  for (const NodeProfile& p : b->profile()) EXPECT_EQ(p.in_place_operand, -1) << p.node->name();
+  EXPECT_EQ(std::memcmp(a->outputData(0), b->outputData(0), bytes), 0);
+}
+
 TEST(MemoryPlan, NeverOverlapsLiveBuffersAndReusesDeadOnes) {
   std::vector<BufferRequest> requests = {
       {1000, 0, 2}, {500, 1, 3}, {1000, 3, 5}, {200, 4, 4}, {4000, 6, 7}, {64, 0, 7}};
