@@ -284,7 +284,7 @@ class CpuBackend final : public Backend {
   std::unordered_map<const Node*, int> in_place_;
   void planScatterAdds(std::span<const Node* const> schedule, const std::unordered_set<const Node*>& outputs);
   // A map whose kernel may write over an operand (unary and binary elementwise ops, the
-  // activations' gradients, rope) writes over one that is f32 of its shape, read by
+  // activations' gradients, rope, softmax and its gradient) writes over one that is f32 of its shape, read by
   // nothing else and not an output, made by a kernel of this graph: its result then
   // needs no buffer of its own, and the store no read of fresh lines (PyTorch's in-place
   // ops). The executor keeps the operand's arena slot for the result.
@@ -927,9 +927,11 @@ void CpuBackend::planElementwiseInPlace(std::span<const Node* const> schedule,
   for (const Node* node : schedule) {
     const Op op = node->op();
     // The kernels that say their result may alias these operands (kernels/elementwise.h,
-    // kernels/rope.h); a binary op's broadcast operand is read in place, never written.
+    // kernels/rope.h, kernels/softmax.h); a binary op's broadcast operand is read in
+    // place, never written.
     const bool maps = unaryOp(op) || binaryOp(op) || op == Op::kRope || op == Op::kGeluGrad ||
-                      op == Op::kSiluGrad || op == Op::kGeluErfGrad || op == Op::kReluGrad;
+                      op == Op::kSiluGrad || op == Op::kGeluErfGrad || op == Op::kReluGrad ||
+                      op == Op::kSoftmax || op == Op::kSoftmaxGrad;
     if (!maps || node->dtype() != DType::kF32 || in_place_.count(node) || scatter_adds_.count(node)) continue;
     for (int k = 0; k < node->numOperands(); ++k) {
       const Node* x = node->operand(k);

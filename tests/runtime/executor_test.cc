@@ -689,17 +689,20 @@ TEST(Executor, AnAddOfAScatterAddWritesOverAValueNothingElseReads) {
 // read again later, returned, or an input is not written over.
 TEST(Executor, ElementwiseMapsWriteOverOperandsNothingElseReads) {
   const std::string body = R"pgq(graph @maps {
-  %x = input() : f32[2,3,16,8]
-  %y = input() : f32[2,3,16,8]
-  %a = mul(%x, %y) : f32[2,3,16,8]
-  %b = exp(%a) : f32[2,3,16,8]
-  %c = add(%y, %b) : f32[2,3,16,8]
-  %r = rope(%c) {theta=10000.0, rotation="forward"} : f32[2,3,16,8]
-  %d = gelu_grad(%x, %r) : f32[2,3,16,8]
-  %k = mul(%d, %x) : f32[2,3,16,8]
+  %x = input() : f32[2,3,8,8]
+  %y = input() : f32[2,3,8,8]
+  %a = mul(%x, %y) : f32[2,3,8,8]
+  %b = exp(%a) : f32[2,3,8,8]
+  %c = add(%y, %b) : f32[2,3,8,8]
+  %r = rope(%c) {theta=10000.0, rotation="forward"} : f32[2,3,8,8]
+  %d = gelu_grad(%x, %r) : f32[2,3,8,8]
+  %k = mul(%d, %x) : f32[2,3,8,8]
+  %s = softmax(%k) {scale=0.5, causal=-inf} : f32[2,3,8,8]
+  %t = exp(%y) : f32[2,3,8,8]
+  %g = softmax_grad(%s, %t) {scale=0.5, causal=-inf} : f32[2,3,8,8]
 )pgq";
-  auto alone = parseGraph(body + "  return %k\n}\n");
-  auto all = parseGraph(body + "  return %k, %a, %b, %c, %r, %d\n}\n");
+  auto alone = parseGraph(body + "  return %g\n}\n");
+  auto all = parseGraph(body + "  return %g, %a, %b, %c, %r, %d, %k, %s, %t\n}\n");
   Tensor x(alone->find("x")->type()), y(alone->find("y")->type());
   for (int64_t i = 0; i < x.numElements(); ++i) {
     x.data<float>()[i] = std::sin(0.37f * float(i));
@@ -715,8 +718,11 @@ TEST(Executor, ElementwiseMapsWriteOverOperandsNothingElseReads) {
   EXPECT_EQ(over["r"], 0);
   EXPECT_EQ(over["d"], 1);   // x is an input
   EXPECT_EQ(over["k"], 0);
-  const size_t bytes = 2 * 3 * 16 * 8 * sizeof(float);
-  EXPECT_EQ(a->memory().arena_bytes, 0u);  // every value lives in the output's buffer
+  EXPECT_EQ(over["s"], 0);
+  EXPECT_EQ(over["t"], -1);  // y is an input
+  EXPECT_EQ(over["g"], 0);   // over P, which nothing else reads
+  const size_t bytes = 2 * 3 * 8 * 8 * sizeof(float);
+  EXPECT_EQ(a->memory().arena_bytes, bytes);  // t's; every other value lives in the output's buffer
   EXPECT_EQ(a->memory().persistent_bytes, bytes);
   for (const NodeProfile& p : b->profile()) EXPECT_EQ(p.in_place_operand, -1) << p.node->name();
   EXPECT_EQ(std::memcmp(a->outputData(0), b->outputData(0), bytes), 0);
