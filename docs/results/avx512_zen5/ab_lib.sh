@@ -1,7 +1,7 @@
 #!/bin/bash
 # Sourced by this folder's A/B scripts (ab.sh, update_ab.sh, scatter_ab.sh, fold_ab.sh, fuse_ab.sh, norm_ab.sh,
-# prefetch_ab.sh, zp_ab.sh, items_ab.sh, s25_ab.sh): `base` is the build directory BASE names, `new` the tree's build/, `work`
-# a temporary folder removed at exit; the script then runs in this folder.
+# prefetch_ab.sh, zp_ab.sh, items_ab.sh, s25_ab.sh, softmax_inplace_ab.sh): `base` is the build directory BASE names,
+# `new` the tree's build/, `work` a temporary folder removed at exit; the script then runs in this folder.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 base=${BASE:?BASE=the base build directory}
