@@ -68,6 +68,7 @@ ab_medium_per_op() {
   for b in base new; do
     dir=${!b}
     echo "## $b: pgq train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml"
+    rm -rf "$work/medium_$b"  # a run called again starts afresh
     "$dir/pgq" train --model medium --steps 4 --profile-ops --recipe FB_medium.yaml --no-progress \
       --out "$work/medium_$b" 2>&1 | grep -E "$pattern"
   done
