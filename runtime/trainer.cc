@@ -125,7 +125,10 @@ std::vector<OpTiming> opTimings(const Executor& exec) {
     }
     double bytes = bytesOf(p.node);
     for (const Node* operand : p.node->operands()) bytes += bytesOf(operand);
-    const Node* scatter = p.in_place_operand >= 0 ? p.node->operand(1 - p.in_place_operand) : nullptr;
+    // (Elementwise maps write over an operand too; only a two-operand add can be this one.)
+    const Node* scatter = p.in_place_operand >= 0 && p.node->op() == Op::kAdd && p.node->numOperands() == 2
+                              ? p.node->operand(1 - p.in_place_operand)
+                              : nullptr;
     if (scatter && scatter->op() == Op::kScatterAdd) {
       // An add of scattered rows written over its other operand (CpuBackend's in-place
       // scatter add) reads the updates and indices and reads and writes only the rows they
