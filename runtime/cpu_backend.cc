@@ -312,6 +312,13 @@ class CpuBackend final : public Backend {
   Collectives* collectives_;  // not owned
 };
 
+// Whether nothing in `live` (the nodes that run) but `reader` reads `value`.
+bool readOnlyByIn(const Node* value, const Node* reader, const std::unordered_set<const Node*>& live) {
+  for (const Node* user : value->users())
+    if (user != reader && live.count(user)) return false;
+  return true;
+}
+
 // The kernels' view of a quantized operand; the rewrite guarantees an order the int8
 // kernels read directly (supports() rejects anything else).
 k::OperandView quantView(const Node& node) {
@@ -935,8 +942,7 @@ void CpuBackend::planElementwiseInPlace(std::span<const Node* const> schedule,
     if (!maps || node->dtype() != DType::kF32 || in_place_.count(node) || scatter_adds_.count(node)) continue;
     for (int k = 0; k < node->numOperands(); ++k) {
       const Node* x = node->operand(k);
-      bool alone = true;
-      for (const Node* user : x->users()) alone = alone && (user == node || !live.count(user));
+      bool alone = readOnlyByIn(x, node, live);
       for (int j = 0; j < node->numOperands(); ++j) alone = alone && (j == k || node->operand(j) != x);
       if (!alone || outputs.count(x) || x->dtype() != DType::kF32 || !(x->shape() == node->shape()) ||
           x->op() == Op::kParameter || x->op() == Op::kInput || x->op() == Op::kConstant || x->op() == Op::kReshape ||
@@ -1084,11 +1090,7 @@ void CpuBackend::planScatterAdds(std::span<const Node* const> schedule, const st
   scatters_in_adds_.clear();
   in_place_.clear();
   std::unordered_set<const Node*> live(schedule.begin(), schedule.end());
-  auto readOnlyBy = [&](const Node* value, const Node* reader) {
-    for (const Node* user : value->users())
-      if (user != reader && live.count(user)) return false;
-    return true;
-  };
+  auto readOnlyBy = [&](const Node* value, const Node* reader) { return readOnlyByIn(value, reader, live); };
   for (const Node* add : schedule) {
     if (add->op() != Op::kAdd || add->dtype() != DType::kF32 || add->shape().rank() != 2) continue;
     for (int k = 0; k < 2; ++k) {
